@@ -1,0 +1,11 @@
+/* ignis: the kernel library of an LLM serving step. Include this one header for the whole C API.
+ * Each included header documents its functions where they are declared. */
+#ifndef IGNIS_IGNIS_H
+#define IGNIS_IGNIS_H
+
+#include "ignis/core.h"
+#include "ignis/activation.h"
+#include "ignis/norm.h"
+#include "ignis/rope.h"
+
+#endif

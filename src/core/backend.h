@@ -1,0 +1,41 @@
+/* The entry points each backend provides. The front end (src/core/op_*.c) validates the call,
+ * fills a flat params struct (params.h) and calls the backend chosen by where the tensors live.
+ * A backend may assume the params passed validation; it returns IGNIS_OK or a status with the
+ * error message set (ignis_set_error). CUDA entry points take the stream last and never
+ * synchronize or allocate. When the CUDA backend is not built, src/core/cuda_stub.c provides
+ * these symbols returning IGNIS_ERROR_BACKEND_UNAVAILABLE. */
+#ifndef IGNIS_CORE_BACKEND_H
+#define IGNIS_CORE_BACKEND_H
+
+#include "params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CPU backend (src/cpu) */
+ignis_status ignis_cpu_norm(const ignis_norm_params *params);
+ignis_status ignis_cpu_activation(const ignis_activation_params *params);
+ignis_status ignis_cpu_rope(const ignis_rope_params *params);
+
+/* CUDA backend (src/cuda) */
+/* `device` is the CUDA ordinal the tensors live on; the launcher makes it current for the launch
+ * and restores the caller's current device afterwards. */
+ignis_status ignis_cuda_norm(const ignis_norm_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream);
+
+/* CUDA runtime facts (src/cuda/common/runtime.cu; stubs without CUDA) */
+int ignis_cuda_runtime_device_count(void);
+/* Where ptr lives: sets *type and *device_id. Returns IGNIS_OK, or IGNIS_ERROR_CUDA if the runtime
+ * cannot tell. Host memory, including unregistered host memory, reports IGNIS_DEVICE_CPU. */
+ignis_status ignis_cuda_pointer_location(const void *ptr, ignis_device_type *type, int32_t *device_id);
+/* Fill info for CUDA device `ordinal`. */
+ignis_status ignis_cuda_get_device_info(int32_t ordinal, ignis_device_info *info);
+/* Compiled CUDA targets, e.g. "sm_90a,sm_80", or "" without CUDA. */
+const char *ignis_cuda_compiled_targets(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

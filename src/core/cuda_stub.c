@@ -1,0 +1,32 @@
+/* Stand-ins for the CUDA backend's entry points when the library is built without CUDA: every
+ * CUDA call reports that the backend is unavailable, and no device is ever seen. */
+#include "core/backend.h"
+#include "core/error.h"
+
+int ignis_cuda_runtime_device_count(void) { return 0; }
+
+ignis_status ignis_cuda_pointer_location(const void *ptr, ignis_device_type *type, int32_t *device_id) {
+  *type = IGNIS_DEVICE_CPU;
+  *device_id = 0;
+  return IGNIS_OK;
+}
+
+ignis_status ignis_cuda_get_device_info(int32_t ordinal, ignis_device_info *info) {
+  return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "the CUDA backend is not built");
+}
+
+const char *ignis_cuda_compiled_targets(void) { return ""; }
+
+static ignis_status unavailable(const char *op) {
+  return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: the CUDA backend is not built", op);
+}
+
+ignis_status ignis_cuda_norm(const ignis_norm_params *params, int32_t device, void *stream) {
+  return unavailable("norm");
+}
+ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device, void *stream) {
+  return unavailable("activation");
+}
+ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream) {
+  return unavailable("rope");
+}

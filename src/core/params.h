@@ -1,0 +1,107 @@
+/* Flat parameter structs handed from the validated front end (src/core/op_*.c) to a backend
+ * (src/cpu, src/cuda). Raw pointers, int64 sizes and element strides, scalars: nothing a kernel
+ * has to look up elsewhere. Filled once per call; plain C so both host compilers and nvcc read it.
+ *
+ * Rows: the norm and activation ops see their leading dimensions as a 2-level row index
+ * (row_outer, row_inner), so 2-D and 3-D views with any row strides need no copies. Element
+ * (o, i, h) of a tensor lives at data + o * stride_outer + i * stride_inner + h; the last
+ * dimension always has stride 1 (checked by the front end). For 2-D inputs num_rows_outer = 1. */
+#ifndef IGNIS_CORE_PARAMS_H
+#define IGNIS_CORE_PARAMS_H
+
+#include <stdint.h>
+
+#include "ignis/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ignis_row_layout {
+  int64_t stride_outer;
+  int64_t stride_inner;
+} ignis_row_layout;
+
+typedef enum ignis_norm_kind { IGNIS_NORM_RMS = 0, IGNIS_NORM_LAYER = 1 } ignis_norm_kind;
+
+typedef struct ignis_norm_params {
+  ignis_norm_kind kind;
+  float eps;
+  float weight_offset;        /* 0, or 1 for the Gemma forms (weight + 1) */
+  int64_t num_rows_outer;
+  int64_t num_rows_inner;
+  int64_t hidden;
+  ignis_dtype dtype;          /* input, out and residual */
+  ignis_dtype weight_dtype;   /* weight and bias: dtype or IGNIS_F32 */
+  const void *input;
+  ignis_row_layout input_layout;
+  void *out;                  /* for the fused-add forms: equals input (normalized in place) */
+  ignis_row_layout out_layout;
+  void *residual;             /* non-NULL: fused add; residual += input, then out = norm(residual) */
+  ignis_row_layout residual_layout;
+  const void *weight;         /* [hidden], contiguous */
+  const void *bias;           /* [hidden] contiguous, LayerNorm only; else NULL */
+} ignis_norm_params;
+
+typedef enum ignis_activation_kind {
+  IGNIS_ACT_SILU = 0,
+  IGNIS_ACT_GELU = 1,
+  IGNIS_ACT_GELU_TANH = 2
+} ignis_activation_kind;
+
+typedef struct ignis_activation_params {
+  ignis_activation_kind kind;
+  int64_t num_rows_outer;
+  int64_t num_rows_inner;
+  int64_t hidden;             /* H: input rows hold 2H elements, output rows H */
+  ignis_dtype dtype;
+  const void *input;
+  ignis_row_layout input_layout;
+  void *out;
+  ignis_row_layout out_layout;
+} ignis_activation_params;
+
+typedef enum ignis_rope_position_source {
+  IGNIS_ROPE_POS_IDS = 0,     /* positions[t] */
+  IGNIS_ROPE_POS_INDPTR = 1   /* offsets[b] + t - indptr[b] */
+} ignis_rope_position_source;
+
+#define IGNIS_ROPE_MAX_HEAD_DIM 512
+
+typedef struct ignis_rope_params {
+  int64_t nnz;
+  int64_t num_q_heads;
+  int64_t num_k_heads;
+  int64_t head_dim;
+  int64_t rotary_dim;         /* even, <= head_dim */
+  int32_t interleave;         /* 0 NeoX pairs, 1 GPT-J pairs */
+  ignis_dtype dtype;          /* q, k, q_out, k_out */
+  /* element strides: [token, head]; the last dimension has stride 1 */
+  const void *q; int64_t q_stride_token, q_stride_head;
+  const void *k; int64_t k_stride_token, k_stride_head;
+  void *q_out; int64_t q_out_stride_token, q_out_stride_head;
+  void *k_out; int64_t k_out_stride_token, k_out_stride_head;
+  /* positions */
+  ignis_rope_position_source position_source;
+  ignis_dtype index_dtype;    /* IGNIS_I32 or IGNIS_I64 for positions / indptr / offsets */
+  const void *positions;      /* [nnz] (IGNIS_ROPE_POS_IDS) */
+  const void *indptr;         /* [batch + 1] (IGNIS_ROPE_POS_INDPTR) */
+  const void *offsets;        /* [batch] */
+  int64_t batch_size;
+  /* frequencies: either the cos/sin cache, or computed:
+   *   f = theta^(-2i/rotary_dim); s = clamp(f * smooth_a + smooth_b, 0, 1);
+   *   f_i = (1 - s) * f * rcp_scale + s * f
+   * (plain RoPE: smooth_a = smooth_b = 0). */
+  const float *cos_sin_cache; /* [max_position, rotary_dim] f32 or NULL */
+  int64_t cos_sin_cache_stride; /* row stride in elements */
+  int64_t max_position;
+  float rope_rcp_scale;
+  float rope_theta;
+  float smooth_a;
+  float smooth_b;
+} ignis_rope_params;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+/* CPU backend of the gated activations: out[h] = act(x[h]) * x[H + h] per row, in f32. */
+#include <math.h>
+
+#include "core/backend.h"
+#include "cpu/cpu_common.h"
+
+static float activate(ignis_activation_kind kind, float a) {
+  switch (kind) {
+  case IGNIS_ACT_SILU:
+    return a / (1.0f + expf(-a));
+  case IGNIS_ACT_GELU:
+    return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
+  default: {
+    const float k = 0.79788456080286536f; /* sqrt(2/pi) */
+    return 0.5f * a * (1.0f + tanhf(k * (a + 0.044715f * a * a * a)));
+  }
+  }
+}
+
+ignis_status ignis_cpu_activation(const ignis_activation_params *p) {
+  int64_t rows = p->num_rows_outer * p->num_rows_inner;
+  int64_t n = p->hidden;
+  IGNIS_CPU_PARALLEL_FOR(rows * n)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t outer = r / p->num_rows_inner, inner = r % p->num_rows_inner;
+    const void *in = ignis_cpu_at(p->input, p->dtype,
+                                  outer * p->input_layout.stride_outer + inner * p->input_layout.stride_inner);
+    void *out = ignis_cpu_at_mut(p->out, p->dtype,
+                                 outer * p->out_layout.stride_outer + inner * p->out_layout.stride_inner);
+    for (int64_t h = 0; h < n; ++h) {
+      float a = ignis_cpu_load(in, p->dtype, h);
+      float b = ignis_cpu_load(in, p->dtype, n + h);
+      ignis_cpu_store(out, p->dtype, h, activate(p->kind, a) * b);
+    }
+  }
+  return IGNIS_OK;
+}

@@ -1,0 +1,71 @@
+/* CPU backend of the norm ops: one pass per row in f32, rows in parallel. For the fused forms the
+ * row sum x + residual is kept in f32 for the norm and stored rounded into residual, as the CUDA
+ * kernel does. LayerNorm uses the two-pass mean/variance for accuracy. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "cpu/cpu_common.h"
+
+static void norm_row(const ignis_norm_params *p, int64_t outer, int64_t inner, float *scratch) {
+  int64_t in_off = outer * p->input_layout.stride_outer + inner * p->input_layout.stride_inner;
+  int64_t out_off = outer * p->out_layout.stride_outer + inner * p->out_layout.stride_inner;
+  const void *in = ignis_cpu_at(p->input, p->dtype, in_off);
+  void *out = ignis_cpu_at_mut(p->out, p->dtype, out_off);
+  int64_t n = p->hidden;
+  for (int64_t h = 0; h < n; ++h)
+    scratch[h] = ignis_cpu_load(in, p->dtype, h);
+  if (p->residual) {
+    int64_t res_off = outer * p->residual_layout.stride_outer + inner * p->residual_layout.stride_inner;
+    void *res = ignis_cpu_at_mut(p->residual, p->dtype, res_off);
+    for (int64_t h = 0; h < n; ++h) {
+      scratch[h] += ignis_cpu_load(res, p->dtype, h);
+      ignis_cpu_store(res, p->dtype, h, scratch[h]);
+    }
+  }
+  float mean = 0.0f;
+  if (p->kind == IGNIS_NORM_LAYER) {
+    double sum = 0.0;
+    for (int64_t h = 0; h < n; ++h)
+      sum += scratch[h];
+    mean = (float)(sum / (double)n);
+  }
+  double sum_sq = 0.0;
+  for (int64_t h = 0; h < n; ++h) {
+    float centered = scratch[h] - mean;
+    sum_sq += (double)centered * centered;
+  }
+  float rstd = 1.0f / sqrtf((float)(sum_sq / (double)n) + p->eps);
+  for (int64_t h = 0; h < n; ++h) {
+    float w = ignis_cpu_load(p->weight, p->weight_dtype, h) + p->weight_offset;
+    float y = (scratch[h] - mean) * rstd * w;
+    if (p->bias)
+      y += ignis_cpu_load(p->bias, p->weight_dtype, h);
+    ignis_cpu_store(out, p->dtype, h, y);
+  }
+}
+
+ignis_status ignis_cpu_norm(const ignis_norm_params *p) {
+  int64_t rows = p->num_rows_outer * p->num_rows_inner;
+  int failed = 0;
+#ifdef _OPENMP
+#pragma omp parallel if (rows * p->hidden >= IGNIS_CPU_PARALLEL_MIN_ELEMENTS)
+#endif
+  {
+    float *scratch = malloc((size_t)p->hidden * sizeof(float));
+    if (!scratch) {
+      failed = 1;
+    } else {
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+      for (int64_t r = 0; r < rows; ++r)
+        norm_row(p, r / p->num_rows_inner, r % p->num_rows_inner, scratch);
+    }
+    free(scratch);
+  }
+  if (failed)
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis cpu norm: out of host memory for a row buffer");
+  return IGNIS_OK;
+}

@@ -186,11 +186,32 @@ static void byte_span(const ignis_tensor *t, uintptr_t *lo, uintptr_t *hi) {
   *hi = (uintptr_t)((const char *)t->data + (max_off + 1) * elem);
 }
 
+/* Views that step through memory with the same positive leading stride (q and k cut from one
+ * fused qkv buffer, say) interleave: their spans intersect although no element is shared. For
+ * those, compare the slices of one leading index modulo the stride. Everything else is judged by
+ * its span, which may call interleaved views of other shapes overlapping. */
 static int views_overlap(const ignis_tensor *a, const ignis_tensor *b) {
   uintptr_t alo, ahi, blo, bhi;
   byte_span(a, &alo, &ahi);
   byte_span(b, &blo, &bhi);
-  return alo < bhi && blo < ahi;
+  if (!(alo < bhi && blo < ahi))
+    return 0;
+  int64_t elem_a = (int64_t)ignis_dtype_size(a->dtype), elem_b = (int64_t)ignis_dtype_size(b->dtype);
+  if (a->ndim < 2 || b->ndim < 2 || a->strides[0] * elem_a != b->strides[0] * elem_b || a->strides[0] <= 0)
+    return 1;
+  uintptr_t stride = (uintptr_t)(a->strides[0] * elem_a);
+  ignis_tensor slice_a = *a, slice_b = *b;
+  slice_a.shape[0] = slice_b.shape[0] = 1;
+  uintptr_t slo_a, shi_a, slo_b, shi_b;
+  byte_span(&slice_a, &slo_a, &shi_a);
+  byte_span(&slice_b, &slo_b, &shi_b);
+  uintptr_t width_a = shi_a - slo_a, width_b = shi_b - slo_b;
+  if (width_a > stride || width_b > stride)
+    return 1;
+  uintptr_t distance = (slo_b - slo_a) % stride; /* unsigned wrap-around gives the modulus */
+  if (slo_b < slo_a)
+    distance = (stride - (slo_a - slo_b) % stride) % stride;
+  return distance < width_a || distance + width_b > stride;
 }
 
 ignis_status ignis_check_alias_or_disjoint(const char *fn, const char *name, const ignis_tensor *a,

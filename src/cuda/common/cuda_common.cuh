@@ -123,4 +123,133 @@ struct ignis_device_guard {
 /* Number of multiprocessors of the current device (cached per device ordinal). */
 int ignis_cuda_sm_count(int device);
 
+/* ---- rows of the 2-level row layout (core/params.h) ------------------------------------------ */
+/* Split a flat row index into (outer, inner); 32-bit division whenever the values allow it. */
+__device__ __forceinline__ void ignis_split_row(int64_t row, int64_t num_rows_inner, int64_t *outer,
+                                                int64_t *inner) {
+  if (((uint64_t)row | (uint64_t)num_rows_inner) <= 0xffffffffull) {
+    uint32_t q = (uint32_t)row / (uint32_t)num_rows_inner;
+    *outer = q;
+    *inner = (uint32_t)row - q * (uint32_t)num_rows_inner;
+  } else {
+    *outer = row / num_rows_inner;
+    *inner = row - *outer * num_rows_inner;
+  }
+}
+
+/* Element offset of row (outer, inner). */
+__device__ __forceinline__ int64_t ignis_row_offset(int64_t outer, int64_t inner, ignis_row_layout layout) {
+  return outer * layout.stride_outer + inner * layout.stride_inner;
+}
+
+/* Host: 1 if every row of the layout starts 16-byte aligned (the base pointer and the byte strides
+ * are multiples of 16). A stride over a single row never moves the address and is not checked. */
+static inline int ignis_rows_aligned16(const void *data, ignis_row_layout layout, int64_t num_rows_outer,
+                                       int64_t num_rows_inner, size_t elem_size) {
+  if ((uintptr_t)data % 16 != 0)
+    return 0;
+  if (num_rows_outer > 1 && layout.stride_outer * (int64_t)elem_size % 16 != 0)
+    return 0;
+  if (num_rows_inner > 1 && layout.stride_inner * (int64_t)elem_size % 16 != 0)
+    return 0;
+  return 1;
+}
+
+/* ---- chunks of N elements to and from f32 ----------------------------------------------------- */
+/* Cache hint of a load: default, read-only path (data not written by the kernel), or streaming
+ * (read once: evict first). */
+enum ignis_cache_hint { IGNIS_CACHE_DEFAULT = 0, IGNIS_CACHE_READ_ONLY = 1, IGNIS_CACHE_STREAM = 2 };
+
+template <int HINT, typename U> __device__ __forceinline__ U ignis_load_hinted(const U *ptr) {
+  if constexpr (HINT == IGNIS_CACHE_STREAM)
+    return __ldcs(ptr);
+  else if constexpr (HINT == IGNIS_CACHE_READ_ONLY)
+    return __ldg(ptr);
+  else
+    return *ptr;
+}
+
+/* A 32-bit word of T (one float, or two f16/bf16) to and from f32. Registers hold 16-byte vectors
+ * as uint4 words: an array of 16-bit elements would take one register per element. */
+template <typename T> __device__ __forceinline__ void ignis_unpack_word(uint32_t word, float *out);
+template <> __device__ __forceinline__ void ignis_unpack_word<float>(uint32_t word, float *out) {
+  out[0] = __uint_as_float(word);
+}
+template <> __device__ __forceinline__ void ignis_unpack_word<__half>(uint32_t word, float *out) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&word));
+  out[0] = f.x;
+  out[1] = f.y;
+}
+template <> __device__ __forceinline__ void ignis_unpack_word<__nv_bfloat16>(uint32_t word, float *out) {
+  out[0] = __uint_as_float(word << 16);
+  out[1] = __uint_as_float(word & 0xffff0000u);
+}
+
+/* Rounds to nearest even (two f16/bf16 at once: cvt.rn.{f16,bf16}x2.f32). */
+template <typename T> __device__ __forceinline__ uint32_t ignis_pack_word(const float *in);
+template <> __device__ __forceinline__ uint32_t ignis_pack_word<float>(const float *in) {
+  return __float_as_uint(in[0]);
+}
+template <> __device__ __forceinline__ uint32_t ignis_pack_word<__half>(const float *in) {
+  __half2 h = __floats2half2_rn(in[0], in[1]);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ __forceinline__ uint32_t ignis_pack_word<__nv_bfloat16>(const float *in) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(in[0], in[1]);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* The 16 / sizeof(T) elements of a raw 16-byte vector as f32, and back (rounded). */
+template <typename T> __device__ __forceinline__ void ignis_raw_to_floats(uint4 raw, float *out) {
+  constexpr int per_word = 4 / sizeof(T);
+  ignis_unpack_word<T>(raw.x, out);
+  ignis_unpack_word<T>(raw.y, out + per_word);
+  ignis_unpack_word<T>(raw.z, out + 2 * per_word);
+  ignis_unpack_word<T>(raw.w, out + 3 * per_word);
+}
+template <typename T> __device__ __forceinline__ uint4 ignis_floats_to_raw(const float *in) {
+  constexpr int per_word = 4 / sizeof(T);
+  return make_uint4(ignis_pack_word<T>(in), ignis_pack_word<T>(in + per_word),
+                    ignis_pack_word<T>(in + 2 * per_word), ignis_pack_word<T>(in + 3 * per_word));
+}
+
+/* One 16-byte global store (ptr 16-byte aligned). Written as PTX because a uint4 assignment can
+ * reach the machine code as four 32-bit stores when the compiler cannot see the alignment. */
+__device__ __forceinline__ void ignis_store_raw(void *ptr, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+/* Load N consecutive elements as f32. When N elements fill whole 16-byte vectors the access is
+ * 16-byte wide (ptr must then be 16-byte aligned); otherwise element by element. */
+template <int HINT, typename T, int N>
+__device__ __forceinline__ void ignis_load_floats(const T *ptr, float (&out)[N]) {
+  if constexpr (N * sizeof(T) % 16 == 0) {
+    constexpr int per_vec = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < N / per_vec; ++c)
+      ignis_raw_to_floats<T>(ignis_load_hinted<HINT>(reinterpret_cast<const uint4 *>(ptr) + c),
+                             out + c * per_vec);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      out[k] = ignis_to_float(ignis_load_hinted<HINT>(ptr + k));
+  }
+}
+
+/* Store N f32 values rounded to T; 16-byte stores when N elements fill whole vectors. */
+template <typename T, int N>
+__device__ __forceinline__ void ignis_store_floats(T *ptr, const float (&in)[N]) {
+  if constexpr (N * sizeof(T) % 16 == 0) {
+    constexpr int per_vec = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < N / per_vec; ++c)
+      ignis_store_raw(ptr + c * per_vec, ignis_floats_to_raw<T>(in + c * per_vec));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      ptr[k] = ignis_from_float<T>(in[k]);
+  }
+}
+
 #endif

@@ -2,7 +2,10 @@
  *
  * Device side: conversion of f16/bf16/f32 to and from f32 (ignis_to_float / ignis_from_float),
  * 16-byte vector loads and stores (ignis_vec: 16 bytes holding 16/sizeof(T) elements), warp and
- * block sum reductions.
+ * block sum reductions; row addressing of the 2-level row layout (ignis_split_row,
+ * ignis_row_offset) and its host-side alignment check (ignis_rows_aligned16); loads with cache
+ * hints and chunks of N elements to and from f32 (ignis_load_floats / ignis_store_floats, 16-byte
+ * accesses where N fills whole vectors; ignis_store_raw is the one-instruction 16-byte store).
  * Host side: IGNIS_CUDA_CHECK for runtime calls inside a launcher (sets the error message and
  * returns IGNIS_ERROR_CUDA), ignis_check_launch after a kernel launch, and a device guard that
  * makes the tensors' device current for a launch and restores the caller's device after. */

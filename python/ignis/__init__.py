@@ -1,0 +1,97 @@
+"""ignis: the kernel library of an LLM serving step, from Python.
+
+The functions have FlashInfer's names and arguments, so an engine switches by changing an import
+(``import ignis as flashinfer`` for the ops listed in ``__all__``). They take any array that
+supports DLPack (``__dlpack__`` / ``__dlpack_device__``: PyTorch, NumPy, CuPy, JAX, ...), on the
+host (CPU backend) or on a CUDA device (CUDA backend), and depend on no framework. Outputs that
+are not given are allocated by the input's framework (see :mod:`ignis._alloc`).
+
+Every op takes a keyword-only ``stream=``: an int ``cudaStream_t``, or an object with
+``.cuda_stream`` (PyTorch) or ``.ptr`` (CuPy). Without it, CUDA work goes to the current stream of
+the input's framework (PyTorch's ``torch.cuda.current_stream(device)``, CuPy's current stream),
+else to the default stream. FlashInfer's ``enable_pdl`` is accepted and ignored for now.
+
+Errors raise subclasses of :class:`ignis.Error` that also derive from the matching built-in
+exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
+"""
+
+from . import _ext
+from ._errors import (
+    ArgumentTypeError,
+    BackendUnavailableError,
+    CudaError,
+    DtypeError,
+    Error,
+    InsufficientWorkspaceError,
+    InternalError,
+    InvalidArgumentError,
+    UnsupportedError,
+)
+from ._errors import BY_STATUS as _BY_STATUS
+from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
+from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
+from .rope import (
+    apply_llama31_rope,
+    apply_llama31_rope_inplace,
+    apply_llama31_rope_pos_ids,
+    apply_llama31_rope_pos_ids_inplace,
+    apply_rope,
+    apply_rope_inplace,
+    apply_rope_pos_ids,
+    apply_rope_pos_ids_inplace,
+    apply_rope_with_cos_sin_cache,
+    apply_rope_with_cos_sin_cache_inplace,
+)
+
+_ext._set_error_classes(_BY_STATUS, ArgumentTypeError, DtypeError)
+
+__version__ = _ext.version()
+
+
+def version():
+    """The version of the loaded ignis library, e.g. ``"0.1.0"``."""
+    return _ext.version()
+
+
+def build_info():
+    """One line describing how the loaded library was built (backends, CUDA targets)."""
+    return _ext.build_info()
+
+
+def cuda_device_count():
+    """Number of CUDA devices this build can use (0 without the CUDA backend or without a GPU)."""
+    return _ext.cuda_device_count()
+
+
+__all__ = [
+    "rmsnorm",
+    "fused_add_rmsnorm",
+    "gemma_rmsnorm",
+    "gemma_fused_add_rmsnorm",
+    "layernorm",
+    "silu_and_mul",
+    "gelu_and_mul",
+    "gelu_tanh_and_mul",
+    "apply_rope",
+    "apply_rope_inplace",
+    "apply_rope_pos_ids",
+    "apply_rope_pos_ids_inplace",
+    "apply_llama31_rope",
+    "apply_llama31_rope_inplace",
+    "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope_pos_ids_inplace",
+    "apply_rope_with_cos_sin_cache",
+    "apply_rope_with_cos_sin_cache_inplace",
+    "version",
+    "build_info",
+    "cuda_device_count",
+    "Error",
+    "InvalidArgumentError",
+    "DtypeError",
+    "UnsupportedError",
+    "InsufficientWorkspaceError",
+    "CudaError",
+    "InternalError",
+    "BackendUnavailableError",
+    "ArgumentTypeError",
+]

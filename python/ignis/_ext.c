@@ -1,0 +1,1041 @@
+/* ignis._ext: the CPython extension behind the ignis package.
+ *
+ * Each op function takes its arguments positionally (norm.py, activation.py and rope.py give them
+ * FlashInfer's names and defaults), turns every tensor argument into an ignis_tensor through
+ * DLPack, picks the CUDA stream, calls the C API with the GIL released, and turns a failed status
+ * into the matching ignis.Error subclass carrying ignis_last_error().
+ *
+ * How a tensor is read, fastest first:
+ *   1. The type publishes DLPack's C exchange table (type.__dlpack_c_exchange_api__, a capsule
+ *      named "dlpack_exchange_api"; PyTorch has one): dltensor_from_py_object_no_sync fills a
+ *      DLTensor on our stack without allocating, and current_work_stream names the framework's
+ *      current stream. Used whenever we launch on that current stream (the table never syncs).
+ *   2. obj.__dlpack__(max_version=(1, 1)[, stream=s]): a "dltensor_versioned" capsule, or the
+ *      legacy "dltensor" one from producers that predate DLPack 1.0 (types that reject max_version
+ *      are remembered and asked without it). As the specification asks, the capsule is renamed
+ *      "used_dltensor[_versioned]" and its deleter is called once the op has been launched.
+ *      obj.__dlpack_device__() is asked first (except for numpy.ndarray, always on the host) so
+ *      that CUDA producers get stream=: the stream we launch on (1 for the legacy default stream),
+ *      letting them order their pending work before ours. PyTorch gets no stream= when we launch
+ *      on its current stream: without the argument it does no synchronization in every 2.x
+ *      release (its default is None in early ones, -1 in later ones, where None would sync with
+ *      the legacy default stream), which is right and cheapest. PyTorch tensors that require grad
+ *      (parameters) are exported through .detach(), as __dlpack__ refuses them.
+ *
+ * The stream: an explicit stream= (an int, or an object with .cuda_stream or .ptr) wins; else the
+ * current stream of the framework that owns the first CUDA tensor (PyTorch and CuPy, looked up in
+ * sys.modules, never imported here); else the legacy default stream (0). Host-only calls ignore it.
+ *
+ * Descriptors: DLPack dtypes map to ignis's (float32/16, bfloat16, float8 e4m3fn/e5m2, int32/64,
+ * uint8; others raise a dtype error); kDLCPU and kDLCUDAHost (pinned host memory) become
+ * IGNIS_DEVICE_CPU, kDLCUDA becomes IGNIS_DEVICE_CUDA with its ordinal, other devices raise
+ * UnsupportedError; byte_offset is added to the data pointer; NULL strides mean row-major.
+ *
+ * Outputs (writable arguments) must be writable: a read-only or copied versioned export, and JAX
+ * arrays (immutable, exported through the legacy capsule that cannot say so), are refused. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ignis/ignis.h"
+
+/* ---- DLPack ABI (the layouts of the DLPack specification, v1.x) ------------------------------ */
+enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3 };
+enum {
+  DL_INT = 0,
+  DL_UINT = 1,
+  DL_FLOAT = 2,
+  DL_BFLOAT = 4,
+  DL_COMPLEX = 5,
+  DL_BOOL = 6,
+  DL_FLOAT8_E4M3FN = 10,
+  DL_FLOAT8_E5M2 = 12
+};
+#define DL_FLAG_READ_ONLY (UINT64_C(1) << 0)
+#define DL_FLAG_IS_COPIED (UINT64_C(1) << 1)
+
+typedef struct {
+  int32_t device_type;
+  int32_t device_id;
+} dl_device;
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} dl_dtype;
+
+typedef struct {
+  void *data;
+  dl_device device;
+  int32_t ndim;
+  dl_dtype dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+} dl_tensor;
+
+typedef struct dl_managed {
+  dl_tensor tensor;
+  void *manager_ctx;
+  void (*deleter)(struct dl_managed *self);
+} dl_managed;
+
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} dl_version;
+
+typedef struct dl_managed_versioned {
+  dl_version version;
+  void *manager_ctx;
+  void (*deleter)(struct dl_managed_versioned *self);
+  uint64_t flags;
+  dl_tensor tensor;
+} dl_managed_versioned;
+
+typedef struct dl_exchange_header {
+  dl_version version;
+  struct dl_exchange_header *prev_api;
+} dl_exchange_header;
+
+typedef struct {
+  dl_exchange_header header;
+  void *managed_tensor_allocator;
+  void *managed_tensor_from_py_object_no_sync;
+  void *managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void *py_object, dl_tensor *out);
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_stream);
+} dl_exchange_api;
+
+/* ---- module state ------------------------------------------------------------------------- */
+/* Error classes, set once by ignis/__init__.py through _set_error_classes. */
+static PyObject *error_by_status[IGNIS_ERROR_BACKEND_UNAVAILABLE + 1];
+static PyObject *argument_type_error; /* Python-level argument problems (TypeError) */
+static PyObject *dtype_error;         /* invalid argument about a dtype (ValueError and TypeError) */
+
+static PyObject *str_dlpack, *str_dlpack_device, *str_exchange_api, *str_cuda_stream, *str_ptr;
+static PyObject *kw_max_version, *kw_max_version_stream, *kw_stream, *max_version_value;
+
+/* Facts about a tensor type, looked up once. Types past the cache's size are looked up per call. */
+typedef struct {
+  PyTypeObject *type;
+  const dl_exchange_api *api; /* NULL: use __dlpack__ */
+  int always_host;            /* numpy.ndarray: skip __dlpack_device__ */
+  int legacy_only;            /* __dlpack__ rejected max_version */
+} type_facts;
+
+#define TYPE_CACHE_SIZE 16
+static type_facts type_cache[TYPE_CACHE_SIZE];
+static int type_cache_len;
+
+/* Framework types found in sys.modules (strong references, kept for the process's life). */
+static PyObject *torch_tensor_type, *cupy_ndarray_type, *jax_array_type;
+
+/* ---- errors ------------------------------------------------------------------------------- */
+static PyObject *status_class(ignis_status status, PyObject *fallback) {
+  PyObject *cls =
+      status > IGNIS_OK && status <= IGNIS_ERROR_BACKEND_UNAVAILABLE ? error_by_status[status] : NULL;
+  return cls ? cls : fallback;
+}
+
+#define INVALID_ARGUMENT_ERROR status_class(IGNIS_ERROR_INVALID_ARGUMENT, PyExc_ValueError)
+#define UNSUPPORTED_ERROR status_class(IGNIS_ERROR_UNSUPPORTED, PyExc_NotImplementedError)
+#define ARGUMENT_TYPE_ERROR (argument_type_error ? argument_type_error : PyExc_TypeError)
+#define DTYPE_ERROR (dtype_error ? dtype_error : PyExc_TypeError)
+
+/* Raise ARGUMENT_TYPE_ERROR (a Python-level argument problem); returns -1. */
+static int raise_type(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  PyErr_FormatV(ARGUMENT_TYPE_ERROR, format, args);
+  va_end(args);
+  return -1;
+}
+
+static int raise_status(ignis_status status, const char *message) {
+  PyObject *cls = status == IGNIS_ERROR_INVALID_ARGUMENT && strstr(message, "dtype")
+                      ? DTYPE_ERROR
+                      : status_class(status, PyExc_RuntimeError);
+  PyErr_SetString(cls, message);
+  return -1;
+}
+
+/* The pending exception as a normalized instance (new reference), cleared; NULL if none. */
+static PyObject *take_exception(void) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (!type)
+    return NULL;
+  PyErr_NormalizeException(&type, &value, &traceback);
+  if (traceback && value)
+    PyException_SetTraceback(value, traceback);
+  Py_XDECREF(type);
+  Py_XDECREF(traceback);
+  return value;
+#endif
+}
+
+/* Make exc (stolen; may be NULL) the pending exception again. */
+static void restore_exception(PyObject *exc) {
+  if (!exc)
+    return;
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  PyObject *type = (PyObject *)Py_TYPE(exc);
+  Py_INCREF(type);
+  PyErr_Restore(type, exc, PyException_GetTraceback(exc));
+#endif
+}
+
+/* Replace the pending exception by cls("<prefix>: <its message>"), chained as __cause__. */
+static int raise_from(PyObject *cls, const char *prefix) {
+  PyObject *cause = take_exception();
+  if (!cause) {
+    PyErr_SetString(cls, prefix);
+    return -1;
+  }
+  PyErr_Format(cls, "%s: %S", prefix, cause);
+  PyObject *exc = take_exception();
+  if (exc) {
+    Py_INCREF(cause);
+    PyException_SetContext(exc, cause);
+    PyException_SetCause(exc, cause);
+    restore_exception(exc);
+  } else {
+    Py_DECREF(cause);
+  }
+  return -1;
+}
+
+/* ---- framework lookups -------------------------------------------------------------------- */
+/* getattr(sys.modules[module], attr), cached in *slot; NULL without error if not imported. */
+static PyObject *imported_attr(PyObject **slot, const char *module, const char *attr) {
+  if (*slot)
+    return *slot;
+  PyObject *name = PyUnicode_FromString(module);
+  if (!name) {
+    PyErr_Clear();
+    return NULL;
+  }
+  PyObject *mod = PyImport_GetModule(name);
+  Py_DECREF(name);
+  if (!mod) {
+    PyErr_Clear();
+    return NULL;
+  }
+  PyObject *value = PyObject_GetAttrString(mod, attr);
+  Py_DECREF(mod);
+  if (!value)
+    PyErr_Clear();
+  *slot = value;
+  return value;
+}
+
+static int is_instance_of(PyObject *obj, PyObject **slot, const char *module, const char *attr) {
+  PyObject *type = imported_attr(slot, module, attr);
+  if (!type)
+    return 0;
+  int r = PyObject_IsInstance(obj, type);
+  if (r < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return r;
+}
+
+static const dl_exchange_api *find_exchange_api(PyTypeObject *type) {
+  PyObject *capsule = PyObject_GetAttr((PyObject *)type, str_exchange_api);
+  if (!capsule) {
+    PyErr_Clear();
+    return NULL;
+  }
+  const dl_exchange_header *header = NULL;
+  if (PyCapsule_IsValid(capsule, "dlpack_exchange_api"))
+    header = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  Py_DECREF(capsule);
+  while (header && header->version.major > 1)
+    header = header->prev_api;
+  if (!header || header->version.major != 1)
+    return NULL;
+  const dl_exchange_api *api = (const dl_exchange_api *)header;
+  return api->dltensor_from_py_object_no_sync && api->current_work_stream ? api : NULL;
+}
+
+static type_facts *facts_of(PyTypeObject *type, type_facts *scratch) {
+  for (int i = 0; i < type_cache_len; ++i)
+    if (type_cache[i].type == type)
+      return &type_cache[i];
+  type_facts *f = type_cache_len < TYPE_CACHE_SIZE ? &type_cache[type_cache_len++] : scratch;
+  f->type = type;
+  f->api = find_exchange_api(type);
+  f->always_host = strcmp(type->tp_name, "numpy.ndarray") == 0;
+  f->legacy_only = 0;
+  if (f != scratch)
+    Py_INCREF(type);
+  return f;
+}
+
+/* The framework's current stream on CUDA device `device_id`, for a tensor without the exchange
+ * table. Returns 1 and sets *stream when the framework is known, 0 if not, -1 on error. */
+static int framework_current_stream(PyObject *obj, int32_t device_id, void **stream) {
+  static PyObject *torch_raw_stream, *torch_current_stream, *cupy_current_stream;
+  PyObject *result = NULL;
+  if (is_instance_of(obj, &torch_tensor_type, "torch", "Tensor")) {
+    if (!torch_raw_stream && !torch_current_stream) {
+      PyObject *torch = PyImport_ImportModule("torch"); /* already imported: a dict lookup */
+      if (!torch)
+        return -1;
+      PyObject *c = PyObject_GetAttrString(torch, "_C");
+      torch_raw_stream = c ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : NULL;
+      Py_XDECREF(c);
+      if (!torch_raw_stream) {
+        PyErr_Clear();
+        PyObject *cuda = PyObject_GetAttrString(torch, "cuda");
+        torch_current_stream = cuda ? PyObject_GetAttrString(cuda, "current_stream") : NULL;
+        Py_XDECREF(cuda);
+      }
+      Py_DECREF(torch);
+      if (!torch_raw_stream && !torch_current_stream)
+        return -1;
+    }
+    if (torch_raw_stream) {
+      result = PyObject_CallFunction(torch_raw_stream, "i", (int)device_id);
+    } else {
+      PyObject *s = PyObject_CallFunction(torch_current_stream, "i", (int)device_id);
+      result = s ? PyObject_GetAttr(s, str_cuda_stream) : NULL;
+      Py_XDECREF(s);
+    }
+  } else if (is_instance_of(obj, &cupy_ndarray_type, "cupy", "ndarray")) {
+    if (!cupy_current_stream) {
+      PyObject *cupy = PyImport_ImportModule("cupy");
+      PyObject *cuda = cupy ? PyObject_GetAttrString(cupy, "cuda") : NULL;
+      cupy_current_stream = cuda ? PyObject_GetAttrString(cuda, "get_current_stream") : NULL;
+      Py_XDECREF(cuda);
+      Py_XDECREF(cupy);
+      if (!cupy_current_stream)
+        return -1;
+    }
+    PyObject *s = PyObject_CallFunction(cupy_current_stream, "i", (int)device_id);
+    if (!s && PyErr_ExceptionMatches(PyExc_TypeError)) { /* CuPy without the device argument */
+      PyErr_Clear();
+      s = PyObject_CallNoArgs(cupy_current_stream);
+    }
+    result = s ? PyObject_GetAttr(s, str_ptr) : NULL;
+    Py_XDECREF(s);
+  } else {
+    return 0;
+  }
+  if (!result)
+    return -1;
+  *stream = PyLong_AsVoidPtr(result);
+  Py_DECREF(result);
+  return PyErr_Occurred() ? -1 : 1;
+}
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+static int parse_stream(const char *fn, PyObject *arg, void **stream) {
+  PyObject *value;
+  if (PyLong_Check(arg)) {
+    value = arg;
+    Py_INCREF(value);
+  } else {
+    value = PyObject_GetAttr(arg, str_cuda_stream);
+    if (!value) {
+      PyErr_Clear();
+      value = PyObject_GetAttr(arg, str_ptr);
+    }
+    if (!value || !PyLong_Check(value)) {
+      PyErr_Clear();
+      Py_XDECREF(value);
+      return raise_type("%s: stream must be None, an int (a cudaStream_t) or an object with "
+                        ".cuda_stream or .ptr, not %.100s",
+                        fn, Py_TYPE(arg)->tp_name);
+    }
+  }
+  unsigned long long bits = PyLong_AsUnsignedLongLong(value);
+  Py_DECREF(value);
+  if (bits == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: stream must be a non-negative 64-bit value", fn);
+    return -1;
+  }
+  *stream = (void *)(uintptr_t)bits;
+  return 0;
+}
+
+static int parse_double(const char *fn, const char *name, PyObject *arg, double *out) {
+  *out = PyFloat_AsDouble(arg);
+  if (*out == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return raise_type("%s: %s must be a number, not %.100s", fn, name, Py_TYPE(arg)->tp_name);
+  }
+  return 0;
+}
+
+static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
+  if (PyFloat_Check(arg))
+    return raise_type("%s: %s must be an int, not float", fn, name);
+  long long v = PyLong_AsLongLong(arg);
+  if (v == -1 && PyErr_Occurred()) {
+    int overflow = PyErr_ExceptionMatches(PyExc_OverflowError);
+    PyErr_Clear();
+    if (overflow) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s is out of the 64-bit range", fn, name);
+      return -1;
+    }
+    return raise_type("%s: %s must be an int, not %.100s", fn, name, Py_TYPE(arg)->tp_name);
+  }
+  *out = v;
+  return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+#define MAX_TENSORS 6
+
+typedef struct {
+  void *managed; /* exported capsule contents to release, or NULL */
+  int versioned;
+  uint64_t flags; /* DLPack flags of a versioned export */
+  int legacy;     /* exported through the legacy capsule (cannot signal read-only) */
+} export_slot;
+
+typedef struct {
+  const char *fn;
+  int count;
+  ignis_tensor tensors[MAX_TENSORS];
+  export_slot slots[MAX_TENSORS];
+  void *stream;
+} op_call;
+
+/* DLPack (code, bits) -> ignis dtype, lanes 1. */
+static const struct {
+  uint8_t code, bits;
+  ignis_dtype dtype;
+} dtype_table[] = {{DL_FLOAT, 32, IGNIS_F32},
+                   {DL_FLOAT, 16, IGNIS_F16},
+                   {DL_BFLOAT, 16, IGNIS_BF16},
+                   {DL_FLOAT8_E4M3FN, 8, IGNIS_FP8_E4M3},
+                   {DL_FLOAT8_E5M2, 8, IGNIS_FP8_E5M2},
+                   {DL_INT, 32, IGNIS_I32},
+                   {DL_INT, 64, IGNIS_I64},
+                   {DL_UINT, 8, IGNIS_U8}};
+
+static int map_dtype(const char *fn, const char *name, dl_dtype t, ignis_dtype *out) {
+  for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; ++i)
+    if (t.lanes == 1 && t.code == dtype_table[i].code && t.bits == dtype_table[i].bits) {
+      *out = dtype_table[i].dtype;
+      return 0;
+    }
+  static const char *const kinds[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
+  char described[64];
+  if (t.code < sizeof kinds / sizeof kinds[0])
+    snprintf(described, sizeof described, "%s%d", kinds[t.code], (int)t.bits);
+  else
+    snprintf(described, sizeof described, "DLPack type code %d (%d bits)", (int)t.code, (int)t.bits);
+  if (t.lanes != 1)
+    snprintf(described + strlen(described), sizeof described - strlen(described), "x%d", (int)t.lanes);
+  PyErr_Format(DTYPE_ERROR,
+               "%s: %s.dtype=%s is not supported: ignis takes f32, f16, bf16, fp8 e4m3fn, fp8 e5m2, "
+               "i32, i64 and u8",
+               fn, name, described);
+  return -1;
+}
+
+/* DLTensor -> ignis_tensor: dtype, device, byte_offset, strides (NULL means row-major). */
+static int describe(const char *fn, const char *name, const dl_tensor *dl, ignis_tensor *t) {
+  if (dl->ndim < 0 || dl->ndim > IGNIS_MAX_DIMS) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s.ndim=%d but ignis tensors have at most %d dimensions", fn,
+                 name, (int)dl->ndim, IGNIS_MAX_DIMS);
+    return -1;
+  }
+  if (map_dtype(fn, name, dl->dtype, &t->dtype) < 0)
+    return -1;
+  if (dl->device.device_type == DL_CPU || dl->device.device_type == DL_CUDA_HOST) {
+    t->device.type = IGNIS_DEVICE_CPU;
+    t->device.id = 0;
+  } else if (dl->device.device_type == DL_CUDA) {
+    t->device.type = IGNIS_DEVICE_CUDA;
+    t->device.id = dl->device.device_id;
+  } else {
+    PyErr_Format(UNSUPPORTED_ERROR,
+                 "%s: %s is on DLPack device type %d; ignis takes host (kDLCPU, "
+                 "kDLCUDAHost) and CUDA (kDLCUDA) tensors",
+                 fn, name, (int)dl->device.device_type);
+    return -1;
+  }
+  t->ndim = dl->ndim;
+  t->data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
+  int empty = 0;
+  for (int d = 0; d < dl->ndim; ++d)
+    empty |= dl->shape[d] == 0;
+  /* Strides NULL: row-major. An empty tensor addresses nothing: producers may report any strides
+   * (NumPy reports zeros), so it is described as row-major too. */
+  int64_t stride = 1;
+  for (int d = dl->ndim - 1; d >= 0; --d) {
+    t->shape[d] = dl->shape[d];
+    t->strides[d] = dl->strides && !empty ? dl->strides[d] : stride;
+    stride *= dl->shape[d] > 1 ? dl->shape[d] : 1;
+  }
+  return 0;
+}
+
+static void release_slot(export_slot *s) {
+  if (!s->managed)
+    return;
+  if (s->versioned) {
+    dl_managed_versioned *m = s->managed;
+    if (m->deleter)
+      m->deleter(m);
+  } else {
+    dl_managed *m = s->managed;
+    if (m->deleter)
+      m->deleter(m);
+  }
+  s->managed = NULL;
+}
+
+/* Release every export, keeping any pending exception intact across the producers' deleters. */
+static void op_call_release(op_call *c) {
+  PyObject *pending = take_exception();
+  for (int i = 0; i < c->count; ++i)
+    release_slot(&c->slots[i]);
+  restore_exception(pending);
+}
+
+/* obj.__dlpack__(...) -> the tensor in slot; the capsule is consumed (renamed). */
+static int export_dlpack(const char *fn, const char *name, PyObject *obj, type_facts *facts,
+                         PyObject *stream_value, export_slot *slot, ignis_tensor *t) {
+  PyObject *stack[4] = {NULL, obj, NULL, NULL};
+  PyObject *capsule = NULL;
+  size_t nargs = 1 | PY_VECTORCALL_ARGUMENTS_OFFSET;
+  if (!facts->legacy_only) {
+    stack[2] = max_version_value;
+    stack[3] = stream_value;
+    capsule = PyObject_VectorcallMethod(str_dlpack, stack + 1, nargs,
+                                        stream_value ? kw_max_version_stream : kw_max_version);
+    if (!capsule && PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      stack[2] = stream_value;
+      capsule = PyObject_VectorcallMethod(str_dlpack, stack + 1, nargs, stream_value ? kw_stream : NULL);
+      facts->legacy_only = capsule != NULL;
+    }
+  } else {
+    stack[2] = stream_value;
+    capsule = PyObject_VectorcallMethod(str_dlpack, stack + 1, nargs, stream_value ? kw_stream : NULL);
+  }
+  if (!capsule) {
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      PyErr_Clear();
+      return raise_type("%s: %s is a %.100s, which does not support DLPack (no __dlpack__)", fn, name,
+                        Py_TYPE(obj)->tp_name);
+    }
+    char message[256];
+    snprintf(message, sizeof message, "%s: %s (a %.100s) could not be exported through DLPack", fn, name,
+             Py_TYPE(obj)->tp_name);
+    return raise_from(ARGUMENT_TYPE_ERROR, message);
+  }
+  const dl_tensor *dl;
+  if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+    dl_managed_versioned *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    PyCapsule_SetName(capsule, "used_dltensor_versioned");
+    slot->managed = m;
+    slot->versioned = 1;
+    if (m->version.major != 1) {
+      Py_DECREF(capsule);
+      release_slot(slot);
+      return raise_type("%s: %s was exported with DLPack %u.%u; ignis reads DLPack 1.x", fn, name,
+                        m->version.major, m->version.minor);
+    }
+    slot->flags = m->flags;
+    dl = &m->tensor;
+  } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+    dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+    PyCapsule_SetName(capsule, "used_dltensor");
+    slot->managed = m;
+    slot->versioned = 0;
+    slot->legacy = 1;
+    dl = &m->tensor;
+  } else {
+    Py_DECREF(capsule);
+    return raise_type("%s: %s.__dlpack__() did not return a DLPack capsule", fn, name);
+  }
+  Py_DECREF(capsule);
+  return describe(fn, name, dl, t);
+}
+
+static int check_writable(op_call *c, int i, PyObject *obj, const char *name) {
+  export_slot *s = &c->slots[i];
+  if (s->flags & (DL_FLAG_READ_ONLY | DL_FLAG_IS_COPIED)) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s is %s, but ignis writes to it", c->fn, name,
+                 (s->flags & DL_FLAG_READ_ONLY) ? "read-only" : "a copy made by its producer");
+    return -1;
+  }
+  if (s->legacy && is_instance_of(obj, &jax_array_type, "jax", "Array"))
+    return raise_type("%s: %s is a JAX array, which is immutable, but ignis writes to it: pass a "
+                      "writable array (NumPy, PyTorch, CuPy)",
+                      c->fn, name);
+  return 0;
+}
+
+/* Read objs[0..count) into c->tensors and choose c->stream. Bit i of writable marks an output.
+ * On failure everything taken is released and an exception is set. */
+static int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
+                         int count, unsigned writable, PyObject *stream_arg) {
+  type_facts scratch[MAX_TENSORS];
+  type_facts *facts[MAX_TENSORS];
+  int done[MAX_TENSORS] = {0};
+  int first_cuda = -1;
+  PyObject *stream_value = NULL; /* the stream= passed to CUDA producers, made when first needed */
+  c->fn = fn;
+  c->count = count;
+  c->stream = NULL;
+  memset(c->slots, 0, sizeof c->slots);
+
+  /* Pass 1: where each tensor lives; exchange-table tensors are read right away. */
+  for (int i = 0; i < count; ++i) {
+    PyObject *obj = objs[i];
+    int same = -1;
+    for (int j = 0; j < i && same < 0; ++j)
+      if (objs[j] == obj)
+        same = j;
+    if (same >= 0) {
+      facts[i] = facts[same];
+      if (done[same]) {
+        c->tensors[i] = c->tensors[same];
+        done[i] = 1;
+      } else {
+        c->tensors[i].device = c->tensors[same].device;
+      }
+      continue;
+    }
+    facts[i] = facts_of(Py_TYPE(obj), &scratch[i]);
+    if (facts[i]->api) {
+      dl_tensor dl;
+      if (facts[i]->api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+        char message[256];
+        snprintf(message, sizeof message, "%s: %s (a %.100s) could not be exported through DLPack", fn,
+                 names[i], Py_TYPE(obj)->tp_name);
+        raise_from(ARGUMENT_TYPE_ERROR, message);
+        goto fail;
+      }
+      if (describe(fn, names[i], &dl, &c->tensors[i]) < 0)
+        goto fail;
+      done[i] = 1;
+    } else if (facts[i]->always_host) {
+      c->tensors[i].device.type = IGNIS_DEVICE_CPU;
+    } else {
+      PyObject *dev = PyObject_CallMethodNoArgs(obj, str_dlpack_device);
+      if (!dev) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+          PyErr_Clear();
+          raise_type("%s: %s is a %.100s, which does not support DLPack (no __dlpack_device__)", fn, names[i],
+                     Py_TYPE(obj)->tp_name);
+        }
+        goto fail;
+      }
+      long type = -1, id = -1;
+      if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2) {
+        type = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+        id = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+      }
+      Py_DECREF(dev);
+      if (PyErr_Occurred() || type < 0) {
+        PyErr_Clear();
+        raise_type("%s: %s.__dlpack_device__() did not return (device_type, device_id)", fn, names[i]);
+        goto fail;
+      }
+      c->tensors[i].device.type = type == DL_CUDA ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
+      c->tensors[i].device.id = (int32_t)id;
+      if (type != DL_CPU && type != DL_CUDA && type != DL_CUDA_HOST) {
+        PyErr_Format(UNSUPPORTED_ERROR,
+                     "%s: %s is on DLPack device type %ld; ignis takes host (kDLCPU, "
+                     "kDLCUDAHost) and CUDA (kDLCUDA) tensors",
+                     fn, names[i], type);
+        goto fail;
+      }
+    }
+    if (first_cuda < 0 && c->tensors[i].device.type == IGNIS_DEVICE_CUDA)
+      first_cuda = i;
+  }
+
+  /* The stream (an explicit one is checked even when every tensor is on the host). */
+  int explicit_stream = stream_arg != Py_None;
+  if (explicit_stream && parse_stream(fn, stream_arg, &c->stream) < 0)
+    goto fail;
+  if (first_cuda >= 0 && !explicit_stream) {
+    int32_t device_id = c->tensors[first_cuda].device.id;
+    if (facts[first_cuda]->api) {
+      if (facts[first_cuda]->api->current_work_stream(DL_CUDA, device_id, &c->stream) != 0)
+        goto fail;
+    } else if (framework_current_stream(objs[first_cuda], device_id, &c->stream) < 0) {
+      goto fail;
+    }
+  }
+
+  /* Pass 2: the rest through __dlpack__; exchange-table CUDA tensors are re-read through it when an
+   * explicit stream differs from their framework's current one, so the producer orders its work. */
+  for (int i = 0; i < count; ++i) {
+    PyObject *obj = objs[i];
+    int cuda = c->tensors[i].device.type == IGNIS_DEVICE_CUDA;
+    if (done[i] && cuda && explicit_stream) {
+      void *current = NULL;
+      if (facts[i]->api->current_work_stream(DL_CUDA, c->tensors[i].device.id, &current) != 0)
+        goto fail;
+      done[i] = current == c->stream;
+    }
+    if (done[i]) {
+      continue;
+    }
+    int same = -1;
+    for (int j = 0; j < i && same < 0; ++j)
+      if (objs[j] == obj)
+        same = j;
+    if (same >= 0) {
+      c->tensors[i] = c->tensors[same];
+      c->slots[i].flags = c->slots[same].flags;
+      c->slots[i].legacy = c->slots[same].legacy;
+      continue;
+    }
+    /* PyTorch without the exchange table: its __dlpack__ refuses tensors that require grad
+     * (parameters), which ignis only reads or writes as data: export a detached alias instead. */
+    int is_torch = !facts[i]->always_host && is_instance_of(obj, &torch_tensor_type, "torch", "Tensor");
+    PyObject *detached = NULL;
+    if (is_torch) {
+      PyObject *requires_grad = PyObject_GetAttrString(obj, "requires_grad");
+      int needs_detach = requires_grad ? PyObject_IsTrue(requires_grad) : -1;
+      Py_XDECREF(requires_grad);
+      detached = needs_detach > 0 ? PyObject_CallMethod(obj, "detach", NULL) : NULL;
+      if (needs_detach < 0 || (needs_detach > 0 && !detached))
+        goto fail;
+    }
+    PyObject *value = NULL;
+    /* PyTorch without an explicit stream: its default (no stream=) does not synchronize. */
+    if (cuda && (explicit_stream || !is_torch)) {
+      if (!stream_value) {
+        stream_value = c->stream ? PyLong_FromVoidPtr(c->stream) : PyLong_FromLong(1);
+        if (!stream_value) {
+          Py_XDECREF(detached);
+          goto fail;
+        }
+      }
+      value = stream_value;
+    }
+    int exported =
+        export_dlpack(fn, names[i], detached ? detached : obj, facts[i], value, &c->slots[i], &c->tensors[i]);
+    Py_XDECREF(detached);
+    if (exported < 0)
+      goto fail;
+  }
+  Py_CLEAR(stream_value);
+
+  for (int i = 0; i < count; ++i)
+    if ((writable >> i) & 1)
+      if (check_writable(c, i, objs[i], names[i]) < 0)
+        goto fail;
+  return 0;
+
+fail:
+  Py_XDECREF(stream_value);
+  op_call_release(c);
+  return -1;
+}
+
+/* After the C call: release the exports, then return None or raise the status. */
+static PyObject *op_call_finish(op_call *c, ignis_status status) {
+  char message[1024];
+  if (status != IGNIS_OK)
+    snprintf(message, sizeof message, "%s", ignis_last_error());
+  op_call_release(c);
+  if (status != IGNIS_OK) {
+    raise_status(status, message[0] ? message : ignis_status_message(status));
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected) {
+  if (nargs == expected)
+    return 0;
+  return raise_type("%s: expected %zd arguments, got %zd", fn, expected, nargs);
+}
+
+/* ---- norm ---------------------------------------------------------------------------------- */
+typedef ignis_status (*norm_fn)(const ignis_tensor *, const ignis_tensor *, double, ignis_tensor *, void *);
+typedef ignis_status (*fused_norm_fn)(ignis_tensor *, ignis_tensor *, const ignis_tensor *, double, void *);
+
+/* (input, weight, eps, out, stream) */
+static PyObject *run_norm(const char *fn, norm_fn f, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const names[] = {"input", "weight", "out"};
+  double eps;
+  if (check_nargs(fn, nargs, 5) < 0 || parse_double(fn, "eps", args[2], &eps) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[3]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 3, 1u << 2, args[4]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], &c.tensors[1], eps, &c.tensors[2], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (input, residual, weight, eps, stream) */
+static PyObject *run_fused_norm(const char *fn, fused_norm_fn f, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const names[] = {"input", "residual", "weight"};
+  double eps;
+  if (check_nargs(fn, nargs, 5) < 0 || parse_double(fn, "eps", args[3], &eps) < 0)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, 3, 1u << 0 | 1u << 1, args[4]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], &c.tensors[1], &c.tensors[2], eps, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+static PyObject *ext_rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_norm("ignis.rmsnorm", ignis_rmsnorm, args, nargs);
+}
+
+static PyObject *ext_gemma_rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_norm("ignis.gemma_rmsnorm", ignis_gemma_rmsnorm, args, nargs);
+}
+
+static PyObject *ext_fused_add_rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_fused_norm("ignis.fused_add_rmsnorm", ignis_fused_add_rmsnorm, args, nargs);
+}
+
+static PyObject *ext_gemma_fused_add_rmsnorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_fused_norm("ignis.gemma_fused_add_rmsnorm", ignis_gemma_fused_add_rmsnorm, args, nargs);
+}
+
+/* (input, gamma, beta, eps, out, stream) */
+static PyObject *ext_layernorm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.layernorm";
+  static const char *const names[] = {"input", "gemma", "beta", "out"};
+  double eps;
+  if (check_nargs(fn, nargs, 6) < 0 || parse_double(fn, "eps", args[3], &eps) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2], args[4]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 4, 1u << 3, args[5]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_layernorm(&c.tensors[0], &c.tensors[1], &c.tensors[2], eps, &c.tensors[3], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* ---- activation ---------------------------------------------------------------------------- */
+typedef ignis_status (*activation_fn)(const ignis_tensor *, ignis_tensor *, void *);
+
+/* (input, out, stream) */
+static PyObject *run_activation(const char *fn, activation_fn f, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const names[] = {"input", "out"};
+  if (check_nargs(fn, nargs, 3) < 0)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, 2, 1u << 1, args[2]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], &c.tensors[1], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+static PyObject *ext_silu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_activation("ignis.silu_and_mul", ignis_silu_and_mul, args, nargs);
+}
+
+static PyObject *ext_gelu_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_activation("ignis.gelu_and_mul", ignis_gelu_and_mul, args, nargs);
+}
+
+static PyObject *ext_gelu_tanh_and_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_activation("ignis.gelu_tanh_and_mul", ignis_gelu_tanh_and_mul, args, nargs);
+}
+
+/* ---- rope ---------------------------------------------------------------------------------- */
+/* (rotary_dim, interleave, rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor,
+ *  old_context_len) -> config */
+static int parse_rope_config(const char *fn, PyObject *const *a, ignis_rope_config *config) {
+  ignis_rope_config init = IGNIS_ROPE_CONFIG_INIT;
+  *config = init;
+  if (a[0] != Py_None) {
+    int64_t rotary_dim;
+    if (parse_int64(fn, "rotary_dim", a[0], &rotary_dim) < 0)
+      return -1;
+    if (rotary_dim < 1 || rotary_dim > INT32_MAX) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: rotary_dim=%lld must be positive (or None)", fn,
+                   (long long)rotary_dim);
+      return -1;
+    }
+    config->rotary_dim = (int32_t)rotary_dim;
+  }
+  int interleave = PyObject_IsTrue(a[1]);
+  int llama31 = PyObject_IsTrue(a[4]);
+  if (interleave < 0 || llama31 < 0)
+    return -1;
+  config->interleave = interleave;
+  config->llama31 = llama31;
+  if (parse_double(fn, "rope_scale", a[2], &config->rope_scale) < 0 ||
+      parse_double(fn, "rope_theta", a[3], &config->rope_theta) < 0 ||
+      parse_double(fn, "low_freq_factor", a[5], &config->low_freq_factor) < 0 ||
+      parse_double(fn, "high_freq_factor", a[6], &config->high_freq_factor) < 0 ||
+      parse_double(fn, "old_context_len", a[7], &config->old_context_len) < 0)
+    return -1;
+  return 0;
+}
+
+/* (q, k, indptr, offsets, q_out, k_out, <8 config values>, stream) */
+static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.apply_rope";
+  static const char *const names[] = {"q", "k", "indptr", "offsets", "q_out", "k_out"};
+  ignis_rope_config config;
+  if (check_nargs(fn, nargs, 15) < 0 || parse_rope_config(fn, args + 6, &config) < 0)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, 6, 1u << 4 | 1u << 5, args[14]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
+                                                   &config, &c.tensors[4], &c.tensors[5], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (q, k, pos_ids, q_out, k_out, <8 config values>, stream) */
+static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.apply_rope_pos_ids";
+  static const char *const names[] = {"q", "k", "pos_ids", "q_out", "k_out"};
+  ignis_rope_config config;
+  if (check_nargs(fn, nargs, 14) < 0 || parse_rope_config(fn, args + 5, &config) < 0)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, 5, 1u << 3 | 1u << 4, args[13]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2],
+                                                           &config, &c.tensors[3], &c.tensors[4], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (positions, query, key, head_size, cos_sin_cache, is_neox, query_out, key_out, stream) */
+static PyObject *ext_apply_rope_with_cos_sin_cache(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.apply_rope_with_cos_sin_cache";
+  static const char *const names[] = {"positions", "query", "key", "cos_sin_cache", "query_out", "key_out"};
+  int64_t head_size;
+  if (check_nargs(fn, nargs, 9) < 0 || parse_int64(fn, "head_size", args[3], &head_size) < 0)
+    return NULL;
+  int is_neox = PyObject_IsTrue(args[5]);
+  if (is_neox < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2], args[4], args[6], args[7]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 6, 1u << 4 | 1u << 5, args[8]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_apply_rope_with_cos_sin_cache(&c.tensors[0], &c.tensors[1], &c.tensors[2], head_size,
+                                          &c.tensors[3], is_neox, &c.tensors[4], &c.tensors[5], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* ---- library facts and setup ---------------------------------------------------------------- */
+static PyObject *ext_version(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(ignis_version_string());
+}
+
+static PyObject *ext_build_info(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(ignis_build_info());
+}
+
+static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
+  return PyLong_FromLong(ignis_cuda_device_count());
+}
+
+/* _set_error_classes(by_status, argument_type_error, dtype_error): by_status[s] is the class
+ * raised for status s (index 0, IGNIS_OK, is unused). */
+static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
+  PyObject *by_status, *arg_error, *dt_error;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &by_status, &arg_error, &dt_error))
+    return NULL;
+  if (PyTuple_GET_SIZE(by_status) != IGNIS_ERROR_BACKEND_UNAVAILABLE + 1) {
+    PyErr_Format(PyExc_ValueError, "by_status must have %d entries", IGNIS_ERROR_BACKEND_UNAVAILABLE + 1);
+    return NULL;
+  }
+  for (int s = 0; s <= IGNIS_ERROR_BACKEND_UNAVAILABLE; ++s) {
+    PyObject *cls = PyTuple_GET_ITEM(by_status, s);
+    Py_INCREF(cls);
+    Py_XSETREF(error_by_status[s], cls);
+  }
+  Py_INCREF(arg_error);
+  Py_XSETREF(argument_type_error, arg_error);
+  Py_INCREF(dt_error);
+  Py_XSETREF(dtype_error, dt_error);
+  Py_RETURN_NONE;
+}
+
+#define FASTCALL(name, doc)                                                                                  \
+  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
+
+static PyMethodDef ext_methods[] = {
+    FASTCALL(rmsnorm, "rmsnorm(input, weight, eps, out, stream)"),
+    FASTCALL(gemma_rmsnorm, "gemma_rmsnorm(input, weight, eps, out, stream)"),
+    FASTCALL(fused_add_rmsnorm, "fused_add_rmsnorm(input, residual, weight, eps, stream)"),
+    FASTCALL(gemma_fused_add_rmsnorm, "gemma_fused_add_rmsnorm(input, residual, weight, eps, stream)"),
+    FASTCALL(layernorm, "layernorm(input, gamma, beta, eps, out, stream)"),
+    FASTCALL(silu_and_mul, "silu_and_mul(input, out, stream)"),
+    FASTCALL(gelu_and_mul, "gelu_and_mul(input, out, stream)"),
+    FASTCALL(gelu_tanh_and_mul, "gelu_tanh_and_mul(input, out, stream)"),
+    FASTCALL(apply_rope, "apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim, interleave, "
+                         "rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor, "
+                         "old_context_len, stream)"),
+    FASTCALL(apply_rope_pos_ids, "apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim, "
+                                 "interleave, rope_scale, rope_theta, llama31, low_freq_factor, "
+                                 "high_freq_factor, old_context_len, stream)"),
+    FASTCALL(apply_rope_with_cos_sin_cache,
+             "apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, "
+             "is_neox, query_out, key_out, stream)"),
+    {"version", ext_version, METH_NOARGS, "The library's version string."},
+    {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
+    {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},
+    {"_set_error_classes", ext_set_error_classes, METH_VARARGS, "Register ignis's exception classes."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef ext_module = {
+    PyModuleDef_HEAD_INIT, .m_name = "ignis._ext",   .m_doc = "The C extension behind the ignis package.",
+    .m_size = -1,          .m_methods = ext_methods,
+};
+
+static int intern_all(void) {
+  str_dlpack = PyUnicode_InternFromString("__dlpack__");
+  str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+  str_exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+  str_cuda_stream = PyUnicode_InternFromString("cuda_stream");
+  str_ptr = PyUnicode_InternFromString("ptr");
+  kw_max_version = Py_BuildValue("(s)", "max_version");
+  kw_max_version_stream = Py_BuildValue("(ss)", "max_version", "stream");
+  kw_stream = Py_BuildValue("(s)", "stream");
+  max_version_value = Py_BuildValue("(ii)", 1, 1);
+  return str_dlpack && str_dlpack_device && str_exchange_api && str_cuda_stream && str_ptr &&
+                 kw_max_version && kw_max_version_stream && kw_stream && max_version_value
+             ? 0
+             : -1;
+}
+
+PyMODINIT_FUNC PyInit__ext(void) {
+  if (ignis_version() != IGNIS_VERSION_NUMBER) {
+    PyErr_Format(PyExc_ImportError, "ignis._ext was built against ignis %s but loaded libignis %s",
+                 IGNIS_VERSION_STRING, ignis_version_string());
+    return NULL;
+  }
+  if (intern_all() < 0)
+    return NULL;
+  return PyModule_Create(&ext_module);
+}

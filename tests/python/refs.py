@@ -198,11 +198,13 @@ class JaxFrame:
     def _dt(self, dtype):
         return {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}[dtype]
 
+    # Pinned to the host: where JAX also has a GPU, its default device would be the GPU.
     def array(self, a, dtype):
-        return jnp.asarray(np.asarray(a, dtype=np.float32)).astype(self._dt(dtype))
+        host = jax.devices("cpu")[0]
+        return jax.device_put(np.asarray(a, dtype=np.float32), host).astype(self._dt(dtype))
 
     def index(self, a, dtype="i64"):
-        return jnp.asarray(np.asarray(a, dtype=np.int32))
+        return jax.device_put(np.asarray(a, dtype=np.int32), jax.devices("cpu")[0])
 
     def numpy(self, x):
         return np.asarray(x.astype(jnp.float32), dtype=np.float64)

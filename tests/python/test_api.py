@@ -251,8 +251,9 @@ def test_bf16_through_ml_dtypes():
 def test_jax_inputs_and_outputs():
     import jax.numpy as jnp
 
-    x = jnp.asarray(f32(3, 32))
-    weight = jnp.asarray(f32(32))
+    host = jax.devices("cpu")[0]  # where JAX also has a GPU, it would be the default device
+    x = jax.device_put(f32(3, 32), host)
+    weight = jax.device_put(f32(32), host)
     y = ignis.rmsnorm(x, weight)
     assert isinstance(y, jax.Array) and y.shape == (3, 32)
     assert_close(np.asarray(y), rmsnorm_ref(np.asarray(x, np.float64), np.asarray(weight), 1e-6), "f32")

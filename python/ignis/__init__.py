@@ -9,7 +9,8 @@ are not given are allocated by the input's framework (see :mod:`ignis._alloc`).
 Every op takes a keyword-only ``stream=``: an int ``cudaStream_t``, or an object with
 ``.cuda_stream`` (PyTorch) or ``.ptr`` (CuPy). Without it, CUDA work goes to the current stream of
 the input's framework (PyTorch's ``torch.cuda.current_stream(device)``, CuPy's current stream),
-else to the default stream. FlashInfer's ``enable_pdl`` is accepted and ignored for now.
+else to the default stream. FlashInfer's ``enable_pdl`` is accepted; on Hopper ignis always uses
+programmatic dependent launch (``IGNIS_DISABLE_PDL=1`` turns it off).
 
 Errors raise subclasses of :class:`ignis.Error` that also derive from the matching built-in
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.

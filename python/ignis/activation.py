@@ -7,7 +7,9 @@ contiguous; dtypes f16, bf16 or f32, the same for both; arithmetic in f32. Not i
 not overlap input. When ``out`` is None it is allocated in input's framework.
 
 Every op takes a keyword-only ``stream=`` (see :mod:`ignis.norm`); ``enable_pdl`` is accepted for
-compatibility with FlashInfer and ignored for now.
+compatibility with FlashInfer: on Hopper ignis kernels always use programmatic dependent
+launch (each waits for the kernel before it prior to touching memory, so it is always safe);
+the environment variable ``IGNIS_DISABLE_PDL=1`` turns it off.
 """
 
 from . import _ext

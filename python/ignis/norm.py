@@ -8,7 +8,9 @@ weight (and LayerNorm's gemma and beta) ``[hidden]``, the input's dtype or f32. 
 Every op takes a keyword-only ``stream=`` (an int ``cudaStream_t`` or an object with
 ``.cuda_stream`` / ``.ptr``); by default CUDA work is launched on the current stream of the
 input's framework (PyTorch, CuPy), else on the default stream. ``enable_pdl`` is accepted for
-compatibility with FlashInfer and ignored for now.
+compatibility with FlashInfer: on Hopper ignis kernels always use programmatic dependent
+launch (each waits for the kernel before it prior to touching memory, so it is always safe);
+the environment variable ``IGNIS_DISABLE_PDL=1`` turns it off.
 """
 
 from . import _ext

@@ -18,7 +18,12 @@
  * the identity 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u)), which needs one exponential and stays accurate
  * where 1 + tanh(u) would cancel (a << 0). f32 uses expf and IEEE division; f16/bf16 use __expf and
  * __fdividef, whose few-ulp errors vanish in the output rounding (__fdividef returns 0 once the
- * denominator passes 2^126, where the exact result is below 2^-126 |a| anyway). */
+ * denominator passes 2^126, where the exact result is below 2^-126 |a| anyway).
+ *
+ * Launched with ignis_launch (programmatic dependent launch on sm_90+, see cuda_common.cuh): the
+ * kernel calls ignis_pdl_wait() before its first global access and ignis_pdl_launch_dependents()
+ * once a thread has issued the loads of its first tile (almost every thread has only one; the call
+ * only lets the next kernel start launching, its own wait still covers this kernel's stores). */
 #include "cuda/common/cuda_common.cuh"
 
 enum { BLOCK_THREADS = 256, CHUNKS_PER_THREAD = 4, MAX_GRID_Y = 65535 };
@@ -80,6 +85,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS) gated_activation(ignis_activati
   const int64_t num_chunks = p.hidden / N;
   const int64_t tile = (int64_t)blockDim.x * CHUNKS_PER_THREAD;
   const int64_t num_tiles = (num_chunks + tile - 1) / tile;
+  bool dependents_launched = false;
+  ignis_pdl_wait();
   for (int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; row < rows;
        row += (int64_t)gridDim.y * blockDim.y) {
     int64_t outer, inner;
@@ -98,6 +105,10 @@ __global__ void __launch_bounds__(BLOCK_THREADS) gated_activation(ignis_activati
           up_raw[i] = load_chunk<T, N>(up + c * N);
         }
       }
+      if (!dependents_launched) {
+        ignis_pdl_launch_dependents();
+        dependents_launched = true;
+      }
 #pragma unroll
       for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
         const int64_t c = first + (int64_t)i * blockDim.x;
@@ -115,7 +126,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS) gated_activation(ignis_activati
   }
 }
 
-template <typename T, int N> static void launch_gated(const ignis_activation_params *p, cudaStream_t stream) {
+template <typename T, int N>
+static cudaError_t launch_gated(const ignis_activation_params *p, cudaStream_t stream) {
   const int64_t num_chunks = p->hidden / N;
   const int64_t per_row = (num_chunks + CHUNKS_PER_THREAD - 1) / CHUNKS_PER_THREAD;
   int group = 1;
@@ -129,46 +141,46 @@ template <typename T, int N> static void launch_gated(const ignis_activation_par
                   (unsigned)(row_groups < MAX_GRID_Y ? row_groups : (int64_t)MAX_GRID_Y));
   switch (p->kind) {
   case IGNIS_ACT_SILU:
-    gated_activation<T, N, IGNIS_ACT_SILU><<<grid, block, 0, stream>>>(*p);
-    break;
+    return ignis_launch(gated_activation<T, N, IGNIS_ACT_SILU>, grid, block, 0, stream, *p);
   case IGNIS_ACT_GELU:
-    gated_activation<T, N, IGNIS_ACT_GELU><<<grid, block, 0, stream>>>(*p);
-    break;
-  case IGNIS_ACT_GELU_TANH:
-    gated_activation<T, N, IGNIS_ACT_GELU_TANH><<<grid, block, 0, stream>>>(*p);
-    break;
+    return ignis_launch(gated_activation<T, N, IGNIS_ACT_GELU>, grid, block, 0, stream, *p);
+  default: /* IGNIS_ACT_GELU_TANH */
+    return ignis_launch(gated_activation<T, N, IGNIS_ACT_GELU_TANH>, grid, block, 0, stream, *p);
   }
 }
 
-template <typename T> static void launch_for_dtype(const ignis_activation_params *p, cudaStream_t stream) {
+template <typename T> static cudaError_t launch_for_dtype(const ignis_activation_params *p, cudaStream_t stream) {
   constexpr int VEC = ignis_vec<T>::size;
   const bool vector =
       p->hidden % VEC == 0 &&
       ignis_rows_aligned16(p->input, p->input_layout, p->num_rows_outer, p->num_rows_inner, sizeof(T)) &&
       ignis_rows_aligned16(p->out, p->out_layout, p->num_rows_outer, p->num_rows_inner, sizeof(T));
-  if (vector)
-    launch_gated<T, VEC>(p, stream);
-  else
-    launch_gated<T, 1>(p, stream);
+  return vector ? launch_gated<T, VEC>(p, stream) : launch_gated<T, 1>(p, stream);
 }
 
 extern "C" ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device,
                                               void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t err = cudaSuccess;
   switch (params->dtype) {
   case IGNIS_F32:
-    launch_for_dtype<float>(params, s);
+    err = launch_for_dtype<float>(params, s);
     break;
   case IGNIS_F16:
-    launch_for_dtype<__half>(params, s);
+    err = launch_for_dtype<__half>(params, s);
     break;
   case IGNIS_BF16:
-    launch_for_dtype<__nv_bfloat16>(params, s);
+    err = launch_for_dtype<__nv_bfloat16>(params, s);
     break;
   default:
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_cuda_activation: dtype %s reached the CUDA backend",
                            ignis_dtype_name(params->dtype));
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_activation: kernel launch failed: %s",
+                           cudaGetErrorString(err));
   }
   return ignis_check_launch("ignis_cuda_activation");
 }

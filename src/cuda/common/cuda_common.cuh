@@ -8,7 +8,23 @@
  * accesses where N fills whole vectors; ignis_store_raw is the one-instruction 16-byte store).
  * Host side: IGNIS_CUDA_CHECK for runtime calls inside a launcher (sets the error message and
  * returns IGNIS_ERROR_CUDA), ignis_check_launch after a kernel launch, and a device guard that
- * makes the tensors' device current for a launch and restores the caller's device after. */
+ * makes the tensors' device current for a launch and restores the caller's device after;
+ * ignis_cuda_blocks_per_sm, the cached occupancy of a kernel for a block size and dynamic shared
+ * memory (raising the kernel's opt-in limit past 48 KB when asked for more).
+ *
+ * Programmatic dependent launch (PDL, sm_90+): ignis_launch(kernel, grid, block, smem, stream,
+ * args...) launches through cudaLaunchKernelEx with programmatic stream serialization allowed when
+ * the current device has compute capability >= 9.0 and the environment does not set
+ * IGNIS_DISABLE_PDL=1 (both read once and cached). Such a kernel may start while the kernel before
+ * it in the stream is still running, so every kernel launched this way calls ignis_pdl_wait()
+ * (griddepcontrol.wait: returns once the preceding grid has completed and its memory is visible;
+ * a no-op when the launch had no programmatic dependency or below sm_90) before its first global
+ * memory access, read or write. ignis_pdl_launch_dependents() (griddepcontrol.launch_dependents)
+ * is only a scheduling hint: once every block of this grid has called it or exited, the next
+ * PDL-launched kernel may begin launching and wait in its own ignis_pdl_wait(); kernels call it
+ * after issuing their last loads so the next launch overlaps their tail. Correctness rests on the
+ * waits alone, so any sequence of kernels, PDL-launched or not, and CUDA-graph stream capture
+ * (which records the dependency as a programmatic graph edge) stay correct. */
 #ifndef IGNIS_CUDA_COMMON_CUH
 #define IGNIS_CUDA_COMMON_CUH
 
@@ -16,6 +32,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+#include <mutex>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -253,6 +274,110 @@ __device__ __forceinline__ void ignis_store_floats(T *ptr, const float (&in)[N])
     for (int k = 0; k < N; ++k)
       ptr[k] = ignis_from_float<T>(in[k]);
   }
+}
+
+/* ---- programmatic dependent launch ------------------------------------------------------------ */
+/* Wait for the preceding grid (completed, memory visible) before touching global memory. */
+__device__ __forceinline__ void ignis_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+/* Let the next PDL-launched kernel begin launching (a hint; see the header comment). */
+__device__ __forceinline__ void ignis_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+#define IGNIS_PDL_MAX_DEVICES 64
+
+/* Host: 1 if launches on the current device use PDL (compute capability >= 9.0, cached per device;
+ * IGNIS_DISABLE_PDL=1 in the environment, read once, turns it off). */
+inline bool ignis_pdl_enabled(void) {
+  static const bool disabled = [] {
+    const char *value = getenv("IGNIS_DISABLE_PDL");
+    return value != nullptr && strcmp(value, "1") == 0;
+  }();
+  static std::atomic<int> capable[IGNIS_PDL_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+  if (disabled)
+    return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= IGNIS_PDL_MAX_DEVICES)
+    return false;
+  int known = capable[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+      return false;
+    known = major >= 9 ? 1 : 2;
+    capable[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
+}
+
+/* Host: launch kernel<<<grid, block, smem, stream>>>(args...) with PDL where ignis_pdl_enabled();
+ * returns the launch's error. The kernel must call ignis_pdl_wait() before any global access. */
+template <typename... Params, typename... Args>
+static inline cudaError_t ignis_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  if (ignis_pdl_enabled()) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+/* ---- occupancy ---------------------------------------------------------------------------------- */
+/* Host: resident blocks per SM of `kernel` with `threads` threads and `smem` bytes of dynamic
+ * shared memory on `device` (current), cached per (kernel, device, threads, smem). Above 48 KB the
+ * kernel's dynamic shared memory limit is raised to the device's opt-in maximum first (always to
+ * that one value, so no configuration lowers it under another). 0: the configuration cannot run. */
+inline int ignis_cuda_blocks_per_sm(const void *kernel, int device, int threads, size_t smem) {
+  struct entry {
+    const void *kernel;
+    int device, threads;
+    size_t smem;
+    int blocks;
+  };
+  enum { CACHE_SIZE = 64 };
+  static entry cache[CACHE_SIZE];
+  static int next_slot;
+  static std::mutex lock;
+  {
+    std::lock_guard<std::mutex> guard(lock);
+    for (int i = 0; i < CACHE_SIZE; ++i)
+      if (cache[i].kernel == kernel && cache[i].device == device && cache[i].threads == threads &&
+          cache[i].smem == smem)
+        return cache[i].blocks;
+  }
+  int blocks = 0;
+  bool fits = true;
+  if (smem > 48 * 1024) {
+    cudaFuncAttributes attributes;
+    int optin = 0;
+    fits = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+           smem + attributes.sharedSizeBytes <= (size_t)optin &&
+           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                optin - (int)attributes.sharedSizeBytes) == cudaSuccess;
+  }
+  if (!fits || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError(); /* a refused configuration is an answer (0), not an error of the op */
+    blocks = 0;
+  }
+  std::lock_guard<std::mutex> guard(lock);
+  cache[next_slot] = entry{kernel, device, threads, smem, blocks};
+  next_slot = (next_slot + 1) % CACHE_SIZE;
+  return blocks;
 }
 
 #endif

@@ -17,6 +17,9 @@ static float activate(ignis_activation_kind kind, float a) {
   }
 }
 
+/* Rows in parallel; each row in chunks converted to f32 on the stack. */
+#define ACTIVATION_CHUNK 512
+
 ignis_status ignis_cpu_activation(const ignis_activation_params *p) {
   int64_t rows = p->num_rows_outer * p->num_rows_inner;
   int64_t n = p->hidden;
@@ -27,10 +30,14 @@ ignis_status ignis_cpu_activation(const ignis_activation_params *p) {
                                   outer * p->input_layout.stride_outer + inner * p->input_layout.stride_inner);
     void *out = ignis_cpu_at_mut(p->out, p->dtype,
                                  outer * p->out_layout.stride_outer + inner * p->out_layout.stride_inner);
-    for (int64_t h = 0; h < n; ++h) {
-      float a = ignis_cpu_load(in, p->dtype, h);
-      float b = ignis_cpu_load(in, p->dtype, n + h);
-      ignis_cpu_store(out, p->dtype, h, activate(p->kind, a) * b);
+    float a[ACTIVATION_CHUNK], b[ACTIVATION_CHUNK];
+    for (int64_t h0 = 0; h0 < n; h0 += ACTIVATION_CHUNK) {
+      int64_t len = n - h0 < ACTIVATION_CHUNK ? n - h0 : ACTIVATION_CHUNK;
+      ignis_cpu_load_row(ignis_cpu_at(in, p->dtype, h0), p->dtype, len, a);
+      ignis_cpu_load_row(ignis_cpu_at(in, p->dtype, n + h0), p->dtype, len, b);
+      for (int64_t h = 0; h < len; ++h)
+        a[h] = activate(p->kind, a[h]) * b[h];
+      ignis_cpu_store_row(ignis_cpu_at_mut(out, p->dtype, h0), p->dtype, len, a);
     }
   }
   return IGNIS_OK;

@@ -102,6 +102,42 @@ static inline void ignis_cpu_store(void *base, ignis_dtype dtype, int64_t i, flo
   }
 }
 
+/* n consecutive elements to f32 and back. The dtype switch sits outside the loop so each loop
+ * is a plain conversion the compiler can vectorize. */
+static inline void ignis_cpu_load_row(const void *base, ignis_dtype dtype, int64_t n, float *out) {
+  const uint16_t *h = (const uint16_t *)base;
+  switch (dtype) {
+  case IGNIS_F16:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = ignis_cpu_half_to_float(h[i]);
+    break;
+  case IGNIS_BF16:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = ignis_cpu_bf16_to_float(h[i]);
+    break;
+  default:
+    memcpy(out, base, (size_t)n * sizeof(float));
+    break;
+  }
+}
+
+static inline void ignis_cpu_store_row(void *base, ignis_dtype dtype, int64_t n, const float *in) {
+  uint16_t *h = (uint16_t *)base;
+  switch (dtype) {
+  case IGNIS_F16:
+    for (int64_t i = 0; i < n; ++i)
+      h[i] = ignis_cpu_float_to_half(in[i]);
+    break;
+  case IGNIS_BF16:
+    for (int64_t i = 0; i < n; ++i)
+      h[i] = ignis_cpu_float_to_bf16(in[i]);
+    break;
+  default:
+    memcpy(base, in, (size_t)n * sizeof(float));
+    break;
+  }
+}
+
 /* Address of element offset (in elements) of a typed array. */
 static inline const void *ignis_cpu_at(const void *base, ignis_dtype dtype, int64_t offset) {
   return (const char *)base + offset * (int64_t)ignis_dtype_size(dtype);

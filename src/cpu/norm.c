@@ -8,42 +8,42 @@
 #include "core/error.h"
 #include "cpu/cpu_common.h"
 
+/* scratch holds 3 * hidden floats: the row, the weight, the bias. */
 static void norm_row(const ignis_norm_params *p, int64_t outer, int64_t inner, float *scratch) {
+  int64_t n = p->hidden;
+  float *x = scratch, *w = scratch + n, *b = scratch + 2 * n;
   int64_t in_off = outer * p->input_layout.stride_outer + inner * p->input_layout.stride_inner;
   int64_t out_off = outer * p->out_layout.stride_outer + inner * p->out_layout.stride_inner;
-  const void *in = ignis_cpu_at(p->input, p->dtype, in_off);
-  void *out = ignis_cpu_at_mut(p->out, p->dtype, out_off);
-  int64_t n = p->hidden;
-  for (int64_t h = 0; h < n; ++h)
-    scratch[h] = ignis_cpu_load(in, p->dtype, h);
+  ignis_cpu_load_row(ignis_cpu_at(p->input, p->dtype, in_off), p->dtype, n, x);
   if (p->residual) {
     int64_t res_off = outer * p->residual_layout.stride_outer + inner * p->residual_layout.stride_inner;
     void *res = ignis_cpu_at_mut(p->residual, p->dtype, res_off);
-    for (int64_t h = 0; h < n; ++h) {
-      scratch[h] += ignis_cpu_load(res, p->dtype, h);
-      ignis_cpu_store(res, p->dtype, h, scratch[h]);
-    }
+    ignis_cpu_load_row(res, p->dtype, n, w); /* w is free until the weight is loaded */
+    for (int64_t h = 0; h < n; ++h)
+      x[h] += w[h];
+    ignis_cpu_store_row(res, p->dtype, n, x);
   }
   float mean = 0.0f;
   if (p->kind == IGNIS_NORM_LAYER) {
     double sum = 0.0;
     for (int64_t h = 0; h < n; ++h)
-      sum += scratch[h];
+      sum += x[h];
     mean = (float)(sum / (double)n);
   }
   double sum_sq = 0.0;
   for (int64_t h = 0; h < n; ++h) {
-    float centered = scratch[h] - mean;
+    float centered = x[h] - mean;
     sum_sq += (double)centered * centered;
   }
   float rstd = 1.0f / sqrtf((float)(sum_sq / (double)n) + p->eps);
+  ignis_cpu_load_row(p->weight, p->weight_dtype, n, w);
+  if (p->bias)
+    ignis_cpu_load_row(p->bias, p->weight_dtype, n, b);
   for (int64_t h = 0; h < n; ++h) {
-    float w = ignis_cpu_load(p->weight, p->weight_dtype, h) + p->weight_offset;
-    float y = (scratch[h] - mean) * rstd * w;
-    if (p->bias)
-      y += ignis_cpu_load(p->bias, p->weight_dtype, h);
-    ignis_cpu_store(out, p->dtype, h, y);
+    float y = (x[h] - mean) * rstd * (w[h] + p->weight_offset);
+    x[h] = p->bias ? y + b[h] : y;
   }
+  ignis_cpu_store_row(ignis_cpu_at_mut(p->out, p->dtype, out_off), p->dtype, n, x);
 }
 
 ignis_status ignis_cpu_norm(const ignis_norm_params *p) {
@@ -53,7 +53,7 @@ ignis_status ignis_cpu_norm(const ignis_norm_params *p) {
 #pragma omp parallel if (rows * p->hidden >= IGNIS_CPU_PARALLEL_MIN_ELEMENTS)
 #endif
   {
-    float *scratch = malloc((size_t)p->hidden * sizeof(float));
+    float *scratch = malloc((size_t)p->hidden * 3 * sizeof(float));
     if (!scratch) {
       failed = 1;
     } else {

@@ -5,7 +5,9 @@
 
 #include "ignis/core.h"
 #include "ignis/activation.h"
+#include "ignis/merge_state.h"
 #include "ignis/norm.h"
+#include "ignis/paged_kv.h"
 #include "ignis/rope.h"
 
 #endif

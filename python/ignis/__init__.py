@@ -30,7 +30,9 @@ from ._errors import (
 )
 from ._errors import BY_STATUS as _BY_STATUS
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
+from .cascade import merge_state, merge_state_in_place, merge_states
 from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
+from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .rope import (
     apply_llama31_rope,
     apply_llama31_rope_inplace,
@@ -83,6 +85,12 @@ __all__ = [
     "apply_llama31_rope_pos_ids_inplace",
     "apply_rope_with_cos_sin_cache",
     "apply_rope_with_cos_sin_cache_inplace",
+    "append_paged_kv_cache",
+    "get_batch_indices_positions",
+    "get_seq_lens",
+    "merge_state",
+    "merge_state_in_place",
+    "merge_states",
     "version",
     "build_info",
     "cuda_device_count",

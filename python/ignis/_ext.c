@@ -1,7 +1,7 @@
 /* ignis._ext: the CPython extension behind the ignis package.
  *
- * Each op function takes its arguments positionally (norm.py, activation.py and rope.py give them
- * FlashInfer's names and defaults), turns every tensor argument into an ignis_tensor through
+ * Each op function takes its arguments positionally (norm.py, activation.py, rope.py, page.py and
+ * cascade.py give them FlashInfer's names and defaults), turns every tensor argument into an ignis_tensor through
  * DLPack, picks the CUDA stream, calls the C API with the GIL released, and turns a failed status
  * into the matching ignis.Error subclass carrying ignis_last_error().
  *
@@ -398,7 +398,7 @@ static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t 
 }
 
 /* ---- tensors ------------------------------------------------------------------------------ */
-#define MAX_TENSORS 6
+#define MAX_TENSORS 10
 
 typedef struct {
   void *managed; /* exported capsule contents to release, or NULL */
@@ -946,6 +946,161 @@ static PyObject *ext_apply_rope_with_cos_sin_cache(PyObject *self, PyObject *con
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* ---- paged KV cache ------------------------------------------------------------------------ */
+/* FlashInfer's single cache tensor [pages, 2, ...] as two 4-D views: K at index 0 of dim 1, V at 1. */
+static int split_combined_cache(const char *fn, const ignis_tensor *combined, ignis_tensor *k, ignis_tensor *v) {
+  if (combined->ndim != 5 || combined->shape[1] != 2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR,
+                 "%s: paged_kv_cache must be a [num_pages, 2, ...] tensor (5-D) or a (k_cache, v_cache) "
+                 "tuple, not a %d-D tensor with shape[1]=%lld",
+                 fn, (int)combined->ndim, combined->ndim > 1 ? (long long)combined->shape[1] : -1LL);
+    return -1;
+  }
+  *k = *combined;
+  k->ndim = 4;
+  for (int d = 1; d < 4; ++d) {
+    k->shape[d] = combined->shape[d + 1];
+    k->strides[d] = combined->strides[d + 1];
+  }
+  *v = *k;
+  if (v->data)
+    v->data = (char *)v->data + combined->strides[1] * (int64_t)ignis_dtype_size(combined->dtype);
+  return 0;
+}
+
+/* (append_key, append_value, batch_indices, positions, k_cache_or_combined, v_cache_or_None,
+ *  kv_indices, kv_indptr, kv_last_page_len, layout, stream); layout 0 NHD, 1 HND. */
+static PyObject *ext_append_paged_kv_cache(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.append_paged_kv_cache";
+  static const char *const names_split[] = {"append_key", "append_value", "batch_indices", "positions", "k_cache",
+                                            "v_cache", "kv_indices", "kv_indptr", "kv_last_page_len"};
+  static const char *const names_combined[] = {"append_key", "append_value", "batch_indices", "positions",
+                                               "paged_kv_cache", "kv_indices", "kv_indptr", "kv_last_page_len"};
+  int64_t layout = 0;
+  if (check_nargs(fn, nargs, 11) < 0 || parse_int64(fn, "kv_layout", args[9], &layout) < 0)
+    return NULL;
+  int combined = args[5] == Py_None;
+  PyObject *objs[9];
+  int count = 0;
+  for (int i = 0; i < 9; ++i)
+    if (!(combined && i == 5))
+      objs[count++] = args[i];
+  unsigned writable = combined ? 1u << 4 : (1u << 4 | 1u << 5);
+  op_call c;
+  if (op_call_begin(&c, fn, objs, combined ? names_combined : names_split, count, writable, args[10]) < 0)
+    return NULL;
+  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
+  cache.layout = (ignis_kv_layout)layout;
+  int tail = combined ? 5 : 6;
+  if (combined) {
+    if (split_combined_cache(fn, &c.tensors[4], &cache.k_cache, &cache.v_cache) < 0) {
+      op_call_release(&c);
+      return NULL;
+    }
+  } else {
+    cache.k_cache = c.tensors[4];
+    cache.v_cache = c.tensors[5];
+  }
+  cache.indices = c.tensors[tail];
+  cache.indptr = c.tensors[tail + 1];
+  cache.last_page_len = c.tensors[tail + 2];
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_append_paged_kv_cache(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &cache, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (append_indptr, seq_lens, batch_indices, positions, stream) */
+static PyObject *ext_get_batch_indices_positions(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.get_batch_indices_positions";
+  static const char *const names[] = {"append_indptr", "seq_lens", "batch_indices", "positions"};
+  if (check_nargs(fn, nargs, 5) < 0)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, 4, 1u << 2 | 1u << 3, args[4]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_get_batch_indices_positions(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (kv_indptr, kv_last_page_len, page_size, seq_lens, stream) */
+static PyObject *ext_get_seq_lens(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.get_seq_lens";
+  static const char *const names[] = {"kv_indptr", "kv_last_page_len", "seq_lens"};
+  int64_t page_size = 0;
+  if (check_nargs(fn, nargs, 5) < 0 || parse_int64(fn, "page_size", args[2], &page_size) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[3]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 3, 1u << 2, args[4]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_get_seq_lens(&c.tensors[0], &c.tensors[1], page_size, &c.tensors[2], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* ---- cascade: merging attention states ------------------------------------------------------ */
+static int parse_lse_base(const char *fn, PyObject *arg, ignis_lse_base *base) {
+  int64_t value;
+  if (parse_int64(fn, "lse_base", arg, &value) < 0)
+    return -1;
+  *base = (ignis_lse_base)value;
+  return 0;
+}
+
+/* (v_a, s_a, v_b, s_b, lse_base, v_out, s_out, stream) */
+static PyObject *ext_merge_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.merge_state";
+  static const char *const names[] = {"v_a", "s_a", "v_b", "s_b", "v_out", "s_out"};
+  ignis_lse_base base;
+  if (check_nargs(fn, nargs, 8) < 0 || parse_lse_base(fn, args[4], &base) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2], args[3], args[5], args[6]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 6, 1u << 4 | 1u << 5, args[7]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_merge_state(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], base,
+                                                    &c.tensors[4], &c.tensors[5], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (v, s, v_other, s_other, mask_or_None, lse_base, stream) */
+static PyObject *ext_merge_state_in_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.merge_state_in_place";
+  static const char *const names[] = {"v", "s", "v_other", "s_other", "mask"};
+  ignis_lse_base base;
+  if (check_nargs(fn, nargs, 7) < 0 || parse_lse_base(fn, args[5], &base) < 0)
+    return NULL;
+  int has_mask = args[4] != Py_None;
+  op_call c;
+  if (op_call_begin(&c, fn, args, names, has_mask ? 5 : 4, 1u << 0 | 1u << 1, args[6]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_merge_state_in_place(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
+                                                             has_mask ? &c.tensors[4] : NULL, base, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (v, s, lse_base, v_out, s_out, stream) */
+static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.merge_states";
+  static const char *const names[] = {"v", "s", "v_out", "s_out"};
+  ignis_lse_base base;
+  if (check_nargs(fn, nargs, 6) < 0 || parse_lse_base(fn, args[2], &base) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[3], args[4]};
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, 4, 1u << 2 | 1u << 3, args[5]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_merge_states(&c.tensors[0], &c.tensors[1], base, &c.tensors[2], &c.tensors[3], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 /* ---- library facts and setup ---------------------------------------------------------------- */
 static PyObject *ext_version(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(ignis_version_string());
@@ -1002,6 +1157,15 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(apply_rope_with_cos_sin_cache,
              "apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, "
              "is_neox, query_out, key_out, stream)"),
+    FASTCALL(append_paged_kv_cache,
+             "append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache_or_combined, "
+             "v_cache_or_None, kv_indices, kv_indptr, kv_last_page_len, layout, stream)"),
+    FASTCALL(get_batch_indices_positions,
+             "get_batch_indices_positions(append_indptr, seq_lens, batch_indices, positions, stream)"),
+    FASTCALL(get_seq_lens, "get_seq_lens(kv_indptr, kv_last_page_len, page_size, seq_lens, stream)"),
+    FASTCALL(merge_state, "merge_state(v_a, s_a, v_b, s_b, lse_base, v_out, s_out, stream)"),
+    FASTCALL(merge_state_in_place, "merge_state_in_place(v, s, v_other, s_other, mask, lse_base, stream)"),
+    FASTCALL(merge_states, "merge_states(v, s, lse_base, v_out, s_out, stream)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

@@ -17,6 +17,9 @@ extern "C" {
 ignis_status ignis_cpu_norm(const ignis_norm_params *params);
 ignis_status ignis_cpu_activation(const ignis_activation_params *params);
 ignis_status ignis_cpu_rope(const ignis_rope_params *params);
+ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *params);
+ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *params);
+ignis_status ignis_cpu_merge_state(const ignis_merge_state_params *params);
 
 /* CUDA backend (src/cuda) */
 /* `device` is the CUDA ordinal the tensors live on; the launcher makes it current for the launch
@@ -24,6 +27,9 @@ ignis_status ignis_cpu_rope(const ignis_rope_params *params);
 ignis_status ignis_cuda_norm(const ignis_norm_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream);
 
 /* CUDA runtime facts (src/cuda/common/runtime.cu; stubs without CUDA) */
 int ignis_cuda_runtime_device_count(void);

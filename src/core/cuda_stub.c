@@ -30,3 +30,12 @@ ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_
 ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream) {
   return unavailable("rope");
 }
+ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, int32_t device, void *stream) {
+  return unavailable("append_paged_kv_cache");
+}
+ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream) {
+  return unavailable("paged KV index");
+}
+ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream) {
+  return unavailable("merge_state");
+}

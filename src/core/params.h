@@ -101,6 +101,81 @@ typedef struct ignis_rope_params {
   float smooth_b;
 } ignis_rope_params;
 
+/* Paged KV cache (include/ignis/paged_kv.h). Element (page, token, head, d) of the K cache lives
+ * at k_cache + page * k_stride_page + token * k_stride_token + head * k_stride_head + d, whatever
+ * the layout (NHD and HND differ only in these strides); likewise V. Index arrays are i32,
+ * contiguous. */
+typedef struct ignis_paged_kv_params {
+  int64_t num_pages;
+  int64_t page_size;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t batch_size;         /* B: indptr has B + 1 entries */
+  int64_t num_page_entries;   /* nnz_pages: length of indices */
+  ignis_dtype dtype;          /* cache and append data */
+  void *k_cache; int64_t k_stride_page, k_stride_token, k_stride_head;
+  void *v_cache; int64_t v_stride_page, v_stride_token, v_stride_head;
+  const int32_t *indptr;
+  const int32_t *indices;
+  const int32_t *last_page_len;
+} ignis_paged_kv_params;
+
+typedef struct ignis_append_kv_params {
+  ignis_paged_kv_params cache;
+  int64_t nnz;
+  const void *key; int64_t key_stride_token, key_stride_head;
+  const void *value; int64_t value_stride_token, value_stride_head;
+  const int32_t *batch_indices;
+  const int32_t *positions;
+} ignis_append_kv_params;
+
+/* get_batch_indices_positions (indptr/seq_lens set) or get_seq_lens (kv_indptr/last_page_len). */
+typedef enum ignis_kv_index_kind {
+  IGNIS_KV_INDEX_BATCH_POSITIONS = 0,
+  IGNIS_KV_INDEX_SEQ_LENS = 1
+} ignis_kv_index_kind;
+
+typedef struct ignis_kv_index_params {
+  ignis_kv_index_kind kind;
+  int64_t batch_size;
+  int64_t nnz;                /* batch_indices / positions length */
+  int64_t page_size;
+  const int32_t *indptr;      /* append_indptr or kv_indptr, [B + 1] */
+  const int32_t *seq_lens_in; /* BATCH_POSITIONS: [B] */
+  const int32_t *last_page_len; /* SEQ_LENS: [B] */
+  int32_t *batch_indices;     /* BATCH_POSITIONS outputs, [nnz] */
+  int32_t *positions;
+  int32_t *seq_lens_out;      /* SEQ_LENS output, [B] */
+} ignis_kv_index_params;
+
+/* Attention-state merging (include/ignis/merge_state.h). State i of row (seq, head) is
+ *   v_i = v[state i] + seq * stride_seq + head * stride_head (head_dim contiguous elements),
+ *   s_i = s[state i][seq * stride_seq + head * stride_head]
+ * where "state i" is, for the pair forms, v_a / s_a (i = 0) and v_b / s_b (i = 1), and for
+ * merge_states v_a + i * v_a.stride_state (v_b unused). In place: v_out == v_a, s_out == s_a. */
+typedef struct ignis_state_layout {
+  int64_t stride_seq;
+  int64_t stride_head;
+  int64_t stride_state;       /* merge_states only */
+} ignis_state_layout;
+
+typedef struct ignis_merge_state_params {
+  int64_t seq_len;
+  int64_t num_heads;
+  int64_t head_dim;
+  int64_t num_states;         /* 2 for the pair forms */
+  int32_t pair;               /* 1: states are (v_a, s_a) and (v_b, s_b); 0: strided states of v_a */
+  float log2_scale;           /* s * log2_scale is the base-2 LSE: 1 (base 2) or log2(e) (natural) */
+  ignis_dtype dtype;          /* every v */
+  const void *v_a; ignis_state_layout v_a_layout;
+  const float *s_a; ignis_state_layout s_a_layout;
+  const void *v_b; ignis_state_layout v_b_layout;
+  const float *s_b; ignis_state_layout s_b_layout;
+  const uint8_t *mask; int64_t mask_stride; /* NULL: every row */
+  void *v_out; ignis_state_layout v_out_layout;
+  float *s_out; ignis_state_layout s_out_layout; /* NULL: not written */
+} ignis_merge_state_params;
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,71 @@
+"""Paged KV cache ops with FlashInfer's names and arguments (flashinfer.page).
+
+A cache is ``[num_pages, 2, page_size, num_kv_heads, head_dim]`` ("NHD") or
+``[num_pages, 2, num_kv_heads, page_size, head_dim]`` ("HND") as one tensor, or a ``(k_cache,
+v_cache)`` tuple of two 4-D tensors (any page/token/head strides, last dimension contiguous).
+Request ``b`` owns pages ``kv_indices[kv_indptr[b]:kv_indptr[b+1]]``; its last page holds
+``kv_last_page_len[b]`` tokens. Index tensors are int32. On the host every index is validated;
+on a CUDA device the kernels skip tokens whose indices fall outside the cache (see
+include/ignis/paged_kv.h). Every op takes a keyword-only ``stream=``.
+"""
+
+import sys
+
+from . import _ext
+from ._alloc import new_output
+from ._errors import ArgumentTypeError, InvalidArgumentError
+
+__all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
+
+_LAYOUTS = {"NHD": 0, "HND": 1}
+
+
+def _layout(kv_layout):
+    try:
+        return _LAYOUTS[kv_layout]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,)) from None
+
+
+def _new_index(like, n):
+    """An uninitialized int32 array of n elements on like's device, in like's framework."""
+    if hasattr(like, "new_empty"):  # PyTorch
+        return like.new_empty((n,))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(like, numpy.ndarray):
+        return numpy.empty((n,), dtype=like.dtype)
+    if hasattr(like, "__array_namespace__"):
+        return like.__array_namespace__().empty((n,), dtype=like.dtype, device=like.device)
+    raise ArgumentTypeError("ignis cannot allocate an index array like a %s" % type(like).__qualname__)
+
+
+def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
+                          kv_indptr, kv_last_page_len, kv_layout="NHD", *, stream=None):
+    """Write ``append_key`` / ``append_value`` ``[nnz, num_kv_heads, head_dim]`` (the cache's
+    dtype: f16, bf16, f32 or fp8; copied unchanged) into the cache: token ``t`` goes to request
+    ``batch_indices[t]`` at position ``positions[t]`` (see :func:`get_batch_indices_positions`).
+    The cache (one tensor or a (k, v) tuple) is written in place; returns None."""
+    if isinstance(paged_kv_cache, tuple):
+        k_cache, v_cache = paged_kv_cache
+    else:
+        k_cache, v_cache = paged_kv_cache, None
+    _ext.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices,
+                               kv_indptr, kv_last_page_len, _layout(kv_layout), stream)
+
+
+def get_batch_indices_positions(append_indptr, seq_lens, nnz, *, stream=None):
+    """For the append batch ``append_indptr`` ``[B+1]`` and the lengths after the append
+    ``seq_lens`` ``[B]``: returns ``(batch_indices, positions)``, int32 ``[nnz]``, where appended
+    token ``j`` of request ``b`` gets ``b`` and ``seq_lens[b] - n_b + j``."""
+    batch_indices = _new_index(append_indptr, nnz)
+    positions = _new_index(append_indptr, nnz)
+    _ext.get_batch_indices_positions(append_indptr, seq_lens, batch_indices, positions, stream)
+    return batch_indices, positions
+
+
+def get_seq_lens(kv_indptr, kv_last_page_len, page_size, *, stream=None):
+    """Sequence lengths ``(kv_indptr[b+1] - kv_indptr[b] - 1) * page_size + kv_last_page_len[b]``
+    (0 for requests without pages), int32 ``[B]``."""
+    seq_lens, finish = new_output(kv_last_page_len)
+    _ext.get_seq_lens(kv_indptr, kv_last_page_len, page_size, seq_lens, stream)
+    return finish(seq_lens)

@@ -1,42 +1,32 @@
 /* CUDA backend of RoPE (include/ignis/rope.h; the math is stated plainly in src/cpu/rope.c).
  *
- * Mapping. A block owns a chunk of consecutive tokens (1..32) and all their q and k heads. Its
+ * Mapping. A block owns a run of consecutive tokens (1..32) and all their q and k heads. Its
  * threads form a grid rows x units_per_head. A thread's column is a fixed unit of a head: in the
  * vector kernel (16-byte loads, V = 16 / sizeof(T) elements) a NeoX unit is the vector at element
  * c*V together with its partner at rotary_dim/2 + c*V, a GPT-J unit is the vector at c*V whose
  * pairs lie inside it, and a unit past rotary_dim is one vector to copy. Its row walks the block's
- * (token, head) slots, K slots per batch, so every load of a batch is in flight at once; the store
- * walks the same slots again (recomputing the output addresses rather than holding K pointers in
- * registers). The scalar kernel is the same with one pair (or one copied element) per unit; it
- * serves the layouts the vector kernel cannot (a stride, pointer or rotary_dim/2 that is not a
- * multiple of V).
+ * (token, head) slots, K slots per batch, so every load of a batch is in flight at once. The
+ * scalar kernel is the same with one pair (or one copied element) per unit; it serves the layouts
+ * the vector kernel cannot (a stride, pointer or rotary_dim/2 that is not a multiple of V).
  *
- * A block (1) issues the loads of its chunk's first batch (after the position loads, if pos_ids),
- * (2) finds its tokens' positions, from pos_ids or by searching indptr (a warp per token, 32
- * candidates per step, so a few dependent loads even for a huge batch), (3) fills shared memory
- * with cos/sin of every (token, pair), either sincosf(pos * f_i) in f32 with f_i computed on the
- * host by the CPU backend's formula and passed in the kernel arguments, or the row of the f32
- * cos/sin cache, and (4) rotates and stores, then does the later batches, if any. So cos/sin are
- * computed once per token and pair and reused by every head. Products are rounded separately (no
- * FMA) as in the CPU backend.
- *
- * Cos/sin cache form (its own kernel instances, CACHE): reading the cache row waits for the
- * position, a second dependent round trip after the q/k loads were issued that one chunk per block
- * would leave unhidden. So the grid is only the resident blocks, each looping over the chunks
- * blockIdx.x, blockIdx.x + gridDim.x, ...: while it works on one chunk, the positions of its next
- * chunk are in flight in registers, and the first q/k batch of the next chunk is loaded before its
- * cache rows, so both round trips overlap. Positions live in two shared buffers (the one of the
- * previous chunk may still be read). A position outside [0, max_position) is not read; that
- * token's values are written unrotated (copied). The other forms launch one chunk per block, as
- * their cos/sin need no second round trip. Positions and indptr/offsets are read only inside their
- * lengths, even when indptr is malformed.
+ * A block (1) issues the loads of its first batch, (2) finds its tokens' positions, from pos_ids
+ * or by searching indptr (a warp per token, 32 candidates per step, so a few dependent loads even
+ * for a huge batch), (3) fills shared memory with cos/sin of every (token, pair), either
+ * sincosf(pos * f_i) in f32 with f_i computed on the host by the CPU backend's formula and passed
+ * in the kernel arguments, or the row of the f32 cos/sin cache, and (4) rotates and stores, then
+ * does the later batches, if any. So cos/sin are computed once per token and pair and reused by
+ * every head. Products are rounded separately (no FMA) as in the CPU backend.
  *
  * Launch: through ignis_launch (programmatic dependent launch on sm_90+: ignis_pdl_wait() before
  * the first global access, ignis_pdl_launch_dependents() once a thread has issued its last loads);
  * about 256 threads a block (3 blocks per SM fit in 80 registers), K slots per thread per
  * batch (128 bytes of loads in flight per thread), tokens per block chosen on the host so the
  * slots fill the batches (3 tokens of 32 q + 8 k heads of 128 bf16), one token per block when
- * that is what it takes to give every SM work. */
+ * that is what it takes to give every SM work.
+ *
+ * Cos/sin cache form: a position outside [0, max_position) is not read; that token's values are
+ * written unrotated (copied). Positions and indptr/offsets are read only inside their lengths,
+ * even when indptr is malformed. */
 #include <math.h>
 #include <string.h>
 
@@ -143,12 +133,12 @@ __device__ int64_t rope_find_request(const rope_args &a, int64_t t, int lane) {
   return lo;
 }
 
-/* One batch of a thread's slots: registers of the loaded units, and the slot the batch starts at
- * (the store walks the slots again rather than keeping K output pointers in registers). */
+/* One batch of a thread's slots: registers of the loaded units and where they go. */
 template <typename T, bool INTERLEAVE, bool VEC> struct rope_batch {
   using L = rope_layout<T, INTERLEAVE, VEC>;
   rope_chunk<T, L::V> x[L::K], y[L::K]; /* y: second load of split units */
-  int token, head;
+  T *dst[L::K];
+  int token[L::K]; /* token within the block, -1: no work */
 };
 
 /* The thread's fixed unit (element offsets of its loads within a head, first cos/sin column) and
@@ -159,77 +149,58 @@ struct rope_cursor {
   int token, head;
 };
 
-/* Slot (tl, h) of the chunk at token t0: whether this thread has work there, and where the head's
- * input and output start. */
-template <typename T>
-__device__ __forceinline__ bool rope_slot(const rope_args &a, bool tail, int64_t t0, int ntok, int tl, int h,
-                                          const T *&src, T *&dst) {
-  if (tl >= ntok)
-    return false;
-  bool is_q = h < a.num_q_heads;
-  if (!is_q)
-    h -= a.num_q_heads;
-  if (tail && !(is_q ? a.copy_tail_q : a.copy_tail_k))
-    return false;
-  int64_t t = t0 + tl;
-  src = static_cast<const T *>(is_q ? a.q : a.k) + t * (is_q ? a.q_stride_token : a.k_stride_token) +
-        h * (is_q ? a.q_stride_head : a.k_stride_head);
-  dst = static_cast<T *>(is_q ? a.q_out : a.k_out) +
-        t * (is_q ? a.q_out_stride_token : a.k_out_stride_token) +
-        h * (is_q ? a.q_out_stride_head : a.k_out_stride_head);
-  return true;
-}
-
-/* The slot rows further than (token, head). */
-__device__ __forceinline__ void rope_advance(const rope_args &a, int &token, int &head) {
-  token += a.rows_tokens;
-  head += a.rows_heads;
-  if (head >= a.num_heads) {
-    head -= a.num_heads;
-    ++token;
-  }
-}
-
 template <typename T, bool INTERLEAVE, bool VEC>
 __device__ __forceinline__ void rope_load_batch(const rope_args &a, rope_cursor &u, int64_t t0, int ntok,
                                                 rope_batch<T, INTERLEAVE, VEC> &batch) {
   using L = rope_layout<T, INTERLEAVE, VEC>;
-  batch.token = u.token;
-  batch.head = u.head;
 #pragma unroll
   for (int k = 0; k < L::K; ++k) {
     int tl = u.token, h = u.head;
-    rope_advance(a, u.token, u.head);
-    const T *src;
-    T *dst;
-    if (!rope_slot(a, u.tail, t0, ntok, tl, h, src, dst))
+    u.token += a.rows_tokens; /* next slot: rows further */
+    u.head += a.rows_heads;
+    if (u.head >= a.num_heads) {
+      u.head -= a.num_heads;
+      ++u.token;
+    }
+    batch.token[k] = -1;
+    if (tl >= ntok)
       continue;
+    bool is_q = h < a.num_q_heads;
+    if (!is_q)
+      h -= a.num_q_heads;
+    if (u.tail && !(is_q ? a.copy_tail_q : a.copy_tail_k))
+      continue;
+    int64_t t = t0 + tl;
+    const T *src = static_cast<const T *>(is_q ? a.q : a.k) +
+                   t * (is_q ? a.q_stride_token : a.k_stride_token) +
+                   h * (is_q ? a.q_stride_head : a.k_stride_head);
+    batch.dst[k] = static_cast<T *>(is_q ? a.q_out : a.k_out) +
+                   t * (is_q ? a.q_out_stride_token : a.k_out_stride_token) +
+                   h * (is_q ? a.q_out_stride_head : a.k_out_stride_head);
     batch.x[k] = rope_load<T, L::V>(src + u.off_x);
     if (L::SPLIT && !u.tail)
       batch.y[k] = rope_load<T, L::V>(src + u.off_y);
+    batch.token[k] = tl;
   }
 }
 
-template <typename T, bool INTERLEAVE, bool VEC, bool CACHE>
-__device__ __forceinline__ void
-rope_store_batch(const rope_args &a, const rope_cursor &u, int64_t t0, int ntok, const float *s_cos,
-                 const float *s_sin, const int64_t *s_pos, rope_batch<T, INTERLEAVE, VEC> &batch) {
+template <typename T, bool INTERLEAVE, bool VEC>
+__device__ __forceinline__ void rope_store_batch(const rope_args &a, const rope_cursor &u, const float *s_cos,
+                                                 const float *s_sin, const int64_t *s_pos,
+                                                 rope_batch<T, INTERLEAVE, VEC> &batch) {
   using L = rope_layout<T, INTERLEAVE, VEC>;
-  int token = batch.token, head = batch.head;
 #pragma unroll
   for (int k = 0; k < L::K; ++k) {
-    int tl = token, h = head;
-    rope_advance(a, token, head);
-    const T *src;
-    T *dst;
-    if (!rope_slot(a, u.tail, t0, ntok, tl, h, src, dst))
+    int tl = batch.token[k];
+    if (tl < 0)
       continue;
+    T *dst = batch.dst[k];
     if (u.tail) {
       rope_store<T, L::V>(dst + u.off_x, batch.x[k]);
       continue;
     }
     bool rotate = true;
-    if constexpr (CACHE) {
+    if (a.cos_sin_cache) {
       int64_t pos = s_pos[tl];
       rotate = pos >= 0 && pos < a.max_position;
     }
@@ -251,19 +222,21 @@ rope_store_batch(const rope_args &a, const rope_cursor &u, int64_t t0, int ntok,
   }
 }
 
-/* CACHE: cos/sin from the cache, and a block may own several chunks (see the header). */
+/* CACHE: cos/sin come from the cos/sin cache. That form has no sincosf, so it fits 4 blocks per SM
+ * instead of 3, and it loads its positions before the q/k batch: its cos/sin sit two dependent
+ * round trips away (position, then cache row), and the extra resident blocks keep loads in flight
+ * while a block waits for them. */
 template <typename T, bool INTERLEAVE, bool VEC, bool CACHE>
-__global__ void __launch_bounds__(VEC ? ROPE_BLOCK_THREADS : 2 * ROPE_BLOCK_THREADS, VEC ? 3 : 1)
+__global__ void __launch_bounds__(VEC ? ROPE_BLOCK_THREADS : 2 * ROPE_BLOCK_THREADS, VEC ? (CACHE ? 4 : 3) : 1)
     rope_kernel(const __grid_constant__ rope_args a) {
   using L = rope_layout<T, INTERLEAVE, VEC>;
   extern __shared__ __align__(16) float rope_smem[];
   const int tokens = a.tokens_per_block;
   float *s_cos = rope_smem, *s_sin = rope_smem + tokens * a.half;
-  int64_t *s_pos_buffers = reinterpret_cast<int64_t *>(rope_smem + 2 * tokens * a.half); /* 2 x tokens */
+  int64_t *s_pos = reinterpret_cast<int64_t *>(rope_smem + 2 * tokens * a.half);
 
-  const int64_t stride = (int64_t)gridDim.x * tokens; /* tokens from one chunk of this block to its next */
-  int64_t t0 = (int64_t)blockIdx.x * tokens;
-  int ntok = (int)min((int64_t)tokens, a.nnz - t0);
+  const int64_t t0 = (int64_t)blockIdx.x * tokens;
+  const int ntok = (int)min((int64_t)tokens, a.nnz - t0);
   const int row = threadIdx.x / a.units_per_head, c = threadIdx.x - row * a.units_per_head;
 
   rope_cursor u;
@@ -287,69 +260,56 @@ __global__ void __launch_bounds__(VEC ? ROPE_BLOCK_THREADS : 2 * ROPE_BLOCK_THRE
     u.col = u.off_x;
   }
 
-  /* Thread tl < ntok holds the position of token tl of the chunk whose first batch is loaded. */
-  int64_t pos_next = 0;
   rope_batch<T, INTERLEAVE, VEC> batch;
   ignis_pdl_wait();
-  if (!a.use_indptr && (int)threadIdx.x < ntok)
-    pos_next = rope_index(a.positions, a.index_i64, t0 + threadIdx.x);
+  int64_t early_pos = 0; /* blocks have >= 128 threads and <= 32 tokens: one position a thread */
+  if (CACHE && threadIdx.x < ntok)
+    early_pos = rope_index(a.positions, a.index_i64, t0 + threadIdx.x);
   rope_load_batch(a, u, t0, ntok, batch);
 
-  for (int buffer = 0;; buffer ^= 1) {
-    int64_t *s_pos = s_pos_buffers + buffer * tokens; /* the other buffer may still be read */
-    if (a.use_indptr) {
-      const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, full_warps = blockDim.x >> 5;
-      if (warp < full_warps)
-        for (int tl = warp; tl < ntok; tl += full_warps) {
-          int64_t t = t0 + tl, b = rope_find_request(a, t, lane);
-          if (lane == 0)
-            s_pos[tl] = rope_index(a.offsets, a.index_i64, b) + t - rope_index(a.indptr, a.index_i64, b);
-        }
-    } else if ((int)threadIdx.x < ntok) {
-      s_pos[threadIdx.x] = pos_next;
-    }
-    __syncthreads(); /* s_pos written; every thread is done with the previous chunk's table */
-
-    const bool has_next = CACHE && t0 + stride < a.nnz;
-    if (!a.use_indptr && has_next && (int)threadIdx.x < tokens && t0 + stride + threadIdx.x < a.nnz)
-      pos_next =
-          rope_index(a.positions, a.index_i64, t0 + stride + threadIdx.x); /* lands during this chunk */
-
-    for (int idx = threadIdx.x; idx < ntok * a.half; idx += blockDim.x) {
-      int tl = idx / a.half, i = idx - tl * a.half;
-      int64_t pos = s_pos[tl];
-      float cos_v = 1.0f, sin_v = 0.0f;
-      if constexpr (CACHE) {
-        if (pos >= 0 && pos < a.max_position) {
-          const float *cache_row = a.cos_sin_cache + pos * a.cache_stride;
-          cos_v = cache_row[i];
-          sin_v = cache_row[a.half + i];
-        }
-      } else {
-        sincosf(__fmul_rn((float)pos, a.freq[i]), &sin_v, &cos_v);
+  if (CACHE) {
+    if (threadIdx.x < ntok)
+      s_pos[threadIdx.x] = early_pos;
+  } else if (a.use_indptr) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, full_warps = blockDim.x >> 5;
+    if (warp < full_warps)
+      for (int tl = warp; tl < ntok; tl += full_warps) {
+        int64_t t = t0 + tl, b = rope_find_request(a, t, lane);
+        if (lane == 0)
+          s_pos[tl] = rope_index(a.offsets, a.index_i64, b) + t - rope_index(a.indptr, a.index_i64, b);
       }
-      s_cos[idx] = cos_v;
-      s_sin[idx] = sin_v;
-    }
-    __syncthreads();
+  } else {
+    for (int tl = threadIdx.x; tl < ntok; tl += blockDim.x)
+      s_pos[tl] = rope_index(a.positions, a.index_i64, t0 + tl);
+  }
+  __syncthreads();
 
-    for (;;) {
-      const bool more = u.token < ntok; /* this thread has another batch of this chunk to load */
-      if (!more && !has_next)
-        ignis_pdl_launch_dependents();
-      rope_store_batch<T, INTERLEAVE, VEC, CACHE>(a, u, t0, ntok, s_cos, s_sin, s_pos, batch);
-      if (!more) {
-        if (!has_next)
-          return;
-        t0 += stride; /* the first batch of the next chunk: in flight while its table is filled */
-        ntok = (int)min((int64_t)tokens, a.nnz - t0);
-        u.token = row / a.num_heads;
-        u.head = row - u.token * a.num_heads;
+  for (int idx = threadIdx.x; idx < ntok * a.half; idx += blockDim.x) {
+    int tl = idx / a.half, i = idx - tl * a.half;
+    int64_t pos = s_pos[tl];
+    float cos_v = 1.0f, sin_v = 0.0f;
+    if (CACHE) {
+      if (pos >= 0 && pos < a.max_position) {
+        const float *cache_row = a.cos_sin_cache + pos * a.cache_stride;
+        cos_v = cache_row[i];
+        sin_v = cache_row[a.half + i];
       }
-      rope_load_batch(a, u, t0, ntok, batch);
-      if (!more)
-        break;
+    } else {
+      sincosf(__fmul_rn((float)pos, a.freq[i]), &sin_v, &cos_v);
     }
+    s_cos[idx] = cos_v;
+    s_sin[idx] = sin_v;
+  }
+  __syncthreads();
+
+  for (;;) {
+    const bool last = u.token >= ntok; /* this thread has no slot left to load */
+    if (last)
+      ignis_pdl_launch_dependents();
+    rope_store_batch(a, u, s_cos, s_sin, s_pos, batch);
+    if (last)
+      break;
+    rope_load_batch(a, u, t0, ntok, batch);
   }
 }
 
@@ -443,17 +403,9 @@ static ignis_status rope_launch(rope_args &a, const ignis_rope_params *p, int32_
   if (blocks > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_cuda_rope: nnz=%lld needs more than 2^31 blocks",
                            (long long)p->nnz);
-  int threads = a.rows * a.units_per_head;
-  size_t smem = (size_t)tokens * (2 * (size_t)a.half * sizeof(float) + 2 * sizeof(int64_t));
-  if (CACHE) { /* resident blocks loop over the chunks, prefetching positions */
-    int64_t resident = (int64_t)ignis_cuda_blocks_per_sm((const void *)rope_kernel<T, INTERLEAVE, VEC, CACHE>,
-                                                         device, threads, smem) *
-                       ignis_cuda_sm_count(device);
-    if (resident > 0 && blocks > resident)
-      blocks = resident;
-  }
+  size_t smem = (size_t)tokens * (2 * (size_t)a.half * sizeof(float) + sizeof(int64_t));
   cudaError_t err = ignis_launch(rope_kernel<T, INTERLEAVE, VEC, CACHE>, dim3((unsigned)blocks),
-                                 dim3((unsigned)threads), smem, stream, a);
+                                 dim3((unsigned)(a.rows * a.units_per_head)), smem, stream, a);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_rope: kernel launch failed: %s",
@@ -463,14 +415,21 @@ static ignis_status rope_launch(rope_args &a, const ignis_rope_params *p, int32_
 }
 
 template <typename T, bool CACHE>
-static ignis_status rope_dispatch(rope_args &a, const ignis_rope_params *p, int32_t device,
-                                  cudaStream_t stream) {
+static ignis_status rope_dispatch_pairs(rope_args &a, const ignis_rope_params *p, int32_t device,
+                                        cudaStream_t stream) {
   bool vec = rope_vectorizable(p, a, 16 / (int)sizeof(T));
   if (p->interleave)
     return vec ? rope_launch<T, true, true, CACHE>(a, p, device, stream)
                : rope_launch<T, true, false, CACHE>(a, p, device, stream);
   return vec ? rope_launch<T, false, true, CACHE>(a, p, device, stream)
              : rope_launch<T, false, false, CACHE>(a, p, device, stream);
+}
+
+template <typename T>
+static ignis_status rope_dispatch(rope_args &a, const ignis_rope_params *p, int32_t device,
+                                  cudaStream_t stream) {
+  return p->cos_sin_cache ? rope_dispatch_pairs<T, true>(a, p, device, stream)
+                          : rope_dispatch_pairs<T, false>(a, p, device, stream);
 }
 
 extern "C" ignis_status ignis_cuda_rope(const ignis_rope_params *p, int32_t device, void *stream) {
@@ -525,14 +484,11 @@ extern "C" ignis_status ignis_cuda_rope(const ignis_rope_params *p, int32_t devi
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p->dtype) {
   case IGNIS_F32:
-    return a.cos_sin_cache ? rope_dispatch<float, true>(a, p, device, s)
-                           : rope_dispatch<float, false>(a, p, device, s);
+    return rope_dispatch<float>(a, p, device, s);
   case IGNIS_F16:
-    return a.cos_sin_cache ? rope_dispatch<__half, true>(a, p, device, s)
-                           : rope_dispatch<__half, false>(a, p, device, s);
+    return rope_dispatch<__half>(a, p, device, s);
   case IGNIS_BF16:
-    return a.cos_sin_cache ? rope_dispatch<__nv_bfloat16, true>(a, p, device, s)
-                           : rope_dispatch<__nv_bfloat16, false>(a, p, device, s);
+    return rope_dispatch<__nv_bfloat16>(a, p, device, s);
   default:
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_cuda_rope: dtype %s", ignis_dtype_name(p->dtype));
   }

@@ -8,9 +8,7 @@
  * accesses where N fills whole vectors; ignis_store_raw is the one-instruction 16-byte store).
  * Host side: IGNIS_CUDA_CHECK for runtime calls inside a launcher (sets the error message and
  * returns IGNIS_ERROR_CUDA), ignis_check_launch after a kernel launch, and a device guard that
- * makes the tensors' device current for a launch and restores the caller's device after;
- * ignis_cuda_blocks_per_sm, the cached occupancy of a kernel for a block size and dynamic shared
- * memory (raising the kernel's opt-in limit past 48 KB when asked for more).
+ * makes the tensors' device current for a launch and restores the caller's device after.
  *
  * Programmatic dependent launch (PDL, sm_90+): ignis_launch(kernel, grid, block, smem, stream,
  * args...) launches through cudaLaunchKernelEx with programmatic stream serialization allowed when
@@ -36,7 +34,6 @@
 #include <string.h>
 
 #include <atomic>
-#include <mutex>
 
 #include "core/backend.h"
 #include "core/error.h"
@@ -334,50 +331,6 @@ static inline cudaError_t ignis_launch(void (*kernel)(Params...), dim3 grid, dim
     config.numAttrs = 1;
   }
   return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
-/* ---- occupancy ---------------------------------------------------------------------------------- */
-/* Host: resident blocks per SM of `kernel` with `threads` threads and `smem` bytes of dynamic
- * shared memory on `device` (current), cached per (kernel, device, threads, smem). Above 48 KB the
- * kernel's dynamic shared memory limit is raised to the device's opt-in maximum first (always to
- * that one value, so no configuration lowers it under another). 0: the configuration cannot run. */
-inline int ignis_cuda_blocks_per_sm(const void *kernel, int device, int threads, size_t smem) {
-  struct entry {
-    const void *kernel;
-    int device, threads;
-    size_t smem;
-    int blocks;
-  };
-  enum { CACHE_SIZE = 64 };
-  static entry cache[CACHE_SIZE];
-  static int next_slot;
-  static std::mutex lock;
-  {
-    std::lock_guard<std::mutex> guard(lock);
-    for (int i = 0; i < CACHE_SIZE; ++i)
-      if (cache[i].kernel == kernel && cache[i].device == device && cache[i].threads == threads &&
-          cache[i].smem == smem)
-        return cache[i].blocks;
-  }
-  int blocks = 0;
-  bool fits = true;
-  if (smem > 48 * 1024) {
-    cudaFuncAttributes attributes;
-    int optin = 0;
-    fits = cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-           smem + attributes.sharedSizeBytes <= (size_t)optin &&
-           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                optin - (int)attributes.sharedSizeBytes) == cudaSuccess;
-  }
-  if (!fits || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
-    cudaGetLastError(); /* a refused configuration is an answer (0), not an error of the op */
-    blocks = 0;
-  }
-  std::lock_guard<std::mutex> guard(lock);
-  cache[next_slot] = entry{kernel, device, threads, smem, blocks};
-  next_slot = (next_slot + 1) % CACHE_SIZE;
-  return blocks;
 }
 
 #endif

@@ -89,6 +89,21 @@ template <typename T, int N> __device__ __forceinline__ void rope_store(T *p, co
   }
 }
 
+/* A cos/sin cache entry, kept in L2 ahead of the streaming q/k traffic (evict_last): the cache is
+ * a model constant every call gathers from, and a miss there is the second of two dependent round
+ * trips. */
+__device__ __forceinline__ float rope_load_cache(const float *p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float v;
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(p), "l"(policy));
+  return v;
+#else
+  return __ldg(p);
+#endif
+}
+
 /* P consecutive floats of the shared cos/sin table (aligned to their vector size). */
 template <int P> __device__ __forceinline__ void rope_load_table(const float *p, float (&v)[P]) {
   if constexpr (P % 4 == 0) {
@@ -291,8 +306,8 @@ __global__ void __launch_bounds__(VEC ? ROPE_BLOCK_THREADS : 2 * ROPE_BLOCK_THRE
     if (CACHE) {
       if (pos >= 0 && pos < a.max_position) {
         const float *cache_row = a.cos_sin_cache + pos * a.cache_stride;
-        cos_v = cache_row[i];
-        sin_v = cache_row[a.half + i];
+        cos_v = rope_load_cache(cache_row + i);
+        sin_v = rope_load_cache(cache_row + a.half + i);
       }
     } else {
       sincosf(__fmul_rn((float)pos, a.freq[i]), &sin_v, &cos_v);

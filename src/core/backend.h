@@ -31,6 +31,11 @@ ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, in
 ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream);
 
+/* Decode attention: the attention kernel over every work item, then the merge of split requests
+ * (both launched by one call, in that order, on `stream`). */
+ignis_status ignis_cpu_decode(const ignis_decode_params *params);
+ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream);
+
 /* CUDA runtime facts (src/cuda/common/runtime.cu; stubs without CUDA) */
 int ignis_cuda_runtime_device_count(void);
 /* Where ptr lives: sets *type and *device_id. Returns IGNIS_OK, or IGNIS_ERROR_CUDA if the runtime

@@ -176,6 +176,48 @@ typedef struct ignis_merge_state_params {
   float *s_out; ignis_state_layout s_out_layout; /* NULL: not written */
 } ignis_merge_state_params;
 
+/* Decode attention (include/ignis/decode.h). One work item is a chunk [kv_start, kv_end) of one
+ * request's keys, for every KV head (grid.y) and the query heads of its group. An item that covers
+ * its whole request writes out and lse directly (partial = -1); the items of a split request write
+ * f32 partial outputs and base-2 LSEs to row `partial` of the partial buffers, and the merge step
+ * combines rows request_partials[b] .. request_partials[b + 1] into out / lse of request b.
+ * The schedule lives in the workspace (written by plan_update); its sizes are fixed by the plan,
+ * so the run's launch configuration never depends on the batch. */
+typedef struct ignis_decode_work {
+  int32_t request;
+  int32_t kv_start;          /* first key (token index within the request) */
+  int32_t kv_end;            /* one past the last key */
+  int32_t partial;           /* -1: writes out/lse; else a row of partial_out / partial_lse */
+} ignis_decode_work;
+
+typedef struct ignis_decode_params {
+  int64_t num_qo_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;          /* 64, 128 or 256 */
+  ignis_dtype dtype;         /* q, K/V and out */
+  const void *q; int64_t q_stride_batch, q_stride_head;
+  void *out; int64_t out_stride_batch, out_stride_head;
+  float *lse; int64_t lse_stride_batch, lse_stride_head; /* NULL: not written */
+  float lse_scale;           /* the kernels keep base-2 LSEs; lse = that * lse_scale (1 or ln 2) */
+  float sm_scale_log2;       /* sm_scale * log2(e): scores are kept in base 2 */
+  float logits_soft_cap;     /* 0: off */
+  int32_t window_left;       /* -1: off */
+  /* Keys: a paged cache (cache.indptr != NULL), or one contiguous sequence of contiguous_kv_len
+   * keys at cache.k_cache + j * cache.k_stride_token + h * cache.k_stride_head (single decode;
+   * num_pages = 1, page strides unused, indptr / indices / last_page_len NULL). */
+  ignis_paged_kv_params cache;
+  int64_t contiguous_kv_len;
+  /* Schedule (device memory in the workspace, or host memory on the CPU backend). */
+  const ignis_decode_work *work;  /* [max_work] */
+  const int32_t *num_work;        /* [1]: items of this batch (<= max_work) */
+  int64_t max_work;               /* grid.x of the attention kernel */
+  const int32_t *request_partials; /* [max_batch + 1]; rows of request b: [rp[b], rp[b+1]) */
+  const int32_t *batch_size;      /* [1]: requests of this batch (<= max_batch) */
+  int64_t max_batch;              /* grid.x of the merge kernel */
+  float *partial_out;             /* [max_partials, num_qo_heads, head_dim] f32 */
+  float *partial_lse;             /* [max_partials, num_qo_heads] f32, base 2 */
+} ignis_decode_params;
+
 #ifdef __cplusplus
 }
 #endif

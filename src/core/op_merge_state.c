@@ -51,6 +51,25 @@ static ignis_state_layout states_layout(const ignis_tensor *t) {
   return l;
 }
 
+/* The two input states of the pair forms (v_a, s_a) and (v_b, s_b). */
+static void set_pair_inputs(ignis_merge_state_params *p, const ignis_tensor *v_a, const ignis_tensor *s_a,
+                            const ignis_tensor *v_b, const ignis_tensor *s_b) {
+  p->seq_len = v_a->shape[0];
+  p->num_heads = v_a->shape[1];
+  p->head_dim = v_a->shape[2];
+  p->num_states = 2;
+  p->pair = 1;
+  p->dtype = v_a->dtype;
+  p->v_a = v_a->data;
+  p->v_a_layout = pair_layout(v_a);
+  p->s_a = (const float *)s_a->data;
+  p->s_a_layout = pair_layout(s_a);
+  p->v_b = v_b->data;
+  p->v_b_layout = pair_layout(v_b);
+  p->s_b = (const float *)s_b->data;
+  p->s_b_layout = pair_layout(s_b);
+}
+
 static ignis_status dispatch(const ignis_merge_state_params *p, ignis_device device, void *stream) {
   if (p->seq_len == 0 || p->num_heads == 0)
     return IGNIS_OK;
@@ -91,20 +110,7 @@ ignis_status ignis_merge_state(const ignis_tensor *v_a, const ignis_tensor *s_a,
   ignis_device device;
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
 
-  p.seq_len = v_a->shape[0];
-  p.num_heads = v_a->shape[1];
-  p.head_dim = v_a->shape[2];
-  p.num_states = 2;
-  p.pair = 1;
-  p.dtype = v_a->dtype;
-  p.v_a = v_a->data;
-  p.v_a_layout = pair_layout(v_a);
-  p.s_a = (const float *)s_a->data;
-  p.s_a_layout = pair_layout(s_a);
-  p.v_b = v_b->data;
-  p.v_b_layout = pair_layout(v_b);
-  p.s_b = (const float *)s_b->data;
-  p.s_b_layout = pair_layout(s_b);
+  set_pair_inputs(&p, v_a, s_a, v_b, s_b);
   p.v_out = v_out->data;
   p.v_out_layout = pair_layout(v_out);
   if (s_out) {
@@ -147,20 +153,7 @@ ignis_status ignis_merge_state_in_place(ignis_tensor *v, ignis_tensor *s, const 
   ignis_device device;
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 5, &device));
 
-  p.seq_len = v->shape[0];
-  p.num_heads = v->shape[1];
-  p.head_dim = v->shape[2];
-  p.num_states = 2;
-  p.pair = 1;
-  p.dtype = v->dtype;
-  p.v_a = v->data;
-  p.v_a_layout = pair_layout(v);
-  p.s_a = (const float *)s->data;
-  p.s_a_layout = pair_layout(s);
-  p.v_b = v_other->data;
-  p.v_b_layout = pair_layout(v_other);
-  p.s_b = (const float *)s_other->data;
-  p.s_b_layout = pair_layout(s_other);
+  set_pair_inputs(&p, v, s, v_other, s_other);
   p.v_out = v->data;
   p.v_out_layout = p.v_a_layout;
   p.s_out = (float *)s->data;

@@ -30,6 +30,22 @@ static ignis_status dispatch(const char *fn, const ignis_norm_params *p, ignis_d
   return ignis_cuda_norm(p, device.id, stream);
 }
 
+/* The fields every norm shares: kind, scalars, dtypes, the input rows and the weight. */
+static ignis_norm_params norm_params(ignis_norm_kind kind, double eps, float weight_offset,
+                                     const ignis_tensor *input, const ignis_tensor *weight) {
+  ignis_norm_params p = {0};
+  p.kind = kind;
+  p.eps = (float)eps;
+  p.weight_offset = weight_offset;
+  p.hidden = input->shape[input->ndim - 1];
+  p.dtype = input->dtype;
+  p.weight_dtype = weight->dtype;
+  p.input = input->data;
+  ignis_row_view(input, &p.num_rows_outer, &p.num_rows_inner, &p.input_layout);
+  p.weight = weight->data;
+  return p;
+}
+
 /* rmsnorm, gemma_rmsnorm and layernorm (bias != NULL means layernorm). */
 static ignis_status norm_out_of_place(const char *fn, ignis_norm_kind kind, float weight_offset,
                                       const ignis_tensor *input, const ignis_tensor *weight,
@@ -56,19 +72,10 @@ static ignis_status norm_out_of_place(const char *fn, ignis_norm_kind kind, floa
   ignis_device device;
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 4, &device));
 
-  ignis_norm_params p = {0};
-  p.kind = kind;
-  p.eps = (float)eps;
-  p.weight_offset = weight_offset;
-  p.hidden = hidden;
-  p.dtype = input->dtype;
-  p.weight_dtype = weight->dtype;
-  p.input = input->data;
-  ignis_row_view(input, &p.num_rows_outer, &p.num_rows_inner, &p.input_layout);
+  ignis_norm_params p = norm_params(kind, eps, weight_offset, input, weight);
   int64_t outer, inner;
   ignis_row_view(out, &outer, &inner, &p.out_layout);
   p.out = out->data;
-  p.weight = weight->data;
   p.bias = bias ? bias->data : NULL;
   return dispatch(fn, &p, device, stream);
 }
@@ -93,21 +100,12 @@ static ignis_status fused_add(const char *fn, float weight_offset, ignis_tensor 
   ignis_device device;
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 3, &device));
 
-  ignis_norm_params p = {0};
-  p.kind = IGNIS_NORM_RMS;
-  p.eps = (float)eps;
-  p.weight_offset = weight_offset;
-  p.hidden = hidden;
-  p.dtype = input->dtype;
-  p.weight_dtype = weight->dtype;
-  p.input = input->data;
-  ignis_row_view(input, &p.num_rows_outer, &p.num_rows_inner, &p.input_layout);
+  ignis_norm_params p = norm_params(IGNIS_NORM_RMS, eps, weight_offset, input, weight);
   p.out = input->data;
   p.out_layout = p.input_layout;
   int64_t outer, inner;
   ignis_row_view(residual, &outer, &inner, &p.residual_layout);
   p.residual = residual->data;
-  p.weight = weight->data;
   return dispatch(fn, &p, device, stream);
 }
 

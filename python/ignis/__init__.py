@@ -31,6 +31,7 @@ from ._errors import (
 from ._errors import BY_STATUS as _BY_STATUS
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from .cascade import merge_state, merge_state_in_place, merge_states
+from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
 from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .rope import (
@@ -91,6 +92,8 @@ __all__ = [
     "merge_state",
     "merge_state_in_place",
     "merge_states",
+    "single_decode_with_kv_cache",
+    "BatchDecodeWithPagedKVCacheWrapper",
     "version",
     "build_info",
     "cuda_device_count",

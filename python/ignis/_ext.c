@@ -1,7 +1,8 @@
 /* ignis._ext: the CPython extension behind the ignis package.
  *
- * Each op function takes its arguments positionally (norm.py, activation.py, rope.py, page.py and
- * cascade.py give them FlashInfer's names and defaults), turns every tensor argument into an ignis_tensor through
+ * Each op function takes its arguments positionally (norm.py, activation.py, rope.py, page.py,
+ * cascade.py and decode.py give them FlashInfer's names and defaults; a decode plan travels as a
+ * capsule that destroys the plan with it), turns every tensor argument into an ignis_tensor through
  * DLPack, picks the CUDA stream, calls the C API with the GIL released, and turns a failed status
  * into the matching ignis.Error subclass carrying ignis_last_error().
  *
@@ -1101,6 +1102,274 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* ---- decode attention ------------------------------------------------------------------------ */
+/* (sm_scale, logits_soft_cap, window_left, lse_base) -> options */
+static int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
+  ignis_attention_options init = IGNIS_ATTENTION_OPTIONS_INIT;
+  *o = init;
+  int64_t window_left, base;
+  if (parse_double(fn, "sm_scale", a[0], &o->sm_scale) < 0 ||
+      parse_double(fn, "logits_soft_cap", a[1], &o->logits_soft_cap) < 0 ||
+      parse_int64(fn, "window_left", a[2], &window_left) < 0 || parse_int64(fn, "lse_base", a[3], &base) < 0)
+    return -1;
+  if (window_left < INT32_MIN || window_left > INT32_MAX) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: window_left=%lld is out of range", fn, (long long)window_left);
+    return -1;
+  }
+  o->window_left = (int32_t)window_left;
+  o->lse_base = (ignis_lse_base)base;
+  return 0;
+}
+
+/* Bytes of a contiguous workspace tensor (0 for None). */
+static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes) {
+  if (!ignis_tensor_is_contiguous(t)) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: the workspace buffer must be contiguous", fn);
+    return -1;
+  }
+  *data = t->data;
+  *bytes = (size_t)ignis_tensor_numel(t) * ignis_dtype_size(t->dtype);
+  return 0;
+}
+
+/* (num_qo_heads, head_dim, max_kv_len) -> bytes */
+static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.single_decode_workspace_size";
+  int64_t heads = 0, dim = 0, len = 0;
+  if (check_nargs(fn, nargs, 3) < 0 || parse_int64(fn, "num_qo_heads", args[0], &heads) < 0 ||
+      parse_int64(fn, "head_dim", args[1], &dim) < 0 || parse_int64(fn, "max_kv_len", args[2], &len) < 0)
+    return NULL;
+  size_t bytes = 0;
+  ignis_status status = ignis_single_decode_workspace_size(heads, dim, len, &bytes);
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return PyLong_FromSize_t(bytes);
+}
+
+/* (q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, out, lse_or_None,
+ *  workspace_or_None, stream) */
+static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.single_decode_with_kv_cache";
+  static const char *const names[] = {"q", "k", "v", "out", "lse", "workspace"};
+  int64_t layout;
+  ignis_attention_options options;
+  if (check_nargs(fn, nargs, 12) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
+      parse_attention_options(fn, args + 4, &options) < 0)
+    return NULL;
+  int has_lse = args[9] != Py_None, has_ws = args[10] != Py_None;
+  PyObject *objs[6];
+  const char *obj_names[6];
+  int count = 0;
+  int lse_at = -1, ws_at = -1;
+  for (int i = 0; i < 3; ++i) {
+    obj_names[count] = names[i];
+    objs[count++] = args[i];
+  }
+  obj_names[count] = names[3];
+  objs[count++] = args[8];
+  if (has_lse) {
+    lse_at = count;
+    obj_names[count] = names[4];
+    objs[count++] = args[9];
+  }
+  if (has_ws) {
+    ws_at = count;
+    obj_names[count] = names[5];
+    objs[count++] = args[10];
+  }
+  op_call c;
+  if (op_call_begin(&c, fn, objs, obj_names, count, 1u << 3 | (has_lse ? 1u << lse_at : 0), args[11]) < 0)
+    return NULL;
+  void *ws = NULL;
+  size_t ws_bytes = 0;
+  if (has_ws && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) {
+    op_call_release(&c);
+    return NULL;
+  }
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_single_decode(&c.tensors[0], &c.tensors[1], &c.tensors[2], (ignis_kv_layout)layout, &options,
+                          &c.tensors[3], has_lse ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+#define DECODE_PLAN_CAPSULE "ignis.decode_plan"
+
+static void decode_plan_capsule_destroy(PyObject *capsule) {
+  ignis_decode_plan *plan = PyCapsule_GetPointer(capsule, DECODE_PLAN_CAPSULE);
+  if (plan)
+    ignis_decode_plan_destroy(plan);
+  else
+    PyErr_Clear();
+}
+
+static ignis_decode_plan *decode_plan_of(const char *fn, PyObject *obj) {
+  ignis_decode_plan *plan =
+      PyCapsule_IsValid(obj, DECODE_PLAN_CAPSULE) ? PyCapsule_GetPointer(obj, DECODE_PLAN_CAPSULE) : NULL;
+  if (!plan)
+    raise_type("%s: plan must be a decode plan made by decode_plan_create", fn);
+  return plan;
+}
+
+/* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, max_batch_size,
+ *  max_kv_len, disable_split_kv, fixed_split_size, sm_scale, logits_soft_cap, window_left,
+ *  lse_base) -> plan capsule; device_type 0 CPU, 1 CUDA; q_dtype an ignis_dtype value. */
+static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
+  static const char *const names[] = {"device_type", "device_id",        "num_qo_heads",    "num_kv_heads",
+                                      "head_dim",    "page_size",        "q_data_type",     "max_batch_size",
+                                      "max_kv_len",  "disable_split_kv", "fixed_split_size"};
+  int64_t v[11];
+  if (check_nargs(fn, nargs, 15) < 0)
+    return NULL;
+  for (int i = 0; i < 11; ++i)
+    if (parse_int64(fn, names[i], args[i], &v[i]) < 0)
+      return NULL;
+  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  if (parse_attention_options(fn, args + 11, &config.options) < 0)
+    return NULL;
+  config.device.type = v[0] ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
+  config.device.id = (int32_t)v[1];
+  config.num_qo_heads = v[2];
+  config.num_kv_heads = v[3];
+  config.head_dim = v[4];
+  config.page_size = v[5];
+  config.q_dtype = (ignis_dtype)v[6];
+  config.max_batch_size = v[7];
+  config.max_kv_len = v[8];
+  config.disable_split_kv = v[9] != 0;
+  config.fixed_split_size = v[10];
+  ignis_decode_plan *plan = NULL;
+  ignis_status status = ignis_decode_plan_create(&config, &plan);
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  PyObject *capsule = PyCapsule_New(plan, DECODE_PLAN_CAPSULE, decode_plan_capsule_destroy);
+  if (!capsule)
+    ignis_decode_plan_destroy(plan);
+  return capsule;
+}
+
+/* (plan) -> workspace bytes */
+static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.decode_workspace_size";
+  if (check_nargs(fn, nargs, 1) < 0)
+    return NULL;
+  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
+  if (!plan)
+    return NULL;
+  size_t bytes = 0;
+  ignis_status status = ignis_decode_workspace_size(plan, &bytes);
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return PyLong_FromSize_t(bytes);
+}
+
+/* (plan, kv_indptr_host, kv_last_page_len_host, workspace, stream): the index arrays are host i32
+ * tensors; the workspace is the caller's byte buffer. */
+static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
+  static const char *const names[] = {"kv_indptr (host)", "kv_last_page_len (host)",
+                                      "float_workspace_buffer"};
+  if (check_nargs(fn, nargs, 5) < 0)
+    return NULL;
+  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
+  if (!plan)
+    return NULL;
+  op_call c;
+  if (op_call_begin(&c, fn, args + 1, names, 3, 0, args[4]) < 0)
+    return NULL;
+  for (int i = 0; i < 2; ++i) {
+    const ignis_tensor *t = &c.tensors[i];
+    if (t->device.type != IGNIS_DEVICE_CPU || t->dtype != IGNIS_I32 || t->ndim != 1 ||
+        (t->shape[0] > 1 && t->strides[0] != 1)) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s must be a contiguous 1-D int32 host array", fn, names[i]);
+      op_call_release(&c);
+      return NULL;
+    }
+  }
+  int64_t batch = c.tensors[0].shape[0] - 1;
+  if (batch < 0 || c.tensors[1].shape[0] != batch) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR,
+                 "%s: kv_last_page_len has %lld entries but kv_indptr describes %lld requests", fn,
+                 (long long)c.tensors[1].shape[0], (long long)batch);
+    op_call_release(&c);
+    return NULL;
+  }
+  void *ws;
+  size_t ws_bytes;
+  if (workspace_of(fn, &c.tensors[2], &ws, &ws_bytes) < 0) {
+    op_call_release(&c);
+    return NULL;
+  }
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_decode_plan_update(plan, (const int32_t *)c.tensors[0].data, (const int32_t *)c.tensors[1].data,
+                               batch, ws, ws_bytes, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, kv_last_page_len, layout,
+ *  out, lse_or_None, workspace, stream) */
+static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
+  static const char *const all_names[] = {
+      "q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "kv_last_page_len", "out", "lse", "workspace"};
+  int64_t layout;
+  if (check_nargs(fn, nargs, 12) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0)
+    return NULL;
+  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
+  if (!plan)
+    return NULL;
+  int combined = args[3] == Py_None, has_lse = args[9] != Py_None;
+  PyObject *sources[9] = {args[1], args[2], args[3], args[4], args[5], args[6], args[8], args[9], args[10]};
+  PyObject *objs[9];
+  const char *names[9];
+  int slot_of[9], count = 0;
+  for (int i = 0; i < 9; ++i) {
+    slot_of[i] = -1;
+    if ((i == 2 && combined) || (i == 7 && !has_lse))
+      continue;
+    slot_of[i] = count;
+    names[count] = i == 1 && combined ? "paged_kv_cache" : all_names[i];
+    objs[count++] = sources[i];
+  }
+  unsigned writable = 1u << slot_of[6] | (has_lse ? 1u << slot_of[7] : 0);
+  op_call c;
+  if (op_call_begin(&c, fn, objs, names, count, writable, args[11]) < 0)
+    return NULL;
+  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
+  cache.layout = (ignis_kv_layout)layout;
+  if (combined) {
+    if (split_combined_cache(fn, &c.tensors[slot_of[1]], &cache.k_cache, &cache.v_cache) < 0) {
+      op_call_release(&c);
+      return NULL;
+    }
+  } else {
+    cache.k_cache = c.tensors[slot_of[1]];
+    cache.v_cache = c.tensors[slot_of[2]];
+  }
+  cache.indptr = c.tensors[slot_of[3]];
+  cache.indices = c.tensors[slot_of[4]];
+  cache.last_page_len = c.tensors[slot_of[5]];
+  void *ws;
+  size_t ws_bytes;
+  if (workspace_of(fn, &c.tensors[slot_of[8]], &ws, &ws_bytes) < 0) {
+    op_call_release(&c);
+    return NULL;
+  }
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_decode_run(plan, &c.tensors[slot_of[0]], &cache, &c.tensors[slot_of[6]],
+                       has_lse ? &c.tensors[slot_of[7]] : NULL, ws, ws_bytes, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 /* ---- library facts and setup ---------------------------------------------------------------- */
 static PyObject *ext_version(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(ignis_version_string());
@@ -1166,6 +1435,20 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(merge_state, "merge_state(v_a, s_a, v_b, s_b, lse_base, v_out, s_out, stream)"),
     FASTCALL(merge_state_in_place, "merge_state_in_place(v, s, v_other, s_other, mask, lse_base, stream)"),
     FASTCALL(merge_states, "merge_states(v, s, lse_base, v_out, s_out, stream)"),
+    FASTCALL(single_decode_workspace_size,
+             "single_decode_workspace_size(num_qo_heads, head_dim, max_kv_len)"),
+    FASTCALL(single_decode,
+             "single_decode(q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, out, "
+             "lse, workspace, stream)"),
+    FASTCALL(decode_plan_create,
+             "decode_plan_create(device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, "
+             "q_dtype, max_batch_size, max_kv_len, disable_split_kv, fixed_split_size, sm_scale, "
+             "logits_soft_cap, window_left, lse_base)"),
+    FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
+    FASTCALL(decode_plan_update,
+             "decode_plan_update(plan, kv_indptr_host, kv_last_page_len_host, workspace, stream)"),
+    FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
+                         "kv_last_page_len, layout, out, lse, workspace, stream)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

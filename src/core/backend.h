@@ -45,6 +45,22 @@ ignis_status ignis_cuda_pointer_location(const void *ptr, ignis_device_type *typ
 ignis_status ignis_cuda_get_device_info(int32_t ordinal, ignis_device_info *info);
 /* Compiled CUDA targets, e.g. "sm_90a,sm_80", or "" without CUDA. */
 const char *ignis_cuda_compiled_targets(void);
+/* Multiprocessors of CUDA device `device` (cached; 0 without CUDA). */
+int ignis_cuda_device_sm_count(int32_t device);
+
+/* Staging for plans: pinned (page-locked) host memory, events, and one asynchronous host-to-device
+ * copy on `stream` followed by recording `event` there. Events belong to the device they were
+ * created on. Free/destroy accept NULL. */
+ignis_status ignis_cuda_pinned_alloc(size_t bytes, void **ptr);
+void ignis_cuda_pinned_free(void *ptr);
+ignis_status ignis_cuda_event_create(int32_t device, void **event);
+void ignis_cuda_event_destroy(void *event);
+/* *complete = 1 when the work before the event's last record has run (or it was never recorded). */
+ignis_status ignis_cuda_event_query(void *event, int *complete);
+/* Block the host until the event's last record has run. */
+ignis_status ignis_cuda_event_synchronize(void *event);
+ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
+                                             void *event);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,34 @@ ignis_status ignis_cuda_get_device_info(int32_t ordinal, ignis_device_info *info
 
 const char *ignis_cuda_compiled_targets(void) { return ""; }
 
+int ignis_cuda_device_sm_count(int32_t device) { return 0; }
+
+ignis_status ignis_cuda_pinned_alloc(size_t bytes, void **ptr) {
+  *ptr = NULL;
+  return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "the CUDA backend is not built");
+}
+
+void ignis_cuda_pinned_free(void *ptr) {}
+
+ignis_status ignis_cuda_event_create(int32_t device, void **event) {
+  *event = NULL;
+  return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "the CUDA backend is not built");
+}
+
+void ignis_cuda_event_destroy(void *event) {}
+
+ignis_status ignis_cuda_event_query(void *event, int *complete) {
+  *complete = 1;
+  return IGNIS_OK;
+}
+
+ignis_status ignis_cuda_event_synchronize(void *event) { return IGNIS_OK; }
+
+ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
+                                             void *event) {
+  return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "the CUDA backend is not built");
+}
+
 static ignis_status unavailable(const char *op) {
   return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: the CUDA backend is not built", op);
 }
@@ -38,4 +66,7 @@ ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t de
 }
 ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream) {
   return unavailable("merge_state");
+}
+ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
+  return unavailable("decode");
 }

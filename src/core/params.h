@@ -216,6 +216,15 @@ typedef struct ignis_decode_params {
   int64_t max_batch;              /* grid.x of the merge kernel */
   float *partial_out;             /* [max_partials, num_qo_heads, head_dim] f32 */
   float *partial_lse;             /* [max_partials, num_qo_heads] f32, base 2 */
+  /* Implicit schedule (single decode, which knows its one length on the host and so needs no
+   * schedule copy). 0: the schedule is the one above. > 0: work, num_work, request_partials and
+   * batch_size are NULL; the batch is one request of contiguous_kv_len keys cut into
+   * max_work = max(1, ceil(contiguous_kv_len / implicit_chunk_tokens)) items (grid.x = max_work),
+   * item i covering keys [i * implicit_chunk_tokens, min((i + 1) * implicit_chunk_tokens, kv_len)).
+   * max_work == 1: item 0 writes out / lse directly; else item i writes partial row i and the
+   * merge (max_batch = 1) combines rows 0 .. max_work - 1 into request 0.
+   * On the CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
+  int64_t implicit_chunk_tokens;
 } ignis_decode_params;
 
 #ifdef __cplusplus

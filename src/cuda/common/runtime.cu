@@ -1,5 +1,7 @@
-/* CUDA runtime facts for the core: device count, where a pointer lives, device properties, the
- * compiled targets, and the cached SM count launchers use to size grids. */
+/* CUDA runtime facts and services for the core: device count, where a pointer lives, device
+ * properties, the compiled targets, the cached SM count launchers and planners use to size grids,
+ * and what a plan needs to stage its schedule: pinned host buffers, events, and an asynchronous
+ * host-to-device copy that records an event when it has run. */
 #include <stdio.h>
 #include <string.h>
 
@@ -67,4 +69,55 @@ int ignis_cuda_sm_count(int device) {
     cached[device] = count;
   }
   return cached[device];
+}
+
+extern "C" int ignis_cuda_device_sm_count(int32_t device) { return ignis_cuda_sm_count(device); }
+
+extern "C" ignis_status ignis_cuda_pinned_alloc(size_t bytes, void **ptr) {
+  *ptr = NULL;
+  IGNIS_CUDA_CHECK(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable));
+  return IGNIS_OK;
+}
+
+extern "C" void ignis_cuda_pinned_free(void *ptr) {
+  if (ptr)
+    cudaFreeHost(ptr);
+}
+
+extern "C" ignis_status ignis_cuda_event_create(int32_t device, void **event) {
+  *event = NULL;
+  IGNIS_CUDA_ON_DEVICE(device);
+  cudaEvent_t e;
+  IGNIS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *event = e;
+  return IGNIS_OK;
+}
+
+extern "C" void ignis_cuda_event_destroy(void *event) {
+  if (event)
+    cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" ignis_status ignis_cuda_event_query(void *event, int *complete) {
+  cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+  if (err == cudaErrorNotReady) {
+    *complete = 0;
+    return IGNIS_OK;
+  }
+  IGNIS_CUDA_CHECK(err);
+  *complete = 1;
+  return IGNIS_OK;
+}
+
+extern "C" ignis_status ignis_cuda_event_synchronize(void *event) {
+  IGNIS_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+  return IGNIS_OK;
+}
+
+extern "C" ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device,
+                                                        void *stream, void *event) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  IGNIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
+  IGNIS_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+  return IGNIS_OK;
 }

@@ -1,0 +1,634 @@
+/* Front end of decode attention (include/ignis/decode.h): single decode, and the batch decode
+ * plan (create / workspace size / update / run / destroy).
+ *
+ * Validation names every parameter; nothing is written before all of it has passed. The device
+ * workspace is carved by one function per entry point, used both in counting mode (the size
+ * query) and over the caller's buffer (the run), so the two cannot drift:
+ *   batch decode:  schedule image (sched/decode_plan.h) | partial_out [max_partials, Hq, D] f32
+ *                  | partial_lse [max_partials, Hq] f32
+ *   single decode: partial_out [chunks, Hq, D] f32 | partial_lse [chunks, Hq] f32, chunks the most
+ *                  any device uses for that length (none when it never splits)
+ *
+ * CUDA plans keep a ring of IGNIS_DECODE_STAGING_SLOTS pinned host buffers, each with an event.
+ * plan_update plans into the next slot (waiting for that slot's event only when its previous copy
+ * has not run yet), copies the used part of the image into the workspace with one asynchronous
+ * copy on the caller's stream and records the slot's event. The run only reads the workspace: it
+ * allocates nothing, synchronizes nothing, and its launch shape depends only on the plan.
+ * CPU plans keep the schedule in host memory (no workspace) and remember the planned lengths, which
+ * the run checks against the cache's host index arrays. Single decode plans its split on the host
+ * and passes it as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/paged_kv_check.h"
+#include "core/validate.h"
+#include "core/workspace.h"
+#include "ignis/decode.h"
+#include "sched/decode_plan.h"
+
+#define IGNIS_DECODE_STAGING_SLOTS 4
+
+/* Options resolved into what the kernels take. */
+typedef struct resolved_options {
+  float sm_scale_log2;
+  float logits_soft_cap;
+  int32_t window_left;
+  float lse_scale;
+} resolved_options;
+
+struct ignis_decode_plan {
+  ignis_decode_plan_config config;
+  resolved_options options;
+  ignis_decode_planner planner;
+  size_t schedule_bytes;
+  /* CUDA: staging ring */
+  void *staging[IGNIS_DECODE_STAGING_SLOTS];
+  void *events[IGNIS_DECODE_STAGING_SLOTS];
+  int next_slot;
+  /* CPU: the schedule and the planned lengths */
+  void *host_schedule;
+  int32_t *planned_kv_len;
+  /* the last successful update */
+  int updated;
+  int64_t batch_size;
+  const void *workspace;
+};
+
+static ignis_status check_options(const char *fn, const char *name, const ignis_attention_options *o,
+                                  int64_t head_dim, resolved_options *r) {
+  static const ignis_attention_options defaults = IGNIS_ATTENTION_OPTIONS_INIT;
+  if (!o)
+    o = &defaults;
+  if (o->size < sizeof(ignis_attention_options))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: %s.size=%zu but it must be sizeof(ignis_attention_options)=%zu "
+                           "(IGNIS_ATTENTION_OPTIONS_INIT)",
+                           fn, name, o->size, sizeof(ignis_attention_options));
+  if (!(o->sm_scale >= 0.0) || isinf(o->sm_scale))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.sm_scale=%g but it must be finite and >= 0",
+                           fn, name, o->sm_scale);
+  if (!(o->logits_soft_cap >= 0.0) || isinf(o->logits_soft_cap))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: %s.logits_soft_cap=%g but it must be finite and >= 0", fn, name,
+                           o->logits_soft_cap);
+  if (o->window_left < -1)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.window_left=%d but it must be >= -1", fn,
+                           name, (int)o->window_left);
+  if (o->lse_base != IGNIS_LSE_BASE2 && o->lse_base != IGNIS_LSE_NATURAL)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.lse_base=%d is not an ignis_lse_base", fn,
+                           name, (int)o->lse_base);
+  double sm_scale = o->sm_scale > 0.0 ? o->sm_scale : 1.0 / sqrt((double)head_dim);
+  r->sm_scale_log2 = (float)(sm_scale * 1.4426950408889634);
+  r->logits_soft_cap = (float)o->logits_soft_cap;
+  r->window_left = o->window_left;
+  r->lse_scale = o->lse_base == IGNIS_LSE_NATURAL ? 0.6931471805599453f : 1.0f;
+  return IGNIS_OK;
+}
+
+static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
+  if (head_dim == 64 || head_dim == 128 || head_dim == 256)
+    return IGNIS_OK;
+  if (head_dim <= 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be positive", fn,
+                           what, head_dim);
+  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128 or 256)", fn, what, head_dim);
+}
+
+static ignis_status check_attention_dtype(const char *fn, const char *name, ignis_dtype dtype) {
+  if (dtype != IGNIS_F16 && dtype != IGNIS_BF16)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%s but it must be f16 or bf16", fn, name,
+                           ignis_dtype_name(dtype));
+  return IGNIS_OK;
+}
+
+static ignis_status check_heads(const char *fn, const char *qo_what, int64_t num_qo_heads,
+                                const char *kv_what, int64_t num_kv_heads) {
+  if (num_kv_heads < 1)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be >= 1", fn,
+                           kv_what, num_kv_heads);
+  if (num_qo_heads < 1 || num_qo_heads % num_kv_heads != 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: %s=%" PRId64 " but it must be a positive multiple of %s=%" PRId64, fn,
+                           qo_what, num_qo_heads, kv_what, num_kv_heads);
+  return IGNIS_OK;
+}
+
+/* q and out: [lead..., num_qo_heads, head_dim] (ndim 3 with batch, 2 without), q's dtype, last
+ * dimension contiguous; lse (may be NULL): q's shape without the last dimension, f32. */
+static ignis_status check_q_out_lse(const char *fn, const ignis_tensor *q, const ignis_tensor *out,
+                                    const ignis_tensor *lse, int ndim) {
+  IGNIS_TRY(ignis_check_tensor(fn, "out", out, ndim, ndim));
+  IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
+  IGNIS_TRY(ignis_check_same_shape(fn, "out", out, "q", q));
+  IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "q", q));
+  IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "out", out));
+  IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "q", q));
+  if (lse) {
+    IGNIS_TRY(ignis_check_tensor(fn, "lse", lse, ndim - 1, ndim - 1));
+    if (lse->dtype != IGNIS_F32)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: lse.dtype=%s but it must be f32", fn,
+                             ignis_dtype_name(lse->dtype));
+    static const char *const q_dims[] = {"q.shape[0]", "q.shape[1]"};
+    for (int d = 0; d < ndim - 1; ++d)
+      IGNIS_TRY(ignis_check_dim(fn, "lse", lse, d, q->shape[d], q_dims[d]));
+    IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, "q", q));
+    IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, "out", out));
+  }
+  return IGNIS_OK;
+}
+
+/* f32 partial rows [rows, num_qo_heads, head_dim] and their LSEs; nothing when rows == 0. */
+static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t rows, int64_t num_qo_heads,
+                                   int64_t head_dim, float **partial_out, float **partial_lse) {
+  *partial_out = *partial_lse = NULL;
+  if (rows == 0)
+    return IGNIS_OK;
+  IGNIS_TRY(ignis_workspace_take(ws, fn, "partial_out", rows * num_qo_heads * head_dim, sizeof(float),
+                                 (void **)partial_out));
+  return ignis_workspace_take(ws, fn, "partial_lse", rows * num_qo_heads, sizeof(float),
+                              (void **)partial_lse);
+}
+
+static size_t required_bytes(const ignis_workspace *ws) {
+  return ws->offset ? ignis_workspace_required(ws) : 0;
+}
+
+/* A NULL workspace where `counting` (the pieces carved in counting mode) needs bytes. */
+static ignis_status missing_workspace(const char *fn, const ignis_workspace *counting) {
+  return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "%s: workspace is NULL but %zu bytes are needed",
+                         fn, required_bytes(counting));
+}
+
+/* ---- single decode -------------------------------------------------------------------------- */
+static int64_t single_chunk_rows(int64_t kv_len) {
+  int64_t chunks = ignis_decode_single_max_chunks(kv_len);
+  return chunks > 1 ? chunks : 0;
+}
+
+ignis_status ignis_single_decode_workspace_size(int64_t num_qo_heads, int64_t head_dim, int64_t max_kv_len,
+                                                size_t *bytes) {
+  static const char fn[] = "ignis_single_decode_workspace_size";
+  ignis_clear_error();
+  if (!bytes)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+  if (num_qo_heads < 1)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: num_qo_heads=%" PRId64 " but it must be >= 1",
+                           fn, num_qo_heads);
+  IGNIS_TRY(check_head_dim(fn, "head_dim", head_dim));
+  if (max_kv_len < 0 || max_kv_len > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: max_kv_len=%" PRId64 " but it must be 0..%d",
+                           fn, max_kv_len, INT32_MAX);
+  ignis_workspace ws = ignis_workspace_counting();
+  float *partial_out, *partial_lse;
+  IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(max_kv_len), num_qo_heads, head_dim, &partial_out,
+                           &partial_lse));
+  *bytes = required_bytes(&ws);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
+                                 ignis_kv_layout layout, const ignis_attention_options *options,
+                                 ignis_tensor *out, ignis_tensor *lse, void *workspace,
+                                 size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_single_decode";
+  ignis_clear_error();
+  IGNIS_TRY(ignis_check_tensor(fn, "q", q, 2, 2));
+  IGNIS_TRY(check_attention_dtype(fn, "q.dtype", q->dtype));
+  if (layout != IGNIS_KV_LAYOUT_NHD && layout != IGNIS_KV_LAYOUT_HND)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: layout=%d is not an ignis_kv_layout", fn,
+                           (int)layout);
+  int nhd = layout == IGNIS_KV_LAYOUT_NHD;
+  int token_dim = nhd ? 0 : 1, head_dim_index = nhd ? 1 : 0;
+  IGNIS_TRY(ignis_check_tensor(fn, "k", k, 3, 3));
+  IGNIS_TRY(ignis_check_same_dtype(fn, "k", k, "q", q));
+  IGNIS_TRY(ignis_check_tensor(fn, "v", v, 3, 3));
+  IGNIS_TRY(ignis_check_same_dtype(fn, "v", v, "q", q));
+  IGNIS_TRY(ignis_check_same_shape(fn, "v", v, "k", k));
+  IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "k", k));
+  IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "v", v));
+  int64_t num_qo_heads = q->shape[0], head_dim = q->shape[1];
+  int64_t num_kv_heads = k->shape[head_dim_index], kv_len = k->shape[token_dim];
+  IGNIS_TRY(ignis_check_dim(fn, "k", k, 2, head_dim, "q.shape[1] (head_dim)"));
+  IGNIS_TRY(check_heads(fn, "q.shape[0] (num_qo_heads)", num_qo_heads,
+                        nhd ? "k.shape[1] (num_kv_heads)" : "k.shape[0] (num_kv_heads)", num_kv_heads));
+  if (kv_len > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: k.shape[%d]=%" PRId64 " keys but at most %d are taken", fn, token_dim, kv_len,
+                           INT32_MAX);
+  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 2));
+  const ignis_tensor *kv[] = {k, v};
+  const char *kv_names[] = {"k", "v"};
+  for (int i = 0; i < 2; ++i) {
+    IGNIS_TRY(ignis_check_disjoint(fn, "out", out, kv_names[i], kv[i]));
+    if (lse)
+      IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
+  }
+  resolved_options opt;
+  IGNIS_TRY(check_options(fn, "options", options, head_dim, &opt));
+  IGNIS_TRY(check_head_dim(fn, "q.shape[1] (head_dim)", head_dim));
+  const ignis_tensor *tensors[] = {q, k, v, out, lse};
+  const char *names[] = {"q", "k", "v", "out", "lse"};
+  ignis_device device;
+  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 5, &device));
+
+  ignis_decode_params p;
+  memset(&p, 0, sizeof p);
+  int cpu = device.type == IGNIS_DEVICE_CPU;
+  int64_t sm_count = cpu ? IGNIS_DECODE_CPU_NOMINAL_SMS : ignis_cuda_device_sm_count(device.id);
+  int64_t chunk =
+      ignis_decode_single_chunk_tokens(kv_len, num_kv_heads, sm_count * IGNIS_DECODE_BLOCKS_PER_SM);
+  int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
+  if (!cpu) {
+    ignis_workspace ws =
+        workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
+    float *partial_out, *partial_lse;
+    IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(kv_len), num_qo_heads, head_dim, &partial_out,
+                             &partial_lse));
+    if (!workspace && ws.offset)
+      return missing_workspace(fn, &ws);
+    if (items > 1) {
+      p.partial_out = partial_out;
+      p.partial_lse = partial_lse;
+    }
+  }
+  p.num_qo_heads = num_qo_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.dtype = q->dtype;
+  p.q = q->data;
+  p.q_stride_head = q->strides[0];
+  p.out = out->data;
+  p.out_stride_head = out->strides[0];
+  if (lse) {
+    p.lse = (float *)lse->data;
+    p.lse_stride_head = lse->strides[0];
+  }
+  p.lse_scale = opt.lse_scale;
+  p.sm_scale_log2 = opt.sm_scale_log2;
+  p.logits_soft_cap = opt.logits_soft_cap;
+  p.window_left = opt.window_left;
+  p.cache.num_pages = 1;
+  p.cache.page_size = kv_len;
+  p.cache.num_kv_heads = num_kv_heads;
+  p.cache.head_dim = head_dim;
+  p.cache.batch_size = 1;
+  p.cache.dtype = k->dtype;
+  p.cache.k_cache = k->data;
+  p.cache.k_stride_token = k->strides[token_dim];
+  p.cache.k_stride_head = k->strides[head_dim_index];
+  p.cache.v_cache = v->data;
+  p.cache.v_stride_token = v->strides[token_dim];
+  p.cache.v_stride_head = v->strides[head_dim_index];
+  p.contiguous_kv_len = kv_len;
+  p.max_work = items;
+  p.max_batch = 1;
+  p.implicit_chunk_tokens = chunk;
+  if (cpu)
+    return ignis_cpu_decode(&p);
+  return ignis_cuda_decode(&p, device.id, stream);
+}
+
+/* ---- batch decode: plan ------------------------------------------------------------------------ */
+static ignis_status check_config(const char *fn, const ignis_decode_plan_config *c, resolved_options *opt) {
+  if (!c)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
+  if (c->size < sizeof(ignis_decode_plan_config))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.size=%zu but it must be sizeof(ignis_decode_plan_config)=%zu "
+                           "(IGNIS_DECODE_PLAN_CONFIG_INIT)",
+                           fn, c->size, sizeof(ignis_decode_plan_config));
+  if (c->device.type == IGNIS_DEVICE_CUDA) {
+    int devices = ignis_cuda_device_count();
+    if (devices == 0)
+      return ignis_set_error(
+          IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn, c->device.id,
+          ignis_cuda_compiled_targets()[0] ? "no CUDA device is present" : "the CUDA backend is not built");
+    if (c->device.id < 0 || c->device.id >= devices)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: config.device.id=%d but %d CUDA devices exist", fn, c->device.id, devices);
+  } else if (c->device.type != IGNIS_DEVICE_CPU) {
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.device.type=%d is not an ignis_device_type", fn, (int)c->device.type);
+  }
+  IGNIS_TRY(check_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
+  IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
+  IGNIS_TRY(check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
+  if (c->max_batch_size < 1 || c->max_batch_size >= INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_batch_size=%" PRId64 " but it must be 1..%d", fn,
+                           c->max_batch_size, INT32_MAX - 1);
+  if (c->max_kv_len < 0 || c->max_kv_len > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_kv_len=%" PRId64 " but it must be 0..%d", fn, c->max_kv_len,
+                           INT32_MAX);
+  if (c->disable_split_kv != 0 && c->disable_split_kv != 1)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.disable_split_kv=%d but it must be 0 or 1", fn,
+                           (int)c->disable_split_kv);
+  if (c->fixed_split_size < 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.fixed_split_size=%" PRId64 " but it must be >= 0", fn,
+                           c->fixed_split_size);
+  IGNIS_TRY(check_options(fn, "config.options", &c->options, c->head_dim, opt));
+  return check_head_dim(fn, "config.head_dim", c->head_dim);
+}
+
+ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
+  ignis_clear_error();
+  if (!plan)
+    return IGNIS_OK;
+  for (int i = 0; i < IGNIS_DECODE_STAGING_SLOTS; ++i) {
+    if (plan->events[i])
+      ignis_cuda_event_synchronize(plan->events[i]); /* the slot's copy must have read it */
+    ignis_cuda_event_destroy(plan->events[i]);
+    ignis_cuda_pinned_free(plan->staging[i]);
+  }
+  ignis_clear_error();
+  free(plan->host_schedule);
+  free(plan->planned_kv_len);
+  free(plan);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ignis_decode_plan **out_plan) {
+  static const char fn[] = "ignis_decode_plan_create";
+  ignis_clear_error();
+  if (!out_plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
+  resolved_options options;
+  IGNIS_TRY(check_config(fn, config, &options));
+  int cpu = config->device.type == IGNIS_DEVICE_CPU;
+  int64_t sm_count = cpu ? IGNIS_DECODE_CPU_NOMINAL_SMS : ignis_cuda_device_sm_count(config->device.id);
+  ignis_decode_planner planner;
+  if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,
+                                config->num_kv_heads, sm_count, IGNIS_DECODE_BLOCKS_PER_SM,
+                                config->disable_split_kv, config->fixed_split_size) != 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_batch_size=%" PRId64 ", config.max_kv_len=%" PRId64
+                           " and config.fixed_split_size=%" PRId64 " need more than %d work items",
+                           fn, config->max_batch_size, config->max_kv_len, config->fixed_split_size,
+                           INT32_MAX);
+  ignis_decode_plan *plan = calloc(1, sizeof *plan);
+  if (!plan)
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
+  plan->config = *config;
+  plan->config.size = sizeof(ignis_decode_plan_config);
+  plan->options = options;
+  plan->planner = planner;
+  plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
+  ignis_status status = IGNIS_OK;
+  if (cpu) {
+    plan->host_schedule = malloc(plan->schedule_bytes);
+    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
+    if (!plan->host_schedule || !plan->planned_kv_len)
+      status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
+  } else {
+    for (int i = 0; i < IGNIS_DECODE_STAGING_SLOTS && status == IGNIS_OK; ++i) {
+      status = ignis_cuda_pinned_alloc(plan->schedule_bytes, &plan->staging[i]);
+      if (status == IGNIS_OK)
+        status = ignis_cuda_event_create(config->device.id, &plan->events[i]);
+    }
+  }
+  if (status != IGNIS_OK) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", ignis_last_error());
+    ignis_decode_plan_destroy(plan);
+    return ignis_set_error(status, "%s: %s", fn, message);
+  }
+  *out_plan = plan;
+  return IGNIS_OK;
+}
+
+/* Where the pieces of a plan's workspace are (NULL in counting mode). */
+typedef struct plan_pieces {
+  void *schedule;
+  float *partial_out;
+  float *partial_lse;
+} plan_pieces;
+
+static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
+                               plan_pieces *pieces) {
+  IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)plan->schedule_bytes, 1, &pieces->schedule));
+  return carve_partials(ws, fn, plan->planner.max_partials, plan->config.num_qo_heads, plan->config.head_dim,
+                        &pieces->partial_out, &pieces->partial_lse);
+}
+
+ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes) {
+  static const char fn[] = "ignis_decode_workspace_size";
+  ignis_clear_error();
+  if (!plan || !bytes)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, plan ? "bytes" : "plan");
+  if (plan->config.device.type == IGNIS_DEVICE_CPU) {
+    *bytes = 0;
+    return IGNIS_OK;
+  }
+  ignis_workspace ws = ignis_workspace_counting();
+  plan_pieces pieces;
+  IGNIS_TRY(carve_plan(&ws, fn, plan, &pieces));
+  *bytes = required_bytes(&ws);
+  return IGNIS_OK;
+}
+
+static int64_t planned_length(const int32_t *kv_indptr, const int32_t *kv_last_page_len, int64_t b,
+                              int64_t page_size) {
+  int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+  return pages > 0 ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
+}
+
+/* The workspace of a CUDA plan: large enough, and device memory of the plan's device. */
+static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
+                                        size_t workspace_bytes, plan_pieces *pieces) {
+  ignis_workspace ws =
+      workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
+  IGNIS_TRY(carve_plan(&ws, fn, plan, pieces));
+  return workspace ? IGNIS_OK : missing_workspace(fn, &ws);
+}
+
+ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
+                                      const int32_t *kv_last_page_len_host, int64_t batch_size,
+                                      void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_decode_plan_update";
+  ignis_clear_error();
+  if (!plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
+  const ignis_decode_plan_config *c = &plan->config;
+  if (batch_size < 0 || batch_size > c->max_batch_size)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: batch_size=%" PRId64 " but it must be 0..%" PRId64
+                           " (the plan's max_batch_size)",
+                           fn, batch_size, c->max_batch_size);
+  if (!kv_indptr_host)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: kv_indptr_host is NULL", fn);
+  if (!kv_last_page_len_host && batch_size > 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: kv_last_page_len_host is NULL", fn);
+  IGNIS_TRY(
+      ignis_check_indptr_contents(fn, "kv_indptr_host", kv_indptr_host, batch_size, INT32_MAX, "INT32_MAX"));
+  IGNIS_TRY(ignis_check_last_page_len_contents(fn, "kv_last_page_len_host", kv_indptr_host,
+                                               kv_last_page_len_host, batch_size, c->page_size));
+  for (int64_t b = 0; b < batch_size; ++b) {
+    int64_t kv_len = planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
+    if (kv_len > c->max_kv_len)
+      return ignis_set_error(
+          IGNIS_ERROR_INVALID_ARGUMENT,
+          "%s: request %" PRId64 " has %" PRId64
+          " keys (kv_indptr_host, kv_last_page_len_host) but the plan's max_kv_len=%" PRId64,
+          fn, b, kv_len, c->max_kv_len);
+  }
+
+  if (c->device.type == IGNIS_DEVICE_CPU) {
+    plan->updated = 0;
+    ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size,
+                            plan->host_schedule);
+    for (int64_t b = 0; b < batch_size; ++b)
+      plan->planned_kv_len[b] =
+          (int32_t)planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
+    plan->batch_size = batch_size;
+    plan->workspace = NULL;
+    plan->updated = 1;
+    return IGNIS_OK;
+  }
+
+  plan_pieces pieces;
+  IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+  ignis_device_type type;
+  int32_t id;
+  if (ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
+      (type != IGNIS_DEVICE_CUDA || id != c->device.id))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: workspace is not memory of cuda:%d (the plan's device)", fn, c->device.id);
+  int slot = plan->next_slot;
+  int complete = 0;
+  IGNIS_TRY(ignis_cuda_event_query(plan->events[slot], &complete));
+  if (!complete)
+    IGNIS_TRY(ignis_cuda_event_synchronize(plan->events[slot]));
+  plan->updated = 0;
+  size_t used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size,
+                                        plan->staging[slot]);
+  IGNIS_TRY(ignis_cuda_copy_to_device_async(pieces.schedule, plan->staging[slot], used, c->device.id, stream,
+                                            plan->events[slot]));
+  plan->next_slot = (slot + 1) % IGNIS_DECODE_STAGING_SLOTS;
+  plan->batch_size = batch_size;
+  plan->workspace = workspace;
+  plan->updated = 1;
+  return IGNIS_OK;
+}
+
+/* ---- batch decode: run ---------------------------------------------------------------------- */
+static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *q,
+                                    const ignis_paged_kv_cache *cache, ignis_paged_kv_params *kv) {
+  const ignis_decode_plan_config *c = &plan->config;
+  IGNIS_TRY(ignis_check_paged_kv_cache(fn, cache, kv));
+  IGNIS_TRY(ignis_check_same_dtype(fn, "cache.k_cache", &cache->k_cache, "q", q));
+  int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size,
+                            "the plan's page_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 2 : 1, c->num_kv_heads,
+                            "the plan's num_kv_heads"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim, "the plan's head_dim"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.indptr", &cache->indptr, 0, plan->batch_size + 1,
+                            "the planned batch_size + 1"));
+  return IGNIS_OK;
+}
+
+ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,
+                              const ignis_paged_kv_cache *cache, ignis_tensor *out, ignis_tensor *lse,
+                              void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_decode_run";
+  ignis_clear_error();
+  if (!plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
+  if (!plan->updated)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
+  const ignis_decode_plan_config *c = &plan->config;
+  IGNIS_TRY(ignis_check_tensor(fn, "q", q, 3, 3));
+  if (q->dtype != c->q_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.dtype=%s but the plan's q_dtype=%s", fn,
+                           ignis_dtype_name(q->dtype), ignis_dtype_name(c->q_dtype));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 0, plan->batch_size, "the planned batch_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
+  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3));
+  ignis_decode_params p;
+  memset(&p, 0, sizeof p);
+  IGNIS_TRY(check_run_cache(fn, plan, q, cache, &p.cache));
+  const ignis_tensor *kv[] = {&cache->k_cache, &cache->v_cache};
+  const char *kv_names[] = {"cache.k_cache", "cache.v_cache"};
+  for (int i = 0; i < 2; ++i) {
+    IGNIS_TRY(ignis_check_disjoint(fn, "out", out, kv_names[i], kv[i]));
+    if (lse)
+      IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
+  }
+  const ignis_tensor *tensors[] = {
+      q, &cache->k_cache, &cache->v_cache, &cache->indptr, &cache->indices, &cache->last_page_len, out, lse};
+  const char *names[] = {
+      "q",  "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices", "cache.last_page_len", "out",
+      "lse"};
+  ignis_device device;
+  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 8, &device));
+  if (device.type != c->device.type || (device.type == IGNIS_DEVICE_CUDA && device.id != c->device.id))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
+                           device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", device.id,
+                           c->device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", c->device.id);
+
+  const resolved_options *opt = &plan->options;
+  void *schedule;
+  if (device.type == IGNIS_DEVICE_CPU) {
+    IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));
+    for (int64_t b = 0; b < plan->batch_size; ++b) {
+      int64_t kv_len = planned_length(p.cache.indptr, p.cache.last_page_len, b, c->page_size);
+      if (kv_len != plan->planned_kv_len[b])
+        return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                               "%s: cache.indptr / cache.last_page_len give request %" PRId64 " %" PRId64
+                               " keys but it was planned with %d",
+                               fn, b, kv_len, (int)plan->planned_kv_len[b]);
+    }
+    schedule = plan->host_schedule;
+  } else {
+    if (workspace != plan->workspace)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
+    plan_pieces pieces;
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    schedule = pieces.schedule;
+    p.partial_out = pieces.partial_out;
+    p.partial_lse = pieces.partial_lse;
+  }
+  if (plan->batch_size == 0)
+    return IGNIS_OK;
+
+  p.num_qo_heads = c->num_qo_heads;
+  p.num_kv_heads = c->num_kv_heads;
+  p.head_dim = c->head_dim;
+  p.dtype = q->dtype;
+  p.q = q->data;
+  p.q_stride_batch = q->strides[0];
+  p.q_stride_head = q->strides[1];
+  p.out = out->data;
+  p.out_stride_batch = out->strides[0];
+  p.out_stride_head = out->strides[1];
+  if (lse) {
+    p.lse = (float *)lse->data;
+    p.lse_stride_batch = lse->strides[0];
+    p.lse_stride_head = lse->strides[1];
+  }
+  p.lse_scale = opt->lse_scale;
+  p.sm_scale_log2 = opt->sm_scale_log2;
+  p.logits_soft_cap = opt->logits_soft_cap;
+  p.window_left = opt->window_left;
+  ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
+  p.work = ignis_decode_schedule_work_of(&plan->planner, schedule);
+  p.num_work = &header->num_work;
+  p.max_work = plan->planner.max_work;
+  p.request_partials = ignis_decode_schedule_partials_of(schedule);
+  p.batch_size = &header->batch_size;
+  p.max_batch = plan->planner.max_batch;
+  if (device.type == IGNIS_DEVICE_CPU)
+    return ignis_cpu_decode(&p);
+  return ignis_cuda_decode(&p, device.id, stream);
+}

@@ -1,0 +1,160 @@
+/* The decode planner (see decode_plan.h): bounds from the configuration, the chunk choice for a
+ * batch (binary search over the chunk size in pages), and the schedule image. */
+#include "sched/decode_plan.h"
+
+static int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+static int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+
+static int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+/* Smallest auto chunk, in pages: at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens. */
+static int64_t min_chunk_pages(int64_t page_size) {
+  return ceil_div(IGNIS_DECODE_MIN_CHUNK_TOKENS, page_size);
+}
+
+/* Items of the longest request the plan admits, with chunks of chunk_pages pages. */
+static int64_t longest_request_items(const ignis_decode_planner *pl, int64_t chunk_pages) {
+  int64_t pages = ceil_div(pl->max_kv_len, pl->page_size);
+  return max64(1, ceil_div(pages, chunk_pages));
+}
+
+int ignis_decode_planner_init(ignis_decode_planner *pl, int64_t max_batch, int64_t max_kv_len,
+                              int64_t page_size, int64_t num_kv_heads, int64_t sm_count,
+                              int64_t blocks_per_sm, int32_t disable_split_kv, int64_t fixed_split_pages) {
+  pl->max_batch = max_batch;
+  pl->max_kv_len = max_kv_len;
+  pl->page_size = page_size;
+  pl->num_kv_heads = num_kv_heads;
+  pl->wave = sm_count * blocks_per_sm;
+  pl->disable_split_kv = disable_split_kv;
+  pl->fixed_split_pages = disable_split_kv ? 0 : fixed_split_pages;
+  if (max_batch >= INT32_MAX || max_kv_len > INT32_MAX)
+    return -1;
+  if (disable_split_kv) {
+    pl->max_work = max_batch;
+    pl->max_partials = 0;
+  } else if (pl->fixed_split_pages > 0) {
+    int64_t items = longest_request_items(pl, pl->fixed_split_pages);
+    if (items > INT32_MAX / max_batch)
+      return -1;
+    pl->max_work = max_batch * items;
+    pl->max_partials = items > 1 ? pl->max_work : 0;
+  } else {
+    int64_t items = longest_request_items(pl, min_chunk_pages(page_size));
+    int64_t wave_items = pl->wave / num_kv_heads;
+    if (items > 1 && wave_items > 1) {
+      int64_t split_cap = items > INT32_MAX / max_batch ? wave_items : min64(wave_items, max_batch * items);
+      pl->max_work = max64(max_batch, split_cap);
+      pl->max_partials = split_cap;
+    } else {
+      pl->max_work = max_batch;
+      pl->max_partials = 0;
+    }
+  }
+  return pl->max_work <= INT32_MAX ? 0 : -1;
+}
+
+size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
+  size_t partials_bytes = (size_t)(pl->max_batch + 1) * sizeof(int32_t);
+  return sizeof(ignis_decode_schedule_header) + (partials_bytes + 15) / 16 * 16;
+}
+
+size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
+  return ignis_decode_schedule_work_offset(pl) + (size_t)pl->max_work * sizeof(ignis_decode_work);
+}
+
+static int64_t request_pages(const int32_t *kv_indptr, int64_t b) {
+  return (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+}
+
+/* Items of the whole batch with chunks of chunk_pages pages. */
+static int64_t count_items(const int32_t *kv_indptr, int64_t batch, int64_t chunk_pages) {
+  int64_t total = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    total += max64(1, ceil_div(request_pages(kv_indptr, b), chunk_pages));
+  return total;
+}
+
+/* Chunk (pages) for a batch; 0 means no split. */
+static int64_t choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch) {
+  if (pl->disable_split_kv)
+    return 0;
+  if (pl->fixed_split_pages > 0)
+    return pl->fixed_split_pages;
+  if (batch * pl->num_kv_heads >= pl->wave)
+    return 0;
+  int64_t wave_items = pl->wave / pl->num_kv_heads;
+  int64_t lo = min_chunk_pages(pl->page_size), longest = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    longest = max64(longest, request_pages(kv_indptr, b));
+  if (longest <= lo) /* every request fits one smallest chunk */
+    return 0;
+  /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */
+  if (count_items(kv_indptr, batch, lo) <= wave_items)
+    return lo;
+  int64_t hi = longest;
+  while (hi - lo > 1) { /* invariant: lo does not fit, hi fits */
+    int64_t mid = lo + (hi - lo) / 2;
+    if (count_items(kv_indptr, batch, mid) <= wave_items)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, const int32_t *kv_indptr,
+                               const int32_t *kv_last_page_len, int64_t batch, void *image) {
+  ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
+  int32_t *partials = ignis_decode_schedule_partials_of(image);
+  ignis_decode_work *work = ignis_decode_schedule_work_of(pl, image);
+  int64_t chunk_pages = choose_chunk_pages(pl, kv_indptr, batch);
+  int64_t chunk_tokens = chunk_pages * pl->page_size;
+  int32_t num_work = 0, num_partials = 0, any_split = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t pages = request_pages(kv_indptr, b);
+    int64_t kv_len = pages > 0 ? (pages - 1) * pl->page_size + kv_last_page_len[b] : 0;
+    int64_t items = chunk_pages > 0 ? max64(1, ceil_div(pages, chunk_pages)) : 1;
+    partials[b] = num_partials;
+    if (items == 1) {
+      ignis_decode_work w = {(int32_t)b, 0, (int32_t)kv_len, -1};
+      work[num_work++] = w;
+      continue;
+    }
+    any_split = 1;
+    for (int64_t i = 0; i < items; ++i) {
+      ignis_decode_work w = {(int32_t)b, (int32_t)(i * chunk_tokens),
+                             (int32_t)min64((i + 1) * chunk_tokens, kv_len), num_partials++};
+      work[num_work++] = w;
+    }
+  }
+  partials[batch] = num_partials;
+  header->num_work = num_work;
+  header->batch_size = (int32_t)batch;
+  header->num_partials = num_partials;
+  header->chunk_pages = any_split ? (int32_t)chunk_pages : 0;
+  return ignis_decode_schedule_work_offset(pl) + (size_t)num_work * sizeof(ignis_decode_work);
+}
+
+int64_t ignis_decode_single_max_chunks(int64_t max_kv_len) {
+  return max64(1, min64(IGNIS_DECODE_SINGLE_MAX_CHUNKS, max_kv_len / IGNIS_DECODE_MIN_CHUNK_TOKENS));
+}
+
+int64_t ignis_decode_single_chunk_tokens(int64_t kv_len, int64_t num_kv_heads, int64_t wave) {
+  int64_t unsplit = max64(kv_len, 1);
+  if (num_kv_heads >= wave)
+    return unsplit;
+  int64_t chunks = min64(wave / num_kv_heads, ignis_decode_single_max_chunks(kv_len));
+  if (chunks <= 1)
+    return unsplit;
+  /* >= kv_len / chunks >= IGNIS_DECODE_MIN_CHUNK_TOKENS; a multiple of 64 keeps tiles aligned. */
+  int64_t chunk = ceil_div(ceil_div(kv_len, chunks), 64) * 64;
+  return chunk >= kv_len ? unsplit : chunk;
+}

@@ -1,0 +1,90 @@
+/* The decode planner (pure C, no CUDA): how a batch of decode requests is cut into work items.
+ *
+ * A work item (core/params.h: ignis_decode_work) is a chunk [kv_start, kv_end) of one request's
+ * keys; the attention kernel runs one block per (item, KV head). A request cut into several items
+ * is "split": each item writes a partial row (f32 output + base-2 LSE) and the merge step combines
+ * them. Policy, from the plan's configuration:
+ *   - disable_split_kv: one item per request (batch-invariant).
+ *   - fixed_split_pages > 0: chunks of exactly that many pages (the last one shorter), whatever
+ *     the batch: a request's items, and so its result, do not depend on the other requests.
+ *   - auto: no split when batch * num_kv_heads already fills one wave (SMs * blocks per SM);
+ *     otherwise the smallest chunk, in pages, of at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens,
+ *     such that all items * num_kv_heads fit one wave (found by binary search over the chunk).
+ * A request with no keys gets one item (the kernel writes out = 0, lse = -inf).
+ *
+ * The schedule travels as one byte image (the same layout in host staging and device workspace,
+ * so plan_update copies it with one memcpy):
+ *   [0, 16)                    ignis_decode_schedule_header
+ *   [16, work_offset)          request_partials [max_batch + 1] int32 (padded to 16 bytes)
+ *   [work_offset, ...)         work [max_work] (16 bytes each); only num_work are meaningful
+ * The bounds max_work / max_partials depend only on the configuration, so a workspace sized from
+ * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic. */
+#ifndef IGNIS_SCHED_DECODE_PLAN_H
+#define IGNIS_SCHED_DECODE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/params.h"
+
+#define IGNIS_DECODE_BLOCKS_PER_SM 4        /* attention blocks assumed resident per SM */
+#define IGNIS_DECODE_MIN_CHUNK_TOKENS 256   /* auto split: no chunk shorter (but a request's last) */
+#define IGNIS_DECODE_SINGLE_MAX_CHUNKS 1024 /* single decode: at most this many chunks, any device */
+#define IGNIS_DECODE_CPU_NOMINAL_SMS 132    /* the CPU backend plans as for an H100/H200 */
+
+typedef struct ignis_decode_planner {
+  int64_t max_batch;
+  int64_t max_kv_len;
+  int64_t page_size;
+  int64_t num_kv_heads;
+  int64_t wave; /* attention blocks resident at once */
+  int32_t disable_split_kv;
+  int64_t fixed_split_pages; /* > 0: fixed chunks; 0: auto */
+  int64_t max_work;          /* bounds over every batch within the maxima */
+  int64_t max_partials;
+} ignis_decode_planner;
+
+typedef struct ignis_decode_schedule_header {
+  int32_t num_work;
+  int32_t batch_size;
+  int32_t num_partials; /* request_partials[batch_size] */
+  int32_t chunk_pages;  /* pages per chunk of split requests; 0 when no request is split */
+} ignis_decode_schedule_header;
+
+/* Fill the planner and its bounds. Returns 0, or -1 when a bound does not fit the int32 fields of
+ * the schedule (max_batch, max_kv_len or the item count). Arguments must be positive, except
+ * max_kv_len >= 0 and fixed_split_pages >= 0. */
+int ignis_decode_planner_init(ignis_decode_planner *planner, int64_t max_batch, int64_t max_kv_len,
+                              int64_t page_size, int64_t num_kv_heads, int64_t sm_count,
+                              int64_t blocks_per_sm, int32_t disable_split_kv, int64_t fixed_split_pages);
+
+/* Byte offset of the work list in the image, and the image's full size (both multiples of 16). */
+size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *planner);
+size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
+
+/* Plan a batch into `image` (ignis_decode_schedule_bytes bytes, 16-byte aligned). The inputs must
+ * already be valid: kv_indptr non-decreasing, last_page_len in 1..page_size for requests with
+ * pages, lengths <= max_kv_len, batch_size <= max_batch. Returns the bytes of the image that hold
+ * the schedule (header, request_partials and the num_work items used). */
+size_t ignis_decode_plan_batch(const ignis_decode_planner *planner, const int32_t *kv_indptr,
+                               const int32_t *kv_last_page_len, int64_t batch_size, void *image);
+
+/* Typed views of an image. */
+static inline ignis_decode_schedule_header *ignis_decode_schedule_header_of(void *image) {
+  return (ignis_decode_schedule_header *)image;
+}
+static inline int32_t *ignis_decode_schedule_partials_of(void *image) {
+  return (int32_t *)((char *)image + sizeof(ignis_decode_schedule_header));
+}
+static inline ignis_decode_work *ignis_decode_schedule_work_of(const ignis_decode_planner *planner,
+                                                               void *image) {
+  return (ignis_decode_work *)((char *)image + ignis_decode_schedule_work_offset(planner));
+}
+
+/* Single decode: keys per chunk for one request of kv_len keys (kv_len, at least 1, when it is not
+ * split), from the same policy with at most IGNIS_DECODE_SINGLE_MAX_CHUNKS chunks. */
+int64_t ignis_decode_single_chunk_tokens(int64_t kv_len, int64_t num_kv_heads, int64_t wave);
+/* The most chunks single decode can use for any kv_len <= max_kv_len on any device. */
+int64_t ignis_decode_single_max_chunks(int64_t max_kv_len);
+
+#endif

@@ -132,12 +132,15 @@ static void qo_make(qo_set *s, h_backend backend, ignis_dtype dtype, int ndim, i
   s->H = H;
   s->D = D;
   int64_t shape[3] = {B, H, D}, qs[3], os[3], ls[2];
-  int64_t qh = strided ? D + 8 : D, oh = strided ? D + 4 : D;
+  /* The CUDA kernels need 16-byte aligned rows (strides and offsets in multiples of 8 elements):
+   * on the GPU the padding keeps that; on the CPU it is deliberately odd. */
+  const int cuda = backend == H_CUDA;
+  int64_t qh = strided ? D + 8 : D, oh = strided ? D + (cuda ? 8 : 4) : D;
   qs[2] = os[2] = 1;
   qs[1] = qh;
-  qs[0] = H * qh + (strided ? 3 : 0);
+  qs[0] = H * qh + (strided ? (cuda ? 8 : 3) : 0);
   os[1] = oh;
-  os[0] = H * oh + (strided ? 1 : 0);
+  os[0] = H * oh + (strided ? (cuda ? 8 : 1) : 0);
   ls[0] = strided ? 1 : H;
   ls[1] = strided ? B + 1 : 1;
   int off = ndim == 3 ? 0 : 1;
@@ -145,12 +148,12 @@ static void qo_make(qo_set *s, h_backend backend, ignis_dtype dtype, int ndim, i
           o_extent = h_view_extent(2, ndim, shape + off, os + off);
   int64_t l_extent = h_view_extent(1, ndim - 1, shape + off, ndim == 3 ? ls : ls + 1) + 2;
   s->q = h_buf_alloc(backend, dtype, q_extent + 1);
-  s->out = h_buf_alloc(backend, dtype, o_extent + 3);
+  s->out = h_buf_alloc(backend, dtype, o_extent + 10);
   s->lse = h_buf_alloc(backend, IGNIS_F32, l_extent);
   for (int64_t i = 0; i < s->q.count; ++i)
     h_set(&s->q, i, h_rng_normal(rng) * q_scale);
   s->tq = h_view(&s->q, 0, ndim, shape + off, qs + off);
-  s->tout = h_view(&s->out, 2, ndim, shape + off, os + off);
+  s->tout = h_view(&s->out, cuda ? 8 : 2, ndim, shape + off, os + off);
   s->tlse = h_view(&s->lse, 1, ndim - 1, shape + off, ndim == 3 ? ls : ls + 1);
   s->out_mask = calloc((size_t)s->out.count, 1);
   s->lse_mask = calloc((size_t)s->lse.count, 1);
@@ -589,17 +592,19 @@ static void run_single_case(h_backend backend, int64_t L, int64_t Hkv, int64_t g
          ignis_dtype_name(dtype), nhd ? "NHD" : "HND", o->sm_scale, o->soft_cap, o->window_left, (int)o->base,
          o->with_lse);
   /* padded rows: token stride (NHD) / head stride (HND) larger than needed */
-  int64_t row = D + 8, st = nhd ? Hkv * row + 4 : row, sh = nhd ? row : L * row + 4;
+  const int64_t pad = backend == H_CUDA ? 8 : 4; /* the GPU needs 16-byte aligned rows */
+  int64_t row = D + 8, st = nhd ? Hkv * row + pad : row, sh = nhd ? row : L * row + pad;
   int64_t shape[3] = {nhd ? L : Hkv, nhd ? Hkv : L, D}, strides[3] = {nhd ? st : sh, nhd ? sh : st, 1};
   int64_t extent = h_view_extent(0, 3, shape, strides) + 16;
-  h_buf k = h_buf_alloc(backend, dtype, extent), v = h_buf_alloc(backend, dtype, extent + 4);
+  h_buf k = h_buf_alloc(backend, dtype, extent), v = h_buf_alloc(backend, dtype, extent + 8);
   for (int64_t i = 0; i < extent; ++i) {
     h_set(&k, i, h_rng_normal(rng));
     h_set(&v, i, h_rng_normal(rng));
   }
   h_buf_upload(&k);
   h_buf_upload(&v);
-  ignis_tensor tk = h_view(&k, 0, 3, shape, strides), tv = h_view(&v, 3, 3, shape, strides);
+  const int64_t v_off = backend == H_CUDA ? 8 : 3;
+  ignis_tensor tk = h_view(&k, 0, 3, shape, strides), tv = h_view(&v, v_off, 3, shape, strides);
   qo_set s;
   qo_make(&s, backend, dtype, 2, 1, H, D, (int)(L % 2), rng, 1.5);
   double *kd = to_doubles(&k), *vd = to_doubles(&v), q[256];
@@ -609,7 +614,7 @@ static void run_single_case(h_backend backend, int64_t L, int64_t Hkv, int64_t g
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t j = 0; j < L; ++j) {
       k_rows[j] = j * st + (h / group) * sh;
-      v_rows[j] = 3 + k_rows[j];
+      v_rows[j] = v_off + k_rows[j];
     }
     qo_query(&s, 0, h, q);
     ref_attention(q, D, L, kd, k_rows, vd, v_rows, o, ref_out + h * D, ref_lse + h);
@@ -1020,6 +1025,12 @@ static void test_bad_inputs(h_backend backend) {
     size_t wsb = backend == H_CUDA ? bytes : 0;
 #define SINGLE(qt, kt, vt, layout, ot, lt)                                                                   \
   ignis_single_decode((qt), (kt), (vt), (layout), NULL, (ot), (lt), wsp, wsb, NULL)
+    if (backend == H_CUDA) { /* documented: the GPU needs 16-byte aligned rows */
+      ignis_tensor shifted = tk;
+      shifted.data = (char *)shifted.data + 2 * ignis_dtype_size(shifted.dtype);
+      shifted.shape[0] = L - 1;
+      BAD(SINGLE(&q1, &shifted, &tv, IGNIS_KV_LAYOUT_NHD, &o1, &l1), UNS, "16-byte aligned");
+    }
     ignis_tensor bk;
     bk = tk;
     bk.shape[2] = bk.strides[1] = 96;

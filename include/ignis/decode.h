@@ -10,7 +10,9 @@
  *
  * Layout: q [batch, num_qo_heads, head_dim] (single decode: [num_qo_heads, head_dim]), out the
  * same shape, lse [batch, num_qo_heads] f32 (optional); leading strides of q, out and lse may be
- * anything, the last dimension of q and out must have stride 1. q and out f16 or bf16 (out the
+ * anything, the last dimension of q and out must have stride 1. On the CUDA backend q, out, K and
+ * V must also start 16-byte aligned with strides that are multiples of 8 elements (the kernels
+ * use 16-byte loads; IGNIS_ERROR_UNSUPPORTED otherwise, nothing written). q and out f16 or bf16 (out the
  * dtype of q); K/V f16 or bf16, the dtype of q (fp8 K/V: a later version). Head dims compiled:
  * 64, 128, 256 (IGNIS_ERROR_UNSUPPORTED otherwise). Arithmetic is f32.
  *

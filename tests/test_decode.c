@@ -1026,10 +1026,11 @@ static void test_bad_inputs(h_backend backend) {
 #define SINGLE(qt, kt, vt, layout, ot, lt)                                                                   \
   ignis_single_decode((qt), (kt), (vt), (layout), NULL, (ot), (lt), wsp, wsb, NULL)
     if (backend == H_CUDA) { /* documented: the GPU needs 16-byte aligned rows */
-      ignis_tensor shifted = tk;
-      shifted.data = (char *)shifted.data + 2 * ignis_dtype_size(shifted.dtype);
-      shifted.shape[0] = L - 1;
-      BAD(SINGLE(&q1, &shifted, &tv, IGNIS_KV_LAYOUT_NHD, &o1, &l1), UNS, "16-byte aligned");
+      ignis_tensor shifted_k = tk, shifted_v = tv;
+      shifted_k.data = (char *)shifted_k.data + 2 * ignis_dtype_size(shifted_k.dtype);
+      shifted_v.data = (char *)shifted_v.data + 2 * ignis_dtype_size(shifted_v.dtype);
+      shifted_k.shape[0] = shifted_v.shape[0] = L - 1;
+      BAD(SINGLE(&q1, &shifted_k, &shifted_v, IGNIS_KV_LAYOUT_NHD, &o1, &l1), UNS, "16-byte aligned");
     }
     ignis_tensor bk;
     bk = tk;

@@ -16,7 +16,7 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext
+from . import _ext, activation, cascade, decode, norm, page, rope
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -67,43 +67,16 @@ def cuda_device_count():
     return _ext.cuda_device_count()
 
 
-__all__ = [
-    "rmsnorm",
-    "fused_add_rmsnorm",
-    "gemma_rmsnorm",
-    "gemma_fused_add_rmsnorm",
-    "layernorm",
-    "silu_and_mul",
-    "gelu_and_mul",
-    "gelu_tanh_and_mul",
-    "apply_rope",
-    "apply_rope_inplace",
-    "apply_rope_pos_ids",
-    "apply_rope_pos_ids_inplace",
-    "apply_llama31_rope",
-    "apply_llama31_rope_inplace",
-    "apply_llama31_rope_pos_ids",
-    "apply_llama31_rope_pos_ids_inplace",
-    "apply_rope_with_cos_sin_cache",
-    "apply_rope_with_cos_sin_cache_inplace",
-    "append_paged_kv_cache",
-    "get_batch_indices_positions",
-    "get_seq_lens",
-    "merge_state",
-    "merge_state_in_place",
-    "merge_states",
-    "single_decode_with_kv_cache",
-    "BatchDecodeWithPagedKVCacheWrapper",
-    "version",
-    "build_info",
-    "cuda_device_count",
-    "Error",
-    "InvalidArgumentError",
-    "DtypeError",
-    "UnsupportedError",
-    "InsufficientWorkspaceError",
-    "CudaError",
-    "InternalError",
-    "BackendUnavailableError",
-    "ArgumentTypeError",
-]
+# The ops are listed once, in their modules; the package exports them all.
+__all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
+           + ["version", "build_info", "cuda_device_count",
+              "Error",
+              "InvalidArgumentError",
+              "DtypeError",
+              "UnsupportedError",
+              "InsufficientWorkspaceError",
+              "CudaError",
+              "InternalError",
+              "BackendUnavailableError",
+              "ArgumentTypeError",
+              ])

@@ -51,6 +51,15 @@ static ignis_state_layout states_layout(const ignis_tensor *t) {
   return l;
 }
 
+/* A state v (and, when s_name is not NULL, its LSE s) shaped and typed like the reference v. */
+static ignis_status check_state_like(const char *fn, const char *v_name, const ignis_tensor *v, const char *s_name,
+                                     const ignis_tensor *s, const char *ref_name, const ignis_tensor *ref) {
+  IGNIS_TRY(check_v(fn, v_name, v, 3));
+  IGNIS_TRY(ignis_check_same_dtype(fn, v_name, v, ref_name, ref));
+  IGNIS_TRY(ignis_check_same_shape(fn, v_name, v, ref_name, ref));
+  return s_name ? check_s(fn, s_name, s, v_name, v) : IGNIS_OK;
+}
+
 /* The two input states of the pair forms (v_a, s_a) and (v_b, s_b). */
 static void set_pair_inputs(ignis_merge_state_params *p, const ignis_tensor *v_a, const ignis_tensor *s_a,
                             const ignis_tensor *v_b, const ignis_tensor *s_b) {
@@ -86,15 +95,8 @@ ignis_status ignis_merge_state(const ignis_tensor *v_a, const ignis_tensor *s_a,
   ignis_merge_state_params p = {0};
   IGNIS_TRY(check_v(fn, "v_a", v_a, 3));
   IGNIS_TRY(check_s(fn, "s_a", s_a, "v_a", v_a));
-  IGNIS_TRY(check_v(fn, "v_b", v_b, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "v_b", v_b, "v_a", v_a));
-  IGNIS_TRY(ignis_check_same_shape(fn, "v_b", v_b, "v_a", v_a));
-  IGNIS_TRY(check_s(fn, "s_b", s_b, "v_b", v_b));
-  IGNIS_TRY(check_v(fn, "v_out", v_out, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "v_out", v_out, "v_a", v_a));
-  IGNIS_TRY(ignis_check_same_shape(fn, "v_out", v_out, "v_a", v_a));
-  if (s_out)
-    IGNIS_TRY(check_s(fn, "s_out", s_out, "v_out", v_out));
+  IGNIS_TRY(check_state_like(fn, "v_b", v_b, "s_b", s_b, "v_a", v_a));
+  IGNIS_TRY(check_state_like(fn, "v_out", v_out, s_out ? "s_out" : NULL, s_out, "v_a", v_a));
   IGNIS_TRY(check_base(fn, base, &p.log2_scale));
   const ignis_tensor *inputs[] = {v_a, s_a, v_b, s_b};
   const char *input_names[] = {"v_a", "s_a", "v_b", "s_b"};
@@ -128,10 +130,7 @@ ignis_status ignis_merge_state_in_place(ignis_tensor *v, ignis_tensor *s, const 
   ignis_merge_state_params p = {0};
   IGNIS_TRY(check_v(fn, "v", v, 3));
   IGNIS_TRY(check_s(fn, "s", s, "v", v));
-  IGNIS_TRY(check_v(fn, "v_other", v_other, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "v_other", v_other, "v", v));
-  IGNIS_TRY(ignis_check_same_shape(fn, "v_other", v_other, "v", v));
-  IGNIS_TRY(check_s(fn, "s_other", s_other, "v_other", v_other));
+  IGNIS_TRY(check_state_like(fn, "v_other", v_other, "s_other", s_other, "v", v));
   if (mask) {
     IGNIS_TRY(ignis_check_tensor(fn, "mask", mask, 1, 1));
     if (mask->dtype != IGNIS_U8)

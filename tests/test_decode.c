@@ -392,6 +392,7 @@ static int plan_open(plan_env *e, h_backend backend, const kv_batch *c, int64_t 
   config.head_dim = c->D;
   config.page_size = c->P;
   config.q_dtype = dtype;
+  config.kv_dtype = config.q_dtype;
   config.max_batch_size = max_batch;
   config.max_kv_len = max_kv_len;
   config.disable_split_kv = mode == SPLIT_DISABLED;
@@ -422,7 +423,7 @@ static int plan_update(plan_env *e, const kv_batch *c) {
 }
 
 static int plan_run(plan_env *e, const kv_batch *c, qo_set *s, int with_lse) {
-  return CHECK_STATUS(ignis_decode_run(e->plan, &s->tq, &c->cache, &s->tout, with_lse ? &s->tlse : NULL,
+  return CHECK_STATUS(ignis_decode_run(e->plan, &s->tq, &c->cache, NULL, &s->tout, with_lse ? &s->tlse : NULL,
                                        e->ws, e->ws_bytes, NULL),
                       IGNIS_OK);
 }
@@ -626,7 +627,7 @@ static void run_single_case(h_backend backend, int64_t L, int64_t Hkv, int64_t g
     ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes);
   qo_poison(&s);
   ignis_attention_options options = to_options(o);
-  CHECK_STATUS(ignis_single_decode(&s.tq, &tk, &tv, layout, &options, &s.tout, o->with_lse ? &s.tlse : NULL,
+  CHECK_STATUS(ignis_single_decode(&s.tq, &tk, &tv, layout, &options, NULL, &s.tout, o->with_lse ? &s.tlse : NULL,
                                    backend == H_CUDA ? ws.data : NULL, backend == H_CUDA ? bytes : 0, NULL),
                IGNIS_OK);
   qo_check(&s, ref_out, ref_lse, o->with_lse, "single_decode");
@@ -793,7 +794,7 @@ static void test_invariance_and_reuse(h_backend backend) {
           ignis_decode_plan_update(e.plan, i32(&alone.indptr), &alone_last, 1, e.ws, e.ws_bytes, NULL),
           IGNIS_OK);
       CHECK_STATUS(
-          ignis_decode_run(e.plan, &one.tq, &alone.cache, &one.tout, &one.tlse, e.ws, e.ws_bytes, NULL),
+          ignis_decode_run(e.plan, &one.tq, &alone.cache, NULL, &one.tout, &one.tlse, e.ws, e.ws_bytes, NULL),
           IGNIS_OK);
       h_buf_download(&s.out);
       h_buf_download(&s.lse);
@@ -919,7 +920,7 @@ static void test_bad_inputs(h_backend backend) {
   BAD(ignis_decode_plan_update(e.plan, long_indptr, long_last, B, e.ws, e.ws_bytes, NULL), INV, "max_kv_len");
   BAD(ignis_decode_plan_update(e.plan, indptr, last, B + 1, e.ws, e.ws_bytes, NULL), INV, "batch_size");
   BAD(ignis_decode_plan_update(NULL, indptr, last, B, e.ws, e.ws_bytes, NULL), INV, "plan");
-#define RUN(qt, cache, ot, lt) ignis_decode_run(e.plan, (qt), (cache), (ot), (lt), e.ws, e.ws_bytes, NULL)
+#define RUN(qt, cache, ot, lt) ignis_decode_run(e.plan, (qt), (cache), NULL, (ot), (lt), e.ws, e.ws_bytes, NULL)
   BAD(RUN(&s.tq, &c.cache, &s.tout, &s.tlse), INV, "plan_update first");
   if (backend == H_CUDA) {
     BAD(ignis_decode_plan_update(e.plan, indptr, last, B, e.ws, e.ws_bytes - 300, NULL),
@@ -991,7 +992,7 @@ static void test_bad_inputs(h_backend backend) {
     BAD(RUN(&s.tq, &c.cache, &s.tout, &s.tlse), INV, "planned");
     lp[1] = 3;
   } else {
-    BAD(ignis_decode_run(e.plan, &s.tq, &c.cache, &s.tout, &s.tlse, e.ws, e.ws_bytes - 300, NULL),
+    BAD(ignis_decode_run(e.plan, &s.tq, &c.cache, NULL, &s.tout, &s.tlse, e.ws, e.ws_bytes - 300, NULL),
         IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "workspace");
   }
   CHECK_STATUS(RUN(&s.tq, &c.cache, &s.tout, &s.tlse), IGNIS_OK);
@@ -1024,7 +1025,7 @@ static void test_bad_inputs(h_backend backend) {
     void *wsp = backend == H_CUDA ? ws.data : NULL;
     size_t wsb = backend == H_CUDA ? bytes : 0;
 #define SINGLE(qt, kt, vt, layout, ot, lt)                                                                   \
-  ignis_single_decode((qt), (kt), (vt), (layout), NULL, (ot), (lt), wsp, wsb, NULL)
+  ignis_single_decode((qt), (kt), (vt), (layout), NULL, NULL, (ot), (lt), wsp, wsb, NULL)
     if (backend == H_CUDA) { /* documented: the GPU needs 16-byte aligned rows */
       ignis_tensor shifted_k = tk, shifted_v = tv;
       shifted_k.data = (char *)shifted_k.data + 2 * ignis_dtype_size(shifted_k.dtype);
@@ -1057,12 +1058,12 @@ static void test_bad_inputs(h_backend backend) {
     BAD(SINGLE(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, &t, &l1), INV, "out.dtype");
     ignis_attention_options bad_options = IGNIS_ATTENTION_OPTIONS_INIT;
     bad_options.window_left = -3;
-    BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, &bad_options, &o1, &l1, wsp, wsb, NULL), INV,
+    BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, &bad_options, NULL, &o1, &l1, wsp, wsb, NULL), INV,
         "options.window_left");
     if (backend == H_CUDA) {
-      BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, NULL, &o1, &l1, ws.data, bytes - 300, NULL),
+      BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, NULL, NULL, &o1, &l1, ws.data, bytes - 300, NULL),
           IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "workspace");
-      BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, NULL, &o1, &l1, NULL, 0, NULL),
+      BAD(ignis_single_decode(&q1, &tk, &tv, IGNIS_KV_LAYOUT_NHD, NULL, NULL, &o1, &l1, NULL, 0, NULL),
           IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "workspace");
     }
     BAD(ignis_single_decode_workspace_size(H, 96, L, &bytes), UNS, "head_dim");

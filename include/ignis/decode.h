@@ -1,20 +1,33 @@
 /* Decode attention: one query token per request against its KV cache (FlashInfer's
  * single_decode_with_kv_cache and BatchDecodeWithPagedKVCacheWrapper).
  *
- * Math, per request b, query head h (KV head h / (num_qo_heads / num_kv_heads): GQA, any group
- * size), keys j of the request's kv_len keys:
- *     x_j = sm_scale * <q, k_j>;  if logits_soft_cap > 0: x_j = cap * tanh(x_j / cap)
- *     keys with j < kv_len - 1 - window_left are masked out when window_left >= 0
- *     out = sum_j softmax(x)_j v_j;   lse = log(sum_j e^{x_j}) in the chosen base
- * A request with no visible key (kv_len = 0) gets out = 0 and lse = -inf (never NaN).
+ * Math, per request b with kv_len keys, query token i of its q_len tokens (q_len_per_req; 1 for
+ * plain decode), query head h (KV head h / (num_qo_heads / num_kv_heads): GQA, any group size):
+ *     q_pos = kv_len - q_len + i                     (the token's position; keys j <= q_pos visible)
+ *     keys with j < q_pos - window_left are masked out when window_left >= 0
+ *     k_j = k_scale * K[j],  v_j = v_scale * V[j]     (K, V as stored: f16, bf16 or fp8)
+ *     ROPE_LLAMA: q and k_j rotated (non-interleaved halves, as ignis_apply_rope_pos_ids) at
+ *                 positions q_pos and j, frequency f_t = theta^(-2t/head_dim) / rope_scale
+ *     x_j = sm_scale * <q, k_j>
+ *     ALIBI:      x_j += slope_h * (j - q_pos), slope_h = 2^(-8(h+1)/n) for h < n and
+ *                 2^(-4(2(h-n)+1)/n) otherwise, n the largest power of two <= num_qo_heads
+ *     logits_soft_cap > 0: x_j = cap * tanh(x_j / cap)
+ *     Z = sum_j e^{x_j} (+ e^{sink_h} with per-head sinks)
+ *     out = sum_j e^{x_j} v_j / Z;   lse = log Z in the chosen base
+ * A token with no visible key and no sink gets out = 0 and lse = -inf (never NaN); with a sink,
+ * out = 0 and lse = sink_h.
  *
- * Layout: q [batch, num_qo_heads, head_dim] (single decode: [num_qo_heads, head_dim]), out the
- * same shape, lse [batch, num_qo_heads] f32 (optional); leading strides of q, out and lse may be
- * anything, the last dimension of q and out must have stride 1. On the CUDA backend q, out, K and
- * V must also start 16-byte aligned with strides that are multiples of 8 elements (the kernels
- * use 16-byte loads; IGNIS_ERROR_UNSUPPORTED otherwise, nothing written). q and out f16 or bf16 (out the
- * dtype of q); K/V f16 or bf16, the dtype of q (fp8 K/V: a later version). Head dims compiled:
- * 64, 128, 256 (IGNIS_ERROR_UNSUPPORTED otherwise). Arithmetic is f32.
+ * Layout: q [batch * q_len, num_qo_heads, head_dim] (row b * q_len + i is token i of request b;
+ * single decode: [num_qo_heads, head_dim]), out the same shape, lse [batch * q_len, num_qo_heads]
+ * f32 (optional); leading strides of q, out and lse may be anything, the last dimension of q and
+ * out must have stride 1. On the CUDA backend q, out, K and V must also start 16-byte aligned with
+ * strides that are multiples of 16 bytes (the kernels use 16-byte loads; IGNIS_ERROR_UNSUPPORTED
+ * otherwise, nothing written). q f16 or bf16, out the dtype of q. K/V: f16, bf16 (the dtype of q),
+ * fp8 e4m3 or fp8 e5m2 (any q dtype; k_scale / v_scale dequantize). Head dims compiled: 64, 128,
+ * 256 (IGNIS_ERROR_UNSUPPORTED otherwise; the CMake option IGNIS_HEAD_DIMS may prune them).
+ * Arithmetic: products of q and k, and of the softmax weights and v, on tensor cores in the KV
+ * dtype's 16-bit type (fp8 K/V: f16, with a bf16 q scaled by a power of two per row into f16
+ * range), accumulated in f32; softmax in f32.
  *
  * Batch decode is split in two, as in FlashInfer, so that the run is cheap and CUDA-graph safe:
  *   - ignis_decode_plan_create fixes what a captured graph may not change: device, head counts,
@@ -42,6 +55,13 @@
 extern "C" {
 #endif
 
+/* Position encoding applied inside the kernel (FlashInfer's PosEncodingMode values). */
+typedef enum ignis_pos_encoding {
+  IGNIS_POS_ENCODING_NONE = 0,
+  IGNIS_POS_ENCODING_ROPE_LLAMA = 1,
+  IGNIS_POS_ENCODING_ALIBI = 2
+} ignis_pos_encoding;
+
 /* Options of an attention call. size = sizeof(ignis_attention_options) (IGNIS_ATTENTION_OPTIONS_INIT). */
 typedef struct ignis_attention_options {
   size_t size;
@@ -49,20 +69,37 @@ typedef struct ignis_attention_options {
   double logits_soft_cap;  /* 0: off; > 0: logits pass through cap * tanh(x / cap) */
   int32_t window_left;     /* -1: off; >= 0: each query sees its last window_left + 1 keys */
   ignis_lse_base lse_base; /* base of the returned LSE */
+  ignis_pos_encoding pos_encoding_mode;
+  double rope_scale;       /* ROPE_LLAMA: > 0, positions are divided by it */
+  double rope_theta;       /* ROPE_LLAMA: > 0 */
 } ignis_attention_options;
 
-#define IGNIS_ATTENTION_OPTIONS_INIT {sizeof(ignis_attention_options), 0.0, 0.0, -1, IGNIS_LSE_BASE2}
+#define IGNIS_ATTENTION_OPTIONS_INIT                                                               \
+  {sizeof(ignis_attention_options), 0.0, 0.0, -1, IGNIS_LSE_BASE2, IGNIS_POS_ENCODING_NONE, 1.0, 1e4}
 
-/* Single request, contiguous KV: k and v [kv_len, num_kv_heads, head_dim] (NHD) or
- * [num_kv_heads, kv_len, head_dim] (HND), any leading strides. workspace: device memory of at
+/* Per-call inputs of a run that are not part of the plan. size = sizeof(ignis_attention_extras)
+ * (IGNIS_ATTENTION_EXTRAS_INIT); a NULL extras pointer means the defaults. */
+typedef struct ignis_attention_extras {
+  size_t size;
+  double k_scale;            /* finite, > 0: keys are k_scale * K (fp8 dequantization; 1 otherwise) */
+  double v_scale;            /* finite, > 0: values are v_scale * V */
+  const ignis_tensor *sinks; /* NULL, or [num_qo_heads] f32 on the device of q: per-head sink logit
+                                (natural log, in the units of x_j after sm_scale and soft cap) */
+} ignis_attention_extras;
+
+#define IGNIS_ATTENTION_EXTRAS_INIT {sizeof(ignis_attention_extras), 1.0, 1.0, NULL}
+
+/* Single request, one query token, contiguous KV: k and v [kv_len, num_kv_heads, head_dim] (NHD)
+ * or [num_kv_heads, kv_len, head_dim] (HND), any leading strides. workspace: device memory of at
  * least ignis_single_decode_workspace_size bytes for CUDA tensors (split-KV partials), NULL/0 on
- * the CPU. lse may be NULL. */
+ * the CPU. lse and extras may be NULL. */
 IGNIS_API ignis_status ignis_single_decode_workspace_size(int64_t num_qo_heads, int64_t head_dim,
                                                           int64_t max_kv_len, size_t *bytes);
 IGNIS_API ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
                                            ignis_kv_layout layout, const ignis_attention_options *options,
-                                           ignis_tensor *out, ignis_tensor *lse, void *workspace,
-                                           size_t workspace_bytes, void *stream);
+                                           const ignis_attention_extras *extras, ignis_tensor *out,
+                                           ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                                           void *stream);
 
 /* What a decode plan is fixed to. size = sizeof(ignis_decode_plan_config) (IGNIS_DECODE_PLAN_CONFIG_INIT). */
 typedef struct ignis_decode_plan_config {
@@ -72,7 +109,10 @@ typedef struct ignis_decode_plan_config {
   int64_t num_kv_heads;
   int64_t head_dim;
   int64_t page_size;          /* 1..256 */
-  ignis_dtype q_dtype;        /* f16 or bf16; K/V and out the same */
+  ignis_dtype q_dtype;        /* f16 or bf16; out the same */
+  ignis_dtype kv_dtype;       /* the cache: q_dtype, fp8 e4m3 or fp8 e5m2 */
+  int64_t q_len_per_req;      /* query tokens per request, 1..IGNIS_DECODE_MAX_Q_LEN (speculative
+                                 decoding: causal among them); 0 means 1 */
   int64_t max_batch_size;     /* >= 1 */
   int64_t max_kv_len;         /* the longest request any plan_update may describe */
   int32_t disable_split_kv;   /* 1: one work item per (request, KV head), batch-invariant */
@@ -82,8 +122,11 @@ typedef struct ignis_decode_plan_config {
 } ignis_decode_plan_config;
 
 #define IGNIS_DECODE_PLAN_CONFIG_INIT                                                              \
-  {sizeof(ignis_decode_plan_config), {IGNIS_DEVICE_CPU, 0}, 0, 0, 0, 0, IGNIS_BF16, 0, 0, 0, 0,   \
-   IGNIS_ATTENTION_OPTIONS_INIT}
+  {sizeof(ignis_decode_plan_config), {IGNIS_DEVICE_CPU, 0}, 0, 0, 0, 0, IGNIS_BF16, IGNIS_BF16, 1, 0, \
+   0, 0, 0, IGNIS_ATTENTION_OPTIONS_INIT}
+
+/* The most query tokens per request a decode plan takes (q_len_per_req). */
+#define IGNIS_DECODE_MAX_Q_LEN 16
 
 typedef struct ignis_decode_plan ignis_decode_plan;
 
@@ -105,12 +148,13 @@ IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const i
                                                 const int32_t *kv_last_page_len_host, int64_t batch_size,
                                                 void *workspace, size_t workspace_bytes, void *stream);
 
-/* Run the last planned batch: q [batch, num_qo_heads, head_dim], cache with the plan's page size
- * and the batch's kv_indptr / kv_indices / kv_last_page_len (on the device; the contents must
- * describe the same lengths as the planned host arrays), out like q, lse [batch, num_qo_heads]
- * f32 or NULL. */
+/* Run the last planned batch: q [batch * q_len_per_req, num_qo_heads, head_dim], cache with the
+ * plan's page size and KV dtype and the batch's kv_indptr / kv_indices / kv_last_page_len (on the
+ * device; the contents must describe the same lengths as the planned host arrays), out like q,
+ * lse [batch * q_len_per_req, num_qo_heads] f32 or NULL, extras (k_scale, v_scale, sinks) or NULL. */
 IGNIS_API ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,
-                                        const ignis_paged_kv_cache *cache, ignis_tensor *out,
+                                        const ignis_paged_kv_cache *cache,
+                                        const ignis_attention_extras *extras, ignis_tensor *out,
                                         ignis_tensor *lse, void *workspace, size_t workspace_bytes,
                                         void *stream);
 

@@ -1191,7 +1191,7 @@ static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssi
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status =
       ignis_single_decode(&c.tensors[0], &c.tensors[1], &c.tensors[2], (ignis_kv_layout)layout, &options,
-                          &c.tensors[3], has_lse ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+                          NULL, &c.tensors[3], has_lse ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1237,6 +1237,7 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
   config.head_dim = v[4];
   config.page_size = v[5];
   config.q_dtype = (ignis_dtype)v[6];
+  config.kv_dtype = config.q_dtype;
   config.max_batch_size = v[7];
   config.max_kv_len = v[8];
   config.disable_split_kv = v[9] != 0;
@@ -1365,7 +1366,7 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   }
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run(plan, &c.tensors[slot_of[0]], &cache, &c.tensors[slot_of[6]],
+      ignis_decode_run(plan, &c.tensors[slot_of[0]], &cache, NULL, &c.tensors[slot_of[6]],
                        has_lse ? &c.tensors[slot_of[7]] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
@@ -1408,6 +1409,9 @@ static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
 #define FASTCALL(name, doc)                                                                                  \
   { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
 
+/* Sampling bindings live in their own file (IGNIS_SAMPLING_METHODS: their method-table entries). */
+#include "_ext_sampling.c"
+
 static PyMethodDef ext_methods[] = {
     FASTCALL(rmsnorm, "rmsnorm(input, weight, eps, out, stream)"),
     FASTCALL(gemma_rmsnorm, "gemma_rmsnorm(input, weight, eps, out, stream)"),
@@ -1449,6 +1453,7 @@ static PyMethodDef ext_methods[] = {
              "decode_plan_update(plan, kv_indptr_host, kv_last_page_len_host, workspace, stream)"),
     FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
                          "kv_last_page_len, layout, out, lse, workspace, stream)"),
+    IGNIS_SAMPLING_METHODS
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

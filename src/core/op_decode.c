@@ -4,8 +4,8 @@
  * Validation names every parameter; nothing is written before all of it has passed. The device
  * workspace is carved by one function per entry point, used both in counting mode (the size
  * query) and over the caller's buffer (the run), so the two cannot drift:
- *   batch decode:  schedule image (sched/decode_plan.h) | partial_out [max_partials, Hq, D] f32
- *                  | partial_lse [max_partials, Hq] f32
+ *   batch decode:  schedule image (sched/decode_plan.h) | partial_out [max_partials, q_len, Hq, D]
+ *                  f32 | partial_lse [max_partials, q_len, Hq] f32
  *   single decode: partial_out [chunks, Hq, D] f32 | partial_lse [chunks, Hq] f32, chunks the most
  *                  any device uses for that length (none when it never splits)
  *
@@ -38,6 +38,9 @@ typedef struct resolved_options {
   float logits_soft_cap;
   int32_t window_left;
   float lse_scale;
+  int32_t pos_encoding;
+  float rope_rcp_scale;
+  float rope_log2_theta;
 } resolved_options;
 
 struct ignis_decode_plan {
@@ -81,6 +84,25 @@ static ignis_status check_options(const char *fn, const char *name, const ignis_
   if (o->lse_base != IGNIS_LSE_BASE2 && o->lse_base != IGNIS_LSE_NATURAL)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.lse_base=%d is not an ignis_lse_base", fn,
                            name, (int)o->lse_base);
+  if (o->pos_encoding_mode != IGNIS_POS_ENCODING_NONE && o->pos_encoding_mode != IGNIS_POS_ENCODING_ROPE_LLAMA &&
+      o->pos_encoding_mode != IGNIS_POS_ENCODING_ALIBI)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: %s.pos_encoding_mode=%d is not an ignis_pos_encoding", fn, name,
+                           (int)o->pos_encoding_mode);
+  if (o->pos_encoding_mode == IGNIS_POS_ENCODING_ROPE_LLAMA) {
+    if (!(o->rope_scale > 0.0) || isinf(o->rope_scale))
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.rope_scale=%g but it must be finite and > 0",
+                             fn, name, o->rope_scale);
+    if (!(o->rope_theta > 0.0) || isinf(o->rope_theta))
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.rope_theta=%g but it must be finite and > 0",
+                             fn, name, o->rope_theta);
+    r->rope_rcp_scale = (float)(1.0 / o->rope_scale);
+    r->rope_log2_theta = (float)log2(o->rope_theta);
+  } else {
+    r->rope_rcp_scale = 1.0f;
+    r->rope_log2_theta = 0.0f;
+  }
+  r->pos_encoding = (int32_t)o->pos_encoding_mode;
   double sm_scale = o->sm_scale > 0.0 ? o->sm_scale : 1.0 / sqrt((double)head_dim);
   r->sm_scale_log2 = (float)(sm_scale * 1.4426950408889634);
   r->logits_soft_cap = (float)o->logits_soft_cap;
@@ -104,6 +126,59 @@ static ignis_status check_attention_dtype(const char *fn, const char *name, igni
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%s but it must be f16 or bf16", fn, name,
                            ignis_dtype_name(dtype));
   return IGNIS_OK;
+}
+
+/* K/V dtype: q's, or fp8 (e4m3 / e5m2) with any q. */
+static ignis_status check_kv_dtype(const char *fn, const char *name, ignis_dtype kv_dtype, const char *q_name,
+                                   ignis_dtype q_dtype) {
+  if (kv_dtype == q_dtype || kv_dtype == IGNIS_FP8_E4M3 || kv_dtype == IGNIS_FP8_E5M2)
+    return IGNIS_OK;
+  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                         "%s: %s=%s but it must be %s=%s, fp8_e4m3 or fp8_e5m2", fn, name,
+                         ignis_dtype_name(kv_dtype), q_name, ignis_dtype_name(q_dtype));
+}
+
+/* Run extras: scales and sinks; fills the params' fields. */
+static ignis_status check_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
+                                 ignis_decode_params *p) {
+  static const ignis_attention_extras defaults = IGNIS_ATTENTION_EXTRAS_INIT;
+  if (!e)
+    e = &defaults;
+  if (e->size < sizeof(ignis_attention_extras))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: extras.size=%zu but it must be sizeof(ignis_attention_extras)=%zu "
+                           "(IGNIS_ATTENTION_EXTRAS_INIT)",
+                           fn, e->size, sizeof(ignis_attention_extras));
+  if (!(e->k_scale > 0.0) || isinf(e->k_scale))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.k_scale=%g but it must be finite and > 0",
+                           fn, e->k_scale);
+  if (!(e->v_scale > 0.0) || isinf(e->v_scale))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.v_scale=%g but it must be finite and > 0",
+                           fn, e->v_scale);
+  p->k_scale = (float)e->k_scale;
+  p->v_scale = (float)e->v_scale;
+  p->sinks = NULL;
+  if (e->sinks) {
+    IGNIS_TRY(ignis_check_tensor(fn, "extras.sinks", e->sinks, 1, 1));
+    if (e->sinks->dtype != IGNIS_F32)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.sinks.dtype=%s but it must be f32", fn,
+                             ignis_dtype_name(e->sinks->dtype));
+    IGNIS_TRY(ignis_check_dim(fn, "extras.sinks", e->sinks, 0, num_qo_heads, "num_qo_heads"));
+    IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "extras.sinks", e->sinks));
+    p->sinks = (const float *)e->sinks->data;
+  }
+  return IGNIS_OK;
+}
+
+/* The options' fields of the params. */
+static void fill_options(ignis_decode_params *p, const resolved_options *opt) {
+  p->lse_scale = opt->lse_scale;
+  p->sm_scale_log2 = opt->sm_scale_log2;
+  p->logits_soft_cap = opt->logits_soft_cap;
+  p->window_left = opt->window_left;
+  p->pos_encoding = opt->pos_encoding;
+  p->rope_rcp_scale = opt->rope_rcp_scale;
+  p->rope_log2_theta = opt->rope_log2_theta;
 }
 
 static ignis_status check_heads(const char *fn, const char *qo_what, int64_t num_qo_heads,
@@ -145,6 +220,7 @@ static ignis_status check_q_out_lse(const char *fn, const ignis_tensor *q, const
 /* f32 partial rows [rows, num_qo_heads, head_dim] and their LSEs; nothing when rows == 0. */
 static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t rows, int64_t num_qo_heads,
                                    int64_t head_dim, float **partial_out, float **partial_lse) {
+  /* rows: partial rows times query tokens per request */
   *partial_out = *partial_lse = NULL;
   if (rows == 0)
     return IGNIS_OK;
@@ -193,8 +269,8 @@ ignis_status ignis_single_decode_workspace_size(int64_t num_qo_heads, int64_t he
 
 ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
                                  ignis_kv_layout layout, const ignis_attention_options *options,
-                                 ignis_tensor *out, ignis_tensor *lse, void *workspace,
-                                 size_t workspace_bytes, void *stream) {
+                                 const ignis_attention_extras *extras, ignis_tensor *out, ignis_tensor *lse,
+                                 void *workspace, size_t workspace_bytes, void *stream) {
   static const char fn[] = "ignis_single_decode";
   ignis_clear_error();
   IGNIS_TRY(ignis_check_tensor(fn, "q", q, 2, 2));
@@ -205,9 +281,9 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   int nhd = layout == IGNIS_KV_LAYOUT_NHD;
   int token_dim = nhd ? 0 : 1, head_dim_index = nhd ? 1 : 0;
   IGNIS_TRY(ignis_check_tensor(fn, "k", k, 3, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "k", k, "q", q));
+  IGNIS_TRY(check_kv_dtype(fn, "k.dtype", k->dtype, "q.dtype", q->dtype));
   IGNIS_TRY(ignis_check_tensor(fn, "v", v, 3, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "v", v, "q", q));
+  IGNIS_TRY(ignis_check_same_dtype(fn, "v", v, "k", k));
   IGNIS_TRY(ignis_check_same_shape(fn, "v", v, "k", k));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "k", k));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "v", v));
@@ -231,13 +307,14 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   resolved_options opt;
   IGNIS_TRY(check_options(fn, "options", options, head_dim, &opt));
   IGNIS_TRY(check_head_dim(fn, "q.shape[1] (head_dim)", head_dim));
-  const ignis_tensor *tensors[] = {q, k, v, out, lse};
-  const char *names[] = {"q", "k", "v", "out", "lse"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 5, &device));
-
   ignis_decode_params p;
   memset(&p, 0, sizeof p);
+  IGNIS_TRY(check_extras(fn, extras, num_qo_heads, &p));
+  const ignis_tensor *tensors[] = {q, k, v, out, lse, extras ? extras->sinks : NULL};
+  const char *names[] = {"q", "k", "v", "out", "lse", "extras.sinks"};
+  ignis_device device;
+  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
+
   int cpu = device.type == IGNIS_DEVICE_CPU;
   int64_t sm_count = cpu ? IGNIS_DECODE_CPU_NOMINAL_SMS : ignis_cuda_device_sm_count(device.id);
   int64_t chunk =
@@ -260,6 +337,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   p.num_kv_heads = num_kv_heads;
   p.head_dim = head_dim;
   p.dtype = q->dtype;
+  p.q_len = 1;
   p.q = q->data;
   p.q_stride_head = q->strides[0];
   p.out = out->data;
@@ -268,10 +346,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
     p.lse = (float *)lse->data;
     p.lse_stride_head = lse->strides[0];
   }
-  p.lse_scale = opt.lse_scale;
-  p.sm_scale_log2 = opt.sm_scale_log2;
-  p.logits_soft_cap = opt.logits_soft_cap;
-  p.window_left = opt.window_left;
+  fill_options(&p, &opt);
   p.cache.num_pages = 1;
   p.cache.page_size = kv_len;
   p.cache.num_kv_heads = num_kv_heads;
@@ -318,6 +393,11 @@ static ignis_status check_config(const char *fn, const ignis_decode_plan_config 
   IGNIS_TRY(check_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
   IGNIS_TRY(check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
+  IGNIS_TRY(check_kv_dtype(fn, "config.kv_dtype", c->kv_dtype, "config.q_dtype", c->q_dtype));
+  if (c->q_len_per_req < 0 || c->q_len_per_req > IGNIS_DECODE_MAX_Q_LEN)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.q_len_per_req=%" PRId64 " but it must be 0..%d (0 means 1)", fn,
+                           c->q_len_per_req, IGNIS_DECODE_MAX_Q_LEN);
   if (c->max_batch_size < 1 || c->max_batch_size >= INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_batch_size=%" PRId64 " but it must be 1..%d", fn,
@@ -378,6 +458,8 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   plan->config = *config;
   plan->config.size = sizeof(ignis_decode_plan_config);
+  if (plan->config.q_len_per_req == 0)
+    plan->config.q_len_per_req = 1;
   plan->options = options;
   plan->planner = planner;
   plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
@@ -414,8 +496,9 @@ typedef struct plan_pieces {
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
                                plan_pieces *pieces) {
   IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)plan->schedule_bytes, 1, &pieces->schedule));
-  return carve_partials(ws, fn, plan->planner.max_partials, plan->config.num_qo_heads, plan->config.head_dim,
-                        &pieces->partial_out, &pieces->partial_lse);
+  return carve_partials(ws, fn, plan->planner.max_partials * plan->config.q_len_per_req,
+                        plan->config.num_qo_heads, plan->config.head_dim, &pieces->partial_out,
+                        &pieces->partial_lse);
 }
 
 ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes) {
@@ -523,7 +606,9 @@ static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *pla
                                     const ignis_paged_kv_cache *cache, ignis_paged_kv_params *kv) {
   const ignis_decode_plan_config *c = &plan->config;
   IGNIS_TRY(ignis_check_paged_kv_cache(fn, cache, kv));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "cache.k_cache", &cache->k_cache, "q", q));
+  if (cache->k_cache.dtype != c->kv_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s",
+                           fn, ignis_dtype_name(cache->k_cache.dtype), ignis_dtype_name(c->kv_dtype));
   int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
   IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size,
                             "the plan's page_size"));
@@ -536,8 +621,9 @@ static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *pla
 }
 
 ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,
-                              const ignis_paged_kv_cache *cache, ignis_tensor *out, ignis_tensor *lse,
-                              void *workspace, size_t workspace_bytes, void *stream) {
+                              const ignis_paged_kv_cache *cache, const ignis_attention_extras *extras,
+                              ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                              void *stream) {
   static const char fn[] = "ignis_decode_run";
   ignis_clear_error();
   if (!plan)
@@ -550,7 +636,8 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   if (q->dtype != c->q_dtype)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.dtype=%s but the plan's q_dtype=%s", fn,
                            ignis_dtype_name(q->dtype), ignis_dtype_name(c->q_dtype));
-  IGNIS_TRY(ignis_check_dim(fn, "q", q, 0, plan->batch_size, "the planned batch_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 0, plan->batch_size * c->q_len_per_req,
+                            "the planned batch_size * q_len_per_req"));
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
   IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3));
@@ -564,13 +651,13 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
     if (lse)
       IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
   }
-  const ignis_tensor *tensors[] = {
-      q, &cache->k_cache, &cache->v_cache, &cache->indptr, &cache->indices, &cache->last_page_len, out, lse};
-  const char *names[] = {
-      "q",  "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices", "cache.last_page_len", "out",
-      "lse"};
+  IGNIS_TRY(check_extras(fn, extras, c->num_qo_heads, &p));
+  const ignis_tensor *tensors[] = {q,   &cache->k_cache,  &cache->v_cache, &cache->indptr, &cache->indices,
+                                   &cache->last_page_len, out, lse, extras ? extras->sinks : NULL};
+  const char *names[] = {"q",   "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices",
+                         "cache.last_page_len", "out", "lse", "extras.sinks"};
   ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 8, &device));
+  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 9, &device));
   if (device.type != c->device.type || (device.type == IGNIS_DEVICE_CUDA && device.id != c->device.id))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
                            device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", device.id,
@@ -606,6 +693,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   p.num_kv_heads = c->num_kv_heads;
   p.head_dim = c->head_dim;
   p.dtype = q->dtype;
+  p.q_len = (int32_t)c->q_len_per_req;
   p.q = q->data;
   p.q_stride_batch = q->strides[0];
   p.q_stride_head = q->strides[1];
@@ -617,10 +705,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
     p.lse_stride_batch = lse->strides[0];
     p.lse_stride_head = lse->strides[1];
   }
-  p.lse_scale = opt->lse_scale;
-  p.sm_scale_log2 = opt->sm_scale_log2;
-  p.logits_soft_cap = opt->logits_soft_cap;
-  p.window_left = opt->window_left;
+  fill_options(&p, opt);
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
   p.work = ignis_decode_schedule_work_of(&plan->planner, schedule);
   p.num_work = &header->num_work;

@@ -194,7 +194,8 @@ typedef struct ignis_decode_params {
   int64_t num_qo_heads;
   int64_t num_kv_heads;
   int64_t head_dim;          /* 64, 128 or 256 */
-  ignis_dtype dtype;         /* q, K/V and out */
+  ignis_dtype dtype;         /* q and out (K/V: cache.dtype) */
+  int32_t q_len;             /* query tokens per request (rows b * q_len + i of q / out / lse) */
   const void *q; int64_t q_stride_batch, q_stride_head;
   void *out; int64_t out_stride_batch, out_stride_head;
   float *lse; int64_t lse_stride_batch, lse_stride_head; /* NULL: not written */
@@ -202,6 +203,11 @@ typedef struct ignis_decode_params {
   float sm_scale_log2;       /* sm_scale * log2(e): scores are kept in base 2 */
   float logits_soft_cap;     /* 0: off */
   int32_t window_left;       /* -1: off */
+  int32_t pos_encoding;      /* ignis_pos_encoding */
+  float rope_rcp_scale;      /* ROPE_LLAMA: 1 / rope_scale */
+  float rope_log2_theta;     /* ROPE_LLAMA: log2(rope_theta) */
+  float k_scale, v_scale;    /* keys k_scale * K, values v_scale * V */
+  const float *sinks;        /* NULL or [num_qo_heads]: sink logits, natural log */
   /* Keys: a paged cache (cache.indptr != NULL), or one contiguous sequence of contiguous_kv_len
    * keys at cache.k_cache + j * cache.k_stride_token + h * cache.k_stride_head (single decode;
    * num_pages = 1, page strides unused, indptr / indices / last_page_len NULL). */
@@ -214,8 +220,9 @@ typedef struct ignis_decode_params {
   const int32_t *request_partials; /* [max_batch + 1]; rows of request b: [rp[b], rp[b+1]) */
   const int32_t *batch_size;      /* [1]: requests of this batch (<= max_batch) */
   int64_t max_batch;              /* grid.x of the merge kernel */
-  float *partial_out;             /* [max_partials, num_qo_heads, head_dim] f32 */
-  float *partial_lse;             /* [max_partials, num_qo_heads] f32, base 2 */
+  /* Partial rows: item partial p, query token i, head h is row (p * q_len + i) * num_qo_heads + h. */
+  float *partial_out;             /* [max_partials * q_len, num_qo_heads, head_dim] f32 */
+  float *partial_lse;             /* [max_partials * q_len, num_qo_heads] f32, base 2 */
   /* Implicit schedule (single decode, which knows its one length on the host and so needs no
    * schedule copy). 0: the schedule is the one above. > 0: work, num_work, request_partials and
    * batch_size are NULL; the batch is one request of contiguous_kv_len keys cut into

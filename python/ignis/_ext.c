@@ -1103,14 +1103,21 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 /* ---- decode attention ------------------------------------------------------------------------ */
-/* (sm_scale, logits_soft_cap, window_left, lse_base) -> options */
+/* The options travel as ATTENTION_OPTION_ARGS positional values: (sm_scale, logits_soft_cap,
+ * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
+#define ATTENTION_OPTION_ARGS 7
+
 static int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
   ignis_attention_options init = IGNIS_ATTENTION_OPTIONS_INIT;
   *o = init;
-  int64_t window_left, base;
+  int64_t window_left, base, pos_encoding;
   if (parse_double(fn, "sm_scale", a[0], &o->sm_scale) < 0 ||
       parse_double(fn, "logits_soft_cap", a[1], &o->logits_soft_cap) < 0 ||
-      parse_int64(fn, "window_left", a[2], &window_left) < 0 || parse_int64(fn, "lse_base", a[3], &base) < 0)
+      parse_int64(fn, "window_left", a[2], &window_left) < 0 ||
+      parse_int64(fn, "lse_base", a[3], &base) < 0 ||
+      parse_int64(fn, "pos_encoding_mode", a[4], &pos_encoding) < 0 ||
+      parse_double(fn, "rope_scale", a[5], &o->rope_scale) < 0 ||
+      parse_double(fn, "rope_theta", a[6], &o->rope_theta) < 0)
     return -1;
   if (window_left < INT32_MIN || window_left > INT32_MAX) {
     PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: window_left=%lld is out of range", fn, (long long)window_left);
@@ -1118,6 +1125,60 @@ static int parse_attention_options(const char *fn, PyObject *const *a, ignis_att
   }
   o->window_left = (int32_t)window_left;
   o->lse_base = (ignis_lse_base)base;
+  o->pos_encoding_mode = (ignis_pos_encoding)pos_encoding;
+  return 0;
+}
+
+/* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
+static int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e) {
+  ignis_attention_extras init = IGNIS_ATTENTION_EXTRAS_INIT;
+  *e = init;
+  return parse_double(fn, "k_scale", a[0], &e->k_scale) < 0 ||
+                 parse_double(fn, "v_scale", a[1], &e->v_scale) < 0
+             ? -1
+             : 0;
+}
+
+/* The objects of one call, some optional (None is left out), each remembering its slot. */
+typedef struct {
+  PyObject *objs[MAX_TENSORS];
+  const char *names[MAX_TENSORS];
+  int count;
+} tensor_list;
+
+/* Append obj (unless None); returns its slot, or -1 for None. */
+static int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
+  if (obj == Py_None)
+    return -1;
+  l->objs[l->count] = obj;
+  l->names[l->count] = name;
+  return l->count++;
+}
+
+static unsigned slot_bit(int slot) {
+  return slot >= 0 ? 1u << slot : 0u;
+}
+
+/* K/V handed over as a uint8 view (NumPy arrays of ml_dtypes' fp8 types, which DLPack cannot
+ * carry): read them as `view` (an fp8 ignis_dtype value; -1: no view). */
+static int parse_kv_view(const char *fn, PyObject *arg, int64_t *view) {
+  if (parse_int64(fn, "kv_view", arg, view) < 0)
+    return -1;
+  if (*view != -1 && *view != IGNIS_FP8_E4M3 && *view != IGNIS_FP8_E5M2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be -1 or an fp8 dtype", fn, (long long)*view);
+    return -1;
+  }
+  return 0;
+}
+
+static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
+  if (view < 0 || !t)
+    return 0;
+  if (t->dtype != IGNIS_U8) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s must be the uint8 view of an fp8 array", fn, name);
+    return -1;
+  }
+  t->dtype = (ignis_dtype)view;
   return 0;
 }
 
@@ -1148,87 +1209,91 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
   return PyLong_FromSize_t(bytes);
 }
 
-/* (q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, out, lse_or_None,
+/* (q, k, v, layout, <7 options>, k_scale, v_scale, sinks_or_None, kv_view, out, lse_or_None,
  *  workspace_or_None, stream) */
 static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
-  static const char *const names[] = {"q", "k", "v", "out", "lse", "workspace"};
-  int64_t layout;
+  enum { EXTRAS = 4 + ATTENTION_OPTION_ARGS, OUT = EXTRAS + 4 };
+  int64_t layout, kv_view;
   ignis_attention_options options;
-  if (check_nargs(fn, nargs, 12) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
-      parse_attention_options(fn, args + 4, &options) < 0)
+  ignis_attention_extras extras;
+  if (check_nargs(fn, nargs, OUT + 4) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
+      parse_attention_options(fn, args + 4, &options) < 0 ||
+      parse_attention_scales(fn, args + EXTRAS, &extras) < 0 ||
+      parse_kv_view(fn, args[EXTRAS + 3], &kv_view) < 0)
     return NULL;
-  int has_lse = args[9] != Py_None, has_ws = args[10] != Py_None;
-  PyObject *objs[6];
-  const char *obj_names[6];
-  int count = 0;
-  int lse_at = -1, ws_at = -1;
-  for (int i = 0; i < 3; ++i) {
-    obj_names[count] = names[i];
-    objs[count++] = args[i];
-  }
-  obj_names[count] = names[3];
-  objs[count++] = args[8];
-  if (has_lse) {
-    lse_at = count;
-    obj_names[count] = names[4];
-    objs[count++] = args[9];
-  }
-  if (has_ws) {
-    ws_at = count;
-    obj_names[count] = names[5];
-    objs[count++] = args[10];
-  }
+  tensor_list l = {.count = 0};
+  int q_at = tensor_list_add(&l, args[0], "q"), k_at = tensor_list_add(&l, args[1], "k");
+  int v_at = tensor_list_add(&l, args[2], "v"), out_at = tensor_list_add(&l, args[OUT], "out");
+  int lse_at = tensor_list_add(&l, args[OUT + 1], "lse");
+  int ws_at = tensor_list_add(&l, args[OUT + 2], "workspace");
+  int sinks_at = tensor_list_add(&l, args[EXTRAS + 2], "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, objs, obj_names, count, 1u << 3 | (has_lse ? 1u << lse_at : 0), args[11]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
     return NULL;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  if (has_ws && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) {
+  if ((ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) ||
+      apply_kv_view(fn, kv_view, &c.tensors[k_at], "k") < 0 ||
+      apply_kv_view(fn, kv_view, &c.tensors[v_at], "v") < 0) {
     op_call_release(&c);
     return NULL;
   }
+  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_single_decode(&c.tensors[0], &c.tensors[1], &c.tensors[2], (ignis_kv_layout)layout, &options,
-                          NULL, &c.tensors[3], has_lse ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
+      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], (ignis_kv_layout)layout, &options, &extras,
+      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* A decode plan travels as a capsule holding the plan and the maxima it was made for, so that
+ * decode_plan_update can tell a batch past them (the caller builds a larger plan) from a bad one. */
 #define DECODE_PLAN_CAPSULE "ignis.decode_plan"
 
+typedef struct {
+  ignis_decode_plan *plan;
+  int64_t page_size;
+  int64_t max_batch_size;
+  int64_t max_kv_len;
+} decode_plan_handle;
+
 static void decode_plan_capsule_destroy(PyObject *capsule) {
-  ignis_decode_plan *plan = PyCapsule_GetPointer(capsule, DECODE_PLAN_CAPSULE);
-  if (plan)
-    ignis_decode_plan_destroy(plan);
-  else
+  decode_plan_handle *handle = PyCapsule_GetPointer(capsule, DECODE_PLAN_CAPSULE);
+  if (!handle) {
     PyErr_Clear();
+    return;
+  }
+  ignis_decode_plan_destroy(handle->plan);
+  PyMem_RawFree(handle);
 }
 
-static ignis_decode_plan *decode_plan_of(const char *fn, PyObject *obj) {
-  ignis_decode_plan *plan =
+static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
+  decode_plan_handle *handle =
       PyCapsule_IsValid(obj, DECODE_PLAN_CAPSULE) ? PyCapsule_GetPointer(obj, DECODE_PLAN_CAPSULE) : NULL;
-  if (!plan)
+  if (!handle)
     raise_type("%s: plan must be a decode plan made by decode_plan_create", fn);
-  return plan;
+  return handle;
 }
 
-/* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, max_batch_size,
- *  max_kv_len, disable_split_kv, fixed_split_size, sm_scale, logits_soft_cap, window_left,
- *  lse_base) -> plan capsule; device_type 0 CPU, 1 CUDA; q_dtype an ignis_dtype value. */
+/* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, kv_dtype,
+ *  q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, fixed_split_size, <7 options>)
+ *  -> plan capsule; device_type 0 CPU, 1 CUDA; the dtypes ignis_dtype values. */
 static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const names[] = {"device_type", "device_id",        "num_qo_heads",    "num_kv_heads",
-                                      "head_dim",    "page_size",        "q_data_type",     "max_batch_size",
-                                      "max_kv_len",  "disable_split_kv", "fixed_split_size"};
-  int64_t v[11];
-  if (check_nargs(fn, nargs, 15) < 0)
+  static const char *const names[] = {"device_type",     "device_id",      "num_qo_heads", "num_kv_heads",
+                                      "head_dim",        "page_size",      "q_data_type",  "kv_data_type",
+                                      "q_len_per_req",   "max_batch_size", "max_kv_len",   "disable_split_kv",
+                                      "fixed_split_size"};
+  enum { COUNT = sizeof names / sizeof names[0] };
+  int64_t v[COUNT];
+  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0)
     return NULL;
-  for (int i = 0; i < 11; ++i)
+  for (int i = 0; i < COUNT; ++i)
     if (parse_int64(fn, names[i], args[i], &v[i]) < 0)
       return NULL;
   ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
-  if (parse_attention_options(fn, args + 11, &config.options) < 0)
+  if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
     return NULL;
   config.device.type = v[0] ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
   config.device.id = (int32_t)v[1];
@@ -1237,20 +1302,29 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
   config.head_dim = v[4];
   config.page_size = v[5];
   config.q_dtype = (ignis_dtype)v[6];
-  config.kv_dtype = config.q_dtype;
-  config.max_batch_size = v[7];
-  config.max_kv_len = v[8];
-  config.disable_split_kv = v[9] != 0;
-  config.fixed_split_size = v[10];
-  ignis_decode_plan *plan = NULL;
-  ignis_status status = ignis_decode_plan_create(&config, &plan);
+  config.kv_dtype = (ignis_dtype)v[7];
+  config.q_len_per_req = v[8];
+  config.max_batch_size = v[9];
+  config.max_kv_len = v[10];
+  config.disable_split_kv = v[11] != 0;
+  config.fixed_split_size = v[12];
+  decode_plan_handle *handle = PyMem_RawCalloc(1, sizeof *handle);
+  if (!handle)
+    return PyErr_NoMemory();
+  ignis_status status = ignis_decode_plan_create(&config, &handle->plan);
   if (status != IGNIS_OK) {
+    PyMem_RawFree(handle);
     raise_status(status, ignis_last_error());
     return NULL;
   }
-  PyObject *capsule = PyCapsule_New(plan, DECODE_PLAN_CAPSULE, decode_plan_capsule_destroy);
-  if (!capsule)
-    ignis_decode_plan_destroy(plan);
+  handle->page_size = config.page_size;
+  handle->max_batch_size = config.max_batch_size;
+  handle->max_kv_len = config.max_kv_len;
+  PyObject *capsule = PyCapsule_New(handle, DECODE_PLAN_CAPSULE, decode_plan_capsule_destroy);
+  if (!capsule) {
+    ignis_decode_plan_destroy(handle->plan);
+    PyMem_RawFree(handle);
+  }
   return capsule;
 }
 
@@ -1259,11 +1333,11 @@ static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args
   static const char *const fn = "ignis.decode_workspace_size";
   if (check_nargs(fn, nargs, 1) < 0)
     return NULL;
-  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
-  if (!plan)
+  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
+  if (!handle)
     return NULL;
   size_t bytes = 0;
-  ignis_status status = ignis_decode_workspace_size(plan, &bytes);
+  ignis_status status = ignis_decode_workspace_size(handle->plan, &bytes);
   if (status != IGNIS_OK) {
     raise_status(status, ignis_last_error());
     return NULL;
@@ -1271,103 +1345,202 @@ static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args
   return PyLong_FromSize_t(bytes);
 }
 
-/* (plan, kv_indptr_host, kv_last_page_len_host, workspace, stream): the index arrays are host i32
- * tensors; the workspace is the caller's byte buffer. */
+/* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
+ * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */
+typedef struct {
+  int32_t *data;
+  int64_t len;
+  Py_buffer buffer;
+  int has_buffer;
+} host_i32;
+
+static void host_i32_release(host_i32 *a) {
+  if (a->has_buffer)
+    PyBuffer_Release(&a->buffer);
+  a->has_buffer = 0;
+}
+
+static int is_native_i32_format(const char *format, Py_ssize_t itemsize) {
+  if (itemsize != 4 || !format)
+    return 0;
+  if (*format == '@' || *format == '=' || (*format == '<' && PY_LITTLE_ENDIAN) ||
+      (*format == '>' && !PY_LITTLE_ENDIAN))
+    ++format;
+  return (format[0] == 'i' || format[0] == 'l') && format[1] == '\0';
+}
+
+/* 1: read into *a; 0: obj is not such an array (another device, dtype, shape or type: the caller
+ * converts it). */
+static int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
+  type_facts scratch;
+  type_facts *facts = facts_of(Py_TYPE(obj), &scratch);
+  a->has_buffer = 0;
+  if (facts->api) {
+    dl_tensor dl;
+    if (facts->api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    int host = dl.device.device_type == DL_CPU || dl.device.device_type == DL_CUDA_HOST;
+    if (!host || dl.ndim != 1 || dl.dtype.code != DL_INT || dl.dtype.bits != 32 || dl.dtype.lanes != 1 ||
+        (dl.strides && dl.shape[0] > 1 && dl.strides[0] != 1))
+      return 0;
+    a->data = (int32_t *)((char *)dl.data + dl.byte_offset);
+    a->len = dl.shape[0];
+    return 1;
+  }
+  if (!PyObject_CheckBuffer(obj))
+    return 0;
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, &a->buffer, flags) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  a->has_buffer = 1;
+  if (a->buffer.ndim != 1 || !is_native_i32_format(a->buffer.format, a->buffer.itemsize)) {
+    host_i32_release(a);
+    return 0;
+  }
+  a->data = a->buffer.buf;
+  a->len = a->buffer.shape[0];
+  return 1;
+}
+
+/* (plan, kv_indptr, kv_last_page_len, workspace_or_None, staging_or_None, stream): plan_update
+ * straight from host arrays (the fast path of plan()). kv_indptr and kv_last_page_len are read in
+ * place when they are 1-D contiguous int32 host arrays; `staging`, a writable int32 host array of
+ * at least 2 * batch + 1 entries, receives [kv_indptr | kv_last_page_len] for the caller's one
+ * copy to the device. Returns the batch size when planned; False when an index array is not such
+ * a host array (nothing done: convert and call again); (batch_size, longest kv_len) when the batch
+ * is past the plan's maxima (nothing done: build a larger plan). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const names[] = {"kv_indptr (host)", "kv_last_page_len (host)",
-                                      "float_workspace_buffer"};
-  if (check_nargs(fn, nargs, 5) < 0)
+  static const char *const ws_name[] = {"float_workspace_buffer"};
+  if (check_nargs(fn, nargs, 6) < 0)
     return NULL;
-  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
-  if (!plan)
+  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
+  if (!handle)
     return NULL;
-  op_call c;
-  if (op_call_begin(&c, fn, args + 1, names, 3, 0, args[4]) < 0)
-    return NULL;
-  for (int i = 0; i < 2; ++i) {
-    const ignis_tensor *t = &c.tensors[i];
-    if (t->device.type != IGNIS_DEVICE_CPU || t->dtype != IGNIS_I32 || t->ndim != 1 ||
-        (t->shape[0] > 1 && t->strides[0] != 1)) {
-      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s must be a contiguous 1-D int32 host array", fn, names[i]);
-      op_call_release(&c);
-      return NULL;
-    }
+  host_i32 indptr, last, staging;
+  int r = read_host_i32(args[1], 0, &indptr);
+  if (r == 0)
+    Py_RETURN_FALSE;
+  r = read_host_i32(args[2], 0, &last);
+  if (r == 0) {
+    host_i32_release(&indptr);
+    Py_RETURN_FALSE;
   }
-  int64_t batch = c.tensors[0].shape[0] - 1;
-  if (batch < 0 || c.tensors[1].shape[0] != batch) {
+  PyObject *result = NULL;
+  int64_t batch = indptr.len - 1;
+  staging.has_buffer = 0;
+  if (batch < 0 || last.len != batch) {
     PyErr_Format(INVALID_ARGUMENT_ERROR,
-                 "%s: kv_last_page_len has %lld entries but kv_indptr describes %lld requests", fn,
-                 (long long)c.tensors[1].shape[0], (long long)batch);
-    op_call_release(&c);
-    return NULL;
+                 "%s: last_page_len has %lld entries but indptr (%lld entries) describes %lld requests", fn,
+                 (long long)last.len, (long long)indptr.len, (long long)(batch < 0 ? 0 : batch));
+    goto done;
   }
-  void *ws;
-  size_t ws_bytes;
-  if (workspace_of(fn, &c.tensors[2], &ws, &ws_bytes) < 0) {
-    op_call_release(&c);
-    return NULL;
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t pages = (int64_t)indptr.data[b + 1] - indptr.data[b];
+    int64_t kv_len = pages > 0 ? (pages - 1) * handle->page_size + last.data[b] : 0;
+    longest = kv_len > longest ? kv_len : longest;
   }
-  ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_plan_update(plan, (const int32_t *)c.tensors[0].data, (const int32_t *)c.tensors[1].data,
-                               batch, ws, ws_bytes, c.stream);
-  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+  if (batch > handle->max_batch_size || longest > handle->max_kv_len) {
+    result = Py_BuildValue("(LL)", (long long)batch, (long long)longest);
+    goto done;
+  }
+  if (args[4] != Py_None) {
+    if (read_host_i32(args[4], 1, &staging) == 0 || staging.len < 2 * batch + 1) {
+      raise_type("%s: the staging array must be a writable int32 host array of at least %lld entries", fn,
+                 (long long)(2 * batch + 1));
+      goto done;
+    }
+    memcpy(staging.data, indptr.data, sizeof(int32_t) * (size_t)(batch + 1));
+    memcpy(staging.data + batch + 1, last.data, sizeof(int32_t) * (size_t)batch);
+  }
+  void *ws = NULL, *stream = NULL;
+  size_t ws_bytes = 0;
+  op_call c = {.count = 0};
+  if (args[3] != Py_None) {
+    if (op_call_begin(&c, fn, args + 3, ws_name, 1, 0, args[5]) < 0)
+      goto done;
+    stream = c.stream;
+    if (workspace_of(fn, &c.tensors[0], &ws, &ws_bytes) < 0) {
+      op_call_release(&c);
+      goto done;
+    }
+  } else if (args[5] != Py_None && parse_stream(fn, args[5], &stream) < 0) {
+    goto done;
+  }
+  PyThreadState *thread = PyEval_SaveThread();
+  ignis_status status =
+      ignis_decode_plan_update(handle->plan, indptr.data, last.data, batch, ws, ws_bytes, stream);
+  PyEval_RestoreThread(thread);
+  if (c.count)
+    op_call_release(&c);
+  if (status != IGNIS_OK)
+    raise_status(status, ignis_last_error());
+  else
+    result = PyLong_FromLongLong(batch);
+done:
+  host_i32_release(&staging);
+  host_i32_release(&last);
+  host_i32_release(&indptr);
+  return result;
 }
 
 /* (plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, kv_last_page_len, layout,
- *  out, lse_or_None, workspace, stream) */
+ *  out, lse_or_None, workspace, k_scale, v_scale, sinks_or_None, kv_view, stream) */
 static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
-  static const char *const all_names[] = {
-      "q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "kv_last_page_len", "out", "lse", "workspace"};
-  int64_t layout;
-  if (check_nargs(fn, nargs, 12) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0)
+  int64_t layout, kv_view;
+  ignis_attention_extras extras;
+  if (check_nargs(fn, nargs, 16) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0 ||
+      parse_attention_scales(fn, args + 11, &extras) < 0 || parse_kv_view(fn, args[14], &kv_view) < 0)
     return NULL;
-  ignis_decode_plan *plan = decode_plan_of(fn, args[0]);
-  if (!plan)
+  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
+  if (!handle)
     return NULL;
-  int combined = args[3] == Py_None, has_lse = args[9] != Py_None;
-  PyObject *sources[9] = {args[1], args[2], args[3], args[4], args[5], args[6], args[8], args[9], args[10]};
-  PyObject *objs[9];
-  const char *names[9];
-  int slot_of[9], count = 0;
-  for (int i = 0; i < 9; ++i) {
-    slot_of[i] = -1;
-    if ((i == 2 && combined) || (i == 7 && !has_lse))
-      continue;
-    slot_of[i] = count;
-    names[count] = i == 1 && combined ? "paged_kv_cache" : all_names[i];
-    objs[count++] = sources[i];
-  }
-  unsigned writable = 1u << slot_of[6] | (has_lse ? 1u << slot_of[7] : 0);
+  int combined = args[3] == Py_None;
+  tensor_list l = {.count = 0};
+  int q_at = tensor_list_add(&l, args[1], "q");
+  int k_at = tensor_list_add(&l, args[2], combined ? "paged_kv_cache" : "k_cache");
+  int v_at = tensor_list_add(&l, args[3], "v_cache");
+  int indptr_at = tensor_list_add(&l, args[4], "kv_indptr");
+  int indices_at = tensor_list_add(&l, args[5], "kv_indices");
+  int last_at = tensor_list_add(&l, args[6], "kv_last_page_len");
+  int out_at = tensor_list_add(&l, args[8], "out");
+  int lse_at = tensor_list_add(&l, args[9], "lse");
+  int ws_at = tensor_list_add(&l, args[10], "workspace");
+  int sinks_at = tensor_list_add(&l, args[13], "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, objs, names, count, writable, args[11]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[15]) < 0)
     return NULL;
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
   cache.layout = (ignis_kv_layout)layout;
-  if (combined) {
-    if (split_combined_cache(fn, &c.tensors[slot_of[1]], &cache.k_cache, &cache.v_cache) < 0) {
-      op_call_release(&c);
-      return NULL;
-    }
-  } else {
-    cache.k_cache = c.tensors[slot_of[1]];
-    cache.v_cache = c.tensors[slot_of[2]];
+  void *ws = NULL;
+  size_t ws_bytes = 0;
+  int bad = apply_kv_view(fn, kv_view, &c.tensors[k_at], l.names[k_at]) < 0 ||
+            (v_at >= 0 && apply_kv_view(fn, kv_view, &c.tensors[v_at], "v_cache") < 0) ||
+            (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0);
+  if (!bad && combined) {
+    bad = split_combined_cache(fn, &c.tensors[k_at], &cache.k_cache, &cache.v_cache) < 0;
+  } else if (!bad) {
+    cache.k_cache = c.tensors[k_at];
+    cache.v_cache = c.tensors[v_at];
   }
-  cache.indptr = c.tensors[slot_of[3]];
-  cache.indices = c.tensors[slot_of[4]];
-  cache.last_page_len = c.tensors[slot_of[5]];
-  void *ws;
-  size_t ws_bytes;
-  if (workspace_of(fn, &c.tensors[slot_of[8]], &ws, &ws_bytes) < 0) {
+  if (bad) {
     op_call_release(&c);
     return NULL;
   }
+  cache.indptr = c.tensors[indptr_at];
+  cache.indices = c.tensors[indices_at];
+  cache.last_page_len = c.tensors[last_at];
+  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run(plan, &c.tensors[slot_of[0]], &cache, NULL, &c.tensors[slot_of[6]],
-                       has_lse ? &c.tensors[slot_of[7]] : NULL, ws, ws_bytes, c.stream);
+      ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &extras, &c.tensors[out_at],
+                       lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1442,17 +1615,21 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(single_decode_workspace_size,
              "single_decode_workspace_size(num_qo_heads, head_dim, max_kv_len)"),
     FASTCALL(single_decode,
-             "single_decode(q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, out, "
-             "lse, workspace, stream)"),
+             "single_decode(q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, "
+             "pos_encoding_mode, rope_scale, rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, "
+             "workspace, stream)"),
     FASTCALL(decode_plan_create,
              "decode_plan_create(device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, "
-             "q_dtype, max_batch_size, max_kv_len, disable_split_kv, fixed_split_size, sm_scale, "
-             "logits_soft_cap, window_left, lse_base)"),
+             "q_dtype, kv_dtype, q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, "
+             "fixed_split_size, sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding_mode, "
+             "rope_scale, rope_theta)"),
     FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
     FASTCALL(decode_plan_update,
-             "decode_plan_update(plan, kv_indptr_host, kv_last_page_len_host, workspace, stream)"),
+             "decode_plan_update(plan, kv_indptr, kv_last_page_len, workspace, staging, stream) -> batch "
+             "size, False (not host int32 arrays) or (batch size, longest kv_len) past the plan's maxima"),
     FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
-                         "kv_last_page_len, layout, out, lse, workspace, stream)"),
+                         "kv_last_page_len, layout, out, lse, workspace, k_scale, v_scale, sinks, kv_view, "
+                         "stream)"),
     IGNIS_SAMPLING_METHODS
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},

@@ -5,18 +5,57 @@ contiguous ``k`` / ``v`` ``[kv_len, num_kv_heads, head_dim]`` ("NHD") or
 ``[num_kv_heads, kv_len, head_dim]`` ("HND").
 
 ``BatchDecodeWithPagedKVCacheWrapper``: a batch of decode requests over a paged KV cache, split,
-as in FlashInfer, into ``plan`` (host metadata, once per batch shape; the schedule goes into the
+as in FlashInfer, into ``plan`` (host metadata, once per batch; the schedule goes into the
 caller's workspace buffer) and ``run`` (per layer; never allocates or synchronizes on CUDA, so it
 can be captured in a CUDA graph and replayed after re-planning).
 
-q / K / V are f16 or bf16 (one dtype); head dims 64, 128 and 256; any GQA group. Options:
-``sm_scale`` (default ``1/sqrt(head_dim)``), ``logits_soft_cap``, ``window_left`` (sliding window),
-and the LSE's base: ``lse_base="2"`` (FlashInfer's, default) or ``"ln"``. RoPE / ALiBi inside the
-kernel (``pos_encoding_mode`` other than ``"NONE"``) and fp8 K/V scales are not supported yet:
-they raise :class:`ignis.UnsupportedError`. ``use_tensor_cores`` is accepted and ignored (ignis
-picks its kernel). Every call takes a keyword-only ``stream=``.
+What is supported (the math is the header comment of include/ignis/decode.h):
+
+- q f16 or bf16; K/V q's dtype, or fp8 (``torch.float8_e4m3fn`` / ``float8_e5m2``; NumPy arrays of
+  ml_dtypes' ``float8_e4m3fn`` / ``float8_e5m2``) with any q. Head dims 64, 128 and 256; any GQA
+  group.
+- ``k_scale`` / ``v_scale`` scale the keys and values of any dtype (FlashInfer folds ``k_scale``
+  into the softmax scale and multiplies the output by ``v_scale``: the same result);
+  ``q_scale`` multiplies the logits, so ignis folds it into ``k_scale``. Each is a Python number
+  or a one-element host tensor; a CUDA tensor is refused (UnsupportedError) because reading it
+  would synchronize with the device.
+- ``pos_encoding_mode`` "NONE", "ROPE_LLAMA" (q and k rotated inside the kernel at their
+  positions, ``rope_scale`` default 1, ``rope_theta`` default 1e4) or "ALIBI".
+- ``sinks``: per-head sink logits, float32 ``[num_qo_heads]`` on q's device.
+- ``window_left``, ``logits_soft_cap``, ``sm_scale`` (default ``1/sqrt(head_dim)``), and the LSE's
+  base: ``lse_base="2"`` (FlashInfer's, default) or ``"ln"``.
+- ``q_len_per_req`` (batch decode; speculative decoding, causal among a request's new tokens) is
+  fixed by ``plan``, as the C plan is: q then has ``batch * q_len_per_req`` rows. ``run`` takes
+  ``q_len_per_req=None`` (the planned value) or the planned value; another one raises
+  InvalidArgumentError (re-plan with it). ``run``'s ``window_left`` likewise must be None or the
+  planned value, as in FlashInfer.
+
+``use_tensor_cores``, ``backend``, ``enable_pdl`` and ``non_blocking`` are accepted and ignored
+(ignis picks its kernel; plan copies are always asynchronous); ``block_tables`` and ``seq_lens``
+are accepted and ignored (the lengths come from ``indptr`` and ``last_page_len``). Every call
+takes a keyword-only ``stream=``; plan and run must use the same stream.
+
+How ``plan`` stays cheap (the budget is 10 us of host time at batch 256; bench/decode_plan_time.py
+measures it): the C plan object is made once per configuration (heads, head dim, page size,
+dtypes, options, q_len_per_req) and kept while later ``plan`` calls pass the same arguments;
+each call then only schedules the batch (ignis_decode_plan_update), reading ``indptr`` and
+``last_page_len`` in place when they are contiguous int32 host arrays (CPU tensors, NumPy). Other
+index arrays are first copied to the host, and CUDA tensors are copied with a synchronization,
+as FlashInfer's plan does: keep them on the host. On CUDA, ``indptr`` and ``last_page_len`` then
+reach the device with one asynchronous copy into the wrapper's index buffer; ``indices`` is used
+in place when it is already on the device. The plan's maxima are chosen so that it rarely needs
+re-making: the batch bound is the CUDA-graph buffers' size, else ``max_batch_size=``, else the
+largest batch seen rounded up to a power of two (at least 64); the KV-length bound is
+``max_kv_len=``, else unbounded (the split-KV partials and the launch stay within one wave of the
+GPU whatever the bound) except with
+``fixed_split_size``, whose work list grows with it: there it is the longest request seen rounded
+up to a power of two (at least 4096), or with CUDA-graph buffers the longest the workspace holds,
+so that the plan and a captured run stay valid. A batch past an implicit bound re-makes the plan;
+one past an explicit bound, or past the CUDA-graph buffers, raises InvalidArgumentError.
 """
 
+import functools
+import math
 import sys
 
 from . import _ext
@@ -27,8 +66,19 @@ __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
 
 _LAYOUTS = {"NHD": 0, "HND": 1}
 _BASES = {"2": 0, "ln": 1}
-_IGNIS_F16, _IGNIS_BF16 = 1, 2
-_DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
+_POS_ENCODINGS = {"NONE": 0, "ROPE_LLAMA": 1, "ALIBI": 2}
+_F16, _BF16, _E4M3, _E5M2 = 1, 2, 3, 4
+_DTYPES = {
+    "float16": _F16, "half": _F16, "f16": _F16,
+    "bfloat16": _BF16, "bf16": _BF16,
+    "float8_e4m3fn": _E4M3, "fp8_e4m3": _E4M3, "e4m3": _E4M3,
+    "float8_e5m2": _E5M2, "fp8_e5m2": _E5M2, "e5m2": _E5M2,
+}
+_FP8_NUMPY = {"float8_e4m3fn": _E4M3, "float8_e5m2": _E5M2}  # ml_dtypes names; passed as uint8 views
+_DL_CUDA = 2
+_INT32_MAX = 2**31 - 1
+_MIN_MAX_BATCH = 64
+_MIN_MAX_KV_LEN = 4096
 
 
 def _layout(kv_layout):
@@ -45,25 +95,86 @@ def _base(lse_base):
         raise InvalidArgumentError("lse_base=%r must be '2' or 'ln'" % (lse_base,)) from None
 
 
-def _check_supported(fn, pos_encoding_mode, scales=()):
-    if pos_encoding_mode != "NONE":
+def _pos_encoding(fn, mode):
+    try:
+        return _POS_ENCODINGS[mode]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            "%s: pos_encoding_mode=%r must be 'NONE', 'ROPE_LLAMA' or 'ALIBI'" % (fn, mode)) from None
+
+
+def _dtype_code(fn, name, dtype):
+    """The ignis dtype of a torch, NumPy or ml_dtypes dtype (or scalar type), or of a name."""
+    if isinstance(dtype, str):
+        text = dtype
+    elif isinstance(dtype, type):
+        text = dtype.__name__
+    else:
+        text = str(dtype)
+    code = _DTYPES.get(text.replace("torch.", "").replace("numpy.", ""))
+    if code is None:
+        raise UnsupportedError("%s: %s=%s is not supported: float16, bfloat16, float8_e4m3fn or float8_e5m2"
+                               % (fn, name, dtype))
+    return code
+
+
+def _rope(rope_scale, rope_theta):
+    return 1.0 if rope_scale is None else rope_scale, 1e4 if rope_theta is None else rope_theta
+
+
+def _host_number(fn, name, value):
+    """A scale given as a number or a one-element host tensor, as a float (never syncs a device)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    device = getattr(value, "__dlpack_device__", None)
+    if device is not None and device()[0] == _DL_CUDA:
         raise UnsupportedError(
-            "%s: pos_encoding_mode=%r is not supported yet: apply RoPE to q and k first "
-            "(ignis.apply_rope*) and pass pos_encoding_mode='NONE'" % (fn, pos_encoding_mode)
-        )
-    for name, value in scales:
-        if value is not None:
-            raise UnsupportedError("%s: %s is for fp8 K/V, which is not supported yet" % (fn, name))
+            "%s: %s is a CUDA tensor; reading it would synchronize with the device: pass a Python float "
+            "(or a one-element host tensor)" % (fn, name))
+    item = getattr(value, "item", None)
+    if item is None:
+        raise ArgumentTypeError("%s: %s must be a float or a one-element host tensor, not %s"
+                                % (fn, name, type(value).__qualname__))
+    try:
+        return float(item())
+    except (ValueError, RuntimeError, TypeError):
+        raise InvalidArgumentError("%s: %s must hold exactly one value" % (fn, name)) from None
 
 
-def _dtype_code(fn, dtype):
-    """f16 / bf16 from a torch, NumPy or ml_dtypes dtype, or a name."""
-    name = str(dtype).replace("torch.", "")
-    if name in ("bfloat16", "bf16"):
-        return _IGNIS_BF16
-    if name in ("float16", "half", "f16"):
-        return _IGNIS_F16
-    raise UnsupportedError("%s: data type %s is not supported: q and K/V must be float16 or bfloat16" % (fn, dtype))
+def _scale(fn, name, value):
+    if value.__class__ is not float:
+        value = _host_number(fn, name, value)
+    if not 0.0 < value < math.inf:
+        raise InvalidArgumentError("%s: %s=%r but it must be finite and > 0" % (fn, name, value))
+    return value
+
+
+def _key_scale(fn, k_scale, q_scale):
+    """k_scale * q_scale (both scale the logits), 1.0 when neither is given."""
+    scale = 1.0 if k_scale is None else _scale(fn, "k_scale", k_scale)
+    return scale if q_scale is None else scale * _scale(fn, "q_scale", q_scale)
+
+
+def _fp8_numpy_view(x):
+    """(x, -1), or for a NumPy array of ml_dtypes' fp8 types (which DLPack cannot carry) its uint8
+    view and the ignis dtype to read it as."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or x.__class__ is not numpy.ndarray:
+        return x, -1
+    code = _FP8_NUMPY.get(x.dtype.name)
+    return (x, -1) if code is None else (x.view(numpy.uint8), code)
+
+
+def _kv_views(fn, k, v, k_name, v_name):
+    """K and V for the extension: fp8 NumPy arrays as uint8 views, with the dtype they stand for."""
+    k, view = _fp8_numpy_view(k)
+    if v is None:
+        return k, v, view
+    v, v_view = _fp8_numpy_view(v)
+    if v_view != view:
+        raise InvalidArgumentError("%s: %s.dtype=%s but %s.dtype=%s: they must be equal"
+                                   % (fn, v_name, v.dtype, k_name, k.dtype))
+    return k, v, view
 
 
 def _new_f32(like, shape):
@@ -89,53 +200,67 @@ def _on_cuda(x):
     return x.__dlpack_device__()[0] == _DL_CUDA
 
 
+def _is_cuda(x):
+    flag = getattr(x, "is_cuda", None)  # PyTorch: an attribute read, cheaper than __dlpack_device__
+    return flag if flag is not None else _on_cuda(x)
+
+
+def _new_device_array(like, n, dtype_name):
+    """An uninitialized 1-D array of n elements of dtype_name ("uint8", "int32") on like's CUDA
+    device, in like's framework (PyTorch or CuPy)."""
+    if hasattr(like, "new_empty"):
+        import torch
+
+        return like.new_empty((n,), dtype=getattr(torch, dtype_name))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        with like.device:
+            return cupy.empty((n,), dtype=getattr(cupy, dtype_name))
+    raise ArgumentTypeError("ignis cannot allocate CUDA arrays like a %s (PyTorch and CuPy are supported)"
+                            % type(like).__qualname__)
+
+
 # Scratch for single decode's split-KV partials on CUDA, per (framework type, device), grown on demand.
 _single_workspaces = {}
 
 
 def _single_workspace(q, nbytes):
-    if nbytes == 0 or not _on_cuda(q):
+    if nbytes == 0:
         return None
     key = (type(q), q.__dlpack_device__()[1])
     buffer = _single_workspaces.get(key)
     if buffer is None or buffer.shape[0] < nbytes:
-        if hasattr(q, "new_empty"):
-            import torch
-
-            buffer = q.new_empty((nbytes,), dtype=torch.uint8)
-        elif sys.modules.get("cupy") is not None and isinstance(q, sys.modules["cupy"].ndarray):
-            with q.device:
-                buffer = sys.modules["cupy"].empty((nbytes,), dtype=sys.modules["cupy"].uint8)
-        else:
-            raise ArgumentTypeError(
-                "ignis cannot allocate a CUDA workspace like a %s (PyTorch and CuPy are supported)"
-                % type(q).__qualname__
-            )
+        buffer = _new_device_array(q, nbytes, "uint8")
         _single_workspaces[key] = buffer
     return buffer
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE", use_tensor_cores=False,
                                 q_scale=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None,
-                                sm_scale=None, rope_scale=None, rope_theta=None, return_lse=False, *, lse_base="2",
-                                stream=None):
+                                sm_scale=None, rope_scale=None, rope_theta=None, return_lse=False, *, sinks=None,
+                                lse_base="2", stream=None):
     """Decode attention of one request: ``q`` ``[num_qo_heads, head_dim]`` against ``k`` / ``v``
     (``[kv_len, num_kv_heads, head_dim]`` for "NHD", ``[num_kv_heads, kv_len, head_dim]`` for
-    "HND"; any leading strides). Returns ``out`` ``[num_qo_heads, head_dim]`` (q's dtype), or
-    ``(out, lse)`` with ``return_lse`` (``lse`` ``[num_qo_heads]`` float32 in base ``lse_base``).
-    With no keys, ``out`` is 0 and ``lse`` is -inf. On CUDA, long sequences are split across the
-    GPU; the scratch for that is allocated once per device and kept."""
+    "HND"; any leading strides; q's dtype or fp8). Returns ``out`` ``[num_qo_heads, head_dim]``
+    (q's dtype), or ``(out, lse)`` with ``return_lse`` (``lse`` ``[num_qo_heads]`` float32 in base
+    ``lse_base``). The query sits at position ``kv_len - 1`` (RoPE, ALiBi). With no keys, ``out``
+    is 0 and ``lse`` is -inf (the sink with ``sinks``). On CUDA, long sequences are split across
+    the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
-    _check_supported(fn, pos_encoding_mode, (("q_scale", q_scale), ("k_scale", k_scale), ("v_scale", v_scale)))
     layout = _layout(kv_layout)
-    kv_len = k.shape[0] if layout == 0 else k.shape[1]
+    pos_encoding = _pos_encoding(fn, pos_encoding_mode)
+    k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
+    v_value = 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
+    k, v, kv_view = _kv_views(fn, k, v, "k", "v")
     workspace = None
     if _on_cuda(q):
-        nbytes = _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len)
-        workspace = _single_workspace(q, nbytes)
+        kv_len = k.shape[0] if layout == 0 else k.shape[1]
+        workspace = _single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
     lse = _new_f32(q, (q.shape[0],)) if return_lse else None
-    _ext.single_decode(q, k, v, layout, sm_scale or 0.0, logits_soft_cap or 0.0, window_left, _base(lse_base), out,
+    rope_scale, rope_theta = _rope(rope_scale, rope_theta)
+    _ext.single_decode(q, k, v, layout, 0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left,
+                       _base(lse_base), pos_encoding, rope_scale, rope_theta, k_value, v_value, sinks, kv_view, out,
                        lse, workspace, stream)
     return (finish(out), lse) if return_lse else finish(out)
 
@@ -154,37 +279,108 @@ def _host_i32(x, name):
     return array
 
 
-def _device_i32_like(workspace, array, buffer):
-    """The int32 host array on the workspace's device, in its framework: written into `buffer` (a
-    preallocated CUDA-graph buffer) when given, else a new array."""
-    if buffer is not None:
-        n = array.shape[0]
-        if buffer.shape[0] < n:
-            raise InvalidArgumentError("a paged_kv_*_buffer holds %d entries but plan needs %d" % (buffer.shape[0], n))
-        view = buffer[:n]
-        if hasattr(view, "copy_"):
-            import torch
-
-            view.copy_(torch.from_numpy(array), non_blocking=True)
-        else:
-            view[...] = array
-        return view
-    if hasattr(workspace, "new_empty"):
-        import torch
-
-        return torch.from_numpy(array).to(workspace.device, non_blocking=True)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(workspace, cupy.ndarray):
-        with workspace.device:
-            return cupy.asarray(array)
-    raise ArgumentTypeError("ignis cannot place index arrays like a %s" % type(workspace).__qualname__)
-
-
 def _next_pow2(n, floor):
     p = floor
     while p < n:
         p *= 2
     return p
+
+
+class _IndexUploader:
+    """The device side of plan's index arrays on CUDA: a host staging array that
+    decode_plan_update fills with ``[indptr | last_page_len]`` (2 * max_batch + 1 int32), and, per
+    batch size, the views and the copy that bring them to the device with one asynchronous copy
+    (into the wrapper's own buffer, or into the CUDA-graph buffers)."""
+
+    def __init__(self, workspace, max_batch, graph_buffers):
+        n = 2 * max_batch + 1
+        self.workspace = workspace
+        self.graph_buffers = graph_buffers
+        if hasattr(workspace, "new_empty"):  # PyTorch
+            import torch
+
+            self.torch = True
+            self.staging = torch.empty((n,), dtype=torch.int32)
+        else:
+            import numpy
+
+            self.torch = False
+            self.staging = numpy.empty((n,), dtype=numpy.int32)
+        self.device = None if graph_buffers else _new_device_array(workspace, n, "int32")
+        self.views = {}
+
+    def _copier(self, dst, src):
+        """A call that copies host src into device dst asynchronously (no Python frame of its own)."""
+        return functools.partial(dst.copy_, src, True) if self.torch else functools.partial(dst.set, src)
+
+    def _make(self, batch):
+        staging = self.staging
+        if self.graph_buffers is None:
+            device = self.device
+            copies = (self._copier(device[: 2 * batch + 1], staging[: 2 * batch + 1]),)
+            indptr, last = device[: batch + 1], device[batch + 1 : 2 * batch + 1]
+        else:
+            indptr, last = self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch]
+            copies = (self._copier(indptr, staging[: batch + 1]),
+                      self._copier(last, staging[batch + 1 : 2 * batch + 1]))
+        views = self.views[batch] = (copies, indptr, last)
+        return views
+
+    def on_stream(self, stream):
+        """A context in which the framework's copies go to `stream` (plan's stream=: an int
+        cudaStream_t, or an object with .cuda_stream or .ptr), where plan_update's copy goes."""
+        if self.torch:
+            import torch
+
+            if isinstance(stream, torch.cuda.Stream):
+                return torch.cuda.stream(stream)
+            handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream", None)
+            handle = getattr(stream, "ptr", None) if handle is None else handle
+            device = self.workspace.device
+            external = torch.cuda.ExternalStream(handle, device=device) if handle else torch.cuda.default_stream(device)
+            return torch.cuda.stream(external)
+        cupy = sys.modules["cupy"]
+        handle = stream if isinstance(stream, int) else getattr(stream, "ptr", getattr(stream, "cuda_stream", 0))
+        return cupy.cuda.ExternalStream(handle)
+
+    def upload(self, batch):
+        """Copy the staged arrays of a batch to the device; returns (indptr, last_page_len) there."""
+        views = self.views.get(batch)
+        if views is None:
+            views = self._make(batch)
+        for copy in views[0]:
+            copy()
+        return views[1], views[2]
+
+    def indices(self, indices):
+        """The page indices on the device: in place when they are already there (without CUDA-graph
+        buffers), else copied into the indices buffer or a new device array."""
+        buffer = None if self.graph_buffers is None else self.graph_buffers[1]
+        if buffer is None:
+            if _is_cuda(indices):
+                return indices
+            host = _host_i32(indices, "indices")
+            if self.torch:
+                import torch
+
+                return torch.from_numpy(host).to(self.workspace.device, non_blocking=True)
+            cupy = sys.modules["cupy"]
+            with self.workspace.device:
+                return cupy.asarray(host)
+        if indices is buffer or (self.torch and _is_cuda(indices) and indices.data_ptr() == buffer.data_ptr()):
+            return buffer
+        n = indices.shape[0]
+        if buffer.shape[0] < n:
+            raise InvalidArgumentError("ignis.BatchDecodeWithPagedKVCacheWrapper.plan: paged_kv_indices_buffer holds "
+                                       "%d entries but indices has %d" % (buffer.shape[0], n))
+        if self.torch:
+            import torch
+
+            source = indices if isinstance(indices, torch.Tensor) else torch.from_numpy(_host_i32(indices, "indices"))
+            buffer[:n].copy_(source, non_blocking=True)
+        else:
+            buffer[:n].set(_host_i32(indices, "indices"))
+        return buffer
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -193,113 +389,243 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     ``float_workspace_buffer`` is the caller's byte buffer (e.g. 128 MB of ``torch.uint8`` on the
     GPU); it holds the schedule and the split-KV partials, and its device decides where the plan
-    runs (a host buffer: the CPU backend). With ``use_cuda_graph=True`` the index arrays of each
-    plan are copied into the fixed ``paged_kv_*_buffer`` tensors, so a captured ``run`` sees every
-    later plan, and ``max_batch_size`` defaults to ``len(paged_kv_indptr_buffer) - 1``."""
+    runs (a host buffer: the CPU backend). With ``use_cuda_graph=True`` each plan's index arrays
+    are copied into the fixed ``paged_kv_*_buffer`` tensors and the plan keeps its shape (at most
+    ``len(paged_kv_last_page_len_buffer)`` requests), so a captured ``run`` serves every later
+    plan: re-plan outside the graph, then replay it."""
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, use_tensor_cores=False,
                  paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", jit_args=None):
+        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper"
         self._layout = _layout(kv_layout)
-        self._workspace = float_workspace_buffer
-        device_type, device_id = float_workspace_buffer.__dlpack_device__()
+        if jit_args is not None:
+            raise UnsupportedError("%s: jit_args (FlashInfer's JIT attention variants) are not supported" % fn)
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._use_tensor_cores = use_tensor_cores
+        self._graph_buffers = None
+        if use_cuda_graph:
+            buffers = (paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer)
+            if any(b is None for b in buffers):
+                raise InvalidArgumentError("%s: use_cuda_graph=True needs paged_kv_indptr_buffer, "
+                                           "paged_kv_indices_buffer and paged_kv_last_page_len_buffer" % fn)
+            if buffers[0].shape[0] != buffers[2].shape[0] + 1:
+                raise InvalidArgumentError("%s: paged_kv_indptr_buffer has %d entries but it must have "
+                                           "len(paged_kv_last_page_len_buffer) + 1 = %d"
+                                           % (fn, buffers[0].shape[0], buffers[2].shape[0] + 1))
+            self._graph_buffers = buffers
+        self._set_workspace(float_workspace_buffer)
+
+    def _set_workspace(self, workspace):
+        device_type, device_id = workspace.__dlpack_device__()
+        self._workspace = workspace
         self._cuda = device_type == _DL_CUDA
         self._device_id = device_id if self._cuda else 0
-        self._use_cuda_graph = use_cuda_graph
-        if use_cuda_graph and (paged_kv_indptr_buffer is None or paged_kv_indices_buffer is None
-                               or paged_kv_last_page_len_buffer is None):
-            raise InvalidArgumentError("use_cuda_graph=True needs paged_kv_indptr_buffer, paged_kv_indices_buffer "
-                                       "and paged_kv_last_page_len_buffer")
-        self._buffers = (paged_kv_indptr_buffer, paged_kv_indices_buffer, paged_kv_last_page_len_buffer)
+        self._plan_workspace = workspace if self._cuda else None  # CPU plans keep their schedule on the host
+        self._key = None  # the plan() arguments the current C plan was made for
         self._plan = None
-        self._plan_key = None
+        self._uploader = None
         self._indexes = None
+        self._max_batch_seen = 0
+        self._longest_seen = 0
 
     @property
     def is_cuda_graph_enabled(self):
         return self._use_cuda_graph
 
+    @property
+    def use_tensor_cores(self):
+        return self._use_tensor_cores
+
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         """Use another workspace buffer (plan again before the next run)."""
-        self._workspace = float_workspace_buffer
-        self._indexes = None
+        self._set_workspace(float_workspace_buffer)
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
              pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type="float16",
-             kv_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None, non_blocking=True,
-             fixed_split_size=None, disable_split_kv=False, *, max_batch_size=None, max_kv_len=None, lse_base="2",
-             stream=None):
+             kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
+             non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
+             q_len_per_req=1, *, window_right=0, max_batch_size=None, max_kv_len=None, lse_base="2", stream=None):
         """Schedule the batch described by ``indptr`` ``[B+1]``, ``indices`` and
         ``last_page_len`` ``[B]`` (int32) for the following runs.
 
-        The schedule is computed on the host from ``indptr`` and ``last_page_len``: pass them as
-        host arrays (NumPy, CPU tensors) to keep ``plan`` free of synchronization; CUDA tensors are
-        copied to the host first, which synchronizes (as FlashInfer's plan does). The index arrays
-        the kernels read are the given ones when they already live on the workspace's device,
-        else copies. ``max_batch_size`` / ``max_kv_len`` bound the batches this plan's shape
-        serves (defaults: this batch, rounded up to powers of two; a later plan past them builds a
-        new one). ``fixed_split_size`` (pages) splits every request the same way whatever the
-        batch, ``disable_split_kv`` not at all: both make results batch-invariant."""
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
-        _check_supported(fn, pos_encoding_mode)
-        q_code = _dtype_code(fn, q_data_type)
-        kv_type = kv_data_type if kv_data_type is not None else data_type
-        if kv_type is not None and _dtype_code(fn, kv_type) != q_code:
-            raise UnsupportedError("%s: kv_data_type must equal q_data_type (fp8 K/V is not supported yet)" % fn)
-        host_indptr = _host_i32(indptr, "indptr")
-        host_last = _host_i32(last_page_len, "last_page_len")
-        batch = host_indptr.shape[0] - 1
-        pages = host_indptr[1:].astype("int64") - host_indptr[:-1]
-        lengths = (pages - 1) * page_size + host_last
-        longest = int(max(0, lengths[pages > 0].max())) if batch > 0 and (pages > 0).any() else 0
-        if max_batch_size is None:
-            if self._use_cuda_graph:
-                max_batch_size = self._buffers[0].shape[0] - 1
-            else:
-                max_batch_size = _next_pow2(max(batch, 1), 1)
-        if max_kv_len is None:
-            max_kv_len = _next_pow2(longest, 1024)
-        key = (q_code, num_qo_heads, num_kv_heads, head_dim, page_size, window_left, logits_soft_cap, sm_scale,
-               fixed_split_size, bool(disable_split_kv), lse_base)
-        old = self._plan_key
-        if (self._plan is None or old[0] != key or old[1] < max_batch_size or old[2] < max_kv_len
-                or (self._use_cuda_graph and old[1] != max_batch_size)):
-            self._plan = _ext.decode_plan_create(
-                1 if self._cuda else 0, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_code,
-                max_batch_size, max_kv_len, bool(disable_split_kv), fixed_split_size or 0, sm_scale or 0.0,
-                logits_soft_cap or 0.0, window_left, _base(lse_base))
-            self._plan_key = (key, max_batch_size, max_kv_len)
-        _ext.decode_plan_update(self._plan, host_indptr, host_last, self._workspace, stream)
-        if self._cuda:
-            given = (indptr, indices, last_page_len)
-            hosts = (host_indptr, None, host_last)
-            device = []
-            for i in range(3):
-                x, buffer = given[i], self._buffers[i] if self._use_cuda_graph else None
-                if buffer is None and _on_cuda(x):
-                    device.append(x)
-                else:
-                    host = hosts[i] if hosts[i] is not None else _host_i32(x, "indices")
-                    device.append(_device_i32_like(self._workspace, host, buffer))
-            self._indexes = tuple(device)
+        Pass ``indptr`` and ``last_page_len`` as contiguous int32 host arrays (CPU tensors, NumPy)
+        for the fast path (read in place, no synchronization); anything else is converted on the
+        host first (a CUDA tensor synchronizes, as in FlashInfer). ``data_type`` (FlashInfer's old
+        name) sets q's and K/V's dtypes where ``q_data_type`` / ``kv_data_type`` are not given;
+        ``o_data_type`` must be q's. ``q_len_per_req`` (1..16) query tokens per request: ``run``
+        then takes ``q`` ``[B * q_len_per_req, num_qo_heads, head_dim]``. ``fixed_split_size``
+        (pages) splits every request the same way whatever the batch, ``disable_split_kv`` not at
+        all: both make results batch-invariant. ``max_batch_size`` / ``max_kv_len`` bound the
+        batches the plan serves (see the module's notes for the defaults)."""
+        key = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
+               q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
+               disable_split_kv, q_len_per_req, max_batch_size, max_kv_len, lse_base)
+        if key != self._key or window_right:
+            self._configure(key, window_right)
+        uploader = self._uploader
+        batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
+                                        None if uploader is None else uploader.staging, stream)
+        if batch.__class__ is not int:
+            indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
+            uploader = self._uploader
+        if uploader is None:
+            self._indexes = (indptr, indices, last_page_len)
+        elif stream is None:
+            device_indptr, device_last = uploader.upload(batch)
+            self._indexes = (device_indptr, uploader.indices(indices), device_last)
         else:
-            self._indexes = (host_indptr, _host_i32(indices, "indices"), host_last)
-        self._batch = batch
-        self._num_qo_heads = num_qo_heads
+            with uploader.on_stream(stream):
+                device_indptr, device_last = uploader.upload(batch)
+                self._indexes = (device_indptr, uploader.indices(indices), device_last)
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *, out=None, lse=None, return_lse=False, stream=None):
-        """Decode attention of the planned batch: ``q`` ``[B, num_qo_heads, head_dim]``,
-        ``paged_kv_cache`` one ``[num_pages, 2, ...]`` tensor or a ``(k_cache, v_cache)`` tuple in
-        the wrapper's layout. Returns ``out`` (like ``q``), or ``(out, lse)`` with ``return_lse``
-        (``lse`` ``[B, num_qo_heads]`` float32 in the plan's ``lse_base``)."""
+    def _configure(self, key, window_right=0):
+        """Resolve plan()'s configuration arguments and make the C plan (the slow path)."""
+        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+        if window_right:
+            raise UnsupportedError("%s: window_right=%r is not supported (0: no key right of a query token)"
+                                   % (fn, window_right))
+        (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
+         q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
+         disable_split_kv, q_len_per_req, max_batch_size, max_kv_len, lse_base) = key
+        if data_type is not None:
+            if q_data_type is None or q_data_type == "float16":
+                q_data_type = data_type
+            if kv_data_type is None:
+                kv_data_type = data_type
+        q_code = _dtype_code(fn, "q_data_type", q_data_type)
+        if q_code not in (_F16, _BF16):
+            raise UnsupportedError("%s: q_data_type=%s is not supported: float16 or bfloat16" % (fn, q_data_type))
+        kv_code = q_code if kv_data_type is None else _dtype_code(fn, "kv_data_type", kv_data_type)
+        if o_data_type is not None and _dtype_code(fn, "o_data_type", o_data_type) != q_code:
+            raise UnsupportedError("%s: o_data_type=%s but the output has q's dtype (%s)"
+                                   % (fn, o_data_type, q_data_type))
+        if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
+            raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
+        rope_scale, rope_theta = _rope(rope_scale, rope_theta)
+        self._key = None
+        self._indexes = None
+        self._head = [1 if self._cuda else 0, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size,
+                      q_code, kv_code, q_len_per_req]
+        self._tail = [bool(disable_split_kv), fixed_split_size or 0, 0.0 if sm_scale is None else sm_scale,
+                      logits_soft_cap or 0.0, window_left, _base(lse_base), _pos_encoding(fn, pos_encoding_mode),
+                      rope_scale, rope_theta]
+        self._explicit = (max_batch_size, max_kv_len)
+        self._build(self._max_batch_seen, self._longest_seen)
+        self._key = key
+        self._window_left = window_left
+        self._q_len_per_req = q_len_per_req
+
+    def _build(self, batch, longest):
+        """Make the C plan for batches of up to `batch` requests and `longest` keys (at least)."""
+        explicit_batch, explicit_kv_len = self._explicit
+        if self._graph_buffers is not None:
+            max_batch = self._graph_buffers[2].shape[0]
+        elif explicit_batch is not None:
+            max_batch = explicit_batch
+        else:
+            max_batch = _next_pow2(batch, _MIN_MAX_BATCH)
+        fixed_split_pages = self._tail[1]
+        if explicit_kv_len is not None:
+            plan = self._create(max_batch, explicit_kv_len)
+        elif not fixed_split_pages or self._tail[0]:
+            plan = self._create(max_batch, _INT32_MAX)  # the workspace does not grow with it
+        elif self._cuda and self._graph_buffers is not None:
+            plan = self._fixed_split_plan(max_batch, longest, fixed_split_pages)
+        else:  # the grid grows with the bound: keep it within twice the longest request seen
+            plan = self._create(max_batch, _next_pow2(longest, _MIN_MAX_KV_LEN))
+        if self._cuda and (self._uploader is None or self._uploader.staging.shape[0] < 2 * max_batch + 1):
+            self._uploader = _IndexUploader(self._workspace, max_batch, self._graph_buffers)
+        self._plan = plan
+
+    def _create(self, max_batch, max_kv_len):
+        self._max_batch, self._max_kv_len = max_batch, max_kv_len
+        return _ext.decode_plan_create(*self._head, max_batch, max_kv_len, *self._tail)
+
+    def _fixed_split_plan(self, max_batch, longest, fixed_split_pages):
+        """A CUDA plan with fixed splits for the longest KV length whose schedule and partial rows
+        fit the workspace (estimated, then checked against the plan's own size query)."""
+        num_qo_heads, head_dim, page_size, q_len = self._head[2], self._head[4], self._head[5], self._head[8]
+        workspace_bytes = self._workspace.nbytes
+        per_item = 16 + 4 * q_len * num_qo_heads * (head_dim + 1)  # a work item and its f32 partial rows
+        items = max(1, (workspace_bytes - 16 * (max_batch + 64)) // (per_item * max_batch))
+        max_kv_len = max(longest, min(_INT32_MAX, items * fixed_split_pages * page_size))
+        while True:
+            plan = self._create(max_batch, max_kv_len)
+            if max_kv_len <= max(longest, fixed_split_pages * page_size):
+                return plan
+            if _ext.decode_workspace_size(plan) <= workspace_bytes:
+                return plan
+            max_kv_len = max(longest, max_kv_len // 2)
+
+    def _update_slow(self, indptr, last_page_len, result, stream):
+        """plan_update when the fast path declined: index arrays not on the host as int32 (copied
+        there), or a batch past the plan's maxima (a larger plan)."""
+        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+        if result is False:
+            indptr, last_page_len = _host_i32(indptr, "indptr"), _host_i32(last_page_len, "last_page_len")
+            result = self._update(indptr, last_page_len, stream)
+        if result.__class__ is tuple:
+            batch, longest = result
+            explicit_batch, explicit_kv_len = self._explicit
+            if batch > self._max_batch:
+                if self._graph_buffers is not None:
+                    raise InvalidArgumentError("%s: the batch has %d requests but the CUDA-graph buffers hold %d"
+                                               % (fn, batch, self._max_batch))
+                if explicit_batch is not None:
+                    raise InvalidArgumentError("%s: the batch has %d requests but max_batch_size=%d"
+                                               % (fn, batch, explicit_batch))
+            if longest > self._max_kv_len and explicit_kv_len is not None:
+                raise InvalidArgumentError("%s: a request has %d keys but max_kv_len=%d"
+                                           % (fn, longest, explicit_kv_len))
+            self._max_batch_seen = max(self._max_batch_seen, batch)
+            self._longest_seen = max(self._longest_seen, longest)
+            self._build(self._max_batch_seen, self._longest_seen)
+            result = self._update(indptr, last_page_len, stream)
+            if result.__class__ is not int:
+                raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d "
+                                           "keys with fixed_split_size=%d" % (fn, self._workspace.nbytes, longest,
+                                                                              self._tail[1]))
+        return indptr, last_page_len, result
+
+    def _update(self, indptr, last_page_len, stream):
+        uploader = self._uploader
+        return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
+                                       None if uploader is None else uploader.staging, stream)
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
+            skip_softmax_threshold_scale_factor=None, kv_cache_sf=None, stream=None):
+        """Decode attention of the planned batch: ``q`` ``[B * q_len_per_req, num_qo_heads,
+        head_dim]``, ``paged_kv_cache`` one ``[num_pages, 2, ...]`` tensor or a
+        ``(k_cache, v_cache)`` tuple in the wrapper's layout and the planned K/V dtype. Returns
+        ``out`` (like ``q``), or ``(out, lse)`` with ``return_lse`` (``lse`` ``[B * q_len_per_req,
+        num_qo_heads]`` float32 in the plan's ``lse_base``). ``k_scale`` / ``v_scale`` /
+        ``q_scale``: numbers (or one-element host tensors); ``sinks``: float32 ``[num_qo_heads]``
+        on q's device."""
+        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run"
         if self._indexes is None:
-            raise InvalidArgumentError("ignis.BatchDecodeWithPagedKVCacheWrapper.run: call plan first")
-        if isinstance(paged_kv_cache, tuple):
+            raise InvalidArgumentError("%s: call plan first" % fn)
+        if args:
+            raise UnsupportedError("%s: extra positional arguments (FlashInfer's JIT variants) are not supported" % fn)
+        if skip_softmax_threshold_scale_factor is not None or kv_cache_sf is not None:
+            raise UnsupportedError("%s: skip_softmax_threshold_scale_factor and kv_cache_sf (NVFP4 K/V) are not "
+                                   "supported" % fn)
+        if window_left is not None and window_left != self._window_left:
+            raise InvalidArgumentError("%s: window_left=%r but plan() was given %r: re-plan to change it"
+                                       % (fn, window_left, self._window_left))
+        if q_len_per_req is not None and q_len_per_req != self._q_len_per_req:
+            raise InvalidArgumentError("%s: q_len_per_req=%r but plan() was given %r: pass q_len_per_req to plan()"
+                                       % (fn, q_len_per_req, self._q_len_per_req))
+        if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
             k_cache, v_cache = paged_kv_cache
         else:
             k_cache, v_cache = paged_kv_cache, None
+        k_cache, v_cache, kv_view = _kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
+        k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
+        v_value = 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
         finish = None
         if out is None:
             out, finish = new_output(q)
@@ -307,12 +633,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
             lse = _new_f32(q, (q.shape[0], q.shape[1]))
         indptr, indices, last = self._indexes
         _ext.decode_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, out, lse,
-                        self._workspace, stream)
+                        self._workspace, k_value, v_value, sinks, kv_view, stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out
 
     forward = run
+
+    def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
+        """``run`` with ``return_lse=True``."""
+        return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
 
     def end_forward(self):
         """Kept for FlashInfer compatibility; nothing to release."""

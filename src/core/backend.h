@@ -35,6 +35,9 @@ ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int3
  * (both launched by one call, in that order, on `stream`). */
 ignis_status ignis_cpu_decode(const ignis_decode_params *params);
 ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream);
+/* Attention blocks of the decode kernel resident per SM for this head dim and K/V dtype (the
+ * planner's wave is SMs times this). */
+int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype);
 
 /* CUDA runtime facts (src/cuda/common/runtime.cu; stubs without CUDA) */
 int ignis_cuda_runtime_device_count(void);
@@ -61,6 +64,16 @@ ignis_status ignis_cuda_event_query(void *event, int *complete);
 ignis_status ignis_cuda_event_synchronize(void *event);
 ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                              void *event);
+
+/* ---- sampling (include/ignis/sampling.h) ---- */
+ignis_status ignis_cpu_sampling(const ignis_sampling_params *params);
+ignis_status ignis_cpu_softmax(const ignis_softmax_params *params);
+ignis_status ignis_cpu_speculative(const ignis_speculative_params *params);
+ignis_status ignis_cpu_top_k(const ignis_top_k_params *params);
+ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
 
 #ifdef __cplusplus
 }

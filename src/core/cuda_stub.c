@@ -67,6 +67,22 @@ ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t de
 ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream) {
   return unavailable("merge_state");
 }
+int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype) { return 1; }
+
 ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   return unavailable("decode");
+}
+
+/* ---- sampling ---- */
+ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t device, void *stream) {
+  return unavailable("sampling");
+}
+ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t device, void *stream) {
+  return unavailable("softmax");
+}
+ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream) {
+  return unavailable("chain_speculative_sampling");
+}
+ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream) {
+  return unavailable("top_k");
 }

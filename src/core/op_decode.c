@@ -240,6 +240,14 @@ static ignis_status missing_workspace(const char *fn, const ignis_workspace *cou
                          fn, required_bytes(counting));
 }
 
+/* Attention blocks resident at once on the device: the planner's wave. The CPU backend plans as
+ * for an H100/H200 running the CUDA kernel, so schedules (and split results) are alike. */
+static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype) {
+  if (device.type == IGNIS_DEVICE_CPU)
+    return IGNIS_DECODE_CPU_NOMINAL_SMS * IGNIS_DECODE_BLOCKS_PER_SM;
+  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype);
+}
+
 /* ---- single decode -------------------------------------------------------------------------- */
 static int64_t single_chunk_rows(int64_t kv_len) {
   int64_t chunks = ignis_decode_single_max_chunks(kv_len);
@@ -316,9 +324,8 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
 
   int cpu = device.type == IGNIS_DEVICE_CPU;
-  int64_t sm_count = cpu ? IGNIS_DECODE_CPU_NOMINAL_SMS : ignis_cuda_device_sm_count(device.id);
-  int64_t chunk =
-      ignis_decode_single_chunk_tokens(kv_len, num_kv_heads, sm_count * IGNIS_DECODE_BLOCKS_PER_SM);
+  int64_t chunk = ignis_decode_single_chunk_tokens(kv_len, num_kv_heads,
+                                                   decode_wave(device, head_dim, k->dtype));
   int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
   if (!cpu) {
     ignis_workspace ws =
@@ -443,10 +450,10 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   resolved_options options;
   IGNIS_TRY(check_config(fn, config, &options));
   int cpu = config->device.type == IGNIS_DEVICE_CPU;
-  int64_t sm_count = cpu ? IGNIS_DECODE_CPU_NOMINAL_SMS : ignis_cuda_device_sm_count(config->device.id);
+  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype);
   ignis_decode_planner planner;
   if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,
-                                config->num_kv_heads, sm_count, IGNIS_DECODE_BLOCKS_PER_SM,
+                                config->num_kv_heads, wave, 1,
                                 config->disable_split_kv, config->fixed_split_size) != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_batch_size=%" PRId64 ", config.max_kv_len=%" PRId64

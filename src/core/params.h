@@ -234,6 +234,88 @@ typedef struct ignis_decode_params {
   int64_t implicit_chunk_tokens;
 } ignis_decode_params;
 
+/* ---- sampling ---- */
+/* Sampling ops (include/ignis/sampling.h). Rows are [rows, vocab] with the last dimension
+ * contiguous; output row b reads input row indices[b] (or b). Philox seed and offset: the value, or
+ * element 0 (len 1) or element b (len batch) of an i64 array in the op's memory. */
+typedef struct ignis_philox_source {
+  uint64_t seed;
+  uint64_t offset;
+  const int64_t *seed_arr;    /* NULL: seed */
+  int64_t seed_len;           /* 1 or batch */
+  const int64_t *offset_arr;  /* NULL: offset */
+  int64_t offset_len;
+} ignis_philox_source;
+
+typedef enum ignis_sampling_filter {
+  IGNIS_SAMPLING_ALL = 0,             /* every positive weight */
+  IGNIS_SAMPLING_TOP_K = 1,
+  IGNIS_SAMPLING_TOP_P = 2,
+  IGNIS_SAMPLING_MIN_P = 3,
+  IGNIS_SAMPLING_TOP_K_TOP_P = 4,     /* joint */
+  IGNIS_SAMPLING_TOP_K_THEN_TOP_P = 5 /* top-p within the top-k set */
+} ignis_sampling_filter;
+
+typedef enum ignis_sampling_output {
+  IGNIS_SAMPLING_OUT_SAMPLE = 0, /* samples[b] */
+  IGNIS_SAMPLING_OUT_RENORM = 1, /* out row = allowed weights / their mass */
+  IGNIS_SAMPLING_OUT_MASK = 2    /* out row = logits, -inf outside the top-k (keys of the logits) */
+} ignis_sampling_output;
+
+typedef struct ignis_sampling_params {
+  ignis_sampling_filter filter;
+  ignis_sampling_output output;
+  int32_t logits;             /* 1: input holds logits, weights exp(x - max) */
+  int64_t batch_size;         /* output rows */
+  int64_t num_rows;           /* input rows */
+  int64_t vocab_size;
+  ignis_dtype dtype;          /* input (and out) */
+  const void *input; int64_t input_row_stride;
+  const void *indices; ignis_dtype indices_dtype; /* NULL: output row b reads row b */
+  const void *top_k_arr; ignis_dtype top_k_dtype; int64_t top_k_val; /* arrays: [batch] or NULL */
+  const float *top_p_arr; double top_p_val;
+  const float *min_p_arr; float min_p_val;
+  ignis_philox_source rng;
+  void *samples; ignis_dtype samples_dtype; /* OUT_SAMPLE: [batch] i32/i64 */
+  void *out; int64_t out_row_stride;        /* OUT_RENORM / OUT_MASK: [rows, vocab], dtype */
+} ignis_sampling_params;
+
+typedef struct ignis_softmax_params {
+  int64_t num_rows;
+  int64_t vocab_size;
+  ignis_dtype dtype;          /* logits */
+  ignis_dtype out_dtype;      /* probs: f32 or dtype */
+  const void *logits; int64_t logits_row_stride;
+  void *probs; int64_t probs_row_stride;
+  const float *temperature_arr; /* [rows] or NULL */
+  float temperature_val;
+} ignis_softmax_params;
+
+typedef struct ignis_speculative_params {
+  int64_t batch_size;
+  int64_t num_draft;          /* n */
+  int64_t vocab_size;
+  ignis_dtype dtype;          /* draft and target probs */
+  const void *draft_probs; int64_t draft_stride_batch, draft_stride_pos;
+  const void *draft_ids; ignis_dtype draft_ids_dtype; int64_t draft_ids_stride_batch, draft_ids_stride_pos;
+  const void *target_probs; int64_t target_stride_batch, target_stride_pos;
+  void *output_ids; ignis_dtype output_ids_dtype; int64_t output_stride_batch, output_stride_pos;
+  void *accepted; ignis_dtype accepted_dtype; /* [batch], += */
+  void *emitted; ignis_dtype emitted_dtype;   /* [batch], += */
+  ignis_philox_source rng;
+} ignis_speculative_params;
+
+typedef struct ignis_top_k_params {
+  int64_t num_rows;
+  int64_t vocab_size;
+  int64_t k;
+  int32_t sorted;
+  ignis_dtype dtype;          /* input and values */
+  const void *input; int64_t input_row_stride;
+  void *values; int64_t values_row_stride;
+  void *indices; ignis_dtype indices_dtype; int64_t indices_row_stride;
+} ignis_top_k_params;
+
 #ifdef __cplusplus
 }
 #endif

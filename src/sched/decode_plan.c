@@ -49,8 +49,11 @@ int ignis_decode_planner_init(ignis_decode_planner *pl, int64_t max_batch, int64
   } else {
     int64_t items = longest_request_items(pl, min_chunk_pages(page_size));
     int64_t wave_items = pl->wave / num_kv_heads;
-    if (items > 1 && wave_items > 1) {
-      int64_t split_cap = items > INT32_MAX / max_batch ? wave_items : min64(wave_items, max_batch * items);
+    if (items > 1) {
+      /* filling a wave (small batches), or at most IGNIS_DECODE_BALANCE_SPLITS items per request */
+      int64_t per_request = min64(items, IGNIS_DECODE_BALANCE_SPLITS);
+      int64_t fill = items > INT32_MAX / max_batch ? wave_items : min64(wave_items, max_batch * items);
+      int64_t split_cap = max64(fill, max_batch * per_request);
       pl->max_work = max64(max_batch, split_cap);
       pl->max_partials = split_cap;
     } else {
@@ -82,18 +85,38 @@ static int64_t count_items(const int32_t *kv_indptr, int64_t batch, int64_t chun
   return total;
 }
 
+/* A batch that fills the GPU: split each request into at most IGNIS_DECODE_BALANCE_SPLITS chunks
+ * when that evens out the waves, by the cost model waves(chunk) * (chunk tokens + a block's fixed
+ * cost); 0 (no split) when splitting does not pay. */
+static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch,
+                                   int64_t longest) {
+  int64_t best = 0, best_cost = 0;
+  for (int64_t splits = 1; splits <= IGNIS_DECODE_BALANCE_SPLITS; ++splits) {
+    int64_t chunk = ceil_div(longest, splits);
+    if (splits > 1 && chunk < min_chunk_pages(pl->page_size))
+      break;
+    int64_t blocks = (splits == 1 ? batch : count_items(kv_indptr, batch, chunk)) * pl->num_kv_heads;
+    int64_t cost = ceil_div(blocks, pl->wave) * (chunk * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
+    if (splits == 1 || cost < best_cost) {
+      best_cost = cost;
+      best = splits == 1 ? 0 : chunk;
+    }
+  }
+  return best;
+}
+
 /* Chunk (pages) for a batch; 0 means no split. */
 static int64_t choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch) {
   if (pl->disable_split_kv)
     return 0;
   if (pl->fixed_split_pages > 0)
     return pl->fixed_split_pages;
-  if (batch * pl->num_kv_heads >= pl->wave)
-    return 0;
   int64_t wave_items = pl->wave / pl->num_kv_heads;
   int64_t lo = min_chunk_pages(pl->page_size), longest = 0;
   for (int64_t b = 0; b < batch; ++b)
     longest = max64(longest, request_pages(kv_indptr, b));
+  if (batch * pl->num_kv_heads >= pl->wave)
+    return balance_chunk_pages(pl, kv_indptr, batch, longest);
   if (longest <= lo) /* every request fits one smallest chunk */
     return 0;
   /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */

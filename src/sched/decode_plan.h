@@ -7,9 +7,12 @@
  *   - disable_split_kv: one item per request (batch-invariant).
  *   - fixed_split_pages > 0: chunks of exactly that many pages (the last one shorter), whatever
  *     the batch: a request's items, and so its result, do not depend on the other requests.
- *   - auto: no split when batch * num_kv_heads already fills one wave (SMs * blocks per SM);
- *     otherwise the smallest chunk, in pages, of at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens,
- *     such that all items * num_kv_heads fit one wave (found by binary search over the chunk).
+ *   - auto, batch * num_kv_heads below one wave (SMs * blocks per SM): the smallest chunk, in
+ *     pages, of at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens, such that all items *
+ *     num_kv_heads fit one wave (found by binary search over the chunk).
+ *   - auto, a batch that fills a wave: the longest request cut into 1..IGNIS_DECODE_BALANCE_SPLITS
+ *     chunks, whichever minimises waves * (chunk tokens + IGNIS_DECODE_BLOCK_COST_TOKENS), so a
+ *     batch of 1.3 waves is not run as 2 (1 chunk: no split).
  * A request with no keys gets one item (the kernel writes out = 0, lse = -inf).
  *
  * The schedule travels as one byte image (the same layout in host staging and device workspace,
@@ -27,8 +30,10 @@
 
 #include "core/params.h"
 
-#define IGNIS_DECODE_BLOCKS_PER_SM 4        /* attention blocks assumed resident per SM */
+#define IGNIS_DECODE_BLOCKS_PER_SM 2        /* CPU plans: attention blocks assumed resident per SM */
 #define IGNIS_DECODE_MIN_CHUNK_TOKENS 256   /* auto split: no chunk shorter (but a request's last) */
+#define IGNIS_DECODE_BALANCE_SPLITS 4       /* auto split of a full batch: at most this many chunks */
+#define IGNIS_DECODE_BLOCK_COST_TOKENS 128  /* auto split: a block's fixed cost, in keys */
 #define IGNIS_DECODE_SINGLE_MAX_CHUNKS 1024 /* single decode: at most this many chunks, any device */
 #define IGNIS_DECODE_CPU_NOMINAL_SMS 132    /* the CPU backend plans as for an H100/H200 */
 

@@ -321,3 +321,51 @@ def bf16_numpy(a):
     """(ml_dtypes bfloat16 array of a, a Producer exporting it as DLPack bfloat16)."""
     values = np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16)
     return values, Producer(values.view(np.uint16), dtype=(DL_BFLOAT, 16))
+
+
+# ---- decode attention (include/ignis/decode.h) -------------------------------------------------
+def alibi_slopes(num_heads):
+    """ALiBi slope of each head: 2^(-8(h+1)/n) for h < n, else 2^(-4(2(h-n)+1)/n), n the largest
+    power of two <= num_heads."""
+    n = 1 << (num_heads.bit_length() - 1)
+    return np.array([2.0 ** (-8.0 * (h + 1) / n) if h < n else 2.0 ** (-4.0 * (2 * (h - n) + 1) / n)
+                     for h in range(num_heads)])
+
+
+def decode_ref(q, k, v, sm_scale=None, logits_soft_cap=None, window_left=-1, lse_base="2",
+               pos_encoding_mode="NONE", rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0, sinks=None):
+    """Decode attention of one request, as stated in include/ignis/decode.h: q [q_len, H, D] (the
+    request's query tokens, last at position kv_len - 1), k / v [kv_len, Hkv, D] as stored ->
+    out [q_len, H, D], lse [q_len, H] (base 2 or e)."""
+    q = np.asarray(q, dtype=np.float64)
+    q_len, heads, dim = q.shape
+    kv_len, kv_heads = k.shape[0], k.shape[1]
+    k = k_scale * np.asarray(k, dtype=np.float64)
+    v = v_scale * np.asarray(v, dtype=np.float64)
+    scale = sm_scale if sm_scale else 1.0 / math.sqrt(dim)
+    positions = kv_len - q_len + np.arange(q_len)
+    if pos_encoding_mode == "ROPE_LLAMA":
+        q = rope_ref(q, positions, rope_scale=rope_scale, rope_theta=rope_theta)
+        k = rope_ref(k, np.arange(kv_len), rope_scale=rope_scale, rope_theta=rope_theta)
+    slopes = alibi_slopes(heads)
+    divisor = math.log(2.0) if lse_base == "2" else 1.0
+    out, lse = np.zeros((q_len, heads, dim)), np.full((q_len, heads), -np.inf)
+    for i, q_pos in enumerate(positions):
+        first = max(0, q_pos - window_left) if window_left >= 0 else 0
+        keys = np.arange(first, max(first, q_pos + 1))
+        for h in range(heads):
+            kvh = h // (heads // kv_heads)
+            x = scale * (k[keys, kvh] @ q[i, h])
+            if pos_encoding_mode == "ALIBI":
+                x = x + slopes[h] * (keys - q_pos)
+            if logits_soft_cap:
+                x = logits_soft_cap * np.tanh(x / logits_soft_cap)
+            sink = -np.inf if sinks is None else float(sinks[h])
+            if x.size == 0 and sink == -np.inf:
+                continue
+            m = max(x.max() if x.size else -np.inf, sink)
+            w = np.exp(x - m)
+            total = w.sum() + math.exp(sink - m)
+            out[i, h] = (w @ v[keys, kvh]) / total if x.size else 0.0
+            lse[i, h] = (m + math.log(total)) / divisor
+    return out, lse

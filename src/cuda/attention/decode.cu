@@ -1,82 +1,157 @@
-/* CUDA backend of decode attention (include/ignis/decode.h): one query token per request against
- * its paged or contiguous KV cache, with the results of the CPU backend.
+/* CUDA backend of decode attention (include/ignis/decode.h): q_len query tokens per request
+ * against its paged or contiguous KV cache, with the results of the CPU backend.
  *
- * Two kernels, launched back to back on the stream with ignis_launch:
- *   - decode_attention_kernel, grid (work items, KV heads): block (w, kvh) runs work item w (keys
- *     [kv_start, kv_end) of one request) for every query head of KV head kvh, so each K/V row is
- *     read from memory once for the whole GQA group. A whole request writes out / lse directly;
- *     a chunk of a split request writes an f32 partial row and its base-2 LSE.
- *   - decode_merge_kernel, grid (requests): combines the partial rows of each split request.
+ * Two kernels, launched back to back on the stream with ignis_launch (PDL between them):
+ *   - decode_attention_kernel, grid work items x KV heads (flat, KV head fastest, so the blocks
+ *     reading the heads of one page run side by side), 128 threads: block (w, kvh) runs work
+ *     item w (keys [kv_start, kv_end) of one request) for every query row of KV head kvh, so each
+ *     K/V row is read from memory once for the whole GQA group and all q_len tokens. A whole
+ *     request writes out / lse directly; a chunk of a split request writes f32 partial rows and
+ *     their base-2 LSEs.
+ *   - decode_merge_kernel, grid (requests, row groups): combines the partial rows of each split
+ *     request (and adds the per-head sink exactly once), one thread per 8 values of a row.
  *
- * Attention block: 128 threads (256 for large groups) in row groups of LANES = head_dim / 8
- * threads, each thread owning one 16-byte piece (8 elements) of a row. K and V stream through a
- * ring of DECODE_STAGES shared-memory tiles of 2 * (row groups) rows with cp.async (16-byte,
- * zero-filled where a row is masked), three tiles in flight while one is used. Each thread issues
- * the copies of two rows per tile and looks up their pages one tile ahead, so the page-table read
- * never sits on the path of a copy. Compute: the row groups are laid out as `slots` head slots x
- * `splits` key splits (splits > 1 only when the group has fewer heads than row groups); a slot
- * holds q and the output accumulators of up to DECODE_HEADS_PER_THREAD heads in registers, a split
- * takes every splits-th row of the tile. Two rows at a time: dot products reduced by shuffles
- * across the LANES threads, one online-softmax rescale per pair of rows, exp2 throughout. The key
- * splits are merged through shared memory at the end. A group larger than slots x
- * DECODE_HEADS_PER_THREAD takes several passes over the keys.
+ * Tensor cores (mma.sync m16n8k16, f32 accumulators). The R = q_len * group query rows of a block
+ * (row r: token r / group, head r % group of the group) are packed into the M dimension, 16 rows
+ * per m-tile. Keys stream through a ring of STAGES shared-memory tiles of KT = 64 keys (K tile and
+ * V tile, rows of head_dim elements with 16-byte chunks XOR-swizzled so ldmatrix is conflict
+ * free), filled with 16-byte cp.async (zero-filled for masked keys). Page lookups run one tile
+ * ahead of the copies: threads 0..KT-1 turn a key into the addresses of its K and V rows (and a
+ * validity bit) and leave them in a small ring of their own, so no copy waits on a page-table read.
+ * Shared memory is sized for 3 blocks per SM at head dim 128 (occupancy measured as the lever). The 4 warps are
+ * (m-tiles of a pass) x (key splits): a warp owns one m-tile and takes every ksplit-th 16-key
+ * sub-tile of each tile; its S = Q K^T (Q fragments in registers for the whole run, K fragments by
+ * ldmatrix), online softmax in base 2 on the S fragments, P converted to the 16-bit type in
+ * registers and O += P V (V fragments by ldmatrix.trans). The key splits are merged through shared
+ * memory at the end. Groups with more m-tiles than warps run several passes over the keys.
  *
- * Key range of an item: [max(kv_start, kv_len - 1 - window_left), min(kv_end, kv_len)); keys
- * outside it are never read. Page indices are bounds-checked (entry within the request's pages and
- * kv_indices, page within the cache); a key on a bad page is masked. An empty range gives out = 0,
- * lse = -inf.
+ * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
+ * holds two fp8 values) and converted to f16 in registers. Because a b16 lane of K then holds
+ * dims 4t..4t+3 of a 16-dim chunk, the reduction index k of the QK^T mma is a permutation of the
+ * dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9 <-> dims 4t+2, 4t+3), applied to Q alike;
+ * for V the transposed b16 lane holds dims 2g, 2g+1 of two keys, split by a byte permute into an
+ * even-dim and an odd-dim n-tile. q goes to f16 with a power-of-two scale per row (exact; brings
+ * bf16 q into f16 range), undone on the scores.
+ *
+ * Key range of an item: keys of [kv_start, kv_end) visible to some token of the request, i.e.
+ * [max(kv_start, kv_len - q_len - window_left), min(kv_end, kv_len)); per-row masks (causal among
+ * the q_len tokens, window) on the scores. Page indices are bounds-checked (entry within the
+ * request's pages and kv_indices, page within the cache); a key on a bad page is masked. A row
+ * with no visible key writes out = 0 and lse = -inf (the sink's value with sinks).
  *
  * Schedule without a work list (p->work == NULL, single decode): request 0 is cut into chunks of
- * implicit_chunk_tokens(p) keys, item w being chunk w; the grid and the merge are sized on the
- * host from contiguous_kv_len, and the merge combines partial rows 0 .. items - 1. */
+ * implicit_chunk_tokens keys, item w being chunk w; the grid and the merge are sized on the host,
+ * and the merge combines partial rows 0 .. items - 1. */
+#include <cuda_fp8.h>
 #include <math.h>
+#include <type_traits>
 #include <math_constants.h>
 
 #include "cuda/common/cuda_common.cuh"
+#include "ignis/decode.h"
 
 enum {
-  DECODE_STAGES = 4,           /* shared-memory tiles in the ring */
-  DECODE_HEADS_PER_THREAD = 4, /* query heads one head slot holds in registers */
-  DECODE_BASE_THREADS = 128,
-  DECODE_MAX_THREADS = 256,
+  DECODE_THREADS = 128,
+  DECODE_WARPS = 4,
+  DECODE_KT = 64, /* keys per tile */
   MERGE_THREADS = 128
 };
+
+enum kv_kind { KV_F16 = 0, KV_BF16 = 1, KV_E4M3 = 2, KV_E5M2 = 3 };
 
 /* Launch facts derived once on the host. */
 struct decode_config {
   int32_t group;          /* query heads per KV head */
-  int32_t slots;          /* head slots (row groups / splits) */
-  int32_t splits;         /* key splits, a power of two */
+  int32_t rows;           /* q_len * group */
+  int32_t mtiles;         /* ceil(rows / 16) */
+  int32_t mt_warps;       /* m-tiles per pass (1, 2 or 4) */
+  int32_t ksplit;         /* warps per m-tile: DECODE_WARPS / mt_warps */
   int32_t implicit_chunk; /* work == NULL: keys per chunk of request 0 */
   int32_t implicit_items; /* work == NULL: chunks of request 0 */
-  float cap_in;           /* soft cap on: base-2 score = cap_out * tanh(qk * cap_in) */
-  float cap_out;          /* 0: soft cap off, score = qk * sm_scale_log2 */
+  int32_t transform;      /* ALiBi or soft cap: scores go through decode_transform */
+  float cap_in;           /* soft cap: x = cap_out * tanh(x_nat * cap_in) (base 2 out) */
+  float cap_out;
+  float alibi_log2_n;     /* ALiBi: log2 of the largest power of two <= num_qo_heads; < 0: off */
+  int32_t alibi_n;
 };
 
-/* Keys per chunk of the implicit single-decode schedule (work == NULL). */
-static int64_t implicit_chunk_tokens(const ignis_decode_params &p) {
-  return p.implicit_chunk_tokens;
+/* Shape of the shared-memory ring for a head dim and K/V element size. */
+template <int HEAD_DIM, int KV_BYTES> struct decode_tile {
+  static constexpr int ROW_BYTES = HEAD_DIM * KV_BYTES;
+  static constexpr int CHUNKS = ROW_BYTES / 16;
+  static constexpr int SWIZZLE = (CHUNKS >= 8 ? 8 : CHUNKS) - 1;
+  /* 2 stages of 256-byte rows (64 KB) let 3 blocks share an SM, which measured faster than 3
+   * stages with 2 blocks; short rows keep 4 stages (64 KB) */
+  static constexpr int STAGES = ROW_BYTES <= 128 ? 4 : 2;
+  static constexpr int TILE_BYTES = DECODE_KT * ROW_BYTES; /* K or V of one stage */
+  static constexpr int ROWS_PER_THREAD = DECODE_KT * CHUNKS / DECODE_THREADS; /* copies of K per tile */
+  static constexpr int SLOTS = STAGES + 1; /* row-address ring */
+  static constexpr size_t RING_BYTES = (size_t)STAGES * 2 * TILE_BYTES;
+  /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32] */
+  static constexpr size_t SMEM_BYTES = RING_BYTES + (size_t)SLOTS * DECODE_KT * 16 + (size_t)SLOTS * DECODE_KT / 8;
+  /* the split merge reuses it all: O [warps][16][HEAD_DIM] f32, then m and l [warps][16] */
+  static_assert((size_t)DECODE_WARPS * 16 * (HEAD_DIM + 2) * 4 <= SMEM_BYTES, "merge space");
+  static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
+};
+
+/* Byte offset of chunk c of row r in a swizzled tile. */
+template <int ROW_BYTES, int SWIZZLE>
+__device__ __forceinline__ uint32_t swizzled(int r, int c) {
+  return (uint32_t)(r * ROW_BYTES + ((c ^ (r & SWIZZLE)) << 4));
 }
 
-/* ---- cp.async ---------------------------------------------------------------------------------- */
-/* 16 bytes from global to shared memory; when !fill nothing is read and the destination is zeroed. */
-__device__ __forceinline__ void copy_async16(void *smem_dst, const void *src, bool fill) {
-  const unsigned dst = (unsigned)__cvta_generic_to_shared(smem_dst);
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+/* ---- PTX wrappers ------------------------------------------------------------------------------ */
+__device__ __forceinline__ void copy_async16(uint32_t smem_dst, const void *src, bool fill) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_dst), "l"(src),
                "r"(fill ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
-/* Wait until at most N of this thread's committed groups are still in flight. */
 template <int N> __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+/* d += a * b, m16n8k16, 16-bit inputs (bf16 when BF16, else f16), f32 accumulators. */
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if (BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two fp8 values (low byte first) to an f16 pair (low half first). */
+template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), KIND == KV_E4M3 ? __NV_E4M3 : __NV_E5M2);
+  return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+/* The 16-bit type the mma runs in: bf16 for bf16 K/V, f16 otherwise. */
+template <int KIND> struct mma_type { typedef __half type; };
+template <> struct mma_type<KV_BF16> { typedef __nv_bfloat16 type; };
 
 /* ---- the keys of one work item ------------------------------------------------------------------ */
 struct kv_range {
-  int32_t start, end;  /* visible keys [start, end) */
+  int32_t start, end;  /* keys [start, end) visible to some token */
+  int32_t kv_len;
   int32_t page_size;   /* contiguous keys: 2^30, so every key is on "page" 0 */
   int64_t first_entry; /* kv_indices position of the request's first page */
   int64_t entry_end;   /* one past its last page, capped by the length of kv_indices */
@@ -113,7 +188,7 @@ __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const d
   return true;
 }
 
-/* Visible key range of an item, or false when its request is outside the cache's batch. */
+/* Key range of an item, or false when its request is outside the cache's batch. */
 __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const ignis_decode_work &item,
                                            kv_range *r) {
   int64_t kv_len;
@@ -135,251 +210,494 @@ __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const i
     r->page_size = 1 << 30;
     r->first_entry = r->entry_end = 0;
   }
+  kv_len = max(kv_len, (int64_t)0);
   int64_t start = max((int64_t)item.kv_start, (int64_t)0);
   if (p.window_left >= 0)
-    start = max(start, kv_len - 1 - p.window_left);
+    start = max(start, kv_len - p.q_len - p.window_left);
   const int64_t end = max(min((int64_t)item.kv_end, kv_len), (int64_t)0);
   r->start = (int32_t)min(start, end);
   r->end = (int32_t)end;
+  r->kv_len = (int32_t)kv_len;
   return true;
 }
 
-/* Base-2 score of a raw dot product. */
-__device__ __forceinline__ float decode_score(float qk, const ignis_decode_params &p,
-                                              const decode_config &c) {
-  return c.cap_out > 0.0f ? c.cap_out * tanhf(qk * c.cap_in) : qk * p.sm_scale_log2;
+/* ALiBi slope of query head h (natural units). */
+__device__ __forceinline__ float alibi_slope(const decode_config &c, int64_t h) {
+  const float n = (float)c.alibi_n;
+  return h < c.alibi_n ? exp2f(-8.0f * (float)(h + 1) / n) : exp2f(-4.0f * (float)(2 * (h - c.alibi_n) + 1) / n);
+}
+
+/* Dim of element e (0..3: the k indices 2t, 2t+1, 2t+8, 2t+9) of k-step kk for lane t. */
+template <bool FP8> __device__ __forceinline__ int frag_dim(int kk, int e, int t) {
+  return FP8 ? 16 * kk + 4 * t + e : 16 * kk + 2 * t + (e & 1) + (e >> 1) * 8;
+}
+
+/* Rotate pairs (x[kk][e], x[kk + KSTEPS/2][e]) by angle pos * freq[kk][e] (ROPE_LLAMA halves). */
+template <int KSTEPS>
+__device__ __forceinline__ void rotate_halves(float (&x)[KSTEPS][4], const float (&freq)[KSTEPS / 2][4], float pos) {
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS / 2; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float s, co;
+      sincosf(pos * freq[kk][e], &s, &co);
+      const float a = x[kk][e], b = x[kk + KSTEPS / 2][e];
+      x[kk][e] = a * co - b * s;
+      x[kk + KSTEPS / 2][e] = b * co + a * s;
+    }
 }
 
 /* ---- attention ----------------------------------------------------------------------------------- */
-/* Shared memory: DECODE_STAGES x (K tile, V tile) of tile_rows x LANES 16-byte pieces, then one
- * validity byte per (stage, row). After the key loop the tiles are reused for the split merge. */
-template <int LANES> __host__ __device__ constexpr size_t decode_smem_bytes(int threads) {
-  return (size_t)DECODE_STAGES * (2 * (2 * threads / LANES) * LANES * 16 + 2 * threads / LANES);
-}
-
-/* Issue the copies of this thread's two rows of tile `tile` into its stage; pages[rr] < 0 masks. */
-template <typename T, int LANES>
-__device__ __forceinline__ void issue_tile(const ignis_decode_params &p, const kv_range &r, int kvh, int tile,
-                                           const int32_t (&pages)[2], uint4 *smem, uint8_t *row_ok) {
-  const int groups = blockDim.x / LANES, tile_rows = 2 * groups;
-  const int lane = threadIdx.x % LANES, row0 = threadIdx.x / LANES;
-  const int stage = tile % DECODE_STAGES;
-  uint4 *k_tile = smem + (size_t)stage * 2 * tile_rows * LANES, *v_tile = k_tile + tile_rows * LANES;
-  const T *k_base = static_cast<const T *>(p.cache.k_cache) + kvh * p.cache.k_stride_head + lane * 8;
-  const T *v_base = static_cast<const T *>(p.cache.v_cache) + kvh * p.cache.v_stride_head + lane * 8;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = row0 + rr * groups;
-    const bool ok = pages[rr] >= 0;
-    const int64_t page = ok ? pages[rr] : 0;
-    const int64_t slot = ok ? (uint32_t)(r.start + tile * tile_rows + row) % (uint32_t)r.page_size : 0;
-    copy_async16(k_tile + row * LANES + lane,
-                 k_base + page * p.cache.k_stride_page + slot * p.cache.k_stride_token, ok);
-    copy_async16(v_tile + row * LANES + lane,
-                 v_base + page * p.cache.v_stride_page + slot * p.cache.v_stride_token, ok);
-    if (lane == 0)
-      row_ok[stage * tile_rows + row] = ok;
-  }
-}
-
-/* Pages of this thread's two rows of tile `tile` (-1: past the range or a bad page). */
-template <int LANES>
-__device__ __forceinline__ void lookup_tile(const ignis_decode_params &p, const kv_range &r, int tile,
-                                            int32_t (&pages)[2]) {
-  const int groups = blockDim.x / LANES, tile_rows = 2 * groups;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int64_t j = (int64_t)r.start + (int64_t)tile * tile_rows + threadIdx.x / LANES + rr * groups;
-    pages[rr] = j < r.end ? page_of_key(p, r, (int32_t)j) : -1;
-  }
-}
-
-/* Sum over the LANES threads of a row group. */
-template <int LANES> __device__ __forceinline__ float group_sum(float x) {
-#pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset >>= 1)
-    x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-template <typename T, int HEAD_DIM, int HPT>
-__global__ void __launch_bounds__(DECODE_MAX_THREADS, 1)
+template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
+__global__ void __launch_bounds__(DECODE_THREADS)
     decode_attention_kernel(const ignis_decode_params p, const decode_config c) {
-  constexpr int LANES = HEAD_DIM / 8;
-  extern __shared__ uint4 decode_smem[];
-  const int groups = blockDim.x / LANES, tile_rows = 2 * groups;
-  uint8_t *row_ok = reinterpret_cast<uint8_t *>(decode_smem + (size_t)DECODE_STAGES * 2 * tile_rows * LANES);
-  const int lane = threadIdx.x % LANES, group_id = threadIdx.x / LANES;
-  const int slot = group_id % c.slots, split = group_id / c.slots;
-  /* lane 0's slot is the smallest of its warp, so it has the most heads: the warp's loop bound */
-  const int warp_slot = (threadIdx.x / 32 * (32 / LANES)) % c.slots;
-  const int kvh = blockIdx.y;
+  constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
+  constexpr bool BF16 = KIND == KV_BF16;
+  constexpr int KV_BYTES = FP8 ? 1 : 2;
+  typedef decode_tile<HEAD_DIM, KV_BYTES> tile;
+  typedef typename mma_type<KIND>::type MT;
+  constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T */
+  constexpr int NTILES = HEAD_DIM / 8;  /* n-tiles of P V */
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(decode_smem);
+  const char **rows_at = reinterpret_cast<const char **>(decode_smem + tile::RING_BYTES); /* [slot][key][K, V] */
+  uint32_t *valid_bits = reinterpret_cast<uint32_t *>(decode_smem + tile::RING_BYTES + tile::SLOTS * DECODE_KT * 16);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int kvh = (int)(blockIdx.x % (unsigned)p.num_kv_heads);
+  const int64_t work_index = blockIdx.x / (unsigned)p.num_kv_heads;
+  const int mt_slot = warp % c.mt_warps, ks = warp / c.mt_warps;
 
   ignis_pdl_wait();
   ignis_decode_work item;
   kv_range r;
-  if (!fetch_item(p, c, blockIdx.x, &item) || !item_range(p, item, &r))
+  if (!fetch_item(p, c, (int)work_index, &item) || !item_range(p, item, &r))
     return;
-  const int num_tiles = (r.end - r.start + tile_rows - 1) / tile_rows;
-  const int rows_per_split = tile_rows / c.splits;
+  const int num_tiles = (r.end - r.start + DECODE_KT - 1) / DECODE_KT;
+  const bool row_masks = p.q_len > 1 || p.window_left >= 0;
+  const char *k_base = static_cast<const char *>(p.cache.k_cache) + kvh * p.cache.k_stride_head * KV_BYTES;
+  const char *v_base = static_cast<const char *>(p.cache.v_cache) + kvh * p.cache.v_stride_head * KV_BYTES;
 
-  for (int pass_base = 0; pass_base < c.group; pass_base += c.slots * HPT) {
-    const int pass_heads = min(c.group - pass_base, c.slots * HPT);
-    const int heads = max(0, (pass_heads - slot + c.slots - 1) / c.slots);
-    const int warp_heads = max(0, (pass_heads - warp_slot + c.slots - 1) / c.slots);
+  /* Page of key `start + tile * KT + tid` (threads 0..KT-1), -1 when masked. */
+  auto lookup_page = [&](int tl) -> int32_t {
+    const int64_t j = (int64_t)r.start + (int64_t)tl * DECODE_KT + tid;
+    return j < r.end ? page_of_key(p, r, (int32_t)j) : -1;
+  };
+  /* Addresses of that key's K and V rows (NULL when masked) and the tile's validity bits. */
+  auto store_rows = [&](int tl, int32_t page) {
+    const int64_t j = (int64_t)r.start + (int64_t)tl * DECODE_KT + tid;
+    const char *kp = nullptr, *vp = nullptr;
+    if (page >= 0) {
+      const int64_t slot = (uint32_t)j % (uint32_t)r.page_size;
+      kp = k_base + (page * p.cache.k_stride_page + slot * p.cache.k_stride_token) * KV_BYTES;
+      vp = v_base + (page * p.cache.v_stride_page + slot * p.cache.v_stride_token) * KV_BYTES;
+    }
+    const int at = tl % tile::SLOTS;
+    rows_at[(at * DECODE_KT + tid) * 2] = kp;
+    rows_at[(at * DECODE_KT + tid) * 2 + 1] = vp;
+    const uint32_t bits = __ballot_sync(0xffffffffu, page >= 0);
+    if ((tid & 31) == 0)
+      valid_bits[at * (DECODE_KT / 32) + tid / 32] = bits;
+  };
+  /* Copies of tile tl into its stage: thread tid copies chunk tid % CHUNKS of rows
+   * tid / CHUNKS + i * (THREADS / CHUNKS). When the row step is a multiple of the swizzle period
+   * the swizzle is the same for all of a thread's rows. */
+  const int copy_chunk = tid % tile::CHUNKS, copy_row0 = tid / tile::CHUNKS;
+  constexpr int ROW_STEP = DECODE_THREADS / tile::CHUNKS;
+  constexpr bool ONE_SWIZZLE = ROW_STEP % (tile::SWIZZLE + 1) == 0;
+  auto issue_tile = [&](int tl) {
+    const int stage = tl % tile::STAGES;
+    const uint32_t k_tile = smem_base + stage * 2 * tile::TILE_BYTES, v_tile = k_tile + tile::TILE_BYTES;
+    const char *const *at = rows_at + (size_t)(tl % tile::SLOTS) * DECODE_KT * 2;
+#pragma unroll
+    for (int i = 0; i < tile::ROWS_PER_THREAD; ++i) {
+      const int row = copy_row0 + i * ROW_STEP;
+      const uint32_t dst = ONE_SWIZZLE ? swizzled<tile::ROW_BYTES, tile::SWIZZLE>(copy_row0, copy_chunk) +
+                                             i * ROW_STEP * tile::ROW_BYTES
+                                       : swizzled<tile::ROW_BYTES, tile::SWIZZLE>(row, copy_chunk);
+      const char *kp = at[row * 2], *vp = at[row * 2 + 1];
+      const bool ok = kp != nullptr;
+      copy_async16(k_tile + dst, ok ? kp + copy_chunk * 16 : k_base, ok);
+      copy_async16(v_tile + dst, ok ? vp + copy_chunk * 16 : v_base, ok);
+    }
+  };
 
-    float q[HPT][8], o[HPT][8], m[HPT], d[HPT];
+  for (int pass_base = 0; pass_base < c.mtiles; pass_base += c.mt_warps) {
+    const int mt = pass_base + mt_slot;
+    const bool active = mt < c.mtiles;
+
+    /* Rows g and g + 8 of this warp's m-tile. */
+    int64_t head[2], qrow[2];
+    int32_t qpos[2];
+    bool row_ok[2];
 #pragma unroll
-    for (int i = 0; i < HPT; ++i) {
-      const int64_t qh = (int64_t)kvh * c.group + pass_base + slot + i * c.slots;
-      if (i < heads)
-        ignis_load_floats<IGNIS_CACHE_READ_ONLY>(
-            static_cast<const T *>(p.q) + item.request * p.q_stride_batch + qh * p.q_stride_head + lane * 8,
-            q[i]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if (i >= heads)
-          q[i][e] = 0.0f;
-        o[i][e] = 0.0f;
-      }
-      m[i] = -CUDART_INF_F;
-      d[i] = 0.0f;
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int row = mt * 16 + g + h2 * 8;
+      row_ok[h2] = active && row < c.rows;
+      const int tok = row_ok[h2] ? row / c.group : 0;
+      head[h2] = (int64_t)kvh * c.group + (row_ok[h2] ? row % c.group : 0);
+      qrow[h2] = (int64_t)item.request * p.q_len + tok;
+      qpos[h2] = r.kv_len - p.q_len + tok;
     }
 
-    /* prologue: tiles 0 .. STAGES-2 in flight, pages of tile STAGES-1 on their way */
-    int32_t pages[2];
+    /* Q fragments: qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}. */
+    uint32_t qa[KSTEPS][4];
+    float row_scale[2]; /* base-2 (no transform) or natural factor of the raw scores */
+    {
+      float qf[2][KSTEPS][4];
 #pragma unroll
-    for (int t = 0; t < DECODE_STAGES - 1; ++t) {
-      if (t < num_tiles) {
-        lookup_tile<LANES>(p, r, t, pages);
-        issue_tile<T, LANES>(p, r, kvh, t, pages, decode_smem, row_ok);
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const QT *qp = static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            float two[2] = {0.0f, 0.0f};
+            if (row_ok[h2])
+              ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))), two);
+            qf[h2][kk][e] = two[0];
+            qf[h2][kk][e + 1] = two[1];
+          }
       }
+      float freq[KSTEPS / 2][4];
+      if constexpr (ROPE) {
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS / 2; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            freq[kk][e] = p.rope_rcp_scale *
+                          exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2)
+          rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
+      }
+      const float nat = c.transform ? 1.0f : 1.4426950408889634f;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        float pow2 = 1.0f;
+        if constexpr (FP8) { /* bring the row into [2^14, 2^15) for f16 */
+          float mx = 0.0f;
+#pragma unroll
+          for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              mx = fmaxf(mx, fabsf(qf[h2][kk][e]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          if (mx > 0.0f && isfinite(mx)) {
+            const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+            pow2 = exp2f((float)min(max(14 - ex, -126), 126));
+          }
+#pragma unroll
+          for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              qf[h2][kk][e] *= pow2;
+        }
+        row_scale[h2] = p.sm_scale_log2 / 1.4426950408889634f * p.k_scale / pow2 * nat;
+      }
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        qa[kk][0] = ignis_pack_word<MT>(&qf[0][kk][0]);
+        qa[kk][1] = ignis_pack_word<MT>(&qf[1][kk][0]);
+        qa[kk][2] = ignis_pack_word<MT>(&qf[0][kk][2]);
+        qa[kk][3] = ignis_pack_word<MT>(&qf[1][kk][2]);
+      }
+    }
+    float kfreq[ROPE ? KSTEPS / 2 : 1][4];
+    if constexpr (ROPE) {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS / 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          kfreq[kk][e] =
+              p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+    }
+    float slope[2] = {0.0f, 0.0f};
+    if (c.alibi_n > 0) {
+      slope[0] = alibi_slope(c, head[0]);
+      slope[1] = alibi_slope(c, head[1]);
+    }
+
+    float o[NTILES][4];
+#pragma unroll
+    for (int j = 0; j < NTILES; ++j)
+      o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+
+    /* prologue: row addresses of tiles 0..STAGES-1, copies of tiles 0..STAGES-2, page of tile STAGES */
+    if (tid < DECODE_KT)
+      for (int tl = 0; tl < tile::STAGES; ++tl)
+        store_rows(tl, tl < num_tiles ? lookup_page(tl) : -1);
+    __syncthreads();
+#pragma unroll
+    for (int tl = 0; tl < tile::STAGES - 1; ++tl) {
+      if (tl < num_tiles)
+        issue_tile(tl);
       copy_async_commit();
     }
-    if (DECODE_STAGES - 1 < num_tiles)
-      lookup_tile<LANES>(p, r, DECODE_STAGES - 1, pages);
+    int32_t pending = -1;
+    if (tid < DECODE_KT && tile::STAGES < num_tiles)
+      pending = lookup_page(tile::STAGES);
 
-    for (int t = 0; t < num_tiles; ++t) {
-      if (t + DECODE_STAGES - 1 < num_tiles) {
-        issue_tile<T, LANES>(p, r, kvh, t + DECODE_STAGES - 1, pages, decode_smem, row_ok);
-        if (t + DECODE_STAGES < num_tiles)
-          lookup_tile<LANES>(p, r, t + DECODE_STAGES, pages);
-      }
+    for (int tl = 0; tl < num_tiles; ++tl) {
+      copy_async_wait<tile::STAGES - 2>();
+      __syncthreads();
+      if (tl + tile::STAGES - 1 < num_tiles)
+        issue_tile(tl + tile::STAGES - 1);
       copy_async_commit();
-      copy_async_wait<DECODE_STAGES - 1>();
-      __syncthreads();
+      if (tid < DECODE_KT && tl + tile::STAGES < num_tiles) {
+        store_rows(tl + tile::STAGES, pending);
+        if (tl + tile::STAGES + 1 < num_tiles)
+          pending = lookup_page(tl + tile::STAGES + 1);
+      }
+      if (!active)
+        continue;
 
-      const int stage = t % DECODE_STAGES;
-      const uint4 *k_tile = decode_smem + (size_t)stage * 2 * tile_rows * LANES;
-      const uint4 *v_tile = k_tile + tile_rows * LANES;
-      const uint8_t *ok = row_ok + stage * tile_rows;
-#pragma unroll 1
-      for (int k = 0; k < rows_per_split; k += 2) {
-        const int ra = split + k * c.splits, rb = ra + c.splits;
-        float ka[8], kb[8], sa[HPT], sb[HPT];
-        ignis_raw_to_floats<T>(k_tile[ra * LANES + lane], ka);
-        ignis_raw_to_floats<T>(k_tile[rb * LANES + lane], kb);
+      const int stage = tl % tile::STAGES;
+      const uint32_t k_tile = smem_base + stage * 2 * tile::TILE_BYTES, v_tile = k_tile + tile::TILE_BYTES;
+      const uint32_t *tile_valid = valid_bits + (tl % tile::SLOTS) * (DECODE_KT / 32);
+      const int tile_key0 = r.start + tl * DECODE_KT;
+      for (int sub = ks; sub < DECODE_KT / 16; sub += c.ksplit) {
+        const int key0 = sub * 16;
+        const int mi = lane >> 3, mrow = lane & 7;
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        /* K fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): kb[i][n] = {b0b1, b2b3}
+         * of n-tile n (keys key0 + 8n .. +7) */
+        auto load_k = [&](int kk, uint32_t (&kb)[2][2][2]) {
+          uint32_t x[4];
+          if constexpr (!FP8) {
+            ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * kk + (mi & 1)), x);
+            kb[0][0][0] = x[0];
+            kb[0][0][1] = x[1];
+            kb[0][1][0] = x[2];
+            kb[0][1][1] = x[3];
+          } else {
+            ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
 #pragma unroll
-        for (int i = 0; i < HPT; ++i) {
-          if (i < warp_heads) {
-            float xa = 0.0f, xb = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              xa = fmaf(q[i][e], ka[e], xa);
-              xb = fmaf(q[i][e], kb[e], xb);
+            for (int q2 = 0; q2 < 4; ++q2) {
+              kb[q2 >> 1][q2 & 1][0] = fp8x2_to_f16x2<KIND>(x[q2]);
+              kb[q2 >> 1][q2 & 1][1] = fp8x2_to_f16x2<KIND>(x[q2] >> 16);
             }
-            sa[i] = group_sum<LANES>(xa);
-            sb[i] = group_sum<LANES>(xb);
+          }
+        };
+        constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
+        if constexpr (!ROPE) {
+#pragma unroll
+          for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+            uint32_t kb[2][2][2];
+            load_k(kk, kb);
+#pragma unroll
+            for (int i = 0; i < KSTEP_LOAD; ++i) {
+              mma16816<BF16>(s[0], qa[kk + i], kb[i][0][0], kb[i][0][1]);
+              mma16816<BF16>(s[1], qa[kk + i], kb[i][1][0], kb[i][1][1]);
+            }
+          }
+        } else {
+          /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
+          uint32_t kall[KSTEPS][2][2];
+#pragma unroll
+          for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+            uint32_t kb[2][2][2];
+            load_k(kk, kb);
+#pragma unroll
+            for (int i = 0; i < KSTEP_LOAD; ++i)
+#pragma unroll
+              for (int n = 0; n < 2; ++n) {
+                kall[kk + i][n][0] = kb[i][n][0];
+                kall[kk + i][n][1] = kb[i][n][1];
+              }
+          }
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            float kf[KSTEPS][4];
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+              ignis_unpack_word<MT>(kall[kk][n][0], &kf[kk][0]);
+              ignis_unpack_word<MT>(kall[kk][n][1], &kf[kk][2]);
+            }
+            rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+              kall[kk][n][0] = ignis_pack_word<MT>(&kf[kk][0]);
+              kall[kk][n][1] = ignis_pack_word<MT>(&kf[kk][2]);
+            }
+          }
+#pragma unroll
+          for (int kk = 0; kk < KSTEPS; ++kk) {
+            mma16816<BF16>(s[0], qa[kk], kall[kk][0][0], kall[kk][0][1]);
+            mma16816<BF16>(s[1], qa[kk], kall[kk][1][0], kall[kk][1][1]);
           }
         }
-        const bool ok_a = ok[ra], ok_b = ok[rb];
-        float va[8], vb[8];
-        ignis_raw_to_floats<T>(v_tile[ra * LANES + lane], va);
-        ignis_raw_to_floats<T>(v_tile[rb * LANES + lane], vb);
+
+        /* scores (base 2) and masks; element (n, e): row g + 8 * (e >> 1), key key0 + 8n + 2t + (e & 1) */
+        const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + 2 * t);
+        if (!c.transform && !row_masks) {
 #pragma unroll
-        for (int i = 0; i < HPT; ++i) {
-          if (i < heads) {
-            const float xa = ok_a ? decode_score(sa[i], p, c) : -CUDART_INF_F;
-            const float xb = ok_b ? decode_score(sb[i], p, c) : -CUDART_INF_F;
-            const float mx = fmaxf(m[i], fmaxf(xa, xb));
-            if (mx != -CUDART_INF_F) {
-              const float rescale = exp2f(m[i] - mx), pa = exp2f(xa - mx), pb = exp2f(xb - mx);
-              d[i] = fmaf(d[i], rescale, pa + pb);
+          for (int n = 0; n < 2; ++n)
 #pragma unroll
-              for (int e = 0; e < 8; ++e)
-                o[i][e] = fmaf(o[i][e], rescale, fmaf(pa, va[e], pb * vb[e]));
-              m[i] = mx;
+            for (int e = 0; e < 4; ++e)
+              s[n][e] = (bits >> (n * 8 + (e & 1))) & 1u ? s[n][e] * row_scale[e >> 1] : -CUDART_INF_F;
+        } else {
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h2 = e >> 1, j = tile_key0 + key0 + n * 8 + 2 * t + (e & 1);
+              float x = s[n][e] * row_scale[h2];
+              if (c.transform) {
+                if (c.alibi_n > 0)
+                  x += slope[h2] * (float)(j - qpos[h2]);
+                x = c.cap_out > 0.0f ? c.cap_out * tanhf(x * c.cap_in) : x * 1.4426950408889634f;
+              }
+              bool ok = (bits >> (n * 8 + (e & 1))) & 1u;
+              if (row_masks)
+                ok = ok && j <= qpos[h2] && (p.window_left < 0 || j >= qpos[h2] - p.window_left);
+              s[n][e] = ok ? x : -CUDART_INF_F;
+            }
+        }
+        uint32_t pa[4];
+        float rescales[2];
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          float mx = fmaxf(fmaxf(s[0][2 * h2], s[0][2 * h2 + 1]), fmaxf(s[1][2 * h2], s[1][2 * h2 + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m[h2], mx);
+          const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+          const float rescale = exp2f(m[h2] - m_use);
+          m[h2] = m_new;
+          float pr[2][2];
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              pr[n][e] = exp2f(s[n][2 * h2 + e] - m_use);
+          l[h2] = fmaf(l[h2], rescale, (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
+          rescales[h2] = rescale;
+          pa[h2] = ignis_pack_word<MT>(pr[0]);
+          pa[2 + h2] = ignis_pack_word<MT>(pr[1]);
+        }
+        /* the running max settles early: most sub-tiles leave O as it is */
+        if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
+#pragma unroll
+          for (int j = 0; j < NTILES; ++j) {
+            o[j][0] *= rescales[0];
+            o[j][1] *= rescales[0];
+            o[j][2] *= rescales[1];
+            o[j][3] *= rescales[1];
+          }
+        }
+
+        /* O += P V */
+        if constexpr (!FP8) {
+#pragma unroll
+          for (int j = 0; j < NTILES; j += 2) {
+            uint32_t x[4];
+            ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, j + (mi >> 1)), x);
+            mma16816<BF16>(o[j], pa, x[0], x[1]);
+            mma16816<BF16>(o[j + 1], pa, x[2], x[3]);
+          }
+        } else {
+#pragma unroll
+          for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
+            uint32_t x[4];
+            ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
+              const uint32_t lo = __byte_perm(x[2 * half], 0, 0x3120), hi = __byte_perm(x[2 * half + 1], 0, 0x3120);
+              const int tile_even = 2 * (cc + half);
+              mma16816<false>(o[tile_even], pa, fp8x2_to_f16x2<KIND>(lo), fp8x2_to_f16x2<KIND>(hi));
+              mma16816<false>(o[tile_even + 1], pa, fp8x2_to_f16x2<KIND>(lo >> 16), fp8x2_to_f16x2<KIND>(hi >> 16));
             }
           }
         }
       }
-      __syncthreads();
     }
     copy_async_wait<0>();
-    ignis_pdl_launch_dependents();
+    __syncthreads(); /* every warp is done with the ring: reuse it for the split merge */
 
-    /* merge the key splits of each head slot (splits > 1: at most one head per slot) */
-    if (c.splits > 1) {
-      float *merge_o = reinterpret_cast<float *>(decode_smem);
-      float *merge_m = merge_o + groups * HEAD_DIM, *merge_d = merge_m + groups;
-      __syncthreads();
-      if (heads > 0) {
+    /* each warp leaves its O (f32, by dim), m and l (summed over the quad) in shared memory */
+    float *merge_o = reinterpret_cast<float *>(decode_smem);
+    float *merge_m = merge_o + DECODE_WARPS * 16 * HEAD_DIM, *merge_l = merge_m + DECODE_WARPS * 16;
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          merge_o[group_id * HEAD_DIM + lane * 8 + e] = o[0][e];
-        if (lane == 0) {
-          merge_m[group_id] = m[0];
-          merge_d[group_id] = d[0];
+    for (int h2 = 0; h2 < 2; ++h2) {
+      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 1);
+      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 2);
+    }
+    if (active) {
+      float *wo = merge_o + (size_t)warp * 16 * HEAD_DIM;
+#pragma unroll
+      for (int j = 0; j < NTILES; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = g + (e >> 1) * 8;
+          const int dim = FP8 ? 16 * (j >> 1) + 4 * t + (j & 1) + 2 * (e & 1) : 8 * j + 2 * t + (e & 1);
+          wo[row * HEAD_DIM + dim] = o[j][e];
         }
-      }
-      __syncthreads();
-      if (split == 0 && heads > 0) {
-        float mx = -CUDART_INF_F;
-        for (int s = 0; s < c.splits; ++s)
-          mx = fmaxf(mx, merge_m[s * c.slots + slot]);
-        if (mx != -CUDART_INF_F) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            o[0][e] = 0.0f;
-          d[0] = 0.0f;
-          for (int s = 0; s < c.splits; ++s) {
-            const int from = s * c.slots + slot;
-            const float w = exp2f(merge_m[from] - mx);
-            d[0] = fmaf(merge_d[from], w, d[0]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              o[0][e] = fmaf(merge_o[from * HEAD_DIM + lane * 8 + e], w, o[0][e]);
-          }
-          m[0] = mx;
-        }
+      if (t == 0) {
+        merge_m[warp * 16 + g] = m[0];
+        merge_m[warp * 16 + g + 8] = m[1];
+        merge_l[warp * 16 + g] = l[0];
+        merge_l[warp * 16 + g + 8] = l[1];
       }
     }
+    __syncthreads();
+    ignis_pdl_launch_dependents();
 
-    if (split == 0) {
+    /* combine the key splits and write: one thread per (m-tile slot, row, 8 dims) */
+    constexpr int PIECES = HEAD_DIM / 8;
+    for (int idx = tid; idx < c.mt_warps * 16 * PIECES; idx += DECODE_THREADS) {
+      const int slot = idx / (16 * PIECES), row16 = (idx / PIECES) % 16, d0 = (idx % PIECES) * 8;
+      const int row = (pass_base + slot) * 16 + row16;
+      if (pass_base + slot >= c.mtiles || row >= c.rows)
+        continue;
+      float mx = -CUDART_INF_F;
+      for (int s2 = 0; s2 < c.ksplit; ++s2)
+        mx = fmaxf(mx, merge_m[(s2 * c.mt_warps + slot) * 16 + row16]);
+      float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
+      if (mx != -CUDART_INF_F) {
+        for (int s2 = 0; s2 < c.ksplit; ++s2) {
+          const int w = s2 * c.mt_warps + slot;
+          const float wt = exp2f(merge_m[w * 16 + row16] - mx);
+          sum = fmaf(merge_l[w * 16 + row16], wt, sum);
+          const float *src = merge_o + ((size_t)w * 16 + row16) * HEAD_DIM + d0;
 #pragma unroll
-      for (int i = 0; i < HPT; ++i) {
-        if (i >= heads)
-          continue;
-        const int64_t qh = (int64_t)kvh * c.group + pass_base + slot + i * c.slots;
-        const bool any = d[i] > 0.0f || isnan(d[i]);
-        const float inv = any ? 1.0f / d[i] : 0.0f;
-        float v[8];
+          for (int e = 0; e < 8; ++e)
+            acc[e] = fmaf(src[e], wt, acc[e]);
+        }
+      }
+      const int tok = row / c.group;
+      const int64_t h = (int64_t)kvh * c.group + row % c.group;
+      const int64_t out_row = (int64_t)item.request * p.q_len + tok;
+      float lse2;
+      if (item.partial < 0 && p.sinks != nullptr) { /* whole request: the sink joins here */
+        const float sink2 = p.sinks[h] * 1.4426950408889634f;
+        const float top = fmaxf(mx, sink2);
+        const float w_keys = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
+        sum = fmaf(sum, w_keys, exp2f(sink2 - top));
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          v[e] = any ? o[i][e] * inv : 0.0f;
-        const float lse2 = any ? m[i] + log2f(d[i]) : -CUDART_INF_F;
-        if (item.partial < 0) {
-          ignis_store_floats(static_cast<T *>(p.out) + item.request * p.out_stride_batch +
-                                 qh * p.out_stride_head + lane * 8,
-                             v);
-          if (p.lse != nullptr && lane == 0)
-            p.lse[item.request * p.lse_stride_batch + qh * p.lse_stride_head] = lse2 * p.lse_scale;
-        } else {
-          const int64_t row = (int64_t)item.partial * p.num_qo_heads + qh;
-          ignis_store_floats(p.partial_out + row * HEAD_DIM + lane * 8, v);
-          if (lane == 0)
-            p.partial_lse[row] = lse2;
-        }
+          acc[e] *= w_keys;
+        mx = top;
+      }
+      const bool any = sum > 0.0f || isnan(sum);
+      const float inv = any ? p.v_scale / sum : 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[e] = any ? acc[e] * inv : 0.0f;
+      lse2 = any ? mx + log2f(sum) : -CUDART_INF_F;
+      if (item.partial < 0) {
+        ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + d0, acc);
+        if (p.lse != nullptr && d0 == 0)
+          p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
+      } else {
+        const int64_t prow = ((int64_t)item.partial * p.q_len + tok) * p.num_qo_heads + h;
+        ignis_store_floats(p.partial_out + prow * HEAD_DIM + d0, acc);
+        if (d0 == 0)
+          p.partial_lse[prow] = lse2;
       }
     }
     __syncthreads();
@@ -387,8 +705,8 @@ __global__ void __launch_bounds__(DECODE_MAX_THREADS, 1)
 }
 
 /* ---- merge of split requests ------------------------------------------------------------------- */
-/* Block b merges the partial rows of request b; a thread handles 8 values of one query head. */
-template <typename T>
+/* Block (b, y) merges rows of request b; a thread handles 8 values of one (token, head). */
+template <typename QT>
 __global__ void __launch_bounds__(MERGE_THREADS)
     decode_merge_kernel(const ignis_decode_params p, const decode_config c) {
   ignis_pdl_wait();
@@ -404,39 +722,47 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     first = p.request_partials[blockIdx.x];
     last = p.request_partials[blockIdx.x + 1];
   }
-  if (last <= first)
+  const int chunks = (int)(p.head_dim / 8);
+  const int64_t heads = p.num_qo_heads, q_len = p.q_len;
+  const int64_t idx = (int64_t)blockIdx.y * MERGE_THREADS + threadIdx.x;
+  if (last <= first || idx >= q_len * heads * chunks)
     return;
   const int64_t b = blockIdx.x;
-  const int chunks = (int)(p.head_dim / 8);
-  const int64_t heads = p.num_qo_heads;
-  for (int64_t idx = threadIdx.x; idx < heads * chunks; idx += blockDim.x) {
-    const int64_t h = idx / chunks;
-    const int e0 = (int)(idx - h * chunks) * 8;
-    float mx = -CUDART_INF_F;
-    for (int64_t row = first; row < last; ++row)
-      mx = fmaxf(mx, p.partial_lse[row * heads + h]);
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-    if (mx != -CUDART_INF_F) {
-      for (int64_t row = first; row < last; ++row) {
-        const float w = exp2f(p.partial_lse[row * heads + h] - mx);
-        float x[8];
-        ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + (row * heads + h) * p.head_dim + e0, x);
+  const int64_t th = idx / chunks, tok = th / heads, h = th % heads;
+  const int e0 = (int)(idx - th * chunks) * 8;
+  const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
+  const int n = (int)(last - first);
+  float mx = -CUDART_INF_F;
+  for (int i = 0; i < n; ++i)
+    mx = fmaxf(mx, p.partial_lse[row0 + i * row_stride]);
+  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
+  const float top = fmaxf(mx, sink2);
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
+  if (top != -CUDART_INF_F) {
+#pragma unroll 4
+    for (int i = 0; i < n; ++i) {
+      const int64_t prow = row0 + i * row_stride;
+      const float w = exp2f(p.partial_lse[prow] - top);
+      float x[8];
+      ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * p.head_dim + e0, x);
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[e] = fmaf(w, x[e], acc[e]);
-        sum += w;
-      }
+      for (int e = 0; e < 8; ++e)
+        acc[e] = fmaf(w, x[e], acc[e]);
+      sum += w;
     }
-    const bool any = sum > 0.0f || isnan(sum);
-    const float inv = any ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      acc[e] = any ? acc[e] * inv : 0.0f;
-    ignis_store_floats(static_cast<T *>(p.out) + b * p.out_stride_batch + h * p.out_stride_head + e0, acc);
-    if (p.lse != nullptr && e0 == 0)
-      p.lse[b * p.lse_stride_batch + h * p.lse_stride_head] =
-          (any ? mx + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
+    if (p.sinks != nullptr)
+      sum += exp2f(sink2 - top);
   }
+  const bool any = sum > 0.0f || isnan(sum);
+  const float inv = any ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    acc[e] = any ? acc[e] * inv : 0.0f;
+  const int64_t out_row = b * q_len + tok;
+  ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + e0, acc);
+  if (p.lse != nullptr && e0 == 0)
+    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] =
+        (any ? top + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
   ignis_pdl_launch_dependents();
 }
 
@@ -450,54 +776,59 @@ static bool aligned16(const void *ptr, int64_t elem, const int64_t *strides, int
   return true;
 }
 
-static decode_config make_config(const ignis_decode_params &p, int lanes, int threads) {
+static decode_config make_config(const ignis_decode_params &p) {
   decode_config c;
   c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
-  const int groups = threads / lanes;
-  c.splits = 1;
-  while (c.splits * 2 * c.group <= groups)
-    c.splits *= 2;
-  c.slots = groups / c.splits;
+  c.rows = c.group * p.q_len;
+  c.mtiles = (c.rows + 15) / 16;
+  c.mt_warps = c.mtiles >= 3 ? 4 : c.mtiles;
+  c.ksplit = DECODE_WARPS / c.mt_warps;
   const int64_t len = p.contiguous_kv_len;
-  int64_t chunk = implicit_chunk_tokens(p);
+  int64_t chunk = p.implicit_chunk_tokens;
   if (chunk <= 0 || chunk >= len)
     chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
   c.implicit_chunk = (int32_t)chunk;
   c.implicit_items = (int32_t)(len > 0 ? (len + chunk - 1) / chunk : 1);
   const double log2e = 1.4426950408889634;
   const double cap = p.logits_soft_cap;
-  c.cap_in = cap > 0.0 ? (float)((double)p.sm_scale_log2 / log2e / cap) : 0.0f;
+  c.cap_in = cap > 0.0 ? (float)(1.0 / cap) : 0.0f;
   c.cap_out = cap > 0.0 ? (float)(cap * log2e) : 0.0f;
+  c.alibi_n = 0;
+  if (p.pos_encoding == IGNIS_POS_ENCODING_ALIBI) {
+    c.alibi_n = 1;
+    while ((int64_t)c.alibi_n * 2 <= p.num_qo_heads)
+      c.alibi_n *= 2;
+  }
+  c.alibi_log2_n = c.alibi_n > 0 ? (float)log2((double)c.alibi_n) : -1.0f;
+  c.transform = cap > 0.0 || c.alibi_n > 0;
   return c;
 }
 
-template <typename T, int HEAD_DIM>
+template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
 static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
-  constexpr int LANES = HEAD_DIM / 8;
-  const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t base_groups = DECODE_BASE_THREADS / LANES;
-  const int threads =
-      group > DECODE_HEADS_PER_THREAD * base_groups ? DECODE_MAX_THREADS : DECODE_BASE_THREADS;
-  /* one head per slot whenever the group fits the row groups: a quarter of the registers */
-  void (*kernel)(const ignis_decode_params, const decode_config) =
-      group <= base_groups ? decode_attention_kernel<T, HEAD_DIM, 1>
-                           : decode_attention_kernel<T, HEAD_DIM, DECODE_HEADS_PER_THREAD>;
-  const decode_config c = make_config(p, LANES, threads);
-  const size_t smem = decode_smem_bytes<LANES>(threads);
+  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
+  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>;
+  const decode_config c = make_config(p);
+  const size_t smem = tile::SMEM_BYTES;
   if (smem > 48 * 1024)
     IGNIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t items = p.work != nullptr ? p.max_work : c.implicit_items;
+  if (items * p.num_kv_heads > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
+                           (long long)items, (long long)p.num_kv_heads);
   if (items > 0 && p.num_kv_heads > 0) {
-    IGNIS_CUDA_CHECK(ignis_launch(kernel, dim3((unsigned)items, (unsigned)p.num_kv_heads), dim3(threads),
-                                  smem, stream, p, c));
+    IGNIS_CUDA_CHECK(ignis_launch(kernel, dim3((unsigned)(items * p.num_kv_heads)), dim3(DECODE_THREADS), smem,
+                                  stream, p, c));
     const ignis_status status = ignis_check_launch("decode attention");
     if (status != IGNIS_OK)
       return status;
   }
   const int64_t merges = p.work != nullptr ? p.max_batch : (c.implicit_items > 1 ? 1 : 0);
   if (merges > 0) {
-    IGNIS_CUDA_CHECK(
-        ignis_launch(decode_merge_kernel<T>, dim3((unsigned)merges), dim3(MERGE_THREADS), 0, stream, p, c));
+    const int64_t threads = (int64_t)p.q_len * p.num_qo_heads * (p.head_dim / 8);
+    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT>,
+                                  dim3((unsigned)merges, (unsigned)((threads + MERGE_THREADS - 1) / MERGE_THREADS)),
+                                  dim3(MERGE_THREADS), 0, stream, p, c));
     return ignis_check_launch("decode merge");
   }
   return IGNIS_OK;
@@ -510,19 +841,19 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
 #define IGNIS_WITH_HEAD_DIM_256 1
 #endif
 
-template <typename T> static ignis_status launch_dtype(const ignis_decode_params &p, cudaStream_t stream) {
+template <typename QT, int KIND, bool ROPE> static ignis_status launch_head_dim(const ignis_decode_params &p, cudaStream_t s) {
   switch (p.head_dim) {
 #ifdef IGNIS_WITH_HEAD_DIM_64
   case 64:
-    return launch<T, 64>(p, stream);
+    return launch<QT, KIND, 64, ROPE>(p, s);
 #endif
 #ifdef IGNIS_WITH_HEAD_DIM_128
   case 128:
-    return launch<T, 128>(p, stream);
+    return launch<QT, KIND, 128, ROPE>(p, s);
 #endif
 #ifdef IGNIS_WITH_HEAD_DIM_256
   case 256:
-    return launch<T, 256>(p, stream);
+    return launch<QT, KIND, 256, ROPE>(p, s);
 #endif
   default:
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: head_dim %lld is not compiled in this build (IGNIS_HEAD_DIMS)",
@@ -530,27 +861,90 @@ template <typename T> static ignis_status launch_dtype(const ignis_decode_params
   }
 }
 
+template <typename QT, int KIND> static ignis_status launch_rope(const ignis_decode_params &p, cudaStream_t s) {
+  return p.pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA ? launch_head_dim<QT, KIND, true>(p, s)
+                                                         : launch_head_dim<QT, KIND, false>(p, s);
+}
+
+template <typename QT> static ignis_status launch_kv(const ignis_decode_params &p, cudaStream_t s) {
+  switch (p.cache.dtype) {
+  case IGNIS_FP8_E4M3:
+    return launch_rope<QT, KV_E4M3>(p, s);
+  case IGNIS_FP8_E5M2:
+    return launch_rope<QT, KV_E5M2>(p, s);
+  default: /* the dtype of q */
+    return launch_rope<QT, std::is_same<QT, __half>::value ? KV_F16 : KV_BF16>(p, s);
+  }
+}
+
+/* Resident blocks per SM of one kernel instance (shared memory and registers), from the runtime. */
+template <typename QT, int KIND, int HEAD_DIM> static int resident_blocks() {
+  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
+  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, false>;
+  int blocks = 0;
+  if (tile::SMEM_BYTES > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile::SMEM_BYTES) != cudaSuccess)
+    blocks = 0;
+  else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) !=
+           cudaSuccess)
+    blocks = 0;
+  (void)cudaGetLastError();
+  return blocks > 0 ? blocks : 1;
+}
+
+template <int KIND> static int resident_blocks_for(int64_t head_dim) {
+  typedef typename std::conditional<KIND == KV_F16, __half, __nv_bfloat16>::type QT;
+  switch (head_dim) {
+#ifdef IGNIS_WITH_HEAD_DIM_64
+  case 64:
+    return resident_blocks<QT, KIND, 64>();
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_256
+  case 256:
+    return resident_blocks<QT, KIND, 256>();
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_128
+  case 128:
+    return resident_blocks<QT, KIND, 128>();
+#endif
+  default:
+    return 1;
+  }
+}
+
+extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype) {
+  switch (kv_dtype) {
+  case IGNIS_FP8_E4M3:
+  case IGNIS_FP8_E5M2:
+    return resident_blocks_for<KV_E4M3>(head_dim);
+  case IGNIS_F16:
+    return resident_blocks_for<KV_F16>(head_dim);
+  default:
+    return resident_blocks_for<KV_BF16>(head_dim);
+  }
+}
+
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   const ignis_decode_params &p = *params;
-  const int64_t elem = 2;
+  const int64_t elem = 2, kv_elem = (int64_t)ignis_dtype_size(p.cache.dtype);
   const bool paged = p.contiguous_kv_len == 0 && p.cache.indptr != nullptr;
   const int64_t q_strides[] = {p.q_stride_batch, p.q_stride_head};
   const int64_t out_strides[] = {p.out_stride_batch, p.out_stride_head};
   const int64_t k_strides[] = {p.cache.k_stride_token, p.cache.k_stride_head, p.cache.k_stride_page};
   const int64_t v_strides[] = {p.cache.v_stride_token, p.cache.v_stride_head, p.cache.v_stride_page};
   if (!aligned16(p.q, elem, q_strides, 2) || !aligned16(p.out, elem, out_strides, 2) ||
-      !aligned16(p.cache.k_cache, elem, k_strides, paged ? 3 : 2) ||
-      !aligned16(p.cache.v_cache, elem, v_strides, paged ? 3 : 2))
+      !aligned16(p.cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) ||
+      !aligned16(p.cache.v_cache, kv_elem, v_strides, paged ? 3 : 2))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
-                           "multiples of 8 elements");
+                           "multiples of 16 bytes");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {
   case IGNIS_F16:
-    return launch_dtype<__half>(p, s);
+    return launch_kv<__half>(p, s);
   case IGNIS_BF16:
-    return launch_dtype<__nv_bfloat16>(p, s);
+    return launch_kv<__nv_bfloat16>(p, s);
   default:
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: dtype must be f16 or bf16");
   }

@@ -653,6 +653,22 @@ static int plan_run(plan_env *e, const kv_batch *c, qo_set *s, extras_set *x, in
                       IGNIS_OK);
 }
 
+/* The run with the plan's copies of kv_indptr / kv_last_page_len (ignis_decode_plan_index_views)
+ * in place of the cache's own. */
+static int plan_run_views(plan_env *e, const kv_batch *c, qo_set *s, extras_set *x, int with_lse) {
+  ignis_paged_kv_cache cache = c->cache;
+  if (!CHECK_STATUS(ignis_decode_plan_index_views(e->plan, e->ws, e->ws_bytes, &cache.indptr, &cache.last_page_len),
+                    IGNIS_OK))
+    return 0;
+  CHECKF(cache.indptr.shape[0] == c->B + 1 && cache.last_page_len.shape[0] == c->B &&
+             cache.indptr.device.type == c->cache.indptr.device.type,
+         "index views: shapes %lld / %lld for batch %lld", (long long)cache.indptr.shape[0],
+         (long long)cache.last_page_len.shape[0], (long long)c->B);
+  return CHECK_STATUS(ignis_decode_run(e->plan, &s->tq, &cache, extras_of(x), &s->tout, with_lse ? &s->tlse : NULL,
+                                       e->ws, e->ws_bytes, NULL),
+                      IGNIS_OK);
+}
+
 /* ---- planner ------------------------------------------------------------------------------ */
 static void check_schedule(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last,
                            int64_t B, void *image, const char *what) {
@@ -985,9 +1001,12 @@ static void run_batch_case(h_backend backend, const batch_shape *bs, attn_opts o
     if (!plan_open(&e, backend, &sp))
       continue;
     qo_poison(&s);
-    if (plan_update(&e, &c) && plan_run(&e, &c, &s, &x, o.with_lse)) {
+    /* the fixed-split runs read the index arrays from the plan's workspace copies */
+    int ran = plan_update(&e, &c) && (mode == SPLIT_FIXED ? plan_run_views(&e, &c, &s, &x, o.with_lse)
+                                                          : plan_run(&e, &c, &s, &x, o.with_lse));
+    if (ran) {
       char what[64];
-      snprintf(what, sizeof what, "split %s", split_names[mode]);
+      snprintf(what, sizeof what, "split %s%s", split_names[mode], mode == SPLIT_FIXED ? " (index views)" : "");
       qo_check(&s, ref_out, ref_lse, o.with_lse, tol_scale_for(max_len), what);
       /* auto against disabled, directly */
       h_cmp cross;

@@ -148,6 +148,15 @@ IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const i
                                                 const int32_t *kv_last_page_len_host, int64_t batch_size,
                                                 void *workspace, size_t workspace_bytes, void *stream);
 
+/* The last update's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] as 1-D i32
+ * tensors on the plan's device: copies inside `workspace` (the buffer given to the update), written
+ * by the update's one asynchronous copy together with the schedule (CPU plans: the plan's host
+ * copies; workspace NULL). Pass them as cache->indptr / cache->last_page_len of ignis_decode_run to
+ * skip uploading the arrays separately. Valid until the next update of the plan. */
+IGNIS_API ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *workspace,
+                                                     size_t workspace_bytes, ignis_tensor *kv_indptr,
+                                                     ignis_tensor *kv_last_page_len);
+
 /* Run the last planned batch: q [batch * q_len_per_req, num_qo_heads, head_dim], cache with the
  * plan's page size and KV dtype and the batch's kv_indptr / kv_indices / kv_last_page_len (on the
  * device; the contents must describe the same lengths as the planned host arrays), out like q,

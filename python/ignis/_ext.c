@@ -1533,11 +1533,17 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
     op_call_release(&c);
     return NULL;
   }
-  cache.indptr = c.tensors[indptr_at];
   cache.indices = c.tensors[indices_at];
-  cache.last_page_len = c.tensors[last_at];
+  ignis_status status = IGNIS_OK;
+  if (indptr_at >= 0 && last_at >= 0) {
+    cache.indptr = c.tensors[indptr_at];
+    cache.last_page_len = c.tensors[last_at];
+  } else { /* None: the plan's copies in the workspace, uploaded with the schedule */
+    status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
+  }
   extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
-  ignis_status status;
+  if (status != IGNIS_OK)
+    return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =
       ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &extras, &c.tensors[out_at],
                        lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
@@ -1582,8 +1588,10 @@ static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
 #define FASTCALL(name, doc)                                                                                  \
   { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
 
-/* Sampling bindings live in their own file (IGNIS_SAMPLING_METHODS: their method-table entries). */
+/* Sampling and prefill bindings live in their own files (IGNIS_SAMPLING_METHODS,
+ * IGNIS_PREFILL_METHODS: their method-table entries). */
 #include "_ext_sampling.c"
+#include "_ext_prefill.c"
 
 static PyMethodDef ext_methods[] = {
     FASTCALL(rmsnorm, "rmsnorm(input, weight, eps, out, stream)"),
@@ -1631,6 +1639,7 @@ static PyMethodDef ext_methods[] = {
                          "kv_last_page_len, layout, out, lse, workspace, k_scale, v_scale, sinks, kv_view, "
                          "stream)"),
     IGNIS_SAMPLING_METHODS
+    IGNIS_PREFILL_METHODS
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

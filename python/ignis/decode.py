@@ -287,10 +287,12 @@ def _next_pow2(n, floor):
 
 
 class _IndexUploader:
-    """The device side of plan's index arrays on CUDA: a host staging array that
-    decode_plan_update fills with ``[indptr | last_page_len]`` (2 * max_batch + 1 int32), and, per
-    batch size, the views and the copy that bring them to the device with one asynchronous copy
-    (into the wrapper's own buffer, or into the CUDA-graph buffers)."""
+    """The device side of plan's index arrays on CUDA. Page indices: used in place when on the
+    device, else copied there. indptr / last_page_len: without CUDA-graph buffers the run reads the
+    copies the C plan uploads with its schedule (nothing to do here); with them (FlashInfer's
+    use_cuda_graph), a host staging array that decode_plan_update fills with
+    ``[indptr | last_page_len]`` (2 * max_batch + 1 int32) and, per batch size, the copies into the
+    graph buffers."""
 
     def __init__(self, workspace, max_batch, graph_buffers):
         n = 2 * max_batch + 1
@@ -306,7 +308,6 @@ class _IndexUploader:
 
             self.torch = False
             self.staging = numpy.empty((n,), dtype=numpy.int32)
-        self.device = None if graph_buffers else _new_device_array(workspace, n, "int32")
         self.views = {}
 
     def _copier(self, dst, src):
@@ -315,14 +316,9 @@ class _IndexUploader:
 
     def _make(self, batch):
         staging = self.staging
-        if self.graph_buffers is None:
-            device = self.device
-            copies = (self._copier(device[: 2 * batch + 1], staging[: 2 * batch + 1]),)
-            indptr, last = device[: batch + 1], device[batch + 1 : 2 * batch + 1]
-        else:
-            indptr, last = self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch]
-            copies = (self._copier(indptr, staging[: batch + 1]),
-                      self._copier(last, staging[batch + 1 : 2 * batch + 1]))
+        indptr, last = self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch]
+        copies = (self._copier(indptr, staging[: batch + 1]),
+                  self._copier(last, staging[batch + 1 : 2 * batch + 1]))
         views = self.views[batch] = (copies, indptr, last)
         return views
 
@@ -464,13 +460,21 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if key != self._key or window_right:
             self._configure(key, window_right)
         uploader = self._uploader
-        batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
-                                        None if uploader is None else uploader.staging, stream)
+        staging = None if uploader is None or uploader.graph_buffers is None else uploader.staging
+        batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, staging, stream)
         if batch.__class__ is not int:
             indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
             uploader = self._uploader
         if uploader is None:
             self._indexes = (indptr, indices, last_page_len)
+        elif uploader.graph_buffers is None:
+            # indptr / last_page_len: the copies the plan's one asynchronous copy put in the
+            # workspace with the schedule (run passes None and the binding takes them from there)
+            if stream is None:
+                self._indexes = (None, uploader.indices(indices), None)
+            else:
+                with uploader.on_stream(stream):
+                    self._indexes = (None, uploader.indices(indices), None)
         elif stream is None:
             device_indptr, device_last = uploader.upload(batch)
             self._indexes = (device_indptr, uploader.indices(indices), device_last)
@@ -592,8 +596,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def _update(self, indptr, last_page_len, stream):
         uploader = self._uploader
-        return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
-                                       None if uploader is None else uploader.staging, stream)
+        staging = None if uploader is None or uploader.graph_buffers is None else uploader.staging
+        return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, staging, stream)
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,

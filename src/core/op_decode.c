@@ -608,6 +608,45 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   return IGNIS_OK;
 }
 
+/* A 1-D i32 tensor of n elements at data on device. */
+static ignis_tensor index_view(void *data, int64_t n, ignis_device device) {
+  ignis_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = IGNIS_I32;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  t.device = device;
+  return t;
+}
+
+ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *workspace, size_t workspace_bytes,
+                                           ignis_tensor *kv_indptr, ignis_tensor *kv_last_page_len) {
+  static const char fn[] = "ignis_decode_plan_index_views";
+  ignis_clear_error();
+  if (!plan || !kv_indptr || !kv_last_page_len)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                           !plan ? "plan" : !kv_indptr ? "kv_indptr" : "kv_last_page_len");
+  if (!plan->updated)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
+  void *schedule = plan->host_schedule;
+  if (plan->config.device.type != IGNIS_DEVICE_CPU) {
+    if (workspace != plan->workspace)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
+    plan_pieces pieces;
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    schedule = pieces.schedule;
+  }
+  *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->planner, schedule), plan->batch_size + 1,
+                          plan->config.device);
+  *kv_last_page_len = index_view(ignis_decode_schedule_last_page_len_of(&plan->planner, schedule),
+                                 plan->batch_size, plan->config.device);
+  return IGNIS_OK;
+}
+
 /* ---- batch decode: run ---------------------------------------------------------------------- */
 static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *q,
                                     const ignis_paged_kv_cache *cache, ignis_paged_kv_params *kv) {

@@ -65,8 +65,9 @@ int ignis_decode_planner_init(ignis_decode_planner *pl, int64_t max_batch, int64
 }
 
 size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
-  size_t partials_bytes = (size_t)(pl->max_batch + 1) * sizeof(int32_t);
-  return sizeof(ignis_decode_schedule_header) + (partials_bytes + 15) / 16 * 16;
+  /* request_partials, kv_indptr, kv_last_page_len */
+  size_t arrays_bytes = (size_t)(3 * pl->max_batch + 2) * sizeof(int32_t);
+  return sizeof(ignis_decode_schedule_header) + (arrays_bytes + 15) / 16 * 16;
 }
 
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
@@ -159,6 +160,12 @@ size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, const int32_t *kv
     }
   }
   partials[batch] = num_partials;
+  int32_t *indptr_copy = ignis_decode_schedule_indptr_of(pl, image);
+  int32_t *last_copy = ignis_decode_schedule_last_page_len_of(pl, image);
+  for (int64_t b = 0; b <= batch; ++b)
+    indptr_copy[b] = kv_indptr[b];
+  for (int64_t b = 0; b < batch; ++b)
+    last_copy[b] = kv_last_page_len[b];
   header->num_work = num_work;
   header->batch_size = (int32_t)batch;
   header->num_partials = num_partials;

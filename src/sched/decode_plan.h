@@ -18,7 +18,10 @@
  * The schedule travels as one byte image (the same layout in host staging and device workspace,
  * so plan_update copies it with one memcpy):
  *   [0, 16)                    ignis_decode_schedule_header
- *   [16, work_offset)          request_partials [max_batch + 1] int32 (padded to 16 bytes)
+ *   [16, ...)                  request_partials [max_batch + 1] int32, then the batch's kv_indptr
+ *                              [max_batch + 1] and kv_last_page_len [max_batch] int32 (copies of
+ *                              the planned host arrays, so a run can read them from the workspace:
+ *                              ignis_decode_plan_index_views), padded to 16 bytes
  *   [work_offset, ...)         work [max_work] (16 bytes each); only num_work are meaningful
  * The bounds max_work / max_partials depend only on the configuration, so a workspace sized from
  * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic. */
@@ -80,6 +83,12 @@ static inline ignis_decode_schedule_header *ignis_decode_schedule_header_of(void
 }
 static inline int32_t *ignis_decode_schedule_partials_of(void *image) {
   return (int32_t *)((char *)image + sizeof(ignis_decode_schedule_header));
+}
+static inline int32_t *ignis_decode_schedule_indptr_of(const ignis_decode_planner *planner, void *image) {
+  return ignis_decode_schedule_partials_of(image) + planner->max_batch + 1;
+}
+static inline int32_t *ignis_decode_schedule_last_page_len_of(const ignis_decode_planner *planner, void *image) {
+  return ignis_decode_schedule_indptr_of(planner, image) + planner->max_batch + 1;
 }
 static inline ignis_decode_work *ignis_decode_schedule_work_of(const ignis_decode_planner *planner,
                                                                void *image) {

@@ -733,13 +733,14 @@ __global__ void __launch_bounds__(MERGE_THREADS)
   const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
   const int n = (int)(last - first);
   float mx = -CUDART_INF_F;
+#pragma unroll 8
   for (int i = 0; i < n; ++i)
     mx = fmaxf(mx, p.partial_lse[row0 + i * row_stride]);
   const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
   const float top = fmaxf(mx, sink2);
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
   if (top != -CUDART_INF_F) {
-#pragma unroll 4
+#pragma unroll 8
     for (int i = 0; i < n; ++i) {
       const int64_t prow = row0 + i * row_stride;
       const float w = exp2f(p.partial_lse[prow] - top);

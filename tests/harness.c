@@ -29,6 +29,15 @@ static int verbose(void) {
   return cached;
 }
 
+int h_quick(void) {
+  static int cached = -1;
+  if (cached < 0) {
+    const char *v = getenv("IGNIS_TEST_QUICK");
+    cached = v && v[0] && v[0] != '0';
+  }
+  return cached;
+}
+
 void h_case(const char *format, ...) {
   va_list args;
   va_start(args, format);

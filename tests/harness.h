@@ -95,6 +95,9 @@ double h_dtype_min_subnormal(ignis_dtype dtype);
 typedef enum h_backend { H_CPU = 0, H_CUDA = 1 } h_backend;
 
 int h_backend_count(void);
+/* IGNIS_TEST_QUICK=1 (the sanitizer runs of tools/gpu-check): tests may skip their CPU-backend
+ * cases and their largest cases, keeping every kind of GPU case. */
+int h_quick(void);
 h_backend h_backend_at(int index);
 const char *h_backend_name(h_backend backend);
 ignis_device h_backend_device(h_backend backend);

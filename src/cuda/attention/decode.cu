@@ -15,8 +15,8 @@
  * (row r: token r / group, head r % group of the group) are packed into the M dimension, 16 rows
  * per m-tile. Keys stream through a ring of STAGES shared-memory tiles of KT = 64 keys (K tile and
  * V tile, rows of head_dim elements with 16-byte chunks XOR-swizzled so ldmatrix is conflict
- * free), filled with 16-byte cp.async (zero-filled for masked keys). Page lookups run one tile
- * ahead of the copies: threads 0..KT-1 turn a key into the addresses of its K and V rows (and a
+ * free), filled with 16-byte cp.async (zero-filled for masked keys). Page lookups run ahead of the
+ * copies (loaded DECODE_LOOKAHEAD iterations before the copies need them): threads 0..KT-1 turn a key into the addresses of its K and V rows (and a
  * validity bit) and leave them in a small ring of their own, so no copy waits on a page-table read.
  * Shared memory is sized for 3 blocks per SM at head dim 128 (occupancy measured as the lever). The 4 warps are
  * (m-tiles of a pass) x (key splits): a warp owns one m-tile and takes every ksplit-th 16-key
@@ -54,6 +54,7 @@ enum {
   DECODE_THREADS = 128,
   DECODE_WARPS = 4,
   DECODE_KT = 64, /* keys per tile */
+  DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
   MERGE_THREADS = 128
 };
 
@@ -437,9 +438,12 @@ __global__ void __launch_bounds__(DECODE_THREADS)
         issue_tile(tl);
       copy_async_commit();
     }
-    int32_t pending = -1;
-    if (tid < DECODE_KT && tile::STAGES < num_tiles)
-      pending = lookup_page(tile::STAGES);
+    /* pages of tiles STAGES .. STAGES + LOOKAHEAD - 1, loaded LOOKAHEAD iterations before use so
+     * that a page-table read never holds up an iteration, even when loads queue behind the stream */
+    int32_t pending[DECODE_LOOKAHEAD];
+#pragma unroll
+    for (int i = 0; i < DECODE_LOOKAHEAD; ++i)
+      pending[i] = tid < DECODE_KT && tile::STAGES + i < num_tiles ? lookup_page(tile::STAGES + i) : -1;
 
     for (int tl = 0; tl < num_tiles; ++tl) {
       copy_async_wait<tile::STAGES - 2>();
@@ -448,9 +452,12 @@ __global__ void __launch_bounds__(DECODE_THREADS)
         issue_tile(tl + tile::STAGES - 1);
       copy_async_commit();
       if (tid < DECODE_KT && tl + tile::STAGES < num_tiles) {
-        store_rows(tl + tile::STAGES, pending);
-        if (tl + tile::STAGES + 1 < num_tiles)
-          pending = lookup_page(tl + tile::STAGES + 1);
+        store_rows(tl + tile::STAGES, pending[0]);
+#pragma unroll
+        for (int i = 0; i + 1 < DECODE_LOOKAHEAD; ++i)
+          pending[i] = pending[i + 1];
+        pending[DECODE_LOOKAHEAD - 1] =
+            tl + tile::STAGES + DECODE_LOOKAHEAD < num_tiles ? lookup_page(tl + tile::STAGES + DECODE_LOOKAHEAD) : -1;
       }
       if (!active)
         continue;

@@ -10,5 +10,6 @@
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
 #include "ignis/rope.h"
+#include "ignis/sampling.h"
 
 #endif

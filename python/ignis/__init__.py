@@ -16,7 +16,7 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext, activation, cascade, decode, norm, page, rope
+from . import _ext, activation, cascade, decode, norm, page, rope, sampling
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -34,6 +34,21 @@ from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
 from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
+from .sampling import (
+    chain_speculative_sampling,
+    min_p_sampling_from_probs,
+    sampling_from_logits,
+    sampling_from_probs,
+    softmax,
+    top_k,
+    top_k_mask_logits,
+    top_k_renorm_probs,
+    top_k_sampling_from_probs,
+    top_k_top_p_sampling_from_logits,
+    top_k_top_p_sampling_from_probs,
+    top_p_renorm_probs,
+    top_p_sampling_from_probs,
+)
 from .rope import (
     apply_llama31_rope,
     apply_llama31_rope_inplace,
@@ -69,6 +84,7 @@ def cuda_device_count():
 
 # The ops are listed once, in their modules; the package exports them all.
 __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
+           + sampling.__all__
            + ["version", "build_info", "cuda_device_count",
               "Error",
               "InvalidArgumentError",

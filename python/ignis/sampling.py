@@ -1,0 +1,268 @@
+"""Sampling ops with FlashInfer's names and arguments (flashinfer.sampling), plus ``top_k`` selection
+(flashinfer.top_k).
+
+Inputs are ``[batch, vocab]`` probabilities or logits (f32, f16 or bf16; the last dimension
+contiguous, any row stride) on the host or a CUDA device. The rules (what is allowed, how NaN, Inf
+and all-zero rows behave, how ties are kept) are those of ``include/ignis/sampling.h``: nothing is
+sorted, the sample is an exponential race over the allowed set, and a sample is always in
+``[0, vocab)``. Samples come back as int32 arrays in the input's framework.
+
+Thresholds (``top_k``, ``top_p``, ``min_p``) are a scalar or one value per row (an int tensor for
+top_k, a float32 tensor for top_p and min_p). ``indices`` (int32/int64 ``[batch]``) maps output row b
+to distribution row ``indices[b]``.
+
+Random numbers come from Philox 4x32-10 keyed by ``seed`` at ``offset``: the same seed and offset
+give the same samples on every run and on both backends. Each may be an int or an int64 tensor
+(one element, or one per row) on the input's device, read by the kernel, so a captured CUDA graph
+draws new numbers when the caller advances the offset tensor in place. Without ``seed``, a seed and
+an offset are taken from ``generator`` (a torch.Generator: its initial seed, and its offset when it
+has one, advanced by 1 per call) or from a process-wide counter with a random seed.
+``deterministic`` is accepted: results are always deterministic. ``check_nan=True`` raises
+ValueError when the input holds a NaN (this reads the data on the host: it synchronizes).
+"""
+
+import os
+import sys
+
+from . import _ext
+from ._alloc import new_output
+from ._errors import ArgumentTypeError
+
+__all__ = [
+    "softmax",
+    "sampling_from_probs",
+    "sampling_from_logits",
+    "top_p_sampling_from_probs",
+    "top_k_sampling_from_probs",
+    "min_p_sampling_from_probs",
+    "top_k_top_p_sampling_from_probs",
+    "top_k_top_p_sampling_from_logits",
+    "top_p_renorm_probs",
+    "top_k_renorm_probs",
+    "top_k_mask_logits",
+    "chain_speculative_sampling",
+    "top_k",
+]
+
+_counter = {"seed": int.from_bytes(os.urandom(8), "little") >> 1, "offset": 0, "generators": {}}
+
+
+def _empty(like, shape, dtype, zero=False):
+    """A new array of `dtype` ("int32", "int64", "float32") in like's framework and device."""
+    module = type(like).__module__.split(".")[0]
+    if module == "torch":
+        torch = sys.modules["torch"]
+        make = torch.zeros if zero else torch.empty
+        return make(shape, dtype=getattr(torch, dtype), device=like.device)
+    if module == "numpy":
+        numpy = sys.modules["numpy"]
+        return (numpy.zeros if zero else numpy.empty)(shape, dtype=dtype)
+    if module == "cupy":
+        cupy = sys.modules["cupy"]
+        with like.device:
+            return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
+    if hasattr(like, "__array_namespace__"):
+        xp = like.__array_namespace__()
+        return (xp.zeros if zero else xp.empty)(shape, dtype=getattr(xp, dtype), device=like.device)
+    raise ArgumentTypeError("ignis cannot allocate an output like a %s.%s" % (type(like).__module__,
+                                                                           type(like).__qualname__))
+
+
+def _is_scalar(x):
+    return isinstance(x, (int, float)) or (hasattr(x, "ndim") and x.ndim == 0 and not hasattr(x, "__dlpack__"))
+
+
+def _threshold(x, default):
+    """(array or None, scalar value)."""
+    if x is None:
+        return None, default
+    if _is_scalar(x):
+        return None, x.item() if hasattr(x, "item") else x
+    return x, default
+
+
+def _seed_offset(generator, seed, offset):
+    if seed is not None:
+        return seed, 0 if offset is None else offset
+    if generator is not None and hasattr(generator, "initial_seed"):
+        seed = generator.initial_seed()
+        if offset is not None:
+            return seed, offset
+        try:
+            offset = generator.get_offset()
+            generator.set_offset(offset + 1)
+        except (AttributeError, RuntimeError):
+            key = id(generator)
+            offset = _counter["generators"].get(key, 0)
+            _counter["generators"][key] = offset + 1
+        return seed, offset
+    if offset is None:
+        offset = _counter["offset"]
+        _counter["offset"] += 1
+    return _counter["seed"], offset
+
+
+def _has_nan(x):
+    if hasattr(x, "isnan"):
+        return bool(x.isnan().any())
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        return bool(numpy.isnan(numpy.from_dlpack(x)).any())
+    return False
+
+
+_KIND = {"probs": 0, "logits": 1, "top_p": 2, "top_k": 3, "min_p": 4, "top_k_top_p_probs": 5,
+         "top_k_top_p_logits": 6}
+
+
+def _sample(kind, input, indices, generator, check_nan, seed, offset, stream, top_k=None, top_p=None, min_p=None,
+            filter_apply_order="top_k_first"):
+    if check_nan and _has_nan(input):
+        raise ValueError("Input %s contains NaN." % ("logits" if kind in ("logits", "top_k_top_p_logits") else "probs"))
+    if filter_apply_order not in ("top_k_first", "joint"):
+        raise ValueError("filter_apply_order=%r but it must be 'top_k_first' or 'joint'" % (filter_apply_order,))
+    batch = indices.shape[0] if indices is not None else input.shape[0]
+    samples = _empty(input, (batch,), "int32")
+    k_arr, k_val = _threshold(top_k, 0)
+    p_arr, p_val = _threshold(top_p, 1.0)
+    m_arr, m_val = _threshold(min_p, 0.0)
+    seed, offset = _seed_offset(generator, seed, offset)
+    _ext.sampling(_KIND[kind], input, samples, indices, k_arr, k_val, p_arr, p_val, m_arr, m_val,
+                  1 if filter_apply_order == "joint" else 0, seed, offset, stream)
+    return samples
+
+
+def softmax(logits, temperature=None, enable_pdl=None, *, stream=None):
+    """``softmax(logits / temperature)`` per row, as float32 ``[batch, vocab]``.
+
+    temperature: None (1), a positive scalar, or a float32 tensor ``[batch]`` (a row whose value is
+    NaN or <= 0 becomes one-hot at its largest logit)."""
+    probs = _empty(logits, tuple(logits.shape), "float32")
+    arr, value = _threshold(temperature, 1.0)
+    _ext.softmax(logits, arr, value, probs, stream)
+    return probs
+
+
+def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                        offset=None, *, stream=None):
+    """Sample a token per row of ``probs`` (unnormalized rows are fine). Returns int32 ``[batch]``."""
+    return _sample("probs", probs, indices, generator, check_nan, seed, offset, stream)
+
+
+def sampling_from_logits(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
+                         offset=None, *, stream=None):
+    """Sample a token per row from ``softmax(logits)``. Returns int32 ``[batch]``."""
+    return _sample("logits", logits, indices, generator, check_nan, seed, offset, stream)
+
+
+def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False,
+                              seed=None, offset=None, *, stream=None):
+    """Top-p (nucleus) sampling: the smallest set of largest probabilities reaching ``top_p`` of the
+    row's mass (ties kept). top_p: a float in (0, 1] or a float32 tensor ``[batch]``."""
+    return _sample("top_p", probs, indices, generator, check_nan, seed, offset, stream, top_p=top_p)
+
+
+def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False,
+                              seed=None, offset=None, *, stream=None):
+    """Top-k sampling (ties at the k-th largest kept; 0 or >= vocab: no filtering). top_k: an int or
+    an int tensor ``[batch]``."""
+    return _sample("top_k", probs, indices, generator, check_nan, seed, offset, stream, top_k=top_k)
+
+
+def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False,
+                              seed=None, offset=None, *, stream=None):
+    """Min-p sampling: tokens with probability >= min_p * max. min_p: a float in [0, 1] or a float32
+    tensor ``[batch]``."""
+    return _sample("min_p", probs, indices, generator, check_nan, seed, offset, stream, min_p=min_p)
+
+
+def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_apply_order="top_k_first",
+                                    deterministic=True, generator=None, check_nan=False, seed=None, offset=None, *,
+                                    stream=None):
+    """Top-k and top-p sampling. filter_apply_order "top_k_first": top-p within the renormalized
+    top-k set; "joint": both filters on the original row."""
+    return _sample("top_k_top_p_probs", probs, indices, generator, check_nan, seed, offset, stream, top_k=top_k,
+                   top_p=top_p, filter_apply_order=filter_apply_order)
+
+
+def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
+                                     deterministic=True, generator=None, check_nan=False, seed=None, offset=None, *,
+                                     stream=None):
+    """Top-k and top-p sampling from logits (the filters apply to ``softmax(logits)``, fused: no
+    probabilities are written)."""
+    return _sample("top_k_top_p_logits", logits, indices, generator, check_nan, seed, offset, stream, top_k=top_k,
+                   top_p=top_p, filter_apply_order=filter_apply_order)
+
+
+def top_p_renorm_probs(probs, top_p, *, stream=None):
+    """Probabilities restricted to the top-p set and renormalized (others 0); probs' shape and dtype."""
+    out, finish = new_output(probs)
+    arr, value = _threshold(top_p, 1.0)
+    _ext.sampling_transform(0, probs, arr, value, out, stream)
+    return finish(out)
+
+
+def top_k_renorm_probs(probs, top_k, *, stream=None):
+    """Probabilities restricted to the top-k set and renormalized (others 0); probs' shape and dtype."""
+    out, finish = new_output(probs)
+    arr, value = _threshold(top_k, 0)
+    _ext.sampling_transform(1, probs, arr, value, out, stream)
+    return finish(out)
+
+
+def top_k_mask_logits(logits, top_k, *, stream=None):
+    """Logits outside the top-k set set to -inf; logits' shape and dtype."""
+    out, finish = new_output(logits)
+    arr, value = _threshold(top_k, 0)
+    _ext.sampling_transform(2, logits, arr, value, out, stream)
+    return finish(out)
+
+
+def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe_output_accepted_token_num=None,
+                               maybe_output_emitted_draft_token_num=None, deterministic=True, generator=None,
+                               seed=None, offset=None, *, stream=None):
+    """Speculative sampling over a chain of n draft tokens.
+
+    draft_probs ``[batch, n, vocab]``, draft_token_ids ``[batch, n]``, target_probs
+    ``[batch, n + 1, vocab]``. Returns (output_token_ids int32 ``[batch, n + 1]`` padded with -1,
+    output_accepted_token_num, output_emitted_draft_token_num); the two counts are added to the
+    given arrays (int32 zeros when None)."""
+    batch, n = draft_token_ids.shape[0], draft_token_ids.shape[1]
+    out = _empty(draft_probs, (batch, n + 1), "int32")
+    accepted = maybe_output_accepted_token_num
+    if accepted is None:
+        accepted = _empty(draft_probs, (batch,), "int32", zero=True)
+    emitted = maybe_output_emitted_draft_token_num
+    if emitted is None:
+        emitted = _empty(draft_probs, (batch,), "int32", zero=True)
+    seed, offset = _seed_offset(generator, seed, offset)
+    _ext.chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, out, accepted, emitted, seed, offset,
+                                    stream)
+    return out, accepted, emitted
+
+
+def top_k(input, k, sorted=False, *, stream=None):
+    """The k largest entries of each row of ``input [batch, d]`` (0 <= k <= d): (values in input's
+    dtype, int64 indices), both ``[batch, k]``. sorted=True: descending values (lower index first
+    among equals); False: the entries above the k-th largest in index order, then those equal to it.
+    NaN ranks below -inf."""
+    batch = input.shape[0]
+    values = _empty_like_dtype(input, (batch, k))
+    indices = _empty(input, (batch, k), "int64")
+    _ext.top_k(input, k, 1 if sorted else 0, values, indices, stream)
+    return values, indices
+
+
+def _empty_like_dtype(like, shape):
+    module = type(like).__module__.split(".")[0]
+    if module == "torch":
+        return like.new_empty(shape)
+    if module == "numpy":
+        return sys.modules["numpy"].empty(shape, dtype=like.dtype)
+    if module == "cupy":
+        with like.device:
+            return sys.modules["cupy"].empty(shape, dtype=like.dtype)
+    if hasattr(like, "__array_namespace__"):
+        return like.__array_namespace__().empty(shape, dtype=like.dtype, device=like.device)
+    raise ArgumentTypeError("ignis cannot allocate an output like a %s.%s" % (type(like).__module__,
+                                                                           type(like).__qualname__))

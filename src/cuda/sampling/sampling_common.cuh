@@ -1,0 +1,194 @@
+/* Device helpers shared by the sampling kernels (src/cuda/sampling/*.cu).
+ *
+ * Rows are read in chunks of 4 consecutive elements (chunk c = elements 4c .. 4c+3), which is also
+ * the unit of the Philox counter (one call gives the 4 words of a chunk, core/philox.h). A chunk
+ * is one 16-byte (f32) or 8-byte (f16/bf16) load when the row is aligned and the chunk lies inside
+ * it; else 4 element loads. Element values are returned as f32; lanes past the row are flagged.
+ *
+ * Block reductions run in a fixed order (warp shuffles, then the warps' results in warp order), so
+ * every result is the same on every run: max, argmax (largest score, lowest index on ties), and
+ * exact integer suffix sums over the threads (the digit picks of the radix search). They assume a
+ * block of whole warps and end with a barrier, so their shared scratch may be reused at once. */
+#ifndef IGNIS_CUDA_SAMPLING_COMMON_CUH
+#define IGNIS_CUDA_SAMPLING_COMMON_CUH
+
+#include <float.h>
+
+#include "core/philox.h"
+#include "cuda/common/cuda_common.cuh"
+
+namespace ignis_sampling {
+
+/* Load chunk c (elements 4c .. 4c+3) of a row of n elements as f32. */
+template <typename T>
+__device__ __forceinline__ void load_chunk(const T *row, int64_t c, int64_t n, bool vec, float (&v)[4]) {
+  const int64_t i0 = c * 4;
+  if (vec && i0 + 4 <= n) {
+    if constexpr (sizeof(T) == 4) {
+      const float4 f = *reinterpret_cast<const float4 *>(row + i0);
+      v[0] = f.x;
+      v[1] = f.y;
+      v[2] = f.z;
+      v[3] = f.w;
+    } else {
+      const uint2 raw = *reinterpret_cast<const uint2 *>(row + i0);
+      ignis_unpack_word<T>(raw.x, v);
+      ignis_unpack_word<T>(raw.y, v + 2);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    v[j] = i0 + j < n ? ignis_to_float(row[i0 + j]) : 0.0f;
+}
+
+__device__ __forceinline__ float sanitize_prob(float p) {
+  return (p > 0.0f && p <= FLT_MAX) ? p : 0.0f;
+}
+
+__device__ __forceinline__ float sanitize_logit(float x) {
+  return isnan(x) ? -INFINITY : (x > FLT_MAX ? FLT_MAX : x);
+}
+
+__device__ __forceinline__ int64_t load_index(const void *base, ignis_dtype dtype, int64_t i) {
+  return dtype == IGNIS_I32 ? (int64_t) static_cast<const int32_t *>(base)[i]
+                            : static_cast<const int64_t *>(base)[i];
+}
+
+__device__ __forceinline__ void store_index(void *base, ignis_dtype dtype, int64_t i, int64_t value) {
+  if (dtype == IGNIS_I32)
+    static_cast<int32_t *>(base)[i] = (int32_t)value;
+  else
+    static_cast<int64_t *>(base)[i] = value;
+}
+
+__device__ __forceinline__ uint64_t rng_seed(const ignis_philox_source &rng, int64_t row) {
+  return rng.seed_arr ? (uint64_t)rng.seed_arr[rng.seed_len == 1 ? 0 : row] : rng.seed;
+}
+
+__device__ __forceinline__ uint64_t rng_offset(const ignis_philox_source &rng, int64_t row) {
+  return rng.offset_arr ? (uint64_t)rng.offset_arr[rng.offset_len == 1 ? 0 : row] : rng.offset;
+}
+
+/* ---- block reductions ------------------------------------------------------------------------------ */
+/* Shared scratch of the reductions: one slot per warp. */
+struct reduce_scratch {
+  float score[32];
+  int64_t index[32];
+  uint64_t a[32];
+  uint64_t b[32];
+};
+
+__device__ __forceinline__ float block_max(float x, reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  if (lane == 0)
+    s.score[warp] = x;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < warps; ++w)
+    m = fmaxf(m, s.score[w]);
+  __syncthreads();
+  return m;
+}
+
+/* (score, index) with the larger score, the lower index on equal scores; index -1 means none. */
+__device__ __forceinline__ bool better(float s1, int64_t i1, float s2, int64_t i2) {
+  if (i2 < 0)
+    return i1 >= 0;
+  if (i1 < 0)
+    return false;
+  return s1 > s2 || (s1 == s2 && i1 < i2);
+}
+
+__device__ __forceinline__ int64_t block_argmax(float score, int64_t index, reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float os = __shfl_xor_sync(0xffffffffu, score, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, index, o);
+    if (better(os, oi, score, index)) {
+      score = os;
+      index = oi;
+    }
+  }
+  if (lane == 0) {
+    s.score[warp] = score;
+    s.index[warp] = index;
+  }
+  __syncthreads();
+  float best_score = 0.0f;
+  int64_t best = -1;
+  for (int w = 0; w < warps; ++w)
+    if (better(s.score[w], s.index[w], best_score, best)) {
+      best_score = s.score[w];
+      best = s.index[w];
+    }
+  __syncthreads();
+  return best;
+}
+
+/* Exclusive suffix sums over the threads (the sum of the values of every higher thread), two
+ * values at once, and the block totals. Exact: integer adds. */
+__device__ __forceinline__ void block_suffix2(uint64_t a, uint64_t b, uint64_t &a_above, uint64_t &b_above,
+                                              uint64_t &a_total, uint64_t &b_total, reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  uint64_t ia = a, ib = b; /* inclusive suffix within the warp */
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t na = __shfl_down_sync(0xffffffffu, ia, o), nb = __shfl_down_sync(0xffffffffu, ib, o);
+    if (lane + o < 32) {
+      ia += na;
+      ib += nb;
+    }
+  }
+  if (lane == 0) {
+    s.a[warp] = ia;
+    s.b[warp] = ib;
+  }
+  __syncthreads();
+  uint64_t wa = 0, wb = 0, ta = 0, tb = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w > warp) {
+      wa += s.a[w];
+      wb += s.b[w];
+    }
+    ta += s.a[w];
+    tb += s.b[w];
+  }
+  a_above = wa + ia - a;
+  b_above = wb + ib - b;
+  a_total = ta;
+  b_total = tb;
+  __syncthreads();
+}
+
+/* Exclusive prefix sum over the threads (sum of every lower thread) and the total. */
+__device__ __forceinline__ uint32_t block_prefix(uint32_t v, uint32_t &total, reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  uint32_t inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o)
+      inc += n;
+  }
+  if (lane == 31)
+    s.a[warp] = inc;
+  __syncthreads();
+  uint64_t below = 0, all = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp)
+      below += s.a[w];
+    all += s.a[w];
+  }
+  total = (uint32_t)all;
+  __syncthreads();
+  return (uint32_t)below + inc - v;
+}
+
+} // namespace ignis_sampling
+
+#endif

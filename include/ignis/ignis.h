@@ -9,6 +9,7 @@
 #include "ignis/merge_state.h"
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
+#include "ignis/prefill.h"
 #include "ignis/rope.h"
 #include "ignis/sampling.h"
 

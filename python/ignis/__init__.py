@@ -16,7 +16,7 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext, activation, cascade, decode, norm, page, rope, sampling
+from . import _ext, activation, cascade, decode, norm, page, prefill, quantization, rope, sampling
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -30,10 +30,24 @@ from ._errors import (
 )
 from ._errors import BY_STATUS as _BY_STATUS
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
-from .cascade import merge_state, merge_state_in_place, merge_states
+from .cascade import (
+    BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
+    BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
+    MultiLevelCascadeAttentionWrapper,
+    merge_state,
+    merge_state_in_place,
+    merge_states,
+)
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
 from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
+from .prefill import (
+    BatchPrefillWithPagedKVCacheWrapper,
+    BatchPrefillWithRaggedKVCacheWrapper,
+    single_prefill_with_kv_cache,
+    single_prefill_with_kv_cache_return_lse,
+)
+from .quantization import packbits, segment_packbits
 from .sampling import (
     chain_speculative_sampling,
     min_p_sampling_from_probs,
@@ -84,7 +98,7 @@ def cuda_device_count():
 
 # The ops are listed once, in their modules; the package exports them all.
 __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
-           + sampling.__all__
+           + sampling.__all__ + prefill.__all__ + quantization.__all__
            + ["version", "build_info", "cuda_device_count",
               "Error",
               "InvalidArgumentError",

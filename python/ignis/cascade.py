@@ -7,13 +7,23 @@ return log2 of the sum of exp2) or ``"ln"`` (FlashAttention, PyTorch). Empty sta
 (``s = -inf``) contribute nothing; merging only empty states gives ``v = 0, s = -inf``. Leading
 dimensions may have any strides; ``v``'s last dimension must be contiguous. Every op takes a
 keyword-only ``stream=``.
+
+Cascade (shared-prefix) attention is composed from the prefill / decode wrappers and these merges,
+as FlashInfer composes it: ``MultiLevelCascadeAttentionWrapper`` runs one paged prefill per level
+(the causal mask and a custom mask only on the last level) and merges each level's ``(out, lse)``
+into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
+``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
+(single prefill, not causal) and merge it with each request's unique suffix (batch decode /
+prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
+plan's schedule in the workspace).
 """
 
 from . import _ext
 from ._alloc import new_output
 from ._errors import InvalidArgumentError
 
-__all__ = ["merge_state", "merge_state_in_place", "merge_states"]
+__all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
+           "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
 
 _BASES = {"2": 0, "ln": 1}
 
@@ -50,3 +60,130 @@ def merge_states(v, s, *, lse_base="2", stream=None):
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)
     return finish_v(v_out), finish_s(s_out)
+
+
+def _level_workspaces(buffer, levels):
+    """Equal byte slices of a CUDA workspace (the whole host buffer, unused, on the CPU)."""
+    device = getattr(buffer, "__dlpack_device__", None)
+    if buffer is None or device is None or device()[0] != 2:
+        return [buffer] * levels
+    flat = buffer.reshape(-1).view(dtype=buffer.dtype)
+    size = flat.shape[0] // levels // 256 * 256
+    return [flat[i * size:(i + 1) * size] for i in range(levels)]
+
+
+class MultiLevelCascadeAttentionWrapper:
+    """Attention over ``num_levels`` paged KV levels (level 0 the most shared), merged by LSE."""
+
+    def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, **unused):
+        from .prefill import BatchPrefillWithPagedKVCacheWrapper
+
+        self._wrappers = [BatchPrefillWithPagedKVCacheWrapper(buffer, kv_layout, use_cuda_graph)
+                          for buffer in _level_workspaces(float_workspace_buffer, num_levels)]
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffers=None):
+        for wrapper, buffer in zip(self._wrappers, _level_workspaces(float_workspace_buffer, len(self._wrappers))):
+            wrapper.reset_workspace_buffer(buffer)
+
+    def plan(self, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr, paged_kv_last_page_len, num_qo_heads,
+             num_kv_heads, head_dim, page_size, custom_mask=None, packed_custom_mask=None, causal=False, **kwargs):
+        """One plan per level: ``qo_indptr_arr[i]`` groups the queries sharing level i's entries of
+        the paged cache (``paged_kv_*_arr[i]``); the other arguments are those of
+        BatchPrefillWithPagedKVCacheWrapper.plan, the mask ones applying to the last level."""
+        last = len(self._wrappers) - 1
+        for i, wrapper in enumerate(self._wrappers):
+            wrapper.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i], paged_kv_last_page_len[i],
+                         num_qo_heads, num_kv_heads, head_dim, page_size,
+                         custom_mask=custom_mask if i == last else None,
+                         packed_custom_mask=packed_custom_mask if i == last else None,
+                         causal=causal if i == last else False, **kwargs)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *, stream=None, **kwargs):
+        """``out`` of the cascade (like q); ``lse_base`` of the plans must be the default "2"."""
+        out, lse = self._wrappers[0].run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+        for wrapper in self._wrappers[1:]:
+            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+            merge_state_in_place(out, lse, out_i, lse_i, stream=stream)
+        return out
+
+    forward = run
+
+
+class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
+    """Decode with a prefix shared by the whole batch (contiguous ``k_shared`` / ``v_shared``) and a
+    paged unique suffix per request."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+        from .decode import BatchDecodeWithPagedKVCacheWrapper
+
+        self._kv_layout = kv_layout
+        self._decode = BatchDecodeWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
+        self._decode.reset_workspace_buffer(float_workspace_buffer)
+
+    def begin_forward(self, unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
+                      head_dim, page_size, data_type="float16", **kwargs):
+        self._decode.plan(unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
+                          head_dim, page_size, data_type=data_type, **kwargs)
+
+    plan = begin_forward
+
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, allow_fp16_qk_reduction=False, sm_scale=None,
+                rope_scale=None, rope_theta=None, *, stream=None):
+        """``q`` ``[batch, num_qo_heads, head_dim]``: every token sees all of the shared prefix and its
+        own unique keys."""
+        from .prefill import single_prefill_with_kv_cache
+
+        out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=self._kv_layout, sm_scale=sm_scale,
+                                                rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
+                                                stream=stream)
+        out_u, lse_u = self._decode.run(q, unique_kv_cache, return_lse=True, stream=stream)
+        merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
+        return out
+
+    run = forward
+
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
+    """Prefill with a prefix shared by the whole batch and a paged unique suffix per request."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+        from .prefill import BatchPrefillWithPagedKVCacheWrapper
+
+        self._kv_layout = kv_layout
+        self._prefill = BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
+        self._args = None
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
+        self._prefill.reset_workspace_buffer(float_workspace_buffer)
+
+    def begin_forward(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                      num_kv_heads, head_dim, page_size, **kwargs):
+        self._args = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                      num_kv_heads, head_dim, page_size)
+        self._kwargs = kwargs
+        self._causal = None
+
+    plan = begin_forward
+
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False, allow_fp16_qk_reduction=False,
+                sm_scale=None, rope_scale=None, rope_theta=None, *, stream=None):
+        """Every query sees the whole shared prefix (no mask) and its request's unique keys (causal
+        when asked; the unique part is re-planned when ``causal`` changes)."""
+        from .prefill import single_prefill_with_kv_cache
+
+        if causal != self._causal:
+            self._prefill.plan(*self._args, causal=causal, sm_scale=sm_scale, rope_scale=rope_scale,
+                               rope_theta=rope_theta, stream=stream, **self._kwargs)
+            self._causal = causal
+        out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=self._kv_layout, sm_scale=sm_scale,
+                                                rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
+                                                stream=stream)
+        out_u, lse_u = self._prefill.run(q, unique_kv_cache, return_lse=True, stream=stream)
+        merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
+        return out
+
+    run = forward

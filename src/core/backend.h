@@ -75,6 +75,11 @@ ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t devi
 ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
 
+/* ---- prefill (include/ignis/prefill.h) ---- */
+/* The attention kernel over every work item, then the merge of split tiles (both on `stream`). */
+ignis_status ignis_cpu_prefill(const ignis_prefill_params *params);
+ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,3 +86,8 @@ ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int3
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream) {
   return unavailable("top_k");
 }
+
+/* ---- prefill ---- */
+ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream) {
+  return unavailable("prefill");
+}

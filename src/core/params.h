@@ -316,6 +316,101 @@ typedef struct ignis_top_k_params {
   void *indices; ignis_dtype indices_dtype; int64_t indices_row_stride;
 } ignis_top_k_params;
 
+/* ---- prefill ---- */
+/* Prefill attention (include/ignis/prefill.h). The queries of request b are "packed" as in
+ * FlashInfer: packed row r (0 <= r < q_len * group, group = num_qo_heads / num_kv_heads) of KV head
+ * kvh is query token r / group, query head kvh * group + r % group, so one tile of rows shares its
+ * keys across the GQA group. A work item is one tile of up to q_tile_rows packed rows of one
+ * request against a chunk [kv_start, kv_end) of its keys, for every KV head (grid.y). An item
+ * that covers all the keys its tile may see writes out / lse directly (partial = -1); the items of
+ * a split tile write f32 partial outputs and base-2 LSEs to partial slot `partial`, and a merge
+ * entry combines slots first_partial .. first_partial + num_partials - 1 into out / lse. Partial
+ * slot p, KV head kvh, tile row t (0 <= t < q_tile_rows) is row (p * num_kv_heads + kvh) *
+ * q_tile_rows + t of partial_out [.., head_dim_vo] and partial_lse. The host planner
+ * (sched/prefill_plan.h) documents how the schedule is chosen and laid out. */
+typedef struct ignis_prefill_request {
+  int64_t mask_offset;        /* custom mask: byte offset of the request's bits in custom_mask */
+  int32_t q_start;            /* first row of q / out / lse */
+  int32_t q_len;              /* query tokens */
+  int32_t kv_start;           /* ragged: first row of k / v; paged: first entry of cache.indices */
+  int32_t kv_len;             /* keys */
+} ignis_prefill_request;
+
+typedef struct ignis_prefill_work {
+  int32_t request;
+  int32_t row_start;          /* first packed row of the tile (rows row_start .. +q_tile_rows, clipped) */
+  int32_t kv_start;           /* first key (token index within the request) */
+  int32_t kv_end;             /* one past the last key; kv_start == kv_end: no key */
+  int32_t partial;            /* -1: writes out / lse; else a partial slot */
+} ignis_prefill_work;
+
+typedef struct ignis_prefill_merge {
+  int32_t request;
+  int32_t row_start;          /* the tile (as its items' row_start) */
+  int32_t first_partial;
+  int32_t num_partials;       /* >= 2 */
+} ignis_prefill_merge;
+
+typedef enum ignis_prefill_kv_source {
+  IGNIS_PREFILL_KV_CONTIGUOUS = 0, /* one request's keys: k_cache + j * k_stride_token (single prefill) */
+  IGNIS_PREFILL_KV_RAGGED = 1,     /* row kv_start + j of k_cache / v_cache */
+  IGNIS_PREFILL_KV_PAGED = 2       /* page cache.indices[kv_start + j / page_size], slot j % page_size */
+} ignis_prefill_kv_source;
+
+typedef struct ignis_prefill_params {
+  int64_t num_qo_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim_qk;        /* q and k */
+  int64_t head_dim_vo;        /* v and out */
+  ignis_dtype dtype;          /* q and out (K/V: cache.dtype) */
+  const void *q; int64_t q_stride_token, q_stride_head;
+  void *out; int64_t out_stride_token, out_stride_head;
+  float *lse; int64_t lse_stride_token, lse_stride_head; /* NULL: not written */
+  float lse_scale;            /* lse = base-2 LSE * lse_scale (1 or ln 2) */
+  float sm_scale_log2;        /* sm_scale * log2(e) */
+  float logits_soft_cap;      /* 0: off */
+  int32_t window_left;        /* -1: off */
+  int32_t mask_mode;          /* ignis_mask_mode */
+  int32_t pos_encoding;       /* ignis_pos_encoding */
+  float rope_rcp_scale;
+  float rope_log2_theta;
+  float k_scale, v_scale;
+  const float *sinks;         /* NULL or [num_qo_heads], natural log */
+  /* IGNIS_MASK_CUSTOM: bit (i * kv_len + j) of request b, counted from byte mask_offset of b,
+   * little-endian within a byte, set when query token i sees key j. */
+  const uint8_t *custom_mask;
+  /* Keys: cache.head_dim is head_dim_qk for K; V rows hold head_dim_vo elements. Contiguous and
+   * ragged keys use num_pages = 1 and only the token and head strides. */
+  ignis_prefill_kv_source kv_source;
+  ignis_paged_kv_params cache;
+  int32_t q_tile_rows;        /* packed rows per tile, fixed by the plan */
+  /* Schedule (device memory in the workspace; host memory on the CPU backend). */
+  const ignis_prefill_request *requests; /* [max_batch] */
+  const int32_t *batch_size;             /* [1] */
+  int64_t max_batch;
+  const ignis_prefill_work *work;        /* [max_work] */
+  const int32_t *num_work;               /* [1] */
+  int64_t max_work;                      /* grid.x of the attention kernel */
+  const ignis_prefill_merge *merge;      /* [max_merge] */
+  const int32_t *num_merge;              /* [1] */
+  int64_t max_merge;                     /* grid.x of the merge kernel (0: no merge launch) */
+  float *partial_out;                    /* [max_partials * num_kv_heads * q_tile_rows, head_dim_vo] */
+  float *partial_lse;                    /* [max_partials * num_kv_heads * q_tile_rows], base 2 */
+  /* Implicit schedule (single prefill: one request, known on the host, so nothing is copied).
+   * 0: the schedule above. > 0: requests, work, merge and their counts are NULL; the request is
+   * {mask_offset 0, q_start 0, q_len contiguous_q_len, kv_start 0, kv_len contiguous_kv_len}, cut
+   * into tiles = ceil(q_len * group / q_tile_rows) tiles and chunks = max(1, ceil(kv_len /
+   * implicit_chunk_tokens)) key chunks; item i (max_work = tiles * chunks) is tile i / chunks
+   * against keys [c * implicit_chunk_tokens, min((c + 1) * implicit_chunk_tokens, kv_len)),
+   * c = i % chunks, partial slot i when chunks > 1 (else -1); merge entry m (max_merge = tiles when
+   * chunks > 1, else 0) combines slots m * chunks .. m * chunks + chunks - 1 of tile m.
+   * sched/prefill_plan.h: ignis_prefill_implicit_schedule writes the same schedule out. On the CPU
+   * backend partial_out / partial_lse are NULL: it keeps its own scratch. */
+  int64_t implicit_chunk_tokens;
+  int64_t contiguous_q_len;
+  int64_t contiguous_kv_len;
+} ignis_prefill_params;
+
 #ifdef __cplusplus
 }
 #endif

@@ -369,3 +369,51 @@ def decode_ref(q, k, v, sm_scale=None, logits_soft_cap=None, window_left=-1, lse
             out[i, h] = (w @ v[keys, kvh]) / total if x.size else 0.0
             lse[i, h] = (m + math.log(total)) / divisor
     return out, lse
+
+
+# ---- prefill attention (include/ignis/prefill.h) -----------------------------------------------
+def prefill_ref(q, k, v, causal=False, mask=None, sm_scale=None, logits_soft_cap=None, window_left=-1,
+                lse_base="2", pos_encoding_mode="NONE", rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
+                sinks=None):
+    """Prefill attention of one request, as stated in include/ignis/prefill.h: q [q_len, H, Dqk]
+    (token i at position kv_len - q_len + i), k [kv_len, Hkv, Dqk], v [kv_len, Hkv, Dvo], mask
+    None or booleans [q_len, kv_len] -> out [q_len, H, Dvo], lse [q_len, H] (base 2 or e)."""
+    q = np.asarray(q, dtype=np.float64)
+    q_len, heads, dim = q.shape
+    kv_len, kv_heads = k.shape[0], k.shape[1]
+    k = k_scale * np.asarray(k, dtype=np.float64)
+    v = v_scale * np.asarray(v, dtype=np.float64)
+    scale = sm_scale if sm_scale else 1.0 / math.sqrt(dim)
+    positions = kv_len - q_len + np.arange(q_len)
+    if pos_encoding_mode == "ROPE_LLAMA":
+        q = rope_ref(q, positions, rope_scale=rope_scale, rope_theta=rope_theta)
+        k = rope_ref(k, np.arange(kv_len), rope_scale=rope_scale, rope_theta=rope_theta)
+    slopes = alibi_slopes(heads)
+    divisor = math.log(2.0) if lse_base == "2" else 1.0
+    out, lse = np.zeros((q_len, heads, v.shape[2])), np.full((q_len, heads), -np.inf)
+    all_keys = np.arange(kv_len)
+    for i, q_pos in enumerate(positions):
+        visible = np.ones(kv_len, dtype=bool)
+        if window_left >= 0:
+            visible &= all_keys >= q_pos - window_left
+        if mask is not None:
+            visible &= np.asarray(mask[i], dtype=bool)
+        elif causal:
+            visible &= all_keys <= q_pos
+        keys = all_keys[visible]
+        for h in range(heads):
+            kvh = h // (heads // kv_heads)
+            x = scale * (k[keys, kvh] @ q[i, h])
+            if pos_encoding_mode == "ALIBI":
+                x = x + slopes[h] * (keys - q_pos)
+            if logits_soft_cap:
+                x = logits_soft_cap * np.tanh(x / logits_soft_cap)
+            sink = -np.inf if sinks is None else float(sinks[h])
+            if x.size == 0 and sink == -np.inf:
+                continue
+            m = max(x.max() if x.size else -np.inf, sink)
+            w = np.exp(x - m)
+            total = w.sum() + math.exp(sink - m)
+            out[i, h] = (w @ v[keys, kvh]) / total if x.size else 0.0
+            lse[i, h] = (m + math.log(total)) / divisor
+    return out, lse

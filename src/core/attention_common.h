@@ -1,0 +1,43 @@
+/* Validation shared by the attention front ends (op_prefill.c; op_decode.c holds the same checks
+ * as file-local functions and can switch to these). Each check names the function and the
+ * parameter in the last-error message, as every front end does. */
+#ifndef IGNIS_CORE_ATTENTION_COMMON_H
+#define IGNIS_CORE_ATTENTION_COMMON_H
+
+#include "core/workspace.h"
+#include "ignis/decode.h"
+
+/* ignis_attention_options resolved into what the kernels take. */
+typedef struct ignis_attention_resolved {
+  float sm_scale_log2;   /* sm_scale * log2(e) */
+  float logits_soft_cap;
+  int32_t window_left;
+  float lse_scale;       /* 1 (base 2) or ln 2 (natural) */
+  int32_t pos_encoding;
+  float rope_rcp_scale;
+  float rope_log2_theta;
+} ignis_attention_resolved;
+
+/* Options (NULL: the defaults) checked and resolved; sm_scale 0 becomes 1 / sqrt(head_dim). */
+ignis_status ignis_check_attention_options(const char *fn, const char *name, const ignis_attention_options *o,
+                                           int64_t head_dim, ignis_attention_resolved *r);
+/* num_kv_heads >= 1 and num_qo_heads a positive multiple of it. */
+ignis_status ignis_check_attention_heads(const char *fn, const char *qo_what, int64_t num_qo_heads,
+                                         const char *kv_what, int64_t num_kv_heads);
+/* q / out dtype: f16 or bf16. */
+ignis_status ignis_check_attention_dtype(const char *fn, const char *name, ignis_dtype dtype);
+/* K/V dtype: q's, or fp8 (e4m3 / e5m2) with any q. */
+ignis_status ignis_check_attention_kv_dtype(const char *fn, const char *name, ignis_dtype kv_dtype,
+                                            const char *q_name, ignis_dtype q_dtype);
+/* Run extras (NULL: the defaults): finite positive scales, sinks [num_qo_heads] f32 contiguous. */
+ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
+                                          float *k_scale, float *v_scale, const float **sinks);
+/* lse (may be NULL): [rows, num_qo_heads] f32, disjoint from q and out. */
+ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, const ignis_tensor *q,
+                                       const ignis_tensor *out);
+/* Bytes a carving in counting mode asks for (0 when it took nothing). */
+size_t ignis_attention_required_bytes(const ignis_workspace *ws);
+/* The error for a NULL workspace where `counting` needs bytes. */
+ignis_status ignis_attention_missing_workspace(const char *fn, const ignis_workspace *counting);
+
+#endif

@@ -1,8 +1,9 @@
-/* Validation shared by the attention front ends (see attention_common.h). */
+/* What the attention front ends share (see attention_common.h). */
 #include <inttypes.h>
 #include <math.h>
 
 #include "core/attention_common.h"
+#include "core/backend.h"
 #include "core/validate.h"
 
 static ignis_status positive_finite(const char *fn, const char *name, const char *field, double value) {
@@ -134,4 +135,46 @@ size_t ignis_attention_required_bytes(const ignis_workspace *ws) {
 ignis_status ignis_attention_missing_workspace(const char *fn, const ignis_workspace *counting) {
   return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "%s: workspace is NULL but %zu bytes are needed",
                          fn, ignis_attention_required_bytes(counting));
+}
+
+ignis_status ignis_staging_ring_create(ignis_staging_ring *ring, int32_t device, size_t bytes) {
+  ignis_status status = IGNIS_OK;
+  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i)
+    ring->buffers[i] = ring->events[i] = NULL;
+  ring->next = 0;
+  for (int i = 0; i < IGNIS_STAGING_SLOTS && status == IGNIS_OK; ++i) {
+    status = ignis_cuda_pinned_alloc(bytes, &ring->buffers[i]);
+    if (status == IGNIS_OK)
+      status = ignis_cuda_event_create(device, &ring->events[i]);
+  }
+  if (status != IGNIS_OK)
+    ignis_staging_ring_destroy(ring);
+  return status;
+}
+
+void ignis_staging_ring_destroy(ignis_staging_ring *ring) {
+  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i) {
+    if (ring->events[i])
+      ignis_cuda_event_synchronize(ring->events[i]); /* the slot's copy must have read its buffer */
+    ignis_cuda_event_destroy(ring->events[i]);
+    ignis_cuda_pinned_free(ring->buffers[i]);
+    ring->events[i] = ring->buffers[i] = NULL;
+  }
+}
+
+ignis_status ignis_staging_ring_acquire(ignis_staging_ring *ring, void **buffer) {
+  int complete = 0;
+  IGNIS_TRY(ignis_cuda_event_query(ring->events[ring->next], &complete));
+  if (!complete)
+    IGNIS_TRY(ignis_cuda_event_synchronize(ring->events[ring->next]));
+  *buffer = ring->buffers[ring->next];
+  return IGNIS_OK;
+}
+
+ignis_status ignis_staging_ring_upload(ignis_staging_ring *ring, void *dst, size_t bytes, int32_t device,
+                                       void *stream) {
+  IGNIS_TRY(ignis_cuda_copy_to_device_async(dst, ring->buffers[ring->next], bytes, device, stream,
+                                            ring->events[ring->next]));
+  ring->next = (ring->next + 1) % IGNIS_STAGING_SLOTS;
+  return IGNIS_OK;
 }

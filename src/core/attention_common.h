@@ -1,6 +1,7 @@
-/* Validation shared by the attention front ends (op_prefill.c; op_decode.c holds the same checks
- * as file-local functions and can switch to these). Each check names the function and the
- * parameter in the last-error message, as every front end does. */
+/* What the attention front ends (op_decode.c, op_prefill.c) share: validation of options, heads,
+ * dtypes, extras and lse (each check names the function and the parameter in the last-error
+ * message), workspace error helpers, and the staging ring through which a CUDA plan uploads its
+ * schedule. */
 #ifndef IGNIS_CORE_ATTENTION_COMMON_H
 #define IGNIS_CORE_ATTENTION_COMMON_H
 
@@ -39,5 +40,26 @@ ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, 
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);
 /* The error for a NULL workspace where `counting` needs bytes. */
 ignis_status ignis_attention_missing_workspace(const char *fn, const ignis_workspace *counting);
+
+/* A CUDA plan's staging: IGNIS_STAGING_SLOTS pinned host buffers of `bytes` each, with an event
+ * per slot. plan_update plans into the next slot's buffer (waiting only when that slot's previous
+ * copy has not run yet), copies the used part to the device with one asynchronous copy and records
+ * the slot's event, so the host arrays are free at once and nothing synchronizes in steady state. */
+#define IGNIS_STAGING_SLOTS 4
+typedef struct ignis_staging_ring {
+  void *buffers[IGNIS_STAGING_SLOTS];
+  void *events[IGNIS_STAGING_SLOTS];
+  int next;
+} ignis_staging_ring;
+
+/* Allocate the buffers and events on `device` (on failure: what was made is released). */
+ignis_status ignis_staging_ring_create(ignis_staging_ring *ring, int32_t device, size_t bytes);
+/* Wait for the copies still reading the buffers, then free them (a zeroed ring is fine). */
+void ignis_staging_ring_destroy(ignis_staging_ring *ring);
+/* The next slot's buffer, once its previous copy has run. */
+ignis_status ignis_staging_ring_acquire(ignis_staging_ring *ring, void **buffer);
+/* Copy `bytes` of the acquired buffer to `dst` on `stream`, record the slot's event, move on. */
+ignis_status ignis_staging_ring_upload(ignis_staging_ring *ring, void *dst, size_t bytes, int32_t device,
+                                       void *stream);
 
 #endif

@@ -9,7 +9,7 @@
  *   single decode: partial_out [chunks, Hq, D] f32 | partial_lse [chunks, Hq] f32, chunks the most
  *                  any device uses for that length (none when it never splits)
  *
- * CUDA plans keep a ring of IGNIS_DECODE_STAGING_SLOTS pinned host buffers, each with an event.
+ * CUDA plans keep a staging ring (core/attention_common.h) of pinned host buffers, each with an event.
  * plan_update plans into the next slot (waiting for that slot's event only when its previous copy
  * has not run yet), copies the used part of the image into the workspace with one asynchronous
  * copy on the caller's stream and records the slot's event. The run only reads the workspace: it
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/attention_common.h"
 #include "core/backend.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
@@ -30,28 +31,13 @@
 #include "ignis/decode.h"
 #include "sched/decode_plan.h"
 
-#define IGNIS_DECODE_STAGING_SLOTS 4
-
-/* Options resolved into what the kernels take. */
-typedef struct resolved_options {
-  float sm_scale_log2;
-  float logits_soft_cap;
-  int32_t window_left;
-  float lse_scale;
-  int32_t pos_encoding;
-  float rope_rcp_scale;
-  float rope_log2_theta;
-} resolved_options;
 
 struct ignis_decode_plan {
   ignis_decode_plan_config config;
-  resolved_options options;
+  ignis_attention_resolved options;
   ignis_decode_planner planner;
   size_t schedule_bytes;
-  /* CUDA: staging ring */
-  void *staging[IGNIS_DECODE_STAGING_SLOTS];
-  void *events[IGNIS_DECODE_STAGING_SLOTS];
-  int next_slot;
+  ignis_staging_ring staging; /* CUDA */
   /* CPU: the schedule and the planned lengths */
   void *host_schedule;
   int32_t *planned_kv_len;
@@ -60,56 +46,6 @@ struct ignis_decode_plan {
   int64_t batch_size;
   const void *workspace;
 };
-
-static ignis_status check_options(const char *fn, const char *name, const ignis_attention_options *o,
-                                  int64_t head_dim, resolved_options *r) {
-  static const ignis_attention_options defaults = IGNIS_ATTENTION_OPTIONS_INIT;
-  if (!o)
-    o = &defaults;
-  if (o->size < sizeof(ignis_attention_options))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s.size=%zu but it must be sizeof(ignis_attention_options)=%zu "
-                           "(IGNIS_ATTENTION_OPTIONS_INIT)",
-                           fn, name, o->size, sizeof(ignis_attention_options));
-  if (!(o->sm_scale >= 0.0) || isinf(o->sm_scale))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.sm_scale=%g but it must be finite and >= 0",
-                           fn, name, o->sm_scale);
-  if (!(o->logits_soft_cap >= 0.0) || isinf(o->logits_soft_cap))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s.logits_soft_cap=%g but it must be finite and >= 0", fn, name,
-                           o->logits_soft_cap);
-  if (o->window_left < -1)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.window_left=%d but it must be >= -1", fn,
-                           name, (int)o->window_left);
-  if (o->lse_base != IGNIS_LSE_BASE2 && o->lse_base != IGNIS_LSE_NATURAL)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.lse_base=%d is not an ignis_lse_base", fn,
-                           name, (int)o->lse_base);
-  if (o->pos_encoding_mode != IGNIS_POS_ENCODING_NONE && o->pos_encoding_mode != IGNIS_POS_ENCODING_ROPE_LLAMA &&
-      o->pos_encoding_mode != IGNIS_POS_ENCODING_ALIBI)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s.pos_encoding_mode=%d is not an ignis_pos_encoding", fn, name,
-                           (int)o->pos_encoding_mode);
-  if (o->pos_encoding_mode == IGNIS_POS_ENCODING_ROPE_LLAMA) {
-    if (!(o->rope_scale > 0.0) || isinf(o->rope_scale))
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.rope_scale=%g but it must be finite and > 0",
-                             fn, name, o->rope_scale);
-    if (!(o->rope_theta > 0.0) || isinf(o->rope_theta))
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.rope_theta=%g but it must be finite and > 0",
-                             fn, name, o->rope_theta);
-    r->rope_rcp_scale = (float)(1.0 / o->rope_scale);
-    r->rope_log2_theta = (float)log2(o->rope_theta);
-  } else {
-    r->rope_rcp_scale = 1.0f;
-    r->rope_log2_theta = 0.0f;
-  }
-  r->pos_encoding = (int32_t)o->pos_encoding_mode;
-  double sm_scale = o->sm_scale > 0.0 ? o->sm_scale : 1.0 / sqrt((double)head_dim);
-  r->sm_scale_log2 = (float)(sm_scale * 1.4426950408889634);
-  r->logits_soft_cap = (float)o->logits_soft_cap;
-  r->window_left = o->window_left;
-  r->lse_scale = o->lse_base == IGNIS_LSE_NATURAL ? 0.6931471805599453f : 1.0f;
-  return IGNIS_OK;
-}
 
 static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
   if (head_dim == 64 || head_dim == 128 || head_dim == 256)
@@ -121,57 +57,14 @@ static ignis_status check_head_dim(const char *fn, const char *what, int64_t hea
                          "%s: %s=%" PRId64 " has no compiled kernel (64, 128 or 256)", fn, what, head_dim);
 }
 
-static ignis_status check_attention_dtype(const char *fn, const char *name, ignis_dtype dtype) {
-  if (dtype != IGNIS_F16 && dtype != IGNIS_BF16)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%s but it must be f16 or bf16", fn, name,
-                           ignis_dtype_name(dtype));
-  return IGNIS_OK;
-}
-
-/* K/V dtype: q's, or fp8 (e4m3 / e5m2) with any q. */
-static ignis_status check_kv_dtype(const char *fn, const char *name, ignis_dtype kv_dtype, const char *q_name,
-                                   ignis_dtype q_dtype) {
-  if (kv_dtype == q_dtype || kv_dtype == IGNIS_FP8_E4M3 || kv_dtype == IGNIS_FP8_E5M2)
-    return IGNIS_OK;
-  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                         "%s: %s=%s but it must be %s=%s, fp8_e4m3 or fp8_e5m2", fn, name,
-                         ignis_dtype_name(kv_dtype), q_name, ignis_dtype_name(q_dtype));
-}
-
-/* Run extras: scales and sinks; fills the params' fields. */
+/* Run extras into the params' fields. */
 static ignis_status check_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
                                  ignis_decode_params *p) {
-  static const ignis_attention_extras defaults = IGNIS_ATTENTION_EXTRAS_INIT;
-  if (!e)
-    e = &defaults;
-  if (e->size < sizeof(ignis_attention_extras))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: extras.size=%zu but it must be sizeof(ignis_attention_extras)=%zu "
-                           "(IGNIS_ATTENTION_EXTRAS_INIT)",
-                           fn, e->size, sizeof(ignis_attention_extras));
-  if (!(e->k_scale > 0.0) || isinf(e->k_scale))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.k_scale=%g but it must be finite and > 0",
-                           fn, e->k_scale);
-  if (!(e->v_scale > 0.0) || isinf(e->v_scale))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.v_scale=%g but it must be finite and > 0",
-                           fn, e->v_scale);
-  p->k_scale = (float)e->k_scale;
-  p->v_scale = (float)e->v_scale;
-  p->sinks = NULL;
-  if (e->sinks) {
-    IGNIS_TRY(ignis_check_tensor(fn, "extras.sinks", e->sinks, 1, 1));
-    if (e->sinks->dtype != IGNIS_F32)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: extras.sinks.dtype=%s but it must be f32", fn,
-                             ignis_dtype_name(e->sinks->dtype));
-    IGNIS_TRY(ignis_check_dim(fn, "extras.sinks", e->sinks, 0, num_qo_heads, "num_qo_heads"));
-    IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "extras.sinks", e->sinks));
-    p->sinks = (const float *)e->sinks->data;
-  }
-  return IGNIS_OK;
+  return ignis_check_attention_extras(fn, e, num_qo_heads, &p->k_scale, &p->v_scale, &p->sinks);
 }
 
 /* The options' fields of the params. */
-static void fill_options(ignis_decode_params *p, const resolved_options *opt) {
+static void fill_options(ignis_decode_params *p, const ignis_attention_resolved *opt) {
   p->lse_scale = opt->lse_scale;
   p->sm_scale_log2 = opt->sm_scale_log2;
   p->logits_soft_cap = opt->logits_soft_cap;
@@ -179,18 +72,6 @@ static void fill_options(ignis_decode_params *p, const resolved_options *opt) {
   p->pos_encoding = opt->pos_encoding;
   p->rope_rcp_scale = opt->rope_rcp_scale;
   p->rope_log2_theta = opt->rope_log2_theta;
-}
-
-static ignis_status check_heads(const char *fn, const char *qo_what, int64_t num_qo_heads,
-                                const char *kv_what, int64_t num_kv_heads) {
-  if (num_kv_heads < 1)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be >= 1", fn,
-                           kv_what, num_kv_heads);
-  if (num_qo_heads < 1 || num_qo_heads % num_kv_heads != 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s=%" PRId64 " but it must be a positive multiple of %s=%" PRId64, fn,
-                           qo_what, num_qo_heads, kv_what, num_kv_heads);
-  return IGNIS_OK;
 }
 
 /* q and out: [lead..., num_qo_heads, head_dim] (ndim 3 with batch, 2 without), q's dtype, last
@@ -230,16 +111,6 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
                               (void **)partial_lse);
 }
 
-static size_t required_bytes(const ignis_workspace *ws) {
-  return ws->offset ? ignis_workspace_required(ws) : 0;
-}
-
-/* A NULL workspace where `counting` (the pieces carved in counting mode) needs bytes. */
-static ignis_status missing_workspace(const char *fn, const ignis_workspace *counting) {
-  return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "%s: workspace is NULL but %zu bytes are needed",
-                         fn, required_bytes(counting));
-}
-
 /* Attention blocks resident at once on the device: the planner's wave. The CPU backend plans as
  * for an H100/H200 running the CUDA kernel, so schedules (and split results) are alike. */
 static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype) {
@@ -271,7 +142,7 @@ ignis_status ignis_single_decode_workspace_size(int64_t num_qo_heads, int64_t he
   float *partial_out, *partial_lse;
   IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(max_kv_len), num_qo_heads, head_dim, &partial_out,
                            &partial_lse));
-  *bytes = required_bytes(&ws);
+  *bytes = ignis_attention_required_bytes(&ws);
   return IGNIS_OK;
 }
 
@@ -282,14 +153,14 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   static const char fn[] = "ignis_single_decode";
   ignis_clear_error();
   IGNIS_TRY(ignis_check_tensor(fn, "q", q, 2, 2));
-  IGNIS_TRY(check_attention_dtype(fn, "q.dtype", q->dtype));
+  IGNIS_TRY(ignis_check_attention_dtype(fn, "q.dtype", q->dtype));
   if (layout != IGNIS_KV_LAYOUT_NHD && layout != IGNIS_KV_LAYOUT_HND)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: layout=%d is not an ignis_kv_layout", fn,
                            (int)layout);
   int nhd = layout == IGNIS_KV_LAYOUT_NHD;
   int token_dim = nhd ? 0 : 1, head_dim_index = nhd ? 1 : 0;
   IGNIS_TRY(ignis_check_tensor(fn, "k", k, 3, 3));
-  IGNIS_TRY(check_kv_dtype(fn, "k.dtype", k->dtype, "q.dtype", q->dtype));
+  IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "k.dtype", k->dtype, "q.dtype", q->dtype));
   IGNIS_TRY(ignis_check_tensor(fn, "v", v, 3, 3));
   IGNIS_TRY(ignis_check_same_dtype(fn, "v", v, "k", k));
   IGNIS_TRY(ignis_check_same_shape(fn, "v", v, "k", k));
@@ -298,7 +169,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   int64_t num_qo_heads = q->shape[0], head_dim = q->shape[1];
   int64_t num_kv_heads = k->shape[head_dim_index], kv_len = k->shape[token_dim];
   IGNIS_TRY(ignis_check_dim(fn, "k", k, 2, head_dim, "q.shape[1] (head_dim)"));
-  IGNIS_TRY(check_heads(fn, "q.shape[0] (num_qo_heads)", num_qo_heads,
+  IGNIS_TRY(ignis_check_attention_heads(fn, "q.shape[0] (num_qo_heads)", num_qo_heads,
                         nhd ? "k.shape[1] (num_kv_heads)" : "k.shape[0] (num_kv_heads)", num_kv_heads));
   if (kv_len > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
@@ -312,8 +183,8 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
     if (lse)
       IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
   }
-  resolved_options opt;
-  IGNIS_TRY(check_options(fn, "options", options, head_dim, &opt));
+  ignis_attention_resolved opt;
+  IGNIS_TRY(ignis_check_attention_options(fn, "options", options, head_dim, &opt));
   IGNIS_TRY(check_head_dim(fn, "q.shape[1] (head_dim)", head_dim));
   ignis_decode_params p;
   memset(&p, 0, sizeof p);
@@ -334,7 +205,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
     IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(kv_len), num_qo_heads, head_dim, &partial_out,
                              &partial_lse));
     if (!workspace && ws.offset)
-      return missing_workspace(fn, &ws);
+      return ignis_attention_missing_workspace(fn, &ws);
     if (items > 1) {
       p.partial_out = partial_out;
       p.partial_lse = partial_lse;
@@ -376,7 +247,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
 }
 
 /* ---- batch decode: plan ------------------------------------------------------------------------ */
-static ignis_status check_config(const char *fn, const ignis_decode_plan_config *c, resolved_options *opt) {
+static ignis_status check_config(const char *fn, const ignis_decode_plan_config *c, ignis_attention_resolved *opt) {
   if (!c)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
   if (c->size < sizeof(ignis_decode_plan_config))
@@ -397,10 +268,10 @@ static ignis_status check_config(const char *fn, const ignis_decode_plan_config 
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.device.type=%d is not an ignis_device_type", fn, (int)c->device.type);
   }
-  IGNIS_TRY(check_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
+  IGNIS_TRY(ignis_check_attention_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
-  IGNIS_TRY(check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
-  IGNIS_TRY(check_kv_dtype(fn, "config.kv_dtype", c->kv_dtype, "config.q_dtype", c->q_dtype));
+  IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
+  IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "config.kv_dtype", c->kv_dtype, "config.q_dtype", c->q_dtype));
   if (c->q_len_per_req < 0 || c->q_len_per_req > IGNIS_DECODE_MAX_Q_LEN)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.q_len_per_req=%" PRId64 " but it must be 0..%d (0 means 1)", fn,
@@ -421,7 +292,7 @@ static ignis_status check_config(const char *fn, const ignis_decode_plan_config 
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.fixed_split_size=%" PRId64 " but it must be >= 0", fn,
                            c->fixed_split_size);
-  IGNIS_TRY(check_options(fn, "config.options", &c->options, c->head_dim, opt));
+  IGNIS_TRY(ignis_check_attention_options(fn, "config.options", &c->options, c->head_dim, opt));
   return check_head_dim(fn, "config.head_dim", c->head_dim);
 }
 
@@ -429,12 +300,7 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
   ignis_clear_error();
   if (!plan)
     return IGNIS_OK;
-  for (int i = 0; i < IGNIS_DECODE_STAGING_SLOTS; ++i) {
-    if (plan->events[i])
-      ignis_cuda_event_synchronize(plan->events[i]); /* the slot's copy must have read it */
-    ignis_cuda_event_destroy(plan->events[i]);
-    ignis_cuda_pinned_free(plan->staging[i]);
-  }
+  ignis_staging_ring_destroy(&plan->staging);
   ignis_clear_error();
   free(plan->host_schedule);
   free(plan->planned_kv_len);
@@ -447,7 +313,7 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   ignis_clear_error();
   if (!out_plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
-  resolved_options options;
+  ignis_attention_resolved options;
   IGNIS_TRY(check_config(fn, config, &options));
   int cpu = config->device.type == IGNIS_DEVICE_CPU;
   int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype);
@@ -477,11 +343,7 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
     if (!plan->host_schedule || !plan->planned_kv_len)
       status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   } else {
-    for (int i = 0; i < IGNIS_DECODE_STAGING_SLOTS && status == IGNIS_OK; ++i) {
-      status = ignis_cuda_pinned_alloc(plan->schedule_bytes, &plan->staging[i]);
-      if (status == IGNIS_OK)
-        status = ignis_cuda_event_create(config->device.id, &plan->events[i]);
-    }
+    status = ignis_staging_ring_create(&plan->staging, config->device.id, plan->schedule_bytes);
   }
   if (status != IGNIS_OK) {
     char message[512];
@@ -520,7 +382,7 @@ ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *
   ignis_workspace ws = ignis_workspace_counting();
   plan_pieces pieces;
   IGNIS_TRY(carve_plan(&ws, fn, plan, &pieces));
-  *bytes = required_bytes(&ws);
+  *bytes = ignis_attention_required_bytes(&ws);
   return IGNIS_OK;
 }
 
@@ -536,7 +398,7 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan 
   ignis_workspace ws =
       workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
   IGNIS_TRY(carve_plan(&ws, fn, plan, pieces));
-  return workspace ? IGNIS_OK : missing_workspace(fn, &ws);
+  return workspace ? IGNIS_OK : ignis_attention_missing_workspace(fn, &ws);
 }
 
 ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
@@ -591,17 +453,11 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
       (type != IGNIS_DEVICE_CUDA || id != c->device.id))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: workspace is not memory of cuda:%d (the plan's device)", fn, c->device.id);
-  int slot = plan->next_slot;
-  int complete = 0;
-  IGNIS_TRY(ignis_cuda_event_query(plan->events[slot], &complete));
-  if (!complete)
-    IGNIS_TRY(ignis_cuda_event_synchronize(plan->events[slot]));
+  void *image;
+  IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   plan->updated = 0;
-  size_t used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size,
-                                        plan->staging[slot]);
-  IGNIS_TRY(ignis_cuda_copy_to_device_async(pieces.schedule, plan->staging[slot], used, c->device.id, stream,
-                                            plan->events[slot]));
-  plan->next_slot = (slot + 1) % IGNIS_DECODE_STAGING_SLOTS;
+  size_t used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+  IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
   plan->batch_size = batch_size;
   plan->workspace = workspace;
   plan->updated = 1;
@@ -709,7 +565,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
                            device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", device.id,
                            c->device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", c->device.id);
 
-  const resolved_options *opt = &plan->options;
+  const ignis_attention_resolved *opt = &plan->options;
   void *schedule;
   if (device.type == IGNIS_DEVICE_CPU) {
     IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));

@@ -8,10 +8,9 @@
  *                   q_tile_rows, head_dim_vo] f32 | partial_lse [max_partials * Hkv * q_tile_rows] f32
  *   single prefill: partial_out / partial_lse for the most slots any device uses (none when the
  *                   longest key length is never split)
- * CUDA plans keep a ring of IGNIS_PREFILL_STAGING_SLOTS pinned host buffers with an event each;
- * plan_update plans into the next slot (waiting only if that slot's previous copy has not run),
- * copies the used part of the image with one asynchronous copy and records the slot's event. The
- * run only reads the workspace. CPU plans keep the schedule in host memory and remember the
+ * CUDA plans upload their schedule through a staging ring (core/attention_common.h: pinned
+ * buffers, one asynchronous copy per update, a wait only when a slot's previous copy has not run).
+ * The run only reads the workspace. CPU plans keep the schedule in host memory and remember the
  * planned lengths, which the run checks against the tensors it gets. Single prefill plans its
  * split on the host and passes it as the implicit schedule (core/params.h). */
 #include <inttypes.h>
@@ -27,16 +26,12 @@
 #include "ignis/prefill.h"
 #include "sched/prefill_plan.h"
 
-#define IGNIS_PREFILL_STAGING_SLOTS 4
-
 struct ignis_prefill_plan {
   ignis_prefill_plan_config config;
   ignis_attention_resolved options;
   ignis_prefill_planner planner;
   size_t schedule_bytes;
-  void *staging[IGNIS_PREFILL_STAGING_SLOTS]; /* CUDA */
-  void *events[IGNIS_PREFILL_STAGING_SLOTS];
-  int next_slot;
+  ignis_staging_ring staging; /* CUDA */
   void *host_schedule; /* CPU */
   int32_t *planned_kv_indptr;   /* CPU: [max_batch + 1] */
   int32_t *planned_kv_len;      /* CPU: [max_batch] */
@@ -393,12 +388,7 @@ ignis_status ignis_prefill_plan_destroy(ignis_prefill_plan *plan) {
   ignis_clear_error();
   if (!plan)
     return IGNIS_OK;
-  for (int i = 0; i < IGNIS_PREFILL_STAGING_SLOTS; ++i) {
-    if (plan->events[i])
-      ignis_cuda_event_synchronize(plan->events[i]); /* the slot's copy must have read it */
-    ignis_cuda_event_destroy(plan->events[i]);
-    ignis_cuda_pinned_free(plan->staging[i]);
-  }
+  ignis_staging_ring_destroy(&plan->staging);
   ignis_clear_error();
   free(plan->host_schedule);
   free(plan->planned_kv_indptr);
@@ -446,11 +436,7 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
     if (!plan->host_schedule || !plan->planned_kv_indptr || !plan->planned_kv_len)
       status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   } else {
-    for (int i = 0; i < IGNIS_PREFILL_STAGING_SLOTS && status == IGNIS_OK; ++i) {
-      status = ignis_cuda_pinned_alloc(plan->schedule_bytes, &plan->staging[i]);
-      if (status == IGNIS_OK)
-        status = ignis_cuda_event_create(c->device.id, &plan->events[i]);
-    }
+    status = ignis_staging_ring_create(&plan->staging, c->device.id, plan->schedule_bytes);
   }
   if (status != IGNIS_OK) {
     char message[512];
@@ -562,7 +548,6 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
                                 &mask_bytes));
   const int32_t *last = c->kv_kind == IGNIS_PREFILL_PAGED ? kv_last_page_len_host : NULL;
   void *image;
-  int slot = plan->next_slot;
   plan_pieces pieces;
   if (c->device.type == IGNIS_DEVICE_CPU) {
     image = plan->host_schedule;
@@ -574,11 +559,7 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
         (type != IGNIS_DEVICE_CUDA || id != c->device.id))
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of cuda:%d (the plan's device)",
                              fn, c->device.id);
-    int complete = 0;
-    IGNIS_TRY(ignis_cuda_event_query(plan->events[slot], &complete));
-    if (!complete)
-      IGNIS_TRY(ignis_cuda_event_synchronize(plan->events[slot]));
-    image = plan->staging[slot];
+    IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   }
   plan->updated = 0;
   size_t used = ignis_prefill_plan_batch(&plan->planner, qo_indptr_host, kv_indptr_host, last, batch_size, image);
@@ -589,8 +570,7 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
       plan->planned_kv_len[b] = (int32_t)planned_kv_len(plan, kv_indptr_host, last, b);
     plan->workspace = NULL;
   } else {
-    IGNIS_TRY(ignis_cuda_copy_to_device_async(pieces.schedule, image, used, c->device.id, stream, plan->events[slot]));
-    plan->next_slot = (slot + 1) % IGNIS_PREFILL_STAGING_SLOTS;
+    IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
     plan->workspace = workspace;
   }
   plan->batch_size = batch_size;

@@ -1,18 +1,7 @@
 /* The decode planner (see decode_plan.h): bounds from the configuration, the chunk choice for a
  * batch (binary search over the chunk size in pages), and the schedule image. */
 #include "sched/decode_plan.h"
-
-static int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-static int64_t max64(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
-static int64_t min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
+#include "sched/plan_math.h"
 
 /* Smallest auto chunk, in pages: at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens. */
 static int64_t min_chunk_pages(int64_t page_size) {
@@ -67,7 +56,7 @@ int ignis_decode_planner_init(ignis_decode_planner *pl, int64_t max_batch, int64
 size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
   /* request_partials, kv_indptr, kv_last_page_len */
   size_t arrays_bytes = (size_t)(3 * pl->max_batch + 2) * sizeof(int32_t);
-  return sizeof(ignis_decode_schedule_header) + (arrays_bytes + 15) / 16 * 16;
+  return sizeof(ignis_decode_schedule_header) + pad16(arrays_bytes);
 }
 
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {

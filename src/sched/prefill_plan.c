@@ -1,22 +1,7 @@
 /* The prefill planner (see prefill_plan.h): bounds from the configuration, the tiles of a batch and
  * their key ranges, the chunk choice (binary search over the chunk in pages) and the image. */
 #include "sched/prefill_plan.h"
-
-static int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
-static int64_t max64(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
-static int64_t min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
-
-static size_t pad16(size_t bytes) {
-  return (bytes + 15) / 16 * 16;
-}
+#include "sched/plan_math.h"
 
 int64_t ignis_prefill_q_tile_rows(int64_t head_dim_qk, int64_t head_dim_vo) {
   return max64(head_dim_qk, head_dim_vo) <= 128 ? 128 : 64;

@@ -77,19 +77,41 @@ static int64_t count_items(const int32_t *kv_indptr, int64_t batch, int64_t chun
 
 /* A batch that fills the GPU: split each request into at most IGNIS_DECODE_BALANCE_SPLITS chunks
  * when that evens out the waves, by the cost model waves(chunk) * (chunk tokens + a block's fixed
- * cost); 0 (no split) when splitting does not pay. */
+ * cost); 0 (no split) when splitting does not pay. One pass over the batch counts the items of
+ * every candidate (a request of p pages has 1 + #{k : p > k * chunk} items: no division). */
 static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch,
                                    int64_t longest) {
-  int64_t best = 0, best_cost = 0;
-  for (int64_t splits = 1; splits <= IGNIS_DECODE_BALANCE_SPLITS; ++splits) {
-    int64_t chunk = ceil_div(longest, splits);
-    if (splits > 1 && chunk < min_chunk_pages(pl->page_size))
+  enum { MAX_SPLITS = IGNIS_DECODE_BALANCE_SPLITS };
+  int64_t chunk[MAX_SPLITS + 1], items[MAX_SPLITS + 1];
+  int candidates = 1;
+  for (int splits = 2; splits <= MAX_SPLITS; ++splits) {
+    int64_t c = ceil_div(longest, splits);
+    if (c < min_chunk_pages(pl->page_size))
       break;
-    int64_t blocks = (splits == 1 ? batch : count_items(kv_indptr, batch, chunk)) * pl->num_kv_heads;
-    int64_t cost = ceil_div(blocks, pl->wave) * (chunk * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
-    if (splits == 1 || cost < best_cost) {
+    chunk[splits] = c;
+    items[splits] = 0;
+    candidates = splits;
+  }
+  if (candidates == 1)
+    return 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t pages = request_pages(kv_indptr, b);
+    for (int splits = 2; splits <= candidates; ++splits) {
+      int64_t n = 1;
+      for (int k = 1; k < splits; ++k)
+        n += pages > k * chunk[splits];
+      items[splits] += n;
+    }
+  }
+  int64_t best = 0;
+  int64_t best_cost = ceil_div(batch * pl->num_kv_heads, pl->wave) *
+                      (longest * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
+  for (int splits = 2; splits <= candidates; ++splits) {
+    int64_t cost = ceil_div(items[splits] * pl->num_kv_heads, pl->wave) *
+                   (chunk[splits] * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
+    if (cost < best_cost) {
       best_cost = cost;
-      best = splits == 1 ? 0 : chunk;
+      best = chunk[splits];
     }
   }
   return best;

@@ -449,7 +449,8 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   ignis_device_type type;
   int32_t id;
-  if (ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
+  /* where the workspace lives is asked of the runtime once per buffer (the query costs a microsecond) */
+  if (workspace != plan->workspace && ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
       (type != IGNIS_DEVICE_CUDA || id != c->device.id))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: workspace is not memory of cuda:%d (the plan's device)", fn, c->device.id);

@@ -398,6 +398,15 @@ static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t 
   return 0;
 }
 
+/* args[0 .. count-1] as integers named names[i] (the configuration arguments of the plan bindings). */
+static int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
+                            int64_t *out) {
+  for (int i = 0; i < count; ++i)
+    if (parse_int64(fn, names[i], args[i], &out[i]) < 0)
+      return -1;
+  return 0;
+}
+
 /* ---- tensors ------------------------------------------------------------------------------ */
 #define MAX_TENSORS 10
 
@@ -1287,11 +1296,8 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
                                       "fixed_split_size"};
   enum { COUNT = sizeof names / sizeof names[0] };
   int64_t v[COUNT];
-  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0)
+  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0 || parse_int64_args(fn, args, names, COUNT, v) < 0)
     return NULL;
-  for (int i = 0; i < COUNT; ++i)
-    if (parse_int64(fn, names[i], args[i], &v[i]) < 0)
-      return NULL;
   ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
   if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
     return NULL;

@@ -91,11 +91,8 @@ static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, 
                                       "fixed_split_size"};
   enum { COUNT = sizeof names / sizeof names[0] };
   int64_t v[COUNT];
-  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0)
+  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0 || parse_int64_args(fn, args, names, COUNT, v) < 0)
     return NULL;
-  for (int i = 0; i < COUNT; ++i)
-    if (parse_int64(fn, names[i], args[i], &v[i]) < 0)
-      return NULL;
   ignis_prefill_plan_config config = IGNIS_PREFILL_PLAN_CONFIG_INIT;
   if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
     return NULL;

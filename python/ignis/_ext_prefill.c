@@ -9,18 +9,10 @@ static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *con
   static const char *const names[] = {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "max_qo_len",
                                       "max_kv_len"};
   int64_t v[6];
-  if (check_nargs(fn, nargs, 6) < 0)
+  if (check_nargs(fn, nargs, 6) < 0 || parse_int64_args(fn, args, names, 6, v) < 0)
     return NULL;
-  for (int i = 0; i < 6; ++i)
-    if (parse_int64(fn, names[i], args[i], &v[i]) < 0)
-      return NULL;
   size_t bytes = 0;
-  ignis_status status = ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes);
-  if (status != IGNIS_OK) {
-    raise_status(status, ignis_last_error());
-    return NULL;
-  }
-  return PyLong_FromSize_t(bytes);
+  return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), bytes);
 }
 
 /* (q, k, v, layout, mask_mode, custom_mask_or_None, <7 options>, k_scale, v_scale, sinks_or_None,
@@ -134,12 +126,7 @@ static PyObject *ext_prefill_workspace_size(PyObject *self, PyObject *const *arg
   if (!plan)
     return NULL;
   size_t bytes = 0;
-  ignis_status status = ignis_prefill_workspace_size(plan, &bytes);
-  if (status != IGNIS_OK) {
-    raise_status(status, ignis_last_error());
-    return NULL;
-  }
-  return PyLong_FromSize_t(bytes);
+  return bytes_or_raise(ignis_prefill_workspace_size(plan, &bytes), bytes);
 }
 
 /* (plan, qo_indptr, kv_indptr, kv_last_page_len_or_None, workspace_or_None, stream): the index

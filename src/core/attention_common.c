@@ -128,6 +128,33 @@ ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, 
   return ignis_check_disjoint(fn, "lse", lse, "out", out);
 }
 
+ignis_status ignis_check_plan_device(const char *fn, ignis_device device) {
+  if (device.type == IGNIS_DEVICE_CPU)
+    return IGNIS_OK;
+  if (device.type != IGNIS_DEVICE_CUDA)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.type=%d is not an ignis_device_type", fn,
+                           (int)device.type);
+  int devices = ignis_cuda_device_count();
+  if (devices == 0)
+    return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn, device.id,
+                           ignis_cuda_compiled_targets()[0] ? "no CUDA device is present"
+                                                            : "the CUDA backend is not built");
+  if (device.id < 0 || device.id >= devices)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.id=%d but %d CUDA devices exist", fn,
+                           device.id, devices);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const void *workspace, const void *checked) {
+  ignis_device_type type;
+  int32_t id;
+  if (workspace != checked && ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
+      (type != IGNIS_DEVICE_CUDA || id != device))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of cuda:%d (the plan's device)",
+                           fn, device);
+  return IGNIS_OK;
+}
+
 size_t ignis_attention_required_bytes(const ignis_workspace *ws) {
   return ws->offset ? ignis_workspace_required(ws) : 0;
 }

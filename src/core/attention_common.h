@@ -36,6 +36,12 @@ ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_
 /* lse (may be NULL): [rows, num_qo_heads] f32, disjoint from q and out. */
 ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, const ignis_tensor *q,
                                        const ignis_tensor *out);
+/* A plan's config.device: the CPU, or a CUDA device that exists (BACKEND_UNAVAILABLE when none). */
+ignis_status ignis_check_plan_device(const char *fn, ignis_device device);
+/* A plan update's workspace is memory of CUDA device `device`. The runtime is asked only when
+ * workspace differs from `checked` (the buffer of the plan's last update): the query costs about a
+ * microsecond of every update otherwise. */
+ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const void *workspace, const void *checked);
 /* Bytes a carving in counting mode asks for (0 when it took nothing). */
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);
 /* The error for a NULL workspace where `counting` needs bytes. */

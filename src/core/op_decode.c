@@ -255,19 +255,7 @@ static ignis_status check_config(const char *fn, const ignis_decode_plan_config 
                            "%s: config.size=%zu but it must be sizeof(ignis_decode_plan_config)=%zu "
                            "(IGNIS_DECODE_PLAN_CONFIG_INIT)",
                            fn, c->size, sizeof(ignis_decode_plan_config));
-  if (c->device.type == IGNIS_DEVICE_CUDA) {
-    int devices = ignis_cuda_device_count();
-    if (devices == 0)
-      return ignis_set_error(
-          IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn, c->device.id,
-          ignis_cuda_compiled_targets()[0] ? "no CUDA device is present" : "the CUDA backend is not built");
-    if (c->device.id < 0 || c->device.id >= devices)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: config.device.id=%d but %d CUDA devices exist", fn, c->device.id, devices);
-  } else if (c->device.type != IGNIS_DEVICE_CPU) {
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.device.type=%d is not an ignis_device_type", fn, (int)c->device.type);
-  }
+  IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   IGNIS_TRY(ignis_check_attention_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
   IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
@@ -401,6 +389,15 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan 
   return workspace ? IGNIS_OK : ignis_attention_missing_workspace(fn, &ws);
 }
 
+/* The workspace of a run (or of the index views): the buffer of the last update, opened. */
+static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
+                                       size_t workspace_bytes, plan_pieces *pieces) {
+  if (workspace != plan->workspace)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
+  return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
+}
+
 ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
                                       const int32_t *kv_last_page_len_host, int64_t batch_size,
                                       void *workspace, size_t workspace_bytes, void *stream) {
@@ -447,13 +444,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
 
   plan_pieces pieces;
   IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-  ignis_device_type type;
-  int32_t id;
-  /* where the workspace lives is asked of the runtime once per buffer (the query costs a microsecond) */
-  if (workspace != plan->workspace && ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
-      (type != IGNIS_DEVICE_CUDA || id != c->device.id))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: workspace is not memory of cuda:%d (the plan's device)", fn, c->device.id);
+  IGNIS_TRY(ignis_check_plan_workspace(fn, c->device.id, workspace, plan->workspace));
   void *image;
   IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   plan->updated = 0;
@@ -490,11 +481,8 @@ ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *
                            "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
   void *schedule = plan->host_schedule;
   if (plan->config.device.type != IGNIS_DEVICE_CPU) {
-    if (workspace != plan->workspace)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
     plan_pieces pieces;
-    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
     schedule = pieces.schedule;
   }
   *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->planner, schedule), plan->batch_size + 1,
@@ -580,11 +568,8 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
     }
     schedule = plan->host_schedule;
   } else {
-    if (workspace != plan->workspace)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
     plan_pieces pieces;
-    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
     schedule = pieces.schedule;
     p.partial_out = pieces.partial_out;
     p.partial_lse = pieces.partial_lse;

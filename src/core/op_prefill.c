@@ -316,23 +316,6 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
 }
 
 /* ---- batch prefill: plan ---------------------------------------------------------------------- */
-static ignis_status check_device(const char *fn, ignis_device device) {
-  if (device.type == IGNIS_DEVICE_CPU)
-    return IGNIS_OK;
-  if (device.type != IGNIS_DEVICE_CUDA)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.type=%d is not an ignis_device_type", fn,
-                           (int)device.type);
-  int devices = ignis_cuda_device_count();
-  if (devices == 0)
-    return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn, device.id,
-                           ignis_cuda_compiled_targets()[0] ? "no CUDA device is present"
-                                                            : "the CUDA backend is not built");
-  if (device.id < 0 || device.id >= devices)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.id=%d but %d CUDA devices exist", fn,
-                           device.id, devices);
-  return IGNIS_OK;
-}
-
 static ignis_status check_config(const char *fn, const ignis_prefill_plan_config *c, ignis_attention_resolved *opt) {
   if (!c)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
@@ -341,7 +324,7 @@ static ignis_status check_config(const char *fn, const ignis_prefill_plan_config
                            "%s: config.size=%zu but it must be sizeof(ignis_prefill_plan_config)=%zu "
                            "(IGNIS_PREFILL_PLAN_CONFIG_INIT)",
                            fn, c->size, sizeof(ignis_prefill_plan_config));
-  IGNIS_TRY(check_device(fn, c->device));
+  IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   if (c->kv_kind != IGNIS_PREFILL_RAGGED && c->kv_kind != IGNIS_PREFILL_PAGED)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.kv_kind=%d is not an ignis_prefill_kv_kind", fn,
                            (int)c->kv_kind);
@@ -553,12 +536,7 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
     image = plan->host_schedule;
   } else {
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    ignis_device_type type;
-    int32_t id;
-    if (ignis_cuda_pointer_location(workspace, &type, &id) == IGNIS_OK &&
-        (type != IGNIS_DEVICE_CUDA || id != c->device.id))
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of cuda:%d (the plan's device)",
-                             fn, c->device.id);
+    IGNIS_TRY(ignis_check_plan_workspace(fn, c->device.id, workspace, plan->workspace));
     IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   }
   plan->updated = 0;

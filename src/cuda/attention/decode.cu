@@ -69,11 +69,10 @@ struct decode_config {
   int32_t ksplit;         /* warps per m-tile: DECODE_WARPS / mt_warps */
   int32_t implicit_chunk; /* work == NULL: keys per chunk of request 0 */
   int32_t implicit_items; /* work == NULL: chunks of request 0 */
-  int32_t transform;      /* ALiBi or soft cap: scores go through decode_transform */
+  int32_t transform;      /* ALiBi or soft cap: scores take the general path */
   float cap_in;           /* soft cap: x = cap_out * tanh(x_nat * cap_in) (base 2 out) */
   float cap_out;
-  float alibi_log2_n;     /* ALiBi: log2 of the largest power of two <= num_qo_heads; < 0: off */
-  int32_t alibi_n;
+  int32_t alibi_n;        /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
 };
 
 /* Shape of the shared-memory ring for a head dim and K/V element size. */
@@ -807,7 +806,6 @@ static decode_config make_config(const ignis_decode_params &p) {
     while ((int64_t)c.alibi_n * 2 <= p.num_qo_heads)
       c.alibi_n *= 2;
   }
-  c.alibi_log2_n = c.alibi_n > 0 ? (float)log2((double)c.alibi_n) : -1.0f;
   c.transform = cap > 0.0 || c.alibi_n > 0;
   return c;
 }
@@ -818,8 +816,7 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>;
   const decode_config c = make_config(p);
   const size_t smem = tile::SMEM_BYTES;
-  if (smem > 48 * 1024)
-    IGNIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>>(smem)));
   const int64_t items = p.work != nullptr ? p.max_work : c.implicit_items;
   if (items * p.num_kv_heads > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
@@ -890,11 +887,8 @@ template <typename QT, int KIND, int HEAD_DIM> static int resident_blocks() {
   typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
   void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, false>;
   int blocks = 0;
-  if (tile::SMEM_BYTES > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tile::SMEM_BYTES) != cudaSuccess)
-    blocks = 0;
-  else if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) !=
-           cudaSuccess)
+  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false>>(tile::SMEM_BYTES) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) != cudaSuccess)
     blocks = 0;
   (void)cudaGetLastError();
   return blocks > 0 ? blocks : 1;

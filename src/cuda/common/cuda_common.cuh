@@ -287,7 +287,7 @@ __device__ __forceinline__ void ignis_pdl_launch_dependents() {
 #endif
 }
 
-#define IGNIS_PDL_MAX_DEVICES 64
+#define IGNIS_CUDA_MAX_DEVICES 64 /* per-device host caches below */
 
 /* Host: 1 if launches on the current device use PDL (compute capability >= 9.0, cached per device;
  * IGNIS_DISABLE_PDL=1 in the environment, read once, turns it off). */
@@ -296,11 +296,11 @@ inline bool ignis_pdl_enabled(void) {
     const char *value = getenv("IGNIS_DISABLE_PDL");
     return value != nullptr && strcmp(value, "1") == 0;
   }();
-  static std::atomic<int> capable[IGNIS_PDL_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+  static std::atomic<int> capable[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
   if (disabled)
     return false;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= IGNIS_PDL_MAX_DEVICES)
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
     return false;
   int known = capable[device].load(std::memory_order_relaxed);
   if (known == 0) {
@@ -311,6 +311,26 @@ inline bool ignis_pdl_enabled(void) {
     capable[device].store(known, std::memory_order_relaxed);
   }
   return known == 1;
+}
+
+/* Host: let Kernel use `bytes` of dynamic shared memory on the current device. The attribute is
+ * set once per kernel and device (the largest size asked so far is remembered), so a run path does
+ * not repeat the runtime call; sizes up to the default 48 KB need nothing. */
+template <auto Kernel> static inline cudaError_t ignis_allow_dynamic_smem(size_t bytes) {
+  static std::atomic<size_t> allowed[IGNIS_CUDA_MAX_DEVICES];
+  if (bytes <= 48 * 1024)
+    return cudaSuccess;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess)
+    return err;
+  const bool cached = device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  if (cached && allowed[device].load(std::memory_order_relaxed) >= bytes)
+    return cudaSuccess;
+  err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  if (err == cudaSuccess && cached)
+    allowed[device].store(bytes, std::memory_order_relaxed);
+  return err;
 }
 
 /* Host: launch kernel<<<grid, block, smem, stream>>>(args...) with PDL where ignis_pdl_enabled();

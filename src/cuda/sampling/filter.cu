@@ -259,16 +259,9 @@ __global__ void __launch_bounds__(THREADS, 1) filter_rows(ignis_sampling_params 
     store_index(p.samples, p.samples_dtype, b, token);
 }
 
-/* Rows start on whole chunks (so chunk loads and stores can be vectors). */
-static bool rows_chunk_aligned(const void *data, int64_t row_stride, int64_t rows, size_t elem) {
-  const size_t chunk = 4 * elem;
-  return (uintptr_t)data % chunk == 0 && (rows <= 1 || (row_stride * (int64_t)elem) % (int64_t)chunk == 0);
-}
-
 template <typename T> static cudaError_t launch(const ignis_sampling_params *p, cudaStream_t stream) {
   const size_t smem = sizeof(filter_smem);
-  const cudaError_t configured =
-      cudaFuncSetAttribute(filter_rows<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  const cudaError_t configured = ignis_allow_dynamic_smem<filter_rows<T>>(smem);
   if (configured != cudaSuccess)
     return configured;
   const bool vec = rows_chunk_aligned(p->input, p->input_row_stride, p->num_rows, sizeof(T));
@@ -282,29 +275,7 @@ template <typename T> static cudaError_t launch(const ignis_sampling_params *p, 
 extern "C" ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t device,
                                             void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
-  if (params->batch_size > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_cuda_sampling: batch %lld exceeds the grid limit",
-                           (long long)params->batch_size);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err;
-  switch (params->dtype) {
-  case IGNIS_F32:
-    err = launch<float>(params, s);
-    break;
-  case IGNIS_F16:
-    err = launch<__half>(params, s);
-    break;
-  case IGNIS_BF16:
-    err = launch<__nv_bfloat16>(params, s);
-    break;
-  default:
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_cuda_sampling: dtype %s reached the CUDA backend",
-                           ignis_dtype_name(params->dtype));
-  }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_sampling: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_cuda_sampling");
+  return launch_rows("ignis_cuda_sampling", params->batch_size, params->dtype,
+                     [&](auto t) { return launch<decltype(t)>(params, s); });
 }

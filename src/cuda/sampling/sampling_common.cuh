@@ -189,6 +189,41 @@ __device__ __forceinline__ uint32_t block_prefix(uint32_t v, uint32_t &total, re
   return (uint32_t)below + inc - v;
 }
 
+/* Host: rows of `elem`-byte elements at data, row_stride apart, start on whole chunks (so chunk
+ * loads and stores can be vectors). */
+static inline bool rows_chunk_aligned(const void *data, int64_t row_stride, int64_t rows, size_t elem) {
+  const size_t chunk = 4 * elem;
+  return (uintptr_t)data % chunk == 0 && (rows <= 1 || (row_stride * (int64_t)elem) % (int64_t)chunk == 0);
+}
+
+/* Host: the end of every sampling entry point. `rows` blocks must fit a grid; launch(T()) launches
+ * the kernels for row dtype T (f32, f16 or bf16) and returns the launch's error; the result is the
+ * status of the launch. */
+template <typename Launch>
+static inline ignis_status launch_rows(const char *fn, int64_t rows, ignis_dtype dtype, Launch &&launch) {
+  if (rows > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", fn, (long long)rows);
+  cudaError_t err;
+  switch (dtype) {
+  case IGNIS_F32:
+    err = launch(float());
+    break;
+  case IGNIS_F16:
+    err = launch(__half());
+    break;
+  case IGNIS_BF16:
+    err = launch(__nv_bfloat16());
+    break;
+  default:
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: dtype %s reached the CUDA backend", fn, ignis_dtype_name(dtype));
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return ignis_set_error(IGNIS_ERROR_CUDA, "%s: kernel launch failed: %s", fn, cudaGetErrorString(err));
+  }
+  return ignis_check_launch(fn);
+}
+
 } // namespace ignis_sampling
 
 #endif

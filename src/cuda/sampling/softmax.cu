@@ -110,15 +110,10 @@ __global__ void __launch_bounds__(THREADS, 1) softmax_rows(ignis_softmax_params 
   }
 }
 
-static bool chunk_aligned(const void *data, int64_t row_stride, int64_t rows, size_t elem) {
-  const size_t chunk = 4 * elem;
-  return (uintptr_t)data % chunk == 0 && (rows <= 1 || (row_stride * (int64_t)elem) % (int64_t)chunk == 0);
-}
-
 template <typename T, typename O>
 static cudaError_t launch(const ignis_softmax_params *p, cudaStream_t stream) {
-  const bool vec = chunk_aligned(p->logits, p->logits_row_stride, p->num_rows, sizeof(T));
-  const bool out_vec = chunk_aligned(p->probs, p->probs_row_stride, p->num_rows, sizeof(O));
+  const bool vec = rows_chunk_aligned(p->logits, p->logits_row_stride, p->num_rows, sizeof(T));
+  const bool out_vec = rows_chunk_aligned(p->probs, p->probs_row_stride, p->num_rows, sizeof(O));
   return ignis_launch(softmax_rows<T, O>, dim3((unsigned)p->num_rows), dim3(THREADS), 0, stream, *p, vec,
                       out_vec);
 }
@@ -127,30 +122,10 @@ static cudaError_t launch(const ignis_softmax_params *p, cudaStream_t stream) {
 
 extern "C" ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
-  if (params->num_rows > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_cuda_softmax: %lld rows exceed the grid limit",
-                           (long long)params->num_rows);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool f32_out = params->out_dtype == IGNIS_F32;
-  cudaError_t err;
-  switch (params->dtype) {
-  case IGNIS_F32:
-    err = launch<float, float>(params, s);
-    break;
-  case IGNIS_F16:
-    err = f32_out ? launch<__half, float>(params, s) : launch<__half, __half>(params, s);
-    break;
-  case IGNIS_BF16:
-    err = f32_out ? launch<__nv_bfloat16, float>(params, s) : launch<__nv_bfloat16, __nv_bfloat16>(params, s);
-    break;
-  default:
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_cuda_softmax: dtype %s reached the CUDA backend",
-                           ignis_dtype_name(params->dtype));
-  }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_softmax: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_cuda_softmax");
+  return launch_rows("ignis_cuda_softmax", params->num_rows, params->dtype, [&](auto t) {
+    typedef decltype(t) T;
+    return f32_out ? launch<T, float>(params, s) : launch<T, T>(params, s);
+  });
 }

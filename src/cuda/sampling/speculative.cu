@@ -137,30 +137,7 @@ template <typename T> static cudaError_t launch(const ignis_speculative_params *
 extern "C" ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device,
                                                void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
-  if (params->batch_size > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis_cuda_speculative: batch %lld exceeds the grid limit",
-                           (long long)params->batch_size);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err;
-  switch (params->dtype) {
-  case IGNIS_F32:
-    err = launch<float>(params, s);
-    break;
-  case IGNIS_F16:
-    err = launch<__half>(params, s);
-    break;
-  case IGNIS_BF16:
-    err = launch<__nv_bfloat16>(params, s);
-    break;
-  default:
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_cuda_speculative: dtype %s reached the CUDA backend",
-                           ignis_dtype_name(params->dtype));
-  }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_speculative: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_cuda_speculative");
+  return launch_rows("ignis_cuda_speculative", params->batch_size, params->dtype,
+                     [&](auto t) { return launch<decltype(t)>(params, s); });
 }

@@ -164,13 +164,10 @@ __global__ void __launch_bounds__(THREADS, 1) top_k_rows(ignis_top_k_params p, b
 template <typename T, typename I>
 static cudaError_t launch(const ignis_top_k_params *p, cudaStream_t stream) {
   const size_t smem = sizeof(radix_smem);
-  const cudaError_t configured =
-      cudaFuncSetAttribute(top_k_rows<T, I>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  const cudaError_t configured = ignis_allow_dynamic_smem<top_k_rows<T, I>>(smem);
   if (configured != cudaSuccess)
     return configured;
-  const size_t chunk = 4 * sizeof(T);
-  const bool vec = (uintptr_t)p->input % chunk == 0 &&
-                   (p->num_rows <= 1 || (p->input_row_stride * (int64_t)sizeof(T)) % (int64_t)chunk == 0);
+  const bool vec = rows_chunk_aligned(p->input, p->input_row_stride, p->num_rows, sizeof(T));
   return ignis_launch(top_k_rows<T, I>, dim3((unsigned)p->num_rows), dim3(THREADS), smem, stream, *p, vec);
 }
 
@@ -182,29 +179,7 @@ template <typename T> static cudaError_t launch_index(const ignis_top_k_params *
 
 extern "C" ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
-  if (params->num_rows > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_cuda_top_k: %lld rows exceed the grid limit",
-                           (long long)params->num_rows);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err;
-  switch (params->dtype) {
-  case IGNIS_F32:
-    err = launch_index<float>(params, s);
-    break;
-  case IGNIS_F16:
-    err = launch_index<__half>(params, s);
-    break;
-  case IGNIS_BF16:
-    err = launch_index<__nv_bfloat16>(params, s);
-    break;
-  default:
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_cuda_top_k: dtype %s reached the CUDA backend",
-                           ignis_dtype_name(params->dtype));
-  }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_top_k: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_cuda_top_k");
+  return launch_rows("ignis_cuda_top_k", params->num_rows, params->dtype,
+                     [&](auto t) { return launch_index<decltype(t)>(params, s); });
 }

@@ -41,12 +41,14 @@
  *
  * Schedule without a work list (p->work == NULL, single decode): request 0 is cut into chunks of
  * implicit_chunk_tokens keys, item w being chunk w; the grid and the merge are sized on the host,
- * and the merge combines partial rows 0 .. items - 1. */
-#include <cuda_fp8.h>
+ * and the merge combines partial rows 0 .. items - 1.
+ *
+ * The tile layout, PTX wrappers, score transforms and the partial-row merge are shared with prefill
+ * (attention_tile.cuh). */
 #include <math.h>
 #include <type_traits>
-#include <math_constants.h>
 
+#include "cuda/attention/attention_tile.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
 
@@ -57,8 +59,6 @@ enum {
   DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
   MERGE_THREADS = 128
 };
-
-enum kv_kind { KV_F16 = 0, KV_BF16 = 1, KV_E4M3 = 2, KV_E5M2 = 3 };
 
 /* Launch facts derived once on the host. */
 struct decode_config {
@@ -93,56 +93,6 @@ template <int HEAD_DIM, int KV_BYTES> struct decode_tile {
   static_assert((size_t)DECODE_WARPS * 16 * (HEAD_DIM + 2) * 4 <= SMEM_BYTES, "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
 };
-
-/* Byte offset of chunk c of row r in a swizzled tile. */
-template <int ROW_BYTES, int SWIZZLE>
-__device__ __forceinline__ uint32_t swizzled(int r, int c) {
-  return (uint32_t)(r * ROW_BYTES + ((c ^ (r & SWIZZLE)) << 4));
-}
-
-/* ---- PTX wrappers ------------------------------------------------------------------------------ */
-__device__ __forceinline__ void copy_async16(uint32_t smem_dst, const void *src, bool fill) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_dst), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-/* d += a * b, m16n8k16, 16-bit inputs (bf16 when BF16, else f16), f32 accumulators. */
-template <bool BF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if (BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two fp8 values (low byte first) to an f16 pair (low half first). */
-template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), KIND == KV_E4M3 ? __NV_E4M3 : __NV_E5M2);
-  return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
 
 /* The 16-bit type the mma runs in: bf16 for bf16 K/V, f16 otherwise. */
 template <int KIND> struct mma_type { typedef __half type; };
@@ -219,12 +169,6 @@ __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const i
   r->end = (int32_t)end;
   r->kv_len = (int32_t)kv_len;
   return true;
-}
-
-/* ALiBi slope of query head h (natural units). */
-__device__ __forceinline__ float alibi_slope(const decode_config &c, int64_t h) {
-  const float n = (float)c.alibi_n;
-  return h < c.alibi_n ? exp2f(-8.0f * (float)(h + 1) / n) : exp2f(-4.0f * (float)(2 * (h - c.alibi_n) + 1) / n);
 }
 
 /* Dim of element e (0..3: the k indices 2t, 2t+1, 2t+8, 2t+9) of k-step kk for lane t. */
@@ -416,8 +360,8 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
     float slope[2] = {0.0f, 0.0f};
     if (c.alibi_n > 0) {
-      slope[0] = alibi_slope(c, head[0]);
-      slope[1] = alibi_slope(c, head[1]);
+      slope[0] = alibi_slope(c.alibi_n, head[0]);
+      slope[1] = alibi_slope(c.alibi_n, head[1]);
     }
 
     float o[NTILES][4];
@@ -738,51 +682,18 @@ __global__ void __launch_bounds__(MERGE_THREADS)
   const int e0 = (int)(idx - th * chunks) * 8;
   const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
   const int n = (int)(last - first);
-  float mx = -CUDART_INF_F;
-#pragma unroll 8
-  for (int i = 0; i < n; ++i)
-    mx = fmaxf(mx, p.partial_lse[row0 + i * row_stride]);
-  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
-  const float top = fmaxf(mx, sink2);
-  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-  if (top != -CUDART_INF_F) {
-#pragma unroll 8
-    for (int i = 0; i < n; ++i) {
-      const int64_t prow = row0 + i * row_stride;
-      const float w = exp2f(p.partial_lse[prow] - top);
-      float x[8];
-      ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * p.head_dim + e0, x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        acc[e] = fmaf(w, x[e], acc[e]);
-      sum += w;
-    }
-    if (p.sinks != nullptr)
-      sum += exp2f(sink2 - top);
-  }
-  const bool any = sum > 0.0f || isnan(sum);
-  const float inv = any ? 1.0f / sum : 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    acc[e] = any ? acc[e] * inv : 0.0f;
+  const float sink2 = p.sinks != nullptr ? p.sinks[h] * IGNIS_LOG2E_F : -CUDART_INF_F;
+  float acc[8];
+  const float lse2 = attention_merge_partials(p.partial_out, p.partial_lse, row0, row_stride, n, p.head_dim, e0,
+                                              sink2, acc);
   const int64_t out_row = b * q_len + tok;
   ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + e0, acc);
   if (p.lse != nullptr && e0 == 0)
-    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] =
-        (any ? top + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
+    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
   ignis_pdl_launch_dependents();
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
-static bool aligned16(const void *ptr, int64_t elem, const int64_t *strides, int count) {
-  if ((uintptr_t)ptr % 16 != 0)
-    return false;
-  for (int i = 0; i < count; ++i)
-    if (strides[i] * elem % 16 != 0)
-      return false;
-  return true;
-}
-
 static decode_config make_config(const ignis_decode_params &p) {
   decode_config c;
   c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
@@ -796,17 +707,11 @@ static decode_config make_config(const ignis_decode_params &p) {
     chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
   c.implicit_chunk = (int32_t)chunk;
   c.implicit_items = (int32_t)(len > 0 ? (len + chunk - 1) / chunk : 1);
-  const double log2e = 1.4426950408889634;
-  const double cap = p.logits_soft_cap;
-  c.cap_in = cap > 0.0 ? (float)(1.0 / cap) : 0.0f;
-  c.cap_out = cap > 0.0 ? (float)(cap * log2e) : 0.0f;
-  c.alibi_n = 0;
-  if (p.pos_encoding == IGNIS_POS_ENCODING_ALIBI) {
-    c.alibi_n = 1;
-    while ((int64_t)c.alibi_n * 2 <= p.num_qo_heads)
-      c.alibi_n *= 2;
-  }
-  c.transform = cap > 0.0 || c.alibi_n > 0;
+  const attention_score_transform st = attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
+  c.cap_in = st.cap_in;
+  c.cap_out = st.cap_out;
+  c.alibi_n = st.alibi_n;
+  c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
   return c;
 }
 
@@ -838,13 +743,6 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   }
   return IGNIS_OK;
 }
-
-/* The build compiles the head dims of IGNIS_HEAD_DIMS (CMake); a lone nvcc compile gets all three. */
-#if !defined(IGNIS_WITH_HEAD_DIM_64) && !defined(IGNIS_WITH_HEAD_DIM_128) && !defined(IGNIS_WITH_HEAD_DIM_256)
-#define IGNIS_WITH_HEAD_DIM_64 1
-#define IGNIS_WITH_HEAD_DIM_128 1
-#define IGNIS_WITH_HEAD_DIM_256 1
-#endif
 
 template <typename QT, int KIND, bool ROPE> static ignis_status launch_head_dim(const ignis_decode_params &p, cudaStream_t s) {
   switch (p.head_dim) {
@@ -935,9 +833,9 @@ extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int
   const int64_t out_strides[] = {p.out_stride_batch, p.out_stride_head};
   const int64_t k_strides[] = {p.cache.k_stride_token, p.cache.k_stride_head, p.cache.k_stride_page};
   const int64_t v_strides[] = {p.cache.v_stride_token, p.cache.v_stride_head, p.cache.v_stride_page};
-  if (!aligned16(p.q, elem, q_strides, 2) || !aligned16(p.out, elem, out_strides, 2) ||
-      !aligned16(p.cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) ||
-      !aligned16(p.cache.v_cache, kv_elem, v_strides, paged ? 3 : 2))
+  if (!attention_aligned16(p.q, elem, q_strides, 2) || !attention_aligned16(p.out, elem, out_strides, 2) ||
+      !attention_aligned16(p.cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) ||
+      !attention_aligned16(p.cache.v_cache, kv_elem, v_strides, paged ? 3 : 2))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");

@@ -4,11 +4,12 @@
  * (swizzled), so the 8 row addresses of an ldmatrix phase hit distinct banks. They are filled with
  * 16-byte cp.async copies (zero-filled when the source is masked) and read with ldmatrix (.trans for
  * V) into the fragments of mma.sync m16n8k16 (16-bit inputs, f32 accumulators). fp8 K/V bytes
- * become f16 pairs with the hardware conversion.
+ * become f16 pairs (e4m3 by the hardware conversion, e5m2 by a byte permute).
  *
  * Scores: ALiBi slopes and the soft cap as the kernels take them (attention_score_transform,
  * filled on the host). Split-KV: attention_merge_partials combines the f32 partial rows of one
- * output row by their base-2 LSEs and joins the sink, the math of every merge kernel.
+ * output row by their base-2 LSEs and joins the sink, one thread per 8 values (prefill's merge;
+ * decode's spreads a row's partials over warps, for single requests cut into ~50 chunks).
  * Host: the 16-byte alignment check of the kernels' operands, and the head dims a build compiles
  * (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets all of them). */
 #ifndef IGNIS_CUDA_ATTENTION_TILE_CUH
@@ -73,8 +74,11 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Two fp8 values (low byte first) to an f16 pair (low half first). */
+/* Two fp8 values (low byte first) to an f16 pair (low half first). e5m2 is the top byte of an f16,
+ * so one byte permute places it exactly; e4m3 takes the hardware conversion. */
 template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
+  if constexpr (KIND == KV_E5M2)
+    return __byte_perm(two, 0u, 0x1404);
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu),
                                                    KIND == KV_E4M3 ? __NV_E4M3 : __NV_E5M2);
   return (uint32_t)h.x | ((uint32_t)h.y << 16);

@@ -31,7 +31,9 @@
  * dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9 <-> dims 4t+2, 4t+3), applied to Q alike;
  * for V the transposed b16 lane holds dims 2g, 2g+1 of two keys, split by a byte permute into an
  * even-dim and an odd-dim n-tile. q goes to f16 with a power-of-two scale per row (exact; brings
- * bf16 q into f16 range), undone on the scores.
+ * bf16 q into f16 range), undone on the scores. (Q K^T on the fp8 tensor cores, mma m16n8k32 with
+ * q split in two e4m3 parts and the K bytes as the B fragment, measured slower on the H200:
+ * 233 vs 208 us at batch 64, 4k keys.)
  *
  * Key range of an item: keys of [kv_start, kv_end) visible to some token of the request, i.e.
  * [max(kv_start, kv_len - q_len - window_left), min(kv_end, kv_len)); per-row masks (causal among
@@ -57,7 +59,8 @@ enum {
   DECODE_WARPS = 4,
   DECODE_KT = 64, /* keys per tile */
   DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
-  MERGE_THREADS = 128
+  MERGE_MAX_WARPS = 16, /* merge block: 1..16 warps, by the longest list of partials */
+  MERGE_BATCH = 4      /* partials a merge warp loads before it uses any */
 };
 
 /* Launch facts derived once on the host. */
@@ -89,8 +92,10 @@ template <int HEAD_DIM, int KV_BYTES> struct decode_tile {
   static constexpr size_t RING_BYTES = (size_t)STAGES * 2 * TILE_BYTES;
   /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32] */
   static constexpr size_t SMEM_BYTES = RING_BYTES + (size_t)SLOTS * DECODE_KT * 16 + (size_t)SLOTS * DECODE_KT / 8;
-  /* the split merge reuses it all: O [warps][16][HEAD_DIM] f32, then m and l [warps][16] */
-  static_assert((size_t)DECODE_WARPS * 16 * (HEAD_DIM + 2) * 4 <= SMEM_BYTES, "merge space");
+  /* the split merge reuses it all: O [warps][16][O_STRIDE] f32 (rows padded by 8 floats, so the
+   * 8 rows a warp stores at once fall in different banks), then m and l [warps][16] */
+  static constexpr int O_STRIDE = HEAD_DIM + 8;
+  static_assert((size_t)DECODE_WARPS * 16 * (O_STRIDE + 2) * 4 <= SMEM_BYTES, "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
 };
 
@@ -571,21 +576,25 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 
     /* each warp leaves its O (f32, by dim), m and l (summed over the quad) in shared memory */
     float *merge_o = reinterpret_cast<float *>(decode_smem);
-    float *merge_m = merge_o + DECODE_WARPS * 16 * HEAD_DIM, *merge_l = merge_m + DECODE_WARPS * 16;
+    float *merge_m = merge_o + DECODE_WARPS * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
       l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 1);
       l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 2);
     }
     if (active) {
-      float *wo = merge_o + (size_t)warp * 16 * HEAD_DIM;
+      float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
 #pragma unroll
       for (int j = 0; j < NTILES; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = g + (e >> 1) * 8;
-          const int dim = FP8 ? 16 * (j >> 1) + 4 * t + (j & 1) + 2 * (e & 1) : 8 * j + 2 * t + (e & 1);
-          wo[row * HEAD_DIM + dim] = o[j][e];
+        for (int h2 = 0; h2 < 2; ++h2) {
+          float *at = wo + (g + h2 * 8) * tile::O_STRIDE;
+          if constexpr (FP8) { /* dims 4t + (j & 1) and that + 2 of 16-dim chunk j / 2 */
+            at[16 * (j >> 1) + 4 * t + (j & 1)] = o[j][2 * h2];
+            at[16 * (j >> 1) + 4 * t + (j & 1) + 2] = o[j][2 * h2 + 1];
+          } else {
+            *reinterpret_cast<float2 *>(at + 8 * j + 2 * t) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
+          }
         }
       if (t == 0) {
         merge_m[warp * 16 + g] = m[0];
@@ -613,10 +622,12 @@ __global__ void __launch_bounds__(DECODE_THREADS)
           const int w = s2 * c.mt_warps + slot;
           const float wt = exp2f(merge_m[w * 16 + row16] - mx);
           sum = fmaf(merge_l[w * 16 + row16], wt, sum);
-          const float *src = merge_o + ((size_t)w * 16 + row16) * HEAD_DIM + d0;
+          const float4 *src = reinterpret_cast<const float4 *>(merge_o + ((size_t)w * 16 + row16) * tile::O_STRIDE + d0);
+          const float4 lo = src[0], hi = src[1];
+          const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            acc[e] = fmaf(src[e], wt, acc[e]);
+            acc[e] = fmaf(x[e], wt, acc[e]);
         }
       }
       const int tok = row / c.group;
@@ -655,11 +666,19 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 }
 
 /* ---- merge of split requests ------------------------------------------------------------------- */
-/* Block (b, y) merges rows of request b; a thread handles 8 values of one (token, head). */
-template <typename QT>
-__global__ void __launch_bounds__(MERGE_THREADS)
+/* Block (b, row) merges one (token, head) row of request b: its warps take the partial rows in turn
+ * (warp w: partials w, w + warps, ...), each lane HEAD_DIM / 32 values of a row, with a running
+ * maximum of their own, so a long list of partials (a single long request) is read by many loads
+ * in flight and no pass waits for another; the warps' sums meet in shared memory. The host picks
+ * the warps (blockDim.x / 32) so that each has about MERGE_BATCH partials. A block of an unsplit
+ * request returns before waiting on the attention grid. */
+template <typename QT, int HEAD_DIM>
+__global__ void __launch_bounds__(MERGE_MAX_WARPS * 32)
     decode_merge_kernel(const ignis_decode_params p, const decode_config c) {
-  ignis_pdl_wait();
+  constexpr int VEC = HEAD_DIM / 32;
+  __shared__ float warp_acc[MERGE_MAX_WARPS][HEAD_DIM];
+  __shared__ float warp_sum[MERGE_MAX_WARPS], warp_max[MERGE_MAX_WARPS];
+  const int warps = (int)(blockDim.x >> 5);
   int64_t first, last;
   if (p.work == nullptr) {
     if (blockIdx.x > 0 || c.implicit_items <= 1)
@@ -667,30 +686,87 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     first = 0;
     last = c.implicit_items;
   } else {
+    /* the schedule was copied before the attention kernel ran: readable before the wait */
     if ((int)blockIdx.x >= *p.batch_size)
       return;
     first = p.request_partials[blockIdx.x];
     last = p.request_partials[blockIdx.x + 1];
   }
-  const int chunks = (int)(p.head_dim / 8);
-  const int64_t heads = p.num_qo_heads, q_len = p.q_len;
-  const int64_t idx = (int64_t)blockIdx.y * MERGE_THREADS + threadIdx.x;
-  if (last <= first || idx >= q_len * heads * chunks)
+  if (last <= first)
     return;
-  const int64_t b = blockIdx.x;
-  const int64_t th = idx / chunks, tok = th / heads, h = th % heads;
-  const int e0 = (int)(idx - th * chunks) * 8;
+  ignis_pdl_wait();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t heads = p.num_qo_heads, q_len = p.q_len, th = blockIdx.y;
+  const int64_t tok = th / heads, h = th % heads;
   const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
   const int n = (int)(last - first);
-  const float sink2 = p.sinks != nullptr ? p.sinks[h] * IGNIS_LOG2E_F : -CUDART_INF_F;
-  float acc[8];
-  const float lse2 = attention_merge_partials(p.partial_out, p.partial_lse, row0, row_stride, n, p.head_dim, e0,
-                                              sink2, acc);
-  const int64_t out_row = b * q_len + tok;
-  ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + e0, acc);
-  if (p.lse != nullptr && e0 == 0)
-    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
+
+  float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    acc[e] = 0.0f;
+  for (int base = warp; base < n; base += MERGE_BATCH * warps) {
+    float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      const int i = base + u * warps;
+      lse[u] = -CUDART_INF_F;
+      if (i < n) {
+        const int64_t prow = row0 + i * row_stride;
+        lse[u] = p.partial_lse[prow];
+        ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * HEAD_DIM + lane * VEC, x[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      if (lse[u] == -CUDART_INF_F)
+        continue;
+      if (lse[u] > mx) { /* the same for the whole warp */
+        const float down = exp2f(mx - lse[u]);
+        sum *= down;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          acc[e] *= down;
+        mx = lse[u];
+      }
+      const float w = exp2f(lse[u] - mx);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        acc[e] = fmaf(w, x[u][e], acc[e]);
+      sum += w;
+    }
+  }
+  if (lane == 0) {
+    warp_max[warp] = mx;
+    warp_sum[warp] = sum;
+  }
+  __syncthreads();
+  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
+  float top = sink2;
+  for (int w = 0; w < warps; ++w)
+    top = fmaxf(top, warp_max[w]);
+  const float mine = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    warp_acc[warp][lane * VEC + e] = acc[e] * mine;
+  __syncthreads();
   ignis_pdl_launch_dependents();
+  sum = p.sinks != nullptr && top != -CUDART_INF_F ? exp2f(sink2 - top) : 0.0f;
+  for (int w = 0; w < warps; ++w)
+    sum += warp_max[w] == -CUDART_INF_F ? 0.0f : warp_sum[w] * exp2f(warp_max[w] - top);
+  const bool any = sum > 0.0f || isnan(sum);
+  const float inv = any ? 1.0f / sum : 0.0f;
+  const int64_t out_row = (int64_t)blockIdx.x * q_len + tok;
+  QT *out = static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head;
+  for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      v += warp_acc[w][d];
+    out[d] = ignis_from_float<QT>(any ? v * inv : 0.0f);
+  }
+  if (p.lse != nullptr && threadIdx.x == 0)
+    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] =
+        (any ? top + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
@@ -722,7 +798,15 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   const decode_config c = make_config(p);
   const size_t smem = tile::SMEM_BYTES;
   IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>>(smem)));
-  const int64_t items = p.work != nullptr ? p.max_work : c.implicit_items;
+  /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
+   * captured launch keeps the maxima so that its replays serve every later plan */
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive;
+  }
+  const bool exact = p.work != nullptr && p.launch_work > 0 && capture == cudaStreamCaptureStatusNone;
+  const int64_t items = p.work == nullptr ? c.implicit_items : exact ? p.launch_work : p.max_work;
   if (items * p.num_kv_heads > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
                            (long long)items, (long long)p.num_kv_heads);
@@ -733,12 +817,20 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     if (status != IGNIS_OK)
       return status;
   }
-  const int64_t merges = p.work != nullptr ? p.max_batch : (c.implicit_items > 1 ? 1 : 0);
+  const int64_t merges =
+      p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0) : exact ? (p.launch_merge ? p.launch_batch : 0) : p.max_batch;
+  const int64_t rows = (int64_t)p.q_len * p.num_qo_heads;
   if (merges > 0) {
-    const int64_t threads = (int64_t)p.q_len * p.num_qo_heads * (p.head_dim / 8);
-    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT>,
-                                  dim3((unsigned)merges, (unsigned)((threads + MERGE_THREADS - 1) / MERGE_THREADS)),
-                                  dim3(MERGE_THREADS), 0, stream, p, c));
+    if (rows > 65535)
+      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld query rows per request exceed one merge grid",
+                             (long long)rows);
+    /* about MERGE_BATCH partials per warp: one round of loads (4 warps when the lists are unknown) */
+    const int64_t longest = p.work == nullptr ? c.implicit_items : exact ? p.launch_merge : 4 * MERGE_BATCH;
+    int warps = 1;
+    while (warps < MERGE_MAX_WARPS && warps * MERGE_BATCH < longest)
+      warps *= 2;
+    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT, HEAD_DIM>, dim3((unsigned)merges, (unsigned)rows),
+                                  dim3((unsigned)(warps * 32)), 0, stream, p, c));
     return ignis_check_launch("decode merge");
   }
   return IGNIS_OK;

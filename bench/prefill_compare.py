@@ -19,33 +19,21 @@ Exit status 1 when a bar fails or an output is off (error above 2e-2).
 """
 
 import argparse
-import statistics
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import ignis
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_compare import median_us  # noqa: E402
+
+import ignis  # noqa: E402
 
 D = 128
 PAGE = 16
 WORKSPACE = 512 << 20
-
-
-def median_us(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3)
-    return statistics.median(samples)
 
 
 def sdpa(q, k, v, causal, lower_right, iters):

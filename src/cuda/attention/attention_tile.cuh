@@ -10,8 +10,8 @@
  * filled on the host). Split-KV: attention_merge_partials combines the f32 partial rows of one
  * output row by their base-2 LSEs and joins the sink, one thread per 8 values (prefill's merge;
  * decode's spreads a row's partials over warps, for single requests cut into ~50 chunks).
- * Host: the 16-byte alignment check of the kernels' operands, and the head dims a build compiles
- * (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets all of them). */
+ * Host: the 16-byte alignment check of the kernels' operands, the dispatch on the q dtype, and
+ * the head dims a build compiles (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets them all). */
 #ifndef IGNIS_CUDA_ATTENTION_TILE_CUH
 #define IGNIS_CUDA_ATTENTION_TILE_CUH
 
@@ -164,6 +164,33 @@ static inline bool attention_aligned16(const void *ptr, int64_t elem, const int6
     if (strides[i] * elem % 16 != 0)
       return false;
   return true;
+}
+
+/* launch(QT()) for the 16-bit q / out dtype (QT __half or __nv_bfloat16); others are unsupported. */
+template <typename Launch> static inline ignis_status attention_by_dtype(ignis_dtype dtype, const char *op, Launch launch) {
+  switch (dtype) {
+  case IGNIS_F16:
+    return launch(__half());
+  case IGNIS_BF16:
+    return launch(__nv_bfloat16());
+  default:
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: dtype must be f16 or bf16", op);
+  }
+}
+
+/* The kernels' 16-byte copies need q and out (16-bit; token and head strides) and K and V (of
+ * cache.dtype; token, head and, when paged, page strides) 16-byte aligned. */
+static inline bool attention_operands_aligned(const void *q, int64_t q_stride_token, int64_t q_stride_head,
+                                              const void *out, int64_t out_stride_token, int64_t out_stride_head,
+                                              const ignis_paged_kv_params &cache, bool paged) {
+  const int64_t kv_elem = (int64_t)ignis_dtype_size(cache.dtype);
+  const int64_t q_strides[] = {q_stride_token, q_stride_head};
+  const int64_t out_strides[] = {out_stride_token, out_stride_head};
+  const int64_t k_strides[] = {cache.k_stride_token, cache.k_stride_head, cache.k_stride_page};
+  const int64_t v_strides[] = {cache.v_stride_token, cache.v_stride_head, cache.v_stride_page};
+  return attention_aligned16(q, 2, q_strides, 2) && attention_aligned16(out, 2, out_strides, 2) &&
+         attention_aligned16(cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) &&
+         attention_aligned16(cache.v_cache, kv_elem, v_strides, paged ? 3 : 2);
 }
 
 #endif

@@ -919,25 +919,11 @@ extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   const ignis_decode_params &p = *params;
-  const int64_t elem = 2, kv_elem = (int64_t)ignis_dtype_size(p.cache.dtype);
-  const bool paged = p.contiguous_kv_len == 0 && p.cache.indptr != nullptr;
-  const int64_t q_strides[] = {p.q_stride_batch, p.q_stride_head};
-  const int64_t out_strides[] = {p.out_stride_batch, p.out_stride_head};
-  const int64_t k_strides[] = {p.cache.k_stride_token, p.cache.k_stride_head, p.cache.k_stride_page};
-  const int64_t v_strides[] = {p.cache.v_stride_token, p.cache.v_stride_head, p.cache.v_stride_page};
-  if (!attention_aligned16(p.q, elem, q_strides, 2) || !attention_aligned16(p.out, elem, out_strides, 2) ||
-      !attention_aligned16(p.cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) ||
-      !attention_aligned16(p.cache.v_cache, kv_elem, v_strides, paged ? 3 : 2))
+  if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
+                                  p.out_stride_head, p.cache, p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-  case IGNIS_F16:
-    return launch_kv<__half>(p, s);
-  case IGNIS_BF16:
-    return launch_kv<__nv_bfloat16>(p, s);
-  default:
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: dtype must be f16 or bf16");
-  }
+  return attention_by_dtype(p.dtype, "decode", [&](auto qt) { return launch_kv<decltype(qt)>(p, s); });
 }

@@ -31,10 +31,13 @@
  * dequantize). Head dims (head_dim_qk, head_dim_vo): (64, 64), (128, 128), (256, 256) and
  * (192, 128) (DeepSeek-style prefill); other pairs are IGNIS_ERROR_UNSUPPORTED.
  *
- * Backends: the CPU backend (host tensors) computes every option above. CUDA backend: not yet
- * available: every call on CUDA tensors validates its arguments, plans and carves the workspace,
- * then returns IGNIS_ERROR_UNSUPPORTED ("the CUDA kernel is not built yet") having written
- * nothing, so callers fall back.
+ * Backends: the CPU backend (host tensors) and the CUDA backend (tensor cores; sm_90a and sm_80
+ * builds) compute every option above. On CUDA, q, out, K and V (or the cache) must also start
+ * 16-byte aligned with strides that are multiples of 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise,
+ * nothing written). CUDA arithmetic: q K^T and the softmax weights times V on tensor cores in q's
+ * 16-bit type (fp8 K / V converted exactly to it; with ROPE_LLAMA the rotated q and k rounded to
+ * it), accumulated in f32; softmax in f32. The CMake option IGNIS_HEAD_DIMS may prune the head
+ * dims compiled ((192, 128) comes with 128); a pruned pair is IGNIS_ERROR_UNSUPPORTED.
  *
  * Batch prefill is split like batch decode, so the run is cheap and CUDA-graph safe:
  *   - ignis_prefill_plan_create fixes the device, the key source (ragged or paged; the layout and

@@ -407,13 +407,13 @@ static int parse_int64_args(const char *fn, PyObject *const *args, const char *c
   return 0;
 }
 
-/* A size query's answer: bytes as a Python int, or the status raised. */
-static PyObject *bytes_or_raise(ignis_status status, size_t bytes) {
+/* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
+static PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   if (status != IGNIS_OK) {
     raise_status(status, ignis_last_error());
     return NULL;
   }
-  return PyLong_FromSize_t(bytes);
+  return PyLong_FromSize_t(*bytes);
 }
 
 /* ---- tensors ------------------------------------------------------------------------------ */
@@ -1219,7 +1219,7 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
       parse_int64(fn, "head_dim", args[1], &dim) < 0 || parse_int64(fn, "max_kv_len", args[2], &len) < 0)
     return NULL;
   size_t bytes = 0;
-  return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), bytes);
+  return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
 }
 
 /* (q, k, v, layout, <7 options>, k_scale, v_scale, sinks_or_None, kv_view, out, lse_or_None,
@@ -1347,7 +1347,7 @@ static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args
   if (!handle)
     return NULL;
   size_t bytes = 0;
-  return bytes_or_raise(ignis_decode_workspace_size(handle->plan, &bytes), bytes);
+  return bytes_or_raise(ignis_decode_workspace_size(handle->plan, &bytes), &bytes);
 }
 
 /* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange

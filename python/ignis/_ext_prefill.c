@@ -12,7 +12,7 @@ static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *con
   if (check_nargs(fn, nargs, 6) < 0 || parse_int64_args(fn, args, names, 6, v) < 0)
     return NULL;
   size_t bytes = 0;
-  return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), bytes);
+  return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), &bytes);
 }
 
 /* (q, k, v, layout, mask_mode, custom_mask_or_None, <7 options>, k_scale, v_scale, sinks_or_None,
@@ -126,7 +126,7 @@ static PyObject *ext_prefill_workspace_size(PyObject *self, PyObject *const *arg
   if (!plan)
     return NULL;
   size_t bytes = 0;
-  return bytes_or_raise(ignis_prefill_workspace_size(plan, &bytes), bytes);
+  return bytes_or_raise(ignis_prefill_workspace_size(plan, &bytes), &bytes);
 }
 
 /* (plan, qo_indptr, kv_indptr, kv_last_page_len_or_None, workspace_or_None, stream): the index

@@ -19,8 +19,9 @@ FlashInfer) or ``packed_custom_mask`` (the same, bit-packed per request with
 K/V q's dtype or fp8; head dims (64, 64), (128, 128), (256, 256) and (192, 128) (``head_dim_vo``;
 ragged and single prefill).
 
-Backends: host arrays run on the CPU backend. On CUDA the kernel is not built yet: calls validate,
-plan, then raise UnsupportedError (nothing written).
+Backends: host arrays run on the CPU backend, CUDA tensors on the tensor-core kernel (q, out, k and
+v 16-byte aligned with strides of multiples of 16 bytes; UnsupportedError otherwise, nothing
+written).
 
 Plans: the C plan is made once per configuration and kept while later plans fit its maxima (batch
 size, total query tokens, keys per request: each the largest seen rounded up to a power of two);

@@ -425,6 +425,12 @@ def test_scale_as_host_tensor():
         assert np.array_equal(got, want)
 
 
+def test_workspace_size_queries():
+    # the size queries answer on any machine; a long single request needs split scratch
+    assert ignis._ext.single_decode_workspace_size(32, 128, 32768) > 0
+    assert ignis._ext.single_prefill_workspace_size(32, 8, 128, 128, 16, 32768) > 0
+
+
 def test_errors():
     q = np.zeros((4, 64), np.float16)
     k = np.zeros((5, 2, 64), np.float16)

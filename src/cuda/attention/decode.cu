@@ -31,7 +31,9 @@
  * dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9 <-> dims 4t+2, 4t+3), applied to Q alike;
  * for V the transposed b16 lane holds dims 2g, 2g+1 of two keys, split by a byte permute into an
  * even-dim and an odd-dim n-tile. q goes to f16 with a power-of-two scale per row (exact; brings
- * bf16 q into f16 range), undone on the scores.
+ * bf16 q into f16 range), undone on the scores. (Q K^T on the fp8 tensor cores, mma m16n8k32 with
+ * q split in two e4m3 parts and the K bytes as the B fragment, measured slower on the H200:
+ * 233 vs 208 us at batch 64, 4k keys.)
  *
  * Key range of an item: keys of [kv_start, kv_end) visible to some token of the request, i.e.
  * [max(kv_start, kv_len - q_len - window_left), min(kv_end, kv_len)); per-row masks (causal among
@@ -41,12 +43,14 @@
  *
  * Schedule without a work list (p->work == NULL, single decode): request 0 is cut into chunks of
  * implicit_chunk_tokens keys, item w being chunk w; the grid and the merge are sized on the host,
- * and the merge combines partial rows 0 .. items - 1. */
-#include <cuda_fp8.h>
+ * and the merge combines partial rows 0 .. items - 1.
+ *
+ * The tile layout, PTX wrappers, score transforms and the partial-row merge are shared with prefill
+ * (attention_tile.cuh). */
 #include <math.h>
 #include <type_traits>
-#include <math_constants.h>
 
+#include "cuda/attention/attention_tile.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
 
@@ -55,10 +59,9 @@ enum {
   DECODE_WARPS = 4,
   DECODE_KT = 64, /* keys per tile */
   DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
-  MERGE_THREADS = 128
+  MERGE_MAX_WARPS = 16, /* merge block: 1..16 warps, by the longest list of partials */
+  MERGE_BATCH = 4      /* partials a merge warp loads before it uses any */
 };
-
-enum kv_kind { KV_F16 = 0, KV_BF16 = 1, KV_E4M3 = 2, KV_E5M2 = 3 };
 
 /* Launch facts derived once on the host. */
 struct decode_config {
@@ -89,60 +92,12 @@ template <int HEAD_DIM, int KV_BYTES> struct decode_tile {
   static constexpr size_t RING_BYTES = (size_t)STAGES * 2 * TILE_BYTES;
   /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32] */
   static constexpr size_t SMEM_BYTES = RING_BYTES + (size_t)SLOTS * DECODE_KT * 16 + (size_t)SLOTS * DECODE_KT / 8;
-  /* the split merge reuses it all: O [warps][16][HEAD_DIM] f32, then m and l [warps][16] */
-  static_assert((size_t)DECODE_WARPS * 16 * (HEAD_DIM + 2) * 4 <= SMEM_BYTES, "merge space");
+  /* the split merge reuses it all: O [warps][16][O_STRIDE] f32 (rows padded by 8 floats, so the
+   * 8 rows a warp stores at once fall in different banks), then m and l [warps][16] */
+  static constexpr int O_STRIDE = HEAD_DIM + 8;
+  static_assert((size_t)DECODE_WARPS * 16 * (O_STRIDE + 2) * 4 <= SMEM_BYTES, "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
 };
-
-/* Byte offset of chunk c of row r in a swizzled tile. */
-template <int ROW_BYTES, int SWIZZLE>
-__device__ __forceinline__ uint32_t swizzled(int r, int c) {
-  return (uint32_t)(r * ROW_BYTES + ((c ^ (r & SWIZZLE)) << 4));
-}
-
-/* ---- PTX wrappers ------------------------------------------------------------------------------ */
-__device__ __forceinline__ void copy_async16(uint32_t smem_dst, const void *src, bool fill) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_dst), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-/* d += a * b, m16n8k16, 16-bit inputs (bf16 when BF16, else f16), f32 accumulators. */
-template <bool BF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if (BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Two fp8 values (low byte first) to an f16 pair (low half first). */
-template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), KIND == KV_E4M3 ? __NV_E4M3 : __NV_E5M2);
-  return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
 
 /* The 16-bit type the mma runs in: bf16 for bf16 K/V, f16 otherwise. */
 template <int KIND> struct mma_type { typedef __half type; };
@@ -219,12 +174,6 @@ __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const i
   r->end = (int32_t)end;
   r->kv_len = (int32_t)kv_len;
   return true;
-}
-
-/* ALiBi slope of query head h (natural units). */
-__device__ __forceinline__ float alibi_slope(const decode_config &c, int64_t h) {
-  const float n = (float)c.alibi_n;
-  return h < c.alibi_n ? exp2f(-8.0f * (float)(h + 1) / n) : exp2f(-4.0f * (float)(2 * (h - c.alibi_n) + 1) / n);
 }
 
 /* Dim of element e (0..3: the k indices 2t, 2t+1, 2t+8, 2t+9) of k-step kk for lane t. */
@@ -416,8 +365,8 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
     float slope[2] = {0.0f, 0.0f};
     if (c.alibi_n > 0) {
-      slope[0] = alibi_slope(c, head[0]);
-      slope[1] = alibi_slope(c, head[1]);
+      slope[0] = alibi_slope(c.alibi_n, head[0]);
+      slope[1] = alibi_slope(c.alibi_n, head[1]);
     }
 
     float o[NTILES][4];
@@ -627,21 +576,25 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 
     /* each warp leaves its O (f32, by dim), m and l (summed over the quad) in shared memory */
     float *merge_o = reinterpret_cast<float *>(decode_smem);
-    float *merge_m = merge_o + DECODE_WARPS * 16 * HEAD_DIM, *merge_l = merge_m + DECODE_WARPS * 16;
+    float *merge_m = merge_o + DECODE_WARPS * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
       l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 1);
       l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 2);
     }
     if (active) {
-      float *wo = merge_o + (size_t)warp * 16 * HEAD_DIM;
+      float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
 #pragma unroll
       for (int j = 0; j < NTILES; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = g + (e >> 1) * 8;
-          const int dim = FP8 ? 16 * (j >> 1) + 4 * t + (j & 1) + 2 * (e & 1) : 8 * j + 2 * t + (e & 1);
-          wo[row * HEAD_DIM + dim] = o[j][e];
+        for (int h2 = 0; h2 < 2; ++h2) {
+          float *at = wo + (g + h2 * 8) * tile::O_STRIDE;
+          if constexpr (FP8) { /* dims 4t + (j & 1) and that + 2 of 16-dim chunk j / 2 */
+            at[16 * (j >> 1) + 4 * t + (j & 1)] = o[j][2 * h2];
+            at[16 * (j >> 1) + 4 * t + (j & 1) + 2] = o[j][2 * h2 + 1];
+          } else {
+            *reinterpret_cast<float2 *>(at + 8 * j + 2 * t) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
+          }
         }
       if (t == 0) {
         merge_m[warp * 16 + g] = m[0];
@@ -669,10 +622,12 @@ __global__ void __launch_bounds__(DECODE_THREADS)
           const int w = s2 * c.mt_warps + slot;
           const float wt = exp2f(merge_m[w * 16 + row16] - mx);
           sum = fmaf(merge_l[w * 16 + row16], wt, sum);
-          const float *src = merge_o + ((size_t)w * 16 + row16) * HEAD_DIM + d0;
+          const float4 *src = reinterpret_cast<const float4 *>(merge_o + ((size_t)w * 16 + row16) * tile::O_STRIDE + d0);
+          const float4 lo = src[0], hi = src[1];
+          const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            acc[e] = fmaf(src[e], wt, acc[e]);
+            acc[e] = fmaf(x[e], wt, acc[e]);
         }
       }
       const int tok = row / c.group;
@@ -711,11 +666,19 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 }
 
 /* ---- merge of split requests ------------------------------------------------------------------- */
-/* Block (b, y) merges rows of request b; a thread handles 8 values of one (token, head). */
-template <typename QT>
-__global__ void __launch_bounds__(MERGE_THREADS)
+/* Block (b, row) merges one (token, head) row of request b: its warps take the partial rows in turn
+ * (warp w: partials w, w + warps, ...), each lane HEAD_DIM / 32 values of a row, with a running
+ * maximum of their own, so a long list of partials (a single long request) is read by many loads
+ * in flight and no pass waits for another; the warps' sums meet in shared memory. The host picks
+ * the warps (blockDim.x / 32) so that each has about MERGE_BATCH partials. A block of an unsplit
+ * request returns before waiting on the attention grid. */
+template <typename QT, int HEAD_DIM>
+__global__ void __launch_bounds__(MERGE_MAX_WARPS * 32)
     decode_merge_kernel(const ignis_decode_params p, const decode_config c) {
-  ignis_pdl_wait();
+  constexpr int VEC = HEAD_DIM / 32;
+  __shared__ float warp_acc[MERGE_MAX_WARPS][HEAD_DIM];
+  __shared__ float warp_sum[MERGE_MAX_WARPS], warp_max[MERGE_MAX_WARPS];
+  const int warps = (int)(blockDim.x >> 5);
   int64_t first, last;
   if (p.work == nullptr) {
     if (blockIdx.x > 0 || c.implicit_items <= 1)
@@ -723,66 +686,90 @@ __global__ void __launch_bounds__(MERGE_THREADS)
     first = 0;
     last = c.implicit_items;
   } else {
+    /* the schedule was copied before the attention kernel ran: readable before the wait */
     if ((int)blockIdx.x >= *p.batch_size)
       return;
     first = p.request_partials[blockIdx.x];
     last = p.request_partials[blockIdx.x + 1];
   }
-  const int chunks = (int)(p.head_dim / 8);
-  const int64_t heads = p.num_qo_heads, q_len = p.q_len;
-  const int64_t idx = (int64_t)blockIdx.y * MERGE_THREADS + threadIdx.x;
-  if (last <= first || idx >= q_len * heads * chunks)
+  if (last <= first)
     return;
-  const int64_t b = blockIdx.x;
-  const int64_t th = idx / chunks, tok = th / heads, h = th % heads;
-  const int e0 = (int)(idx - th * chunks) * 8;
+  ignis_pdl_wait();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t heads = p.num_qo_heads, q_len = p.q_len, th = blockIdx.y;
+  const int64_t tok = th / heads, h = th % heads;
   const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
   const int n = (int)(last - first);
-  float mx = -CUDART_INF_F;
-#pragma unroll 8
-  for (int i = 0; i < n; ++i)
-    mx = fmaxf(mx, p.partial_lse[row0 + i * row_stride]);
-  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
-  const float top = fmaxf(mx, sink2);
-  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-  if (top != -CUDART_INF_F) {
-#pragma unroll 8
-    for (int i = 0; i < n; ++i) {
-      const int64_t prow = row0 + i * row_stride;
-      const float w = exp2f(p.partial_lse[prow] - top);
-      float x[8];
-      ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * p.head_dim + e0, x);
+
+  float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        acc[e] = fmaf(w, x[e], acc[e]);
+  for (int e = 0; e < VEC; ++e)
+    acc[e] = 0.0f;
+  for (int base = warp; base < n; base += MERGE_BATCH * warps) {
+    float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      const int i = base + u * warps;
+      lse[u] = -CUDART_INF_F;
+      if (i < n) {
+        const int64_t prow = row0 + i * row_stride;
+        lse[u] = p.partial_lse[prow];
+        ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * HEAD_DIM + lane * VEC, x[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      if (lse[u] == -CUDART_INF_F)
+        continue;
+      if (lse[u] > mx) { /* the same for the whole warp */
+        const float down = exp2f(mx - lse[u]);
+        sum *= down;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          acc[e] *= down;
+        mx = lse[u];
+      }
+      const float w = exp2f(lse[u] - mx);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        acc[e] = fmaf(w, x[u][e], acc[e]);
       sum += w;
     }
-    if (p.sinks != nullptr)
-      sum += exp2f(sink2 - top);
   }
+  if (lane == 0) {
+    warp_max[warp] = mx;
+    warp_sum[warp] = sum;
+  }
+  __syncthreads();
+  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
+  float top = sink2;
+  for (int w = 0; w < warps; ++w)
+    top = fmaxf(top, warp_max[w]);
+  const float mine = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    warp_acc[warp][lane * VEC + e] = acc[e] * mine;
+  __syncthreads();
+  ignis_pdl_launch_dependents();
+  sum = p.sinks != nullptr && top != -CUDART_INF_F ? exp2f(sink2 - top) : 0.0f;
+  for (int w = 0; w < warps; ++w)
+    sum += warp_max[w] == -CUDART_INF_F ? 0.0f : warp_sum[w] * exp2f(warp_max[w] - top);
   const bool any = sum > 0.0f || isnan(sum);
   const float inv = any ? 1.0f / sum : 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    acc[e] = any ? acc[e] * inv : 0.0f;
-  const int64_t out_row = b * q_len + tok;
-  ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + e0, acc);
-  if (p.lse != nullptr && e0 == 0)
+  const int64_t out_row = (int64_t)blockIdx.x * q_len + tok;
+  QT *out = static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head;
+  for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      v += warp_acc[w][d];
+    out[d] = ignis_from_float<QT>(any ? v * inv : 0.0f);
+  }
+  if (p.lse != nullptr && threadIdx.x == 0)
     p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] =
         (any ? top + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
-  ignis_pdl_launch_dependents();
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
-static bool aligned16(const void *ptr, int64_t elem, const int64_t *strides, int count) {
-  if ((uintptr_t)ptr % 16 != 0)
-    return false;
-  for (int i = 0; i < count; ++i)
-    if (strides[i] * elem % 16 != 0)
-      return false;
-  return true;
-}
-
 static decode_config make_config(const ignis_decode_params &p) {
   decode_config c;
   c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
@@ -796,17 +783,11 @@ static decode_config make_config(const ignis_decode_params &p) {
     chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
   c.implicit_chunk = (int32_t)chunk;
   c.implicit_items = (int32_t)(len > 0 ? (len + chunk - 1) / chunk : 1);
-  const double log2e = 1.4426950408889634;
-  const double cap = p.logits_soft_cap;
-  c.cap_in = cap > 0.0 ? (float)(1.0 / cap) : 0.0f;
-  c.cap_out = cap > 0.0 ? (float)(cap * log2e) : 0.0f;
-  c.alibi_n = 0;
-  if (p.pos_encoding == IGNIS_POS_ENCODING_ALIBI) {
-    c.alibi_n = 1;
-    while ((int64_t)c.alibi_n * 2 <= p.num_qo_heads)
-      c.alibi_n *= 2;
-  }
-  c.transform = cap > 0.0 || c.alibi_n > 0;
+  const attention_score_transform st = attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
+  c.cap_in = st.cap_in;
+  c.cap_out = st.cap_out;
+  c.alibi_n = st.alibi_n;
+  c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
   return c;
 }
 
@@ -817,7 +798,15 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   const decode_config c = make_config(p);
   const size_t smem = tile::SMEM_BYTES;
   IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>>(smem)));
-  const int64_t items = p.work != nullptr ? p.max_work : c.implicit_items;
+  /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
+   * captured launch keeps the maxima so that its replays serve every later plan */
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive;
+  }
+  const bool exact = p.work != nullptr && p.launch_work > 0 && capture == cudaStreamCaptureStatusNone;
+  const int64_t items = p.work == nullptr ? c.implicit_items : exact ? p.launch_work : p.max_work;
   if (items * p.num_kv_heads > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
                            (long long)items, (long long)p.num_kv_heads);
@@ -828,23 +817,24 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     if (status != IGNIS_OK)
       return status;
   }
-  const int64_t merges = p.work != nullptr ? p.max_batch : (c.implicit_items > 1 ? 1 : 0);
+  const int64_t merges =
+      p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0) : exact ? (p.launch_merge ? p.launch_batch : 0) : p.max_batch;
+  const int64_t rows = (int64_t)p.q_len * p.num_qo_heads;
   if (merges > 0) {
-    const int64_t threads = (int64_t)p.q_len * p.num_qo_heads * (p.head_dim / 8);
-    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT>,
-                                  dim3((unsigned)merges, (unsigned)((threads + MERGE_THREADS - 1) / MERGE_THREADS)),
-                                  dim3(MERGE_THREADS), 0, stream, p, c));
+    if (rows > 65535)
+      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld query rows per request exceed one merge grid",
+                             (long long)rows);
+    /* about MERGE_BATCH partials per warp: one round of loads (4 warps when the lists are unknown) */
+    const int64_t longest = p.work == nullptr ? c.implicit_items : exact ? p.launch_merge : 4 * MERGE_BATCH;
+    int warps = 1;
+    while (warps < MERGE_MAX_WARPS && warps * MERGE_BATCH < longest)
+      warps *= 2;
+    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT, HEAD_DIM>, dim3((unsigned)merges, (unsigned)rows),
+                                  dim3((unsigned)(warps * 32)), 0, stream, p, c));
     return ignis_check_launch("decode merge");
   }
   return IGNIS_OK;
 }
-
-/* The build compiles the head dims of IGNIS_HEAD_DIMS (CMake); a lone nvcc compile gets all three. */
-#if !defined(IGNIS_WITH_HEAD_DIM_64) && !defined(IGNIS_WITH_HEAD_DIM_128) && !defined(IGNIS_WITH_HEAD_DIM_256)
-#define IGNIS_WITH_HEAD_DIM_64 1
-#define IGNIS_WITH_HEAD_DIM_128 1
-#define IGNIS_WITH_HEAD_DIM_256 1
-#endif
 
 template <typename QT, int KIND, bool ROPE> static ignis_status launch_head_dim(const ignis_decode_params &p, cudaStream_t s) {
   switch (p.head_dim) {
@@ -929,25 +919,11 @@ extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   const ignis_decode_params &p = *params;
-  const int64_t elem = 2, kv_elem = (int64_t)ignis_dtype_size(p.cache.dtype);
-  const bool paged = p.contiguous_kv_len == 0 && p.cache.indptr != nullptr;
-  const int64_t q_strides[] = {p.q_stride_batch, p.q_stride_head};
-  const int64_t out_strides[] = {p.out_stride_batch, p.out_stride_head};
-  const int64_t k_strides[] = {p.cache.k_stride_token, p.cache.k_stride_head, p.cache.k_stride_page};
-  const int64_t v_strides[] = {p.cache.v_stride_token, p.cache.v_stride_head, p.cache.v_stride_page};
-  if (!aligned16(p.q, elem, q_strides, 2) || !aligned16(p.out, elem, out_strides, 2) ||
-      !aligned16(p.cache.k_cache, kv_elem, k_strides, paged ? 3 : 2) ||
-      !aligned16(p.cache.v_cache, kv_elem, v_strides, paged ? 3 : 2))
+  if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
+                                  p.out_stride_head, p.cache, p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.dtype) {
-  case IGNIS_F16:
-    return launch_kv<__half>(p, s);
-  case IGNIS_BF16:
-    return launch_kv<__nv_bfloat16>(p, s);
-  default:
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: dtype must be f16 or bf16");
-  }
+  return attention_by_dtype(p.dtype, "decode", [&](auto qt) { return launch_kv<decltype(qt)>(p, s); });
 }

@@ -1,13 +1,162 @@
-/* CUDA backend of prefill attention (include/ignis/prefill.h): not built yet. The front end
- * (src/core/op_prefill.c) validates the call, plans the schedule and fills ignis_prefill_params
- * (src/core/params.h) exactly as the kernel will need them; this entry point then reports
- * IGNIS_ERROR_UNSUPPORTED, having written nothing, so callers fall back (the header says so). */
-#include "core/backend.h"
-#include "core/error.h"
+/* CUDA backend of prefill attention (include/ignis/prefill.h): many query tokens per request against
+ * contiguous (single prefill), ragged or paged keys, with the results of the CPU backend
+ * (src/cpu/prefill.c). The front end (src/core/op_prefill.c) validates, plans and fills
+ * ignis_prefill_params; this file picks a kernel instance and launches it.
+ *
+ * Two kernels, back to back on the stream with ignis_launch (PDL between them), in
+ * prefill_kernel.cuh:
+ *   - prefill_attention_kernel, 128 threads, a flat grid of work items x KV heads (KV head
+ *     fastest, items last first: the longest causal tiles of a request start first, and the blocks
+ *     reading one request's keys run side by side). Block (item, kvh) attends the item's tile of
+ *     ROWS packed query rows (row r: token r / group, query head kvh * group + r % group, so each
+ *     key is read once for the GQA group) against the item's keys, and writes out / lse, or an f32
+ *     partial slot and its base-2 LSE when the tile is split.
+ *   - prefill_merge_kernel: one thread per 8 output values of a (merge entry, KV head, tile row)
+ *     combines the tile's partial slots by their LSEs and joins the sink.
+ *
+ * The attention block is FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS =
+ * 128 packed rows for head dims up to 128 (4 warps of 2 m-tiles), 64 above (4 warps of 1 m-tile);
+ * KT = 64 keys (32 at head dim 256). Q is copied once into swizzled shared memory and read by
+ * ldmatrix at each k-step; K and V tiles stream through a ring of 2-3 stages filled with 16-byte
+ * cp.async (zero-filled past the range). The row addresses of every key are computed a stage
+ * ahead by threads 0..KT-1 (contiguous, ragged, or through cache.indices for paged keys, whose
+ * page-table read is issued one more tile ahead) and left in a small ring, so any page size and
+ * any strides cost the copies nothing. Each warp takes a tile in steps of KC keys (32 at head dim
+ * 128, where S of 64 keys next to O of 2 m-tiles would not fit the registers; else KT): S = Q K^T
+ * on its m-tiles, an online softmax in base 2 (sm_scale * log2(e) * k_scale folded into one FFMA
+ * with the running max; the row sum reduced across the quad only at the end), P packed into 16-bit
+ * A fragments in registers, O += P V (V by ldmatrix.trans). Per step and warp the keys are skipped
+ * (beyond the causal diagonal or before the window), taken without any mask (fully visible), or
+ * masked per element (diagonal, window edges, range end, custom-mask bits gathered once per tile
+ * into shared memory).
+ *
+ * Instances: q f16 / bf16 x K/V (q's dtype, fp8 e4m3, fp8 e5m2) x head dims (64, 64), (128, 128),
+ * (256, 256), (192, 128) x {fast, general}. The fast instance takes causal or no mask only; the
+ * general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. fp8 K/V tiles land as
+ * bytes and are converted once per tile, by the whole block, into a 16-bit tile of q's dtype (exact
+ * for both formats), which is also where ROPE_LLAMA rotates the keys (16-bit keys rotate in place;
+ * Q rotates once after its copy). k_scale joins the score scale, v_scale the final normalisation.
+ * A row with no visible key writes out = 0 and lse = -inf, or lse = the sink with sinks.
+ *
+ * Requirements beyond validation (IGNIS_ERROR_UNSUPPORTED otherwise): q, out, K and V start
+ * 16-byte aligned with strides that are multiples of 16 bytes, and work items x KV heads fit one
+ * grid. The head dim pair (192, 128) is compiled with head dim 128 (IGNIS_HEAD_DIMS). */
+#include "cuda/attention/prefill_kernel.cuh"
+#include "cuda/common/cuda_common.cuh"
 
-ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream) {
-  (void)params;
-  (void)device;
-  (void)stream;
-  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "prefill: the CUDA kernel is not built yet");
+static prefill_config make_config(const ignis_prefill_params &p) {
+  prefill_config c;
+  c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
+  c.causal = p.mask_mode == IGNIS_MASK_CAUSAL;
+  c.custom_mask = p.mask_mode == IGNIS_MASK_CUSTOM;
+  c.rope = p.pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA;
+  c.st = attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
+  c.transform = p.logits_soft_cap > 0.0f || c.st.alibi_n > 0;
+  /* transformed scores go through ALiBi / tanh in natural units, the rest straight to base 2 */
+  c.score_scale = (float)(c.transform ? (double)p.sm_scale_log2 / 1.4426950408889634 * p.k_scale
+                                      : (double)p.sm_scale_log2 * p.k_scale);
+  c.implicit_tiles = c.implicit_chunks = 0;
+  c.implicit_chunk = 0;
+  if (p.implicit_chunk_tokens > 0) {
+    const int64_t rows = p.contiguous_q_len * c.group, kv_len = p.contiguous_kv_len;
+    c.implicit_tiles = (int32_t)((rows + p.q_tile_rows - 1) / p.q_tile_rows);
+    c.implicit_chunk = p.implicit_chunk_tokens;
+    c.implicit_chunks = (int32_t)(kv_len > 0 ? (kv_len + c.implicit_chunk - 1) / c.implicit_chunk : 1);
+  }
+  c.merge_blocks = 1;
+  return c;
+}
+
+static bool general_options(const ignis_prefill_params &p) {
+  return p.logits_soft_cap > 0.0f || p.pos_encoding != IGNIS_POS_ENCODING_NONE ||
+         p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
+}
+
+template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
+static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
+  typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
+  if (p.q_tile_rows != sh::ROWS)
+    return ignis_set_error(IGNIS_ERROR_INTERNAL,
+                           "prefill: the plan's tiles have %d rows but the kernel takes %d",
+                           (int)p.q_tile_rows, sh::ROWS);
+  prefill_config c = make_config(p);
+  const int64_t blocks = p.max_work * p.num_kv_heads;
+  if (blocks > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "prefill: %lld work items x %lld KV heads exceed one grid", (long long)p.max_work,
+                           (long long)p.num_kv_heads);
+  if (blocks > 0) {
+    IGNIS_CUDA_CHECK(
+        (ignis_allow_dynamic_smem<prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>>(sh::SMEM_BYTES)));
+    IGNIS_CUDA_CHECK(ignis_launch(prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>,
+                                  dim3((unsigned)blocks), dim3(PREFILL_THREADS), sh::SMEM_BYTES, stream, p,
+                                  c));
+    const ignis_status status = ignis_check_launch("prefill attention");
+    if (status != IGNIS_OK)
+      return status;
+  }
+  if (p.max_merge > 0) {
+    const int64_t threads = p.num_kv_heads * sh::ROWS * (DVO / 8);
+    c.merge_blocks = (threads + PREFILL_MERGE_THREADS - 1) / PREFILL_MERGE_THREADS;
+    if (p.max_merge * c.merge_blocks > INT32_MAX)
+      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                             "prefill: %lld merge entries x %lld KV heads exceed one grid",
+                             (long long)p.max_merge, (long long)p.num_kv_heads);
+    IGNIS_CUDA_CHECK(ignis_launch(prefill_merge_kernel<QT, DVO, sh::ROWS>,
+                                  dim3((unsigned)(p.max_merge * c.merge_blocks)), dim3(PREFILL_MERGE_THREADS),
+                                  0, stream, p, c));
+    return ignis_check_launch("prefill merge");
+  }
+  return IGNIS_OK;
+}
+
+template <typename QT, int KIND, int DQK, int DVO>
+static ignis_status launch_options(const ignis_prefill_params &p, cudaStream_t s) {
+  return general_options(p) ? launch<QT, KIND, DQK, DVO, true>(p, s)
+                            : launch<QT, KIND, DQK, DVO, false>(p, s);
+}
+
+template <typename QT, int KIND>
+static ignis_status launch_head_dims(const ignis_prefill_params &p, cudaStream_t s) {
+  const int64_t qk = p.head_dim_qk, vo = p.head_dim_vo;
+#ifdef IGNIS_WITH_HEAD_DIM_64
+  if (qk == 64 && vo == 64)
+    return launch_options<QT, KIND, 64, 64>(p, s);
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_128
+  if (qk == 128 && vo == 128)
+    return launch_options<QT, KIND, 128, 128>(p, s);
+  if (qk == 192 && vo == 128)
+    return launch_options<QT, KIND, 192, 128>(p, s);
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_256
+  if (qk == 256 && vo == 256)
+    return launch_options<QT, KIND, 256, 256>(p, s);
+#endif
+  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                         "prefill: head dims (%lld, %lld) are not compiled in this build (IGNIS_HEAD_DIMS)",
+                         (long long)qk, (long long)vo);
+}
+
+template <typename QT> static ignis_status launch_kv(const ignis_prefill_params &p, cudaStream_t s) {
+  switch (p.cache.dtype) {
+  case IGNIS_FP8_E4M3:
+    return launch_head_dims<QT, KV_E4M3>(p, s);
+  case IGNIS_FP8_E5M2:
+    return launch_head_dims<QT, KV_E5M2>(p, s);
+  default: /* the dtype of q */
+    return launch_head_dims<QT, (std::is_same<QT, __half>::value ? KV_F16 : KV_BF16)>(p, s);
+  }
+}
+
+extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  const ignis_prefill_params &p = *params;
+  if (!attention_operands_aligned(p.q, p.q_stride_token, p.q_stride_head, p.out, p.out_stride_token,
+                                  p.out_stride_head, p.cache, p.kv_source == IGNIS_PREFILL_KV_PAGED))
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "prefill: q, out, k and v (or the cache) must be 16-byte aligned, with strides of "
+                           "multiples of 16 bytes");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return attention_by_dtype(p.dtype, "prefill", [&](auto qt) { return launch_kv<decltype(qt)>(p, s); });
 }

@@ -448,7 +448,7 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
 /* ---- the gathered list ---------------------------------------------------------------------------- */
 /* Sort sm.u.list[0, len) descending: a bitonic network over the next power of two, padded with 0.
  * Starts and ends with a barrier. */
-__device__ __noinline__ void sort_list(uint32_t len) {
+static __device__ __noinline__ void sort_list(uint32_t len) {
   search_smem &sm = search_mem();
   uint32_t size = 2;
   while (size < len)
@@ -473,7 +473,7 @@ __device__ __noinline__ void sort_list(uint32_t len) {
 
 /* In the sorted list of len entries: the key of the first entry at which base + the running mass
  * reaches target (compared in f64); the last key if none does. Ends with a barrier. */
-__device__ __noinline__ uint32_t list_cross(uint32_t len, uint64_t base, double target, int e_max) {
+static __device__ __noinline__ uint32_t list_cross(uint32_t len, uint64_t base, double target, int e_max) {
   search_smem &sm = search_mem();
   const uint32_t per = (len + THREADS - 1) / THREADS;
   const uint32_t first = threadIdx.x * per, last = min(first + per, len);
@@ -500,7 +500,7 @@ __device__ __noinline__ uint32_t list_cross(uint32_t len, uint64_t base, double 
 }
 
 /* Mass of the list entries with key >= thr; with_tiles also adds each to its tile. */
-__device__ __noinline__ uint64_t list_mass_from(uint32_t len, uint32_t thr, int e_max, bool with_tiles,
+static __device__ __noinline__ uint64_t list_mass_from(uint32_t len, uint32_t thr, int e_max, bool with_tiles,
                                                 int tile_shift) {
   search_smem &sm = search_mem();
   uint64_t mine = 0;
@@ -547,7 +547,7 @@ struct search_result {
  * highest bin where the mass target can be reached, from the bounds). t_lo / t_hi: the mass target's
  * bounds; when !tg.base_known they are computed here from the histogram's bounds on the total mass
  * (the histogram must then cover every weight). Ends with a barrier. */
-__device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, int e_max, uint32_t max_key,
+static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, int e_max, uint32_t max_key,
                                   uint64_t count_above, uint64_t mass_above, const targets tg, double &t_lo,
                                   double &t_hi) {
   search_smem &sm = search_mem();

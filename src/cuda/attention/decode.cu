@@ -669,16 +669,16 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 /* Block (b, row) merges one (token, head) row of request b: its warps take the partial rows in turn
  * (warp w: partials w, w + warps, ...), each lane HEAD_DIM / 32 values of a row, with a running
  * maximum of their own, so a long list of partials (a single long request) is read by many loads
- * in flight and no pass waits for another; the warps' sums meet in shared memory. The host picks
- * the warps (blockDim.x / 32) so that each has about MERGE_BATCH partials. A block of an unsplit
- * request returns before waiting on the attention grid. */
+ * in flight and no pass waits for another; the warps' sums meet in shared memory. Each warp takes
+ * about MERGE_BATCH partials: the number of reading warps follows from the request's own count
+ * (the host launches enough for the batch's longest list), so results are batch-invariant. A
+ * block of an unsplit request returns before waiting on the attention grid. */
 template <typename QT, int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_MAX_WARPS * 32)
     decode_merge_kernel(const ignis_decode_params p, const decode_config c) {
   constexpr int VEC = HEAD_DIM / 32;
   __shared__ float warp_acc[MERGE_MAX_WARPS][HEAD_DIM];
   __shared__ float warp_sum[MERGE_MAX_WARPS], warp_max[MERGE_MAX_WARPS];
-  const int warps = (int)(blockDim.x >> 5);
   int64_t first, last;
   if (p.work == nullptr) {
     if (blockIdx.x > 0 || c.implicit_items <= 1)
@@ -700,12 +700,18 @@ __global__ void __launch_bounds__(MERGE_MAX_WARPS * 32)
   const int64_t tok = th / heads, h = th % heads;
   const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
   const int n = (int)(last - first);
+  /* the warps that read: a function of n alone (the block has at least that many), so a request's
+   * result does not depend on the rest of the batch or on the launch */
+  int warps = 1;
+  while (warps < MERGE_MAX_WARPS && warps * MERGE_BATCH < n)
+    warps *= 2;
+  warps = min(warps, (int)(blockDim.x >> 5));
 
   float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
     acc[e] = 0.0f;
-  for (int base = warp; base < n; base += MERGE_BATCH * warps) {
+  for (int base = warp; warp < warps && base < n; base += MERGE_BATCH * warps) {
     float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
 #pragma unroll
     for (int u = 0; u < MERGE_BATCH; ++u) {
@@ -824,8 +830,9 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     if (rows > 65535)
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld query rows per request exceed one merge grid",
                              (long long)rows);
-    /* about MERGE_BATCH partials per warp: one round of loads (4 warps when the lists are unknown) */
-    const int64_t longest = p.work == nullptr ? c.implicit_items : exact ? p.launch_merge : 4 * MERGE_BATCH;
+    /* about MERGE_BATCH partials per warp: one round of loads; enough warps for the longest list
+     * of partials (all MERGE_MAX_WARPS when the lists are not known, as in a captured graph) */
+    const int64_t longest = p.work == nullptr ? c.implicit_items : exact ? p.launch_merge : MERGE_MAX_WARPS * MERGE_BATCH;
     int warps = 1;
     while (warps < MERGE_MAX_WARPS && warps * MERGE_BATCH < longest)
       warps *= 2;

@@ -45,7 +45,7 @@ struct ignis_decode_plan {
   int updated;
   int64_t batch_size;
   int32_t num_work;     /* items of that batch */
-  int32_t most_partials; /* the most partial rows of one request of that batch (0: none is split) */
+  int32_t num_partials; /* partial rows of that batch (0: no request is split) */
   const void *workspace;
 };
 
@@ -454,13 +454,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
-  plan->most_partials = 0;
-  if (header->num_partials > 0) {
-    const int32_t *partials = ignis_decode_schedule_partials_of(image);
-    for (int64_t b = 0; b < batch_size; ++b)
-      if (partials[b + 1] - partials[b] > plan->most_partials)
-        plan->most_partials = partials[b + 1] - partials[b];
-  }
+  plan->num_partials = header->num_partials;
   plan->batch_size = batch_size;
   plan->workspace = workspace;
   plan->updated = 1;
@@ -616,6 +610,6 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
     return ignis_cpu_decode(&p);
   p.launch_work = plan->num_work;
   p.launch_batch = plan->batch_size;
-  p.launch_merge = plan->most_partials;
+  p.launch_merge = plan->num_partials > 0;
   return ignis_cuda_decode(&p, device.id, stream);
 }

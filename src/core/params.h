@@ -220,13 +220,13 @@ typedef struct ignis_decode_params {
   const int32_t *request_partials; /* [max_batch + 1]; rows of request b: [rp[b], rp[b+1]) */
   const int32_t *batch_size;      /* [1]: requests of this batch (<= max_batch) */
   int64_t max_batch;              /* grid.x of the merge kernel */
-  /* This batch's items and requests as the host planned them, and the most partial rows of one
-   * request (0: none is split): a run that is not being captured into a CUDA graph sizes its
-   * grids by them (and skips the merge when nothing is split); a captured run uses max_work /
-   * max_batch, so a replay serves every later plan. launch_work = 0: not known (the maxima). */
+  /* This batch's items and requests as the host planned them, and whether any request is split:
+   * a run that is not being captured into a CUDA graph sizes its grids by them (and skips the
+   * merge when nothing is split); a captured run uses max_work / max_batch, so a replay serves
+   * every later plan. launch_work = 0: not known (the maxima). */
   int64_t launch_work;
   int64_t launch_batch;
-  int64_t launch_merge;
+  int32_t launch_merge;
   /* Partial rows: item partial p, query token i, head h is row (p * q_len + i) * num_qo_heads + h. */
   float *partial_out;             /* [max_partials * q_len, num_qo_heads, head_dim] f32 */
   float *partial_lse;             /* [max_partials * q_len, num_qo_heads] f32, base 2 */

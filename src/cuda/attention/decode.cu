@@ -8,8 +8,10 @@
  *     K/V row is read from memory once for the whole GQA group and all q_len tokens. A whole
  *     request writes out / lse directly; a chunk of a split request writes f32 partial rows and
  *     their base-2 LSEs.
- *   - decode_merge_kernel, grid (requests, row groups): combines the partial rows of each split
- *     request (and adds the per-head sink exactly once), one thread per 8 values of a row.
+ *   - decode_merge_kernel, grid (requests, query rows), 4 warps: combines the partial rows of each
+ *     split request (and adds the per-head sink exactly once), the warps taking its partials in
+ *     turn. Outside a CUDA-graph capture both grids fit the planned batch and an unsplit batch
+ *     launches no merge; a captured run is sized for the plan's maxima.
  *
  * Tensor cores (mma.sync m16n8k16, f32 accumulators). The R = q_len * group query rows of a block
  * (row r: token r / group, head r % group of the group) are packed into the M dimension, 16 rows

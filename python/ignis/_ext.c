@@ -1211,6 +1211,35 @@ static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size
   return 0;
 }
 
+/* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
+ * k and v. On error the call is released and -1 returned. */
+static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
+                          size_t *ws_bytes) {
+  *ws = NULL;
+  *ws_bytes = 0;
+  if ((ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0) ||
+      apply_kv_view(fn, kv_view, &c->tensors[k_at], "k") < 0 ||
+      apply_kv_view(fn, kv_view, &c->tensors[v_at], "v") < 0) {
+    op_call_release(c);
+    return -1;
+  }
+  return 0;
+}
+
+/* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
+ * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
+static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
+                            int combined, ignis_paged_kv_cache *cache) {
+  if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
+      (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
+    return -1;
+  if (combined)
+    return split_combined_cache(fn, &c->tensors[k_at], &cache->k_cache, &cache->v_cache);
+  cache->k_cache = c->tensors[k_at];
+  cache->v_cache = c->tensors[v_at];
+  return 0;
+}
+
 /* (num_qo_heads, head_dim, max_kv_len) -> bytes */
 static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.single_decode_workspace_size";
@@ -1244,14 +1273,10 @@ static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssi
   op_call c;
   if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
     return NULL;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if ((ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) ||
-      apply_kv_view(fn, kv_view, &c.tensors[k_at], "k") < 0 ||
-      apply_kv_view(fn, kv_view, &c.tensors[v_at], "v") < 0) {
-    op_call_release(&c);
+  void *ws;
+  size_t ws_bytes;
+  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
     return NULL;
-  }
   extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
@@ -1281,12 +1306,16 @@ static void decode_plan_capsule_destroy(PyObject *capsule) {
   PyMem_RawFree(handle);
 }
 
+/* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
+static void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
+  void *ptr = PyCapsule_IsValid(obj, name) ? PyCapsule_GetPointer(obj, name) : NULL;
+  if (!ptr)
+    raise_type("%s: plan must be a %s", fn, what);
+  return ptr;
+}
+
 static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
-  decode_plan_handle *handle =
-      PyCapsule_IsValid(obj, DECODE_PLAN_CAPSULE) ? PyCapsule_GetPointer(obj, DECODE_PLAN_CAPSULE) : NULL;
-  if (!handle)
-    raise_type("%s: plan must be a decode plan made by decode_plan_create", fn);
-  return handle;
+  return plan_capsule_of(fn, obj, DECODE_PLAN_CAPSULE, "decode plan made by decode_plan_create");
 }
 
 /* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, kv_dtype,
@@ -1525,16 +1554,8 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   cache.layout = (ignis_kv_layout)layout;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  int bad = apply_kv_view(fn, kv_view, &c.tensors[k_at], l.names[k_at]) < 0 ||
-            (v_at >= 0 && apply_kv_view(fn, kv_view, &c.tensors[v_at], "v_cache") < 0) ||
-            (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0);
-  if (!bad && combined) {
-    bad = split_combined_cache(fn, &c.tensors[k_at], &cache.k_cache, &cache.v_cache) < 0;
-  } else if (!bad) {
-    cache.k_cache = c.tensors[k_at];
-    cache.v_cache = c.tensors[v_at];
-  }
-  if (bad) {
+  if (paged_kv_tensors(fn, &c, kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
     op_call_release(&c);
     return NULL;
   }

@@ -36,13 +36,10 @@ static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ss
   op_call c;
   if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
     return NULL;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if ((ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) ||
-      apply_kv_view(fn, kv_view, &c.tensors[k_at], "k") < 0 || apply_kv_view(fn, kv_view, &c.tensors[v_at], "v") < 0) {
-    op_call_release(&c);
+  void *ws;
+  size_t ws_bytes;
+  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
     return NULL;
-  }
   extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_prefill(
@@ -64,11 +61,7 @@ static void prefill_plan_capsule_destroy(PyObject *capsule) {
 }
 
 static ignis_prefill_plan *prefill_plan_of(const char *fn, PyObject *obj) {
-  ignis_prefill_plan *plan =
-      PyCapsule_IsValid(obj, PREFILL_PLAN_CAPSULE) ? PyCapsule_GetPointer(obj, PREFILL_PLAN_CAPSULE) : NULL;
-  if (!plan)
-    raise_type("%s: plan must be a prefill plan made by prefill_plan_create", fn);
-  return plan;
+  return plan_capsule_of(fn, obj, PREFILL_PLAN_CAPSULE, "prefill plan made by prefill_plan_create");
 }
 
 /* (device_type, device_id, kv_kind, kv_layout, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
@@ -236,13 +229,10 @@ static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, P
   op_call c;
   if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[12]) < 0)
     return NULL;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if ((ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0) ||
-      apply_kv_view(fn, kv_view, &c.tensors[k_at], "k") < 0 || apply_kv_view(fn, kv_view, &c.tensors[v_at], "v") < 0) {
-    op_call_release(&c);
+  void *ws;
+  size_t ws_bytes;
+  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
     return NULL;
-  }
   extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_prefill_ragged_run(
@@ -285,15 +275,7 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
   }
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
   cache.layout = (ignis_kv_layout)layout;
-  int bad = apply_kv_view(fn, kv_view, &c.tensors[k_at], l.names[k_at]) < 0 ||
-            (v_at >= 0 && apply_kv_view(fn, kv_view, &c.tensors[v_at], "v_cache") < 0);
-  if (!bad && combined) {
-    bad = split_combined_cache(fn, &c.tensors[k_at], &cache.k_cache, &cache.v_cache) < 0;
-  } else if (!bad) {
-    cache.k_cache = c.tensors[k_at];
-    cache.v_cache = c.tensors[v_at];
-  }
-  if (bad) {
+  if (paged_kv_tensors(fn, &c, kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0) {
     if (side.count)
       op_call_release(&side);
     op_call_release(&c);

@@ -3,7 +3,8 @@
  * Tiles: rows of 16-byte chunks in shared memory, chunk c of row r stored at chunk c ^ (r & SWIZZLE)
  * (swizzled), so the 8 row addresses of an ldmatrix phase hit distinct banks. They are filled with
  * 16-byte cp.async copies (zero-filled when the source is masked) and read with ldmatrix (.trans for
- * V) into the fragments of mma.sync m16n8k16 (16-bit inputs, f32 accumulators). fp8 K/V bytes
+ * V) into the fragments of mma.sync m16n8k16 (16-bit inputs, f32 accumulators); movmatrix turns
+ * an 8x8 block of a C fragment into the B fragment of its transpose. fp8 K/V bytes
  * become f16 pairs (e4m3 by the hardware conversion, e5m2 by a byte permute).
  *
  * Scores: ALiBi slopes and the soft cap as the kernels take them (attention_score_transform,
@@ -58,6 +59,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+/* The transpose of an 8x8 matrix of 16-bit values spread over the warp as an mma fragment (lane l:
+ * row l / 4, columns 2 (l % 4) and + 1, the lower column in the low half), in the same layout. */
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
 }
 /* d += a * b, m16n8k16, 16-bit inputs (bf16 when BF16, else f16), f32 accumulators. */
 template <bool BF16>

@@ -27,12 +27,29 @@
  * registers and O += P V (V fragments by ldmatrix.trans). The key splits are merged through shared
  * memory at the end. Groups with more m-tiles than warps run several passes over the keys.
  *
+ * Transposed kernel (TRANSPOSED, taken when R <= DECODE_TRANSPOSED_ROWS = 8, e.g. group 4 or 8 at
+ * q_len 1, group 4 at q_len 2; every option, dtype and head dim; larger R takes the kernel above).
+ * An m16 tile of R <= 8 rows would be mostly padding, so the block computes the transpose: the R
+ * rows are the N = 8 columns. S^T = K Q^T with K the A operand (16 keys x 16 dims by ldmatrix from
+ * the K tile, not transposed) and Q^T the B operand (lane (g, t) holds row g, dims as frag_dim);
+ * lane (g, t) then holds keys g, g+8 of rows 2t, 2t+1, and the online softmax of a row reduces
+ * over the 8 lanes g. P^T, the B operand of O^T += V^T P^T, is the C fragment with each 8x8 half
+ * transposed across the warp (movmatrix); V^T is the A operand by ldmatrix.trans from the V tile.
+ * Per 16 keys: KSTEPS + HEAD_DIM / 16 mma instead of twice that, 16 Q registers and 32 O
+ * accumulators at head dim 128 instead of 32 and 64 (122-125 registers against 163-168). Each warp takes
+ * one 16-key sub-tile of every tile (the key-split merge of the kernel above, rows 0..7 used). The
+ * ring, page lookups, score transforms and epilogue are the same code; so is the shared memory,
+ * which keeps 3 blocks per SM at head dim 128 (the planner's occupancy, from the kernel above,
+ * stays right).
+ *
  * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
  * holds two fp8 values) and converted to f16 in registers. Because a b16 lane of K then holds
  * dims 4t..4t+3 of a 16-dim chunk, the reduction index k of the QK^T mma is a permutation of the
  * dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9 <-> dims 4t+2, 4t+3), applied to Q alike;
  * for V the transposed b16 lane holds dims 2g, 2g+1 of two keys, split by a byte permute into an
- * even-dim and an odd-dim n-tile. q goes to f16 with a power-of-two scale per row (exact; brings
+ * even-dim and an odd-dim n-tile (transposed kernel: m-rows g and g+8 of a 16-dim m-tile of O^T
+ * are dims 2g and 2g+1; the K fragment and the permutation of the QK dims are as above, K as the A
+ * operand). q goes to f16 with a power-of-two scale per row (exact; brings
  * bf16 q into f16 range), undone on the scores. (Q K^T on the fp8 tensor cores, mma m16n8k32 with
  * q split in two e4m3 parts and the K bytes as the B fragment, measured slower on the H200:
  * 233 vs 208 us at batch 64, 4k keys.)
@@ -61,6 +78,7 @@ enum {
   DECODE_WARPS = 4,
   DECODE_KT = 64, /* keys per tile */
   DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
+  DECODE_TRANSPOSED_ROWS = 8, /* blocks of at most this many query rows take the transposed kernel */
   MERGE_WARPS = 4, /* merge block */
   MERGE_BATCH = 4  /* partials a merge warp loads before it uses any */
 };
@@ -183,6 +201,13 @@ template <bool FP8> __device__ __forceinline__ int frag_dim(int kk, int e, int t
   return FP8 ? 16 * kk + 4 * t + e : 16 * kk + 2 * t + (e & 1) + (e >> 1) * 8;
 }
 
+/* Transposed kernel: dim of accumulator o[j][e] (m-tile j of O^T) for lane g. 16-bit: m-rows g and
+ * g + 8 are dims g, g + 8 of the 16-dim tile; fp8: dims 2g and 2g + 1 (the byte order of a V
+ * fragment, see the header). */
+template <bool FP8> __device__ __forceinline__ int transposed_dim(int j, int e, int g) {
+  return FP8 ? 16 * j + 2 * g + (e >> 1) : 16 * j + g + 8 * (e >> 1);
+}
+
 /* Rotate pairs (x[kk][e], x[kk + KSTEPS/2][e]) by angle pos * freq[kk][e] (ROPE_LLAMA halves). */
 template <int KSTEPS>
 __device__ __forceinline__ void rotate_halves(float (&x)[KSTEPS][4], const float (&freq)[KSTEPS / 2][4], float pos) {
@@ -199,7 +224,7 @@ __device__ __forceinline__ void rotate_halves(float (&x)[KSTEPS][4], const float
 }
 
 /* ---- attention ----------------------------------------------------------------------------------- */
-template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
+template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
 __global__ void __launch_bounds__(DECODE_THREADS)
     decode_attention_kernel(const ignis_decode_params p, const decode_config c) {
   constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
@@ -207,8 +232,10 @@ __global__ void __launch_bounds__(DECODE_THREADS)
   constexpr int KV_BYTES = FP8 ? 1 : 2;
   typedef decode_tile<HEAD_DIM, KV_BYTES> tile;
   typedef typename mma_type<KIND>::type MT;
-  constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T */
-  constexpr int NTILES = HEAD_DIM / 8;  /* n-tiles of P V */
+  constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T (S^T = K Q^T) */
+  /* O accumulator tiles: n-tiles of 8 dims of P V, or m-tiles of 16 dims of V^T P^T */
+  constexpr int OTILES = TRANSPOSED ? HEAD_DIM / 16 : HEAD_DIM / 8;
+  constexpr int QROWS = TRANSPOSED ? 1 : 2; /* query rows whose Q fragments a lane holds */
   extern __shared__ __align__(128) unsigned char decode_smem[];
   const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(decode_smem);
   const char **rows_at = reinterpret_cast<const char **>(decode_smem + tile::RING_BYTES); /* [slot][key][K, V] */
@@ -278,27 +305,46 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     const int mt = pass_base + mt_slot;
     const bool active = mt < c.mtiles;
 
-    /* Rows g and g + 8 of this warp's m-tile. */
-    int64_t head[2], qrow[2];
-    int32_t qpos[2];
-    bool row_ok[2];
+    /* Token, head and position of query row `row` of the block; false past the block's rows (which
+     * take token 0, the head of row 0 of the group, and zero Q). */
+    auto row_facts = [&](int row, int64_t *head_of, int64_t *qrow_of, int32_t *qpos_of) -> bool {
+      const bool ok = active && row < c.rows;
+      const int tok = ok ? row / c.group : 0;
+      *head_of = (int64_t)kvh * c.group + (ok ? row % c.group : 0);
+      *qrow_of = (int64_t)item.request * p.q_len + tok;
+      *qpos_of = r.kv_len - p.q_len + tok;
+      return ok;
+    };
+    /* Load rows: the rows whose Q fragments this lane holds, g and g + 8 of the warp's m-tile
+     * (transposed: row g, the n index of the Q^T fragment). Score rows: the rows of this lane's
+     * scores and O values, the same two (transposed: rows 2t and 2t + 1, the columns of S^T). */
+    int64_t head[QROWS], qrow[QROWS];
+    int32_t qpos[QROWS];
+    bool row_ok[QROWS];
+#pragma unroll
+    for (int h2 = 0; h2 < QROWS; ++h2)
+      row_ok[h2] = row_facts(mt * 16 + g + h2 * 8, &head[h2], &qrow[h2], &qpos[h2]);
+    int64_t score_head[2];
+    int32_t score_pos[2];
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
-      const int row = mt * 16 + g + h2 * 8;
-      row_ok[h2] = active && row < c.rows;
-      const int tok = row_ok[h2] ? row / c.group : 0;
-      head[h2] = (int64_t)kvh * c.group + (row_ok[h2] ? row % c.group : 0);
-      qrow[h2] = (int64_t)item.request * p.q_len + tok;
-      qpos[h2] = r.kv_len - p.q_len + tok;
+      if constexpr (TRANSPOSED) {
+        int64_t unused_qrow;
+        row_facts(2 * t + h2, &score_head[h2], &unused_qrow, &score_pos[h2]);
+      } else {
+        score_head[h2] = head[h2];
+        score_pos[h2] = qpos[h2];
+      }
     }
 
-    /* Q fragments: qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}. */
-    uint32_t qa[KSTEPS][4];
-    float row_scale[2]; /* base-2 (no transform) or natural factor of the raw scores */
+    /* Q fragments: qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}, the A
+     * fragment of Q K^T (transposed: {row g: e0 e1, row g: e2 e3}, the B fragment of K Q^T). */
+    uint32_t qa[KSTEPS][2 * QROWS];
+    float row_scale[2]; /* of the score rows: base-2 (no transform) or natural factor of the raw scores */
     {
-      float qf[2][KSTEPS][4];
+      float qf[QROWS][KSTEPS][4];
 #pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
+      for (int h2 = 0; h2 < QROWS; ++h2) {
         const QT *qp = static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk)
@@ -320,12 +366,13 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             freq[kk][e] = p.rope_rcp_scale *
                           exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
 #pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2)
+        for (int h2 = 0; h2 < QROWS; ++h2)
           rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
       }
       const float nat = c.transform ? 1.0f : 1.4426950408889634f;
+      float load_scale[QROWS];
 #pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
+      for (int h2 = 0; h2 < QROWS; ++h2) {
         float pow2 = 1.0f;
         if constexpr (FP8) { /* bring the row into [2^14, 2^15) for f16 */
           float mx = 0.0f;
@@ -346,15 +393,18 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             for (int e = 0; e < 4; ++e)
               qf[h2][kk][e] *= pow2;
         }
-        row_scale[h2] = p.sm_scale_log2 / 1.4426950408889634f * p.k_scale / pow2 * nat;
+        load_scale[h2] = p.sm_scale_log2 / 1.4426950408889634f * p.k_scale / pow2 * nat;
       }
 #pragma unroll
-      for (int kk = 0; kk < KSTEPS; ++kk) {
-        qa[kk][0] = ignis_pack_word<MT>(&qf[0][kk][0]);
-        qa[kk][1] = ignis_pack_word<MT>(&qf[1][kk][0]);
-        qa[kk][2] = ignis_pack_word<MT>(&qf[0][kk][2]);
-        qa[kk][3] = ignis_pack_word<MT>(&qf[1][kk][2]);
-      }
+      for (int h2 = 0; h2 < 2; ++h2) /* transposed: score row 2t + h2 is the load row of lanes 4 (2t + h2) + t' */
+        row_scale[h2] = !TRANSPOSED ? load_scale[h2 % QROWS]
+                        : FP8       ? __shfl_sync(0xffffffffu, load_scale[0], 8 * t + 4 * h2)
+                                    : load_scale[0];
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+        for (int i = 0; i < 2 * QROWS; ++i)
+          qa[kk][i] = ignis_pack_word<MT>(&qf[i % QROWS][kk][2 * (i / QROWS)]);
     }
     float kfreq[ROPE ? KSTEPS / 2 : 1][4];
     if constexpr (ROPE) {
@@ -367,13 +417,13 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
     float slope[2] = {0.0f, 0.0f};
     if (c.alibi_n > 0) {
-      slope[0] = alibi_slope(c.alibi_n, head[0]);
-      slope[1] = alibi_slope(c.alibi_n, head[1]);
+      slope[0] = alibi_slope(c.alibi_n, score_head[0]);
+      slope[1] = alibi_slope(c.alibi_n, score_head[1]);
     }
 
-    float o[NTILES][4];
+    float o[OTILES][4];
 #pragma unroll
-    for (int j = 0; j < NTILES; ++j)
+    for (int j = 0; j < OTILES; ++j)
       o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
 
@@ -419,155 +469,302 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       for (int sub = ks; sub < DECODE_KT / 16; sub += c.ksplit) {
         const int key0 = sub * 16;
         const int mi = lane >> 3, mrow = lane & 7;
-        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        /* K fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): kb[i][n] = {b0b1, b2b3}
-         * of n-tile n (keys key0 + 8n .. +7) */
-        auto load_k = [&](int kk, uint32_t (&kb)[2][2][2]) {
-          uint32_t x[4];
-          if constexpr (!FP8) {
-            ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * kk + (mi & 1)), x);
-            kb[0][0][0] = x[0];
-            kb[0][0][1] = x[1];
-            kb[0][1][0] = x[2];
-            kb[0][1][1] = x[3];
-          } else {
-            ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
-#pragma unroll
-            for (int q2 = 0; q2 < 4; ++q2) {
-              kb[q2 >> 1][q2 & 1][0] = fp8x2_to_f16x2<KIND>(x[q2]);
-              kb[q2 >> 1][q2 & 1][1] = fp8x2_to_f16x2<KIND>(x[q2] >> 16);
-            }
+        /* Score of a lane's element for score row h2 and key j (valid: the key's page is good) on the
+         * general path: scaled, ALiBi, soft cap (base 2 out), masks of the row. */
+        auto general_score = [&](float raw, int h2, int j, bool ok) -> float {
+          const int32_t pos = score_pos[h2];
+          float x = raw * row_scale[h2];
+          if (c.transform) {
+            if (c.alibi_n > 0)
+              x += slope[h2] * (float)(j - pos);
+            x = c.cap_out > 0.0f ? c.cap_out * tanhf(x * c.cap_in) : x * 1.4426950408889634f;
           }
+          if (row_masks)
+            ok = ok && j <= pos && (p.window_left < 0 || j >= pos - p.window_left);
+          return ok ? x : -CUDART_INF_F;
         };
-        constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
-        if constexpr (!ROPE) {
+        if constexpr (TRANSPOSED) {
+          /* S^T = K Q^T: A = K (the sub-tile's 16 keys x the 16 dims of a k-step), B = Q^T; element e
+           * of s: key key0 + g + 8 (e >> 1), score row 2t + (e & 1). Even and odd k-steps accumulate
+           * apart (two chains of dependent mma instead of one). */
+          float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+          /* A fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): {key g: e0 e1,
+           * key g+8: e0 e1, key g: e2 e3, key g+8: e2 e3}, e the dims of frag_dim */
+          auto load_k = [&](int kk, uint32_t (&ka)[2][4]) {
+            if constexpr (!FP8) {
+              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, 2 * kk + (mi >> 1)), ka[0]);
+            } else {
+              /* x[2i], x[2i + 1]: keys g, g + 8 (dims 4t..4t+3 of 16-dim chunk kk + i) */
+              uint32_t x[4];
+              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
 #pragma unroll
-          for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
-            uint32_t kb[2][2][2];
-            load_k(kk, kb);
-#pragma unroll
-            for (int i = 0; i < KSTEP_LOAD; ++i) {
-              mma16816<BF16>(s[0], qa[kk + i], kb[i][0][0], kb[i][0][1]);
-              mma16816<BF16>(s[1], qa[kk + i], kb[i][1][0], kb[i][1][1]);
-            }
-          }
-        } else {
-          /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
-          uint32_t kall[KSTEPS][2][2];
-#pragma unroll
-          for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
-            uint32_t kb[2][2][2];
-            load_k(kk, kb);
-#pragma unroll
-            for (int i = 0; i < KSTEP_LOAD; ++i)
-#pragma unroll
-              for (int n = 0; n < 2; ++n) {
-                kall[kk + i][n][0] = kb[i][n][0];
-                kall[kk + i][n][1] = kb[i][n][1];
+              for (int i = 0; i < 2; ++i) {
+                ka[i][0] = fp8x2_to_f16x2<KIND>(x[2 * i]);
+                ka[i][1] = fp8x2_to_f16x2<KIND>(x[2 * i + 1]);
+                ka[i][2] = fp8x2_to_f16x2<KIND>(x[2 * i] >> 16);
+                ka[i][3] = fp8x2_to_f16x2<KIND>(x[2 * i + 1] >> 16);
               }
-          }
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            float kf[KSTEPS][4];
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk) {
-              ignis_unpack_word<MT>(kall[kk][n][0], &kf[kk][0]);
-              ignis_unpack_word<MT>(kall[kk][n][1], &kf[kk][2]);
             }
-            rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+          };
+          constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
+          if constexpr (!ROPE) {
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk) {
-              kall[kk][n][0] = ignis_pack_word<MT>(&kf[kk][0]);
-              kall[kk][n][1] = ignis_pack_word<MT>(&kf[kk][2]);
+            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+              uint32_t ka[2][4];
+              load_k(kk, ka);
+#pragma unroll
+              for (int i = 0; i < KSTEP_LOAD; ++i)
+                mma16816<BF16>(s2[(kk + i) & 1], ka[i], qa[kk + i][0], qa[kk + i][1]);
             }
-          }
+          } else {
+            /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
+            uint32_t kall[KSTEPS][4];
 #pragma unroll
-          for (int kk = 0; kk < KSTEPS; ++kk) {
-            mma16816<BF16>(s[0], qa[kk], kall[kk][0][0], kall[kk][0][1]);
-            mma16816<BF16>(s[1], qa[kk], kall[kk][1][0], kall[kk][1][1]);
+            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+              uint32_t ka[2][4];
+              load_k(kk, ka);
+#pragma unroll
+              for (int i = 0; i < KSTEP_LOAD; ++i)
+#pragma unroll
+                for (int q4 = 0; q4 < 4; ++q4)
+                  kall[kk + i][q4] = ka[i][q4];
+            }
+#pragma unroll
+            for (int n = 0; n < 2; ++n) { /* key g + 8n: registers n (e0 e1) and n + 2 (e2 e3) */
+              float kf[KSTEPS][4];
+#pragma unroll
+              for (int kk = 0; kk < KSTEPS; ++kk) {
+                ignis_unpack_word<MT>(kall[kk][n], &kf[kk][0]);
+                ignis_unpack_word<MT>(kall[kk][n + 2], &kf[kk][2]);
+              }
+              rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+#pragma unroll
+              for (int kk = 0; kk < KSTEPS; ++kk) {
+                kall[kk][n] = ignis_pack_word<MT>(&kf[kk][0]);
+                kall[kk][n + 2] = ignis_pack_word<MT>(&kf[kk][2]);
+              }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk)
+              mma16816<BF16>(s2[kk & 1], kall[kk], qa[kk][0], qa[kk][1]);
           }
-        }
+          float s[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[e] = s2[0][e] + s2[1][e];
 
-        /* scores (base 2) and masks; element (n, e): row g + 8 * (e >> 1), key key0 + 8n + 2t + (e & 1) */
-        const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + 2 * t);
-        if (!c.transform && !row_masks) {
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
+          /* scores (base 2) and masks; the key of element e is bit g + 8 (e >> 1) of bits */
+          const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + g);
+          if (!c.transform && !row_masks) {
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              s[n][e] = (bits >> (n * 8 + (e & 1))) & 1u ? s[n][e] * row_scale[e >> 1] : -CUDART_INF_F;
-        } else {
+              s[e] = (bits >> (8 * (e >> 1))) & 1u ? s[e] * row_scale[e & 1] : -CUDART_INF_F;
+          } else {
 #pragma unroll
-          for (int n = 0; n < 2; ++n)
+            for (int e = 0; e < 4; ++e)
+              s[e] = general_score(s[e], e & 1, tile_key0 + key0 + g + 8 * (e >> 1), (bits >> (8 * (e >> 1))) & 1u);
+          }
+          /* online softmax by score row, a column of S^T: its 16 keys are elements h2 and h2 + 2 of
+           * the 8 lanes g (same t) */
+          float pr[4], rescales[2];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h2 = e >> 1, j = tile_key0 + key0 + n * 8 + 2 * t + (e & 1);
-              float x = s[n][e] * row_scale[h2];
-              if (c.transform) {
-                if (c.alibi_n > 0)
-                  x += slope[h2] * (float)(j - qpos[h2]);
-                x = c.cap_out > 0.0f ? c.cap_out * tanhf(x * c.cap_in) : x * 1.4426950408889634f;
-              }
-              bool ok = (bits >> (n * 8 + (e & 1))) & 1u;
-              if (row_masks)
-                ok = ok && j <= qpos[h2] && (p.window_left < 0 || j >= qpos[h2] - p.window_left);
-              s[n][e] = ok ? x : -CUDART_INF_F;
+          for (int h2 = 0; h2 < 2; ++h2) {
+            float mx = fmaxf(s[h2], s[h2 + 2]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float m_new = fmaxf(m[h2], mx);
+            const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+            const float rescale = exp2f(m[h2] - m_use);
+            m[h2] = m_new;
+            pr[h2] = exp2f(s[h2] - m_use);
+            pr[h2 + 2] = exp2f(s[h2 + 2] - m_use);
+            l[h2] = fmaf(l[h2], rescale, pr[h2] + pr[h2 + 2]);
+            rescales[h2] = rescale;
+          }
+          /* P^T as the B fragment of V^T P^T (keys 2t, 2t+1 | 2t+8, 2t+9 of row g): each 8-key half of
+           * the C fragment (key g | g+8 of rows 2t, 2t+1) transposed across the warp */
+          const uint32_t pb0 = movmatrix_trans(ignis_pack_word<MT>(&pr[0]));
+          const uint32_t pb1 = movmatrix_trans(ignis_pack_word<MT>(&pr[2]));
+          /* the running max settles early: most sub-tiles leave O as it is */
+          if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
+#pragma unroll
+            for (int j = 0; j < OTILES; ++j) {
+              o[j][0] *= rescales[0];
+              o[j][1] *= rescales[1];
+              o[j][2] *= rescales[0];
+              o[j][3] *= rescales[1];
             }
-        }
-        uint32_t pa[4];
-        float rescales[2];
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          float mx = fmaxf(fmaxf(s[0][2 * h2], s[0][2 * h2 + 1]), fmaxf(s[1][2 * h2], s[1][2 * h2 + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m[h2], mx);
-          const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-          const float rescale = exp2f(m[h2] - m_use);
-          m[h2] = m_new;
-          float pr[2][2];
-#pragma unroll
-          for (int n = 0; n < 2; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              pr[n][e] = exp2f(s[n][2 * h2 + e] - m_use);
-          l[h2] = fmaf(l[h2], rescale, (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
-          rescales[h2] = rescale;
-          pa[h2] = ignis_pack_word<MT>(pr[0]);
-          pa[2 + h2] = ignis_pack_word<MT>(pr[1]);
-        }
-        /* the running max settles early: most sub-tiles leave O as it is */
-        if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
-#pragma unroll
-          for (int j = 0; j < NTILES; ++j) {
-            o[j][0] *= rescales[0];
-            o[j][1] *= rescales[0];
-            o[j][2] *= rescales[1];
-            o[j][3] *= rescales[1];
           }
-        }
 
-        /* O += P V */
-        if constexpr (!FP8) {
+          /* O^T += V^T P^T: A = V^T (16 dims x the 16 keys) by ldmatrix.trans; o[j][e] is score row
+           * 2t + (e & 1) of dim transposed_dim(j, e) */
+          if constexpr (!FP8) {
 #pragma unroll
-          for (int j = 0; j < NTILES; j += 2) {
-            uint32_t x[4];
-            ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, j + (mi >> 1)), x);
-            mma16816<BF16>(o[j], pa, x[0], x[1]);
-            mma16816<BF16>(o[j + 1], pa, x[2], x[3]);
+            for (int j = 0; j < OTILES; ++j) {
+              uint32_t va[4]; /* dims g | g+8 of keys 2t, 2t+1 | 2t+8, 2t+9 */
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * j + (mi & 1)), va);
+              mma16816<BF16>(o[j], va, pb0, pb1);
+            }
+          } else {
+#pragma unroll
+            for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
+              uint32_t x[4]; /* x[2 half], x[2 half + 1]: keys 0-7, 8-15 of 16-dim chunk cc + half */
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> {dim 2g: keys 2t, 2t+1;
+                 * dim 2g+1: keys 2t, 2t+1}: m-row g is dim 2g, m-row g+8 dim 2g+1 */
+                const uint32_t first = __byte_perm(x[2 * half], 0, 0x3120);
+                const uint32_t second = __byte_perm(x[2 * half + 1], 0, 0x3120);
+                const uint32_t va[4] = {fp8x2_to_f16x2<KIND>(first), fp8x2_to_f16x2<KIND>(first >> 16),
+                                        fp8x2_to_f16x2<KIND>(second), fp8x2_to_f16x2<KIND>(second >> 16)};
+                mma16816<false>(o[cc + half], va, pb0, pb1);
+              }
+            }
           }
         } else {
-#pragma unroll
-          for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
+          float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+          /* K fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): kb[i][n] = {b0b1, b2b3}
+           * of n-tile n (keys key0 + 8n .. +7) */
+          auto load_k = [&](int kk, uint32_t (&kb)[2][2][2]) {
             uint32_t x[4];
-            ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
+            if constexpr (!FP8) {
+              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * kk + (mi & 1)), x);
+              kb[0][0][0] = x[0];
+              kb[0][0][1] = x[1];
+              kb[0][1][0] = x[2];
+              kb[0][1][1] = x[3];
+            } else {
+              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
-              const uint32_t lo = __byte_perm(x[2 * half], 0, 0x3120), hi = __byte_perm(x[2 * half + 1], 0, 0x3120);
-              const int tile_even = 2 * (cc + half);
-              mma16816<false>(o[tile_even], pa, fp8x2_to_f16x2<KIND>(lo), fp8x2_to_f16x2<KIND>(hi));
-              mma16816<false>(o[tile_even + 1], pa, fp8x2_to_f16x2<KIND>(lo >> 16), fp8x2_to_f16x2<KIND>(hi >> 16));
+              for (int q2 = 0; q2 < 4; ++q2) {
+                kb[q2 >> 1][q2 & 1][0] = fp8x2_to_f16x2<KIND>(x[q2]);
+                kb[q2 >> 1][q2 & 1][1] = fp8x2_to_f16x2<KIND>(x[q2] >> 16);
+              }
+            }
+          };
+          constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
+          if constexpr (!ROPE) {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+              uint32_t kb[2][2][2];
+              load_k(kk, kb);
+#pragma unroll
+              for (int i = 0; i < KSTEP_LOAD; ++i) {
+                mma16816<BF16>(s[0], qa[kk + i], kb[i][0][0], kb[i][0][1]);
+                mma16816<BF16>(s[1], qa[kk + i], kb[i][1][0], kb[i][1][1]);
+              }
+            }
+          } else {
+            /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
+            uint32_t kall[KSTEPS][2][2];
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+              uint32_t kb[2][2][2];
+              load_k(kk, kb);
+#pragma unroll
+              for (int i = 0; i < KSTEP_LOAD; ++i)
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                  kall[kk + i][n][0] = kb[i][n][0];
+                  kall[kk + i][n][1] = kb[i][n][1];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+              float kf[KSTEPS][4];
+#pragma unroll
+              for (int kk = 0; kk < KSTEPS; ++kk) {
+                ignis_unpack_word<MT>(kall[kk][n][0], &kf[kk][0]);
+                ignis_unpack_word<MT>(kall[kk][n][1], &kf[kk][2]);
+              }
+              rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+#pragma unroll
+              for (int kk = 0; kk < KSTEPS; ++kk) {
+                kall[kk][n][0] = ignis_pack_word<MT>(&kf[kk][0]);
+                kall[kk][n][1] = ignis_pack_word<MT>(&kf[kk][2]);
+              }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+              mma16816<BF16>(s[0], qa[kk], kall[kk][0][0], kall[kk][0][1]);
+              mma16816<BF16>(s[1], qa[kk], kall[kk][1][0], kall[kk][1][1]);
+            }
+          }
+
+          /* scores (base 2) and masks; element (n, e): row g + 8 * (e >> 1), key key0 + 8n + 2t + (e & 1) */
+          const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + 2 * t);
+          if (!c.transform && !row_masks) {
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                s[n][e] = (bits >> (n * 8 + (e & 1))) & 1u ? s[n][e] * row_scale[e >> 1] : -CUDART_INF_F;
+          } else {
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const bool ok = (bits >> (n * 8 + (e & 1))) & 1u;
+                s[n][e] = general_score(s[n][e], e >> 1, tile_key0 + key0 + n * 8 + 2 * t + (e & 1), ok);
+              }
+          }
+          uint32_t pa[4];
+          float rescales[2];
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            float mx = fmaxf(fmaxf(s[0][2 * h2], s[0][2 * h2 + 1]), fmaxf(s[1][2 * h2], s[1][2 * h2 + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[h2], mx);
+            const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+            const float rescale = exp2f(m[h2] - m_use);
+            m[h2] = m_new;
+            float pr[2][2];
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                pr[n][e] = exp2f(s[n][2 * h2 + e] - m_use);
+            l[h2] = fmaf(l[h2], rescale, (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
+            rescales[h2] = rescale;
+            pa[h2] = ignis_pack_word<MT>(pr[0]);
+            pa[2 + h2] = ignis_pack_word<MT>(pr[1]);
+          }
+          /* the running max settles early: most sub-tiles leave O as it is */
+          if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
+#pragma unroll
+            for (int j = 0; j < OTILES; ++j) {
+              o[j][0] *= rescales[0];
+              o[j][1] *= rescales[0];
+              o[j][2] *= rescales[1];
+              o[j][3] *= rescales[1];
+            }
+          }
+
+          /* O += P V */
+          if constexpr (!FP8) {
+#pragma unroll
+            for (int j = 0; j < OTILES; j += 2) {
+              uint32_t x[4];
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, j + (mi >> 1)), x);
+              mma16816<BF16>(o[j], pa, x[0], x[1]);
+              mma16816<BF16>(o[j + 1], pa, x[2], x[3]);
+            }
+          } else {
+#pragma unroll
+            for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
+              uint32_t x[4];
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
+                const uint32_t lo = __byte_perm(x[2 * half], 0, 0x3120), hi = __byte_perm(x[2 * half + 1], 0, 0x3120);
+                const int tile_even = 2 * (cc + half);
+                mma16816<false>(o[tile_even], pa, fp8x2_to_f16x2<KIND>(lo), fp8x2_to_f16x2<KIND>(hi));
+                mma16816<false>(o[tile_even + 1], pa, fp8x2_to_f16x2<KIND>(lo >> 16), fp8x2_to_f16x2<KIND>(hi >> 16));
+              }
             }
           }
         }
@@ -576,33 +773,56 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     copy_async_wait<0>();
     __syncthreads(); /* every warp is done with the ring: reuse it for the split merge */
 
-    /* each warp leaves its O (f32, by dim), m and l (summed over the quad) in shared memory */
+    /* each warp leaves its O (f32, by dim), m and l (summed over the lanes of a row) in shared memory */
     float *merge_o = reinterpret_cast<float *>(decode_smem);
     float *merge_m = merge_o + DECODE_WARPS * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
+    float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
+    if constexpr (TRANSPOSED) { /* rows 2t, 2t + 1 of the lanes g */
 #pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 1);
-      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 2);
-    }
-    if (active) {
-      float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
+      for (int h2 = 0; h2 < 2; ++h2) {
+        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 4);
+        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 8);
+        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 16);
+      }
+      if (active) {
 #pragma unroll
-      for (int j = 0; j < NTILES; ++j)
+        for (int j = 0; j < OTILES; ++j)
 #pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          float *at = wo + (g + h2 * 8) * tile::O_STRIDE;
-          if constexpr (FP8) { /* dims 4t + (j & 1) and that + 2 of 16-dim chunk j / 2 */
-            at[16 * (j >> 1) + 4 * t + (j & 1)] = o[j][2 * h2];
-            at[16 * (j >> 1) + 4 * t + (j & 1) + 2] = o[j][2 * h2 + 1];
-          } else {
-            *reinterpret_cast<float2 *>(at + 8 * j + 2 * t) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
+          for (int e = 0; e < 4; ++e)
+            wo[(2 * t + (e & 1)) * tile::O_STRIDE + transposed_dim<FP8>(j, e, g)] = o[j][e];
+        if (g == 0) {
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            merge_m[warp * 16 + 2 * t + h2] = m[h2];
+            merge_l[warp * 16 + 2 * t + h2] = l[h2];
           }
         }
-      if (t == 0) {
-        merge_m[warp * 16 + g] = m[0];
-        merge_m[warp * 16 + g + 8] = m[1];
-        merge_l[warp * 16 + g] = l[0];
-        merge_l[warp * 16 + g + 8] = l[1];
+      }
+    } else { /* rows g, g + 8 of the quads */
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 1);
+        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 2);
+      }
+      if (active) {
+#pragma unroll
+        for (int j = 0; j < OTILES; ++j)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            float *at = wo + (g + h2 * 8) * tile::O_STRIDE;
+            if constexpr (FP8) { /* dims 4t + (j & 1) and that + 2 of 16-dim chunk j / 2 */
+              at[16 * (j >> 1) + 4 * t + (j & 1)] = o[j][2 * h2];
+              at[16 * (j >> 1) + 4 * t + (j & 1) + 2] = o[j][2 * h2 + 1];
+            } else {
+              *reinterpret_cast<float2 *>(at + 8 * j + 2 * t) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
+            }
+          }
+        if (t == 0) {
+          merge_m[warp * 16 + g] = m[0];
+          merge_m[warp * 16 + g + 8] = m[1];
+          merge_l[warp * 16 + g] = l[0];
+          merge_l[warp * 16 + g + 8] = l[1];
+        }
       }
     }
     __syncthreads();
@@ -798,10 +1018,16 @@ static decode_config make_config(const ignis_decode_params &p) {
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
 static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
-  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>;
   const decode_config c = make_config(p);
   const size_t smem = tile::SMEM_BYTES;
-  IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE>>(smem)));
+  void (*kernel)(const ignis_decode_params, const decode_config);
+  if (c.rows <= DECODE_TRANSPOSED_ROWS) {
+    kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>;
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(smem)));
+  } else {
+    kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>;
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(smem)));
+  }
   /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
    * captured launch keeps the maxima so that its replays serve every later plan */
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -874,9 +1100,9 @@ template <typename QT> static ignis_status launch_kv(const ignis_decode_params &
 /* Resident blocks per SM of one kernel instance (shared memory and registers), from the runtime. */
 template <typename QT, int KIND, int HEAD_DIM> static int resident_blocks() {
   typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
-  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, false>;
+  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, false, false>;
   int blocks = 0;
-  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false>>(tile::SMEM_BYTES) != cudaSuccess ||
+  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false, false>>(tile::SMEM_BYTES) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) != cudaSuccess)
     blocks = 0;
   (void)cudaGetLastError();

@@ -546,16 +546,19 @@ struct search_result {
  * each target the bin where it is reached, into sm.t.st (hit_k; hit_lo / hit_hi: the lowest and the
  * highest bin where the mass target can be reached, from the bounds). t_lo / t_hi: the mass target's
  * bounds; when !tg.base_known they are computed here from the histogram's bounds on the total mass
- * (the histogram must then cover every weight). Ends with a barrier. */
+ * (the histogram must then cover every weight). Ends with a barrier.
+ * Each thread sums a run of `per` consecutive bins, the lanes of a warp starting at staggered bins of
+ * their runs (a run of 32 bins per lane put all 32 lanes on one bank: 32-way conflicts on every
+ * load); only a thread whose run holds a crossing walks it again, in order. */
 static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, int e_max, uint32_t max_key,
-                                  uint64_t count_above, uint64_t mass_above, const targets tg, double &t_lo,
-                                  double &t_hi) {
+                                         uint64_t count_above, uint64_t mass_above, const targets tg,
+                                         double &t_lo, double &t_hi) {
   search_smem &sm = search_mem();
   const int bins = (int)((hi - lo) >> shift) + 1;
   const int per = (bins + THREADS - 1) / THREADS;
   const int first = (int)threadIdx.x * per, last = min(first + per, bins);
-  auto bounds = [&](int b, uint64_t &low, uint64_t &high) {
-    const uint64_t c = sm.u.hist[b];
+  const int stagger = (int)(((threadIdx.x & 31) * (uint32_t)per) >> 5);
+  auto bounds = [&](int b, uint64_t c, uint64_t &low, uint64_t &high) {
     low = high = 0;
     if (!tg.use_p || c == 0)
       return;
@@ -567,10 +570,14 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
     high = c * weight_mass(z, e_max);
   };
   uint64_t local[3] = {0, 0, 0};
-  for (int b = first; b < last; ++b) {
+  for (int i = 0, j = stagger; i < per; ++i, j = j + 1 == per ? 0 : j + 1) {
+    const int b = first + j;
+    if (b >= last)
+      continue;
+    const uint64_t c = sm.u.hist[b];
     uint64_t low, high;
-    bounds(b, low, high);
-    local[0] += sm.u.hist[b];
+    bounds(b, c, low, high);
+    local[0] += c;
     local[1] += low;
     local[2] += high;
   }
@@ -586,14 +593,16 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
     t_hi = IGNIS_DMUL(tg.p, __ull2double_rn(mass_above + total[2]));
   }
   uint64_t cs = count_above + above[0], sl = mass_above + above[1], sh = mass_above + above[2];
-  bool got_k = !tg.use_k || (int64_t)cs >= tg.k;
-  bool got_hi = !tg.use_p || __ull2double_rn(sh) >= t_lo;
-  bool got_lo = !tg.use_p || __ull2double_rn(sl) >= t_hi;
+  /* A target is found in this run when it is not reached above the run but is through it. */
+  bool got_k = !tg.use_k || (int64_t)cs >= tg.k || (int64_t)(cs + local[0]) < tg.k;
+  bool got_hi = !tg.use_p || __ull2double_rn(sh) >= t_lo || !(__ull2double_rn(sh + local[2]) >= t_lo);
+  bool got_lo = !tg.use_p || __ull2double_rn(sl) >= t_hi || !(__ull2double_rn(sl + local[1]) >= t_hi);
   for (int b = last - 1; b >= first && !(got_k && got_hi && got_lo); --b) {
+    const uint64_t c = sm.u.hist[b];
     uint64_t low, high;
-    bounds(b, low, high);
+    bounds(b, c, low, high);
     const uint64_t before = cs;
-    cs += sm.u.hist[b];
+    cs += c;
     sl += low;
     sh += high;
     const pick_hit hit = {b, before, cs};

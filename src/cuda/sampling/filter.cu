@@ -149,8 +149,9 @@ __device__ __noinline__ allowed_set filter_row(const ignis_sampling_params &p, i
     } else {
       const uint64_t mass_k = res.have_mass ? res.mass : tile_pass<T, KIND>(r, res.thr, e_max, tile_shift);
       if (res.list_all) {
-        /* The sorted list holds the whole top-k set: top-p within it, from the top. */
-        const uint32_t thr = list_cross(res.list_len, 0, IGNIS_DMUL(top_p, __ull2double_rn(mass_k)), e_max);
+        /* The list holds the whole top-k set: top-p within it, from the top. */
+        const uint32_t thr = list_select(res.list_len, res.thr, max_key, SELECT_MASS, 0, 0,
+                                         IGNIS_DMUL(top_p, __ull2double_rn(mass_k)), e_max);
         if (sample)
           clear_tiles();
         res.thr = thr;

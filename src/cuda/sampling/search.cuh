@@ -25,8 +25,9 @@
  * The next pass over the row then
  *   gathers the window's keys (with their indices) into shared memory when they fit (LIST_CAP;
  *   when everything above the window fits too, it gathers all of it), sums the exact mass above
- *   the window in registers, and the list is sorted (bitonic) and resolved exactly: the k-th key,
- *   or the first key where the exact running mass reaches the target;
+ *   the window in registers, and the list is resolved exactly by a radix select in shared memory
+ *   (list_select: 8-bit digits, ~3 rounds, no sort): the k-th key, or the largest key whose exact
+ *   suffix mass reaches the target;
  *   or, when the window holds more keys than fit, histograms the window alone at a finer digit
  *   with the exact mass above it (a refine pass), and the search repeats; when the window cannot
  *   shrink that way it is cut in two halves with the exact mass of the upper one (a bisect pass).
@@ -43,8 +44,8 @@
  * finds the tile holding t, and a scan over that tile's elements (re-read, 1 to 2 chunks per thread)
  * the element: the inverse transform in index order, exact in integers.
  *
- * Shared memory: the tiles and the reduction scratch (17 KB), then the histogram (128 KB) whose
- * space the gathered list reuses: ~145 KB per block, within sm_80's 163 KB as well.
+ * Shared memory: the tiles and the reduction scratch (17 KB), the select scratch (3 KB), then the
+ * histogram (128 KB) whose space the gathered list reuses: ~148 KB per block, within sm_80's 163 KB.
  *
  * Row access: chunks of 4 elements (sampling_common.cuh), UNROLL chunks per thread loaded before
  * any is used; every thread takes every step, so warps stay whole for the ballots and shuffles.
@@ -123,9 +124,24 @@ union __align__(16) search_space {
   uint64_t list[LIST_CAP]; /* key << 32 | (0xFFFFFFFF - index) */
 };
 
-/* Shared memory of a search: the tiles, then the search space. */
+/* Radix select over the gathered list (list_select): one round's digit histogram and the state the
+ * round leaves for the next. */
+constexpr int SELECT_BINS = 256;
+struct select_space {
+  uint32_t count[SELECT_BINS];
+  uint32_t mass_lo[SELECT_BINS]; /* mass per digit, low and high 32-bit words */
+  uint32_t mass_hi[SELECT_BINS];
+  uint32_t lo, hi; /* the keys still in range */
+  uint64_t count_above, mass_above;
+  int32_t mode; /* SELECT_COUNT / SELECT_MASS */
+  int32_t done;
+  int64_t need;
+};
+
+/* Shared memory of a search: the tiles, the select scratch, then the search space. */
 struct search_smem {
   tile_smem t;
+  select_space sel;
   search_space u;
 };
 
@@ -471,37 +487,134 @@ static __device__ __noinline__ void sort_list(uint32_t len) {
     }
 }
 
-/* In the sorted list of len entries: the key of the first entry at which base + the running mass
- * reaches target (compared in f64); the last key if none does. Ends with a barrier. */
-static __device__ __noinline__ uint32_t list_cross(uint32_t len, uint64_t base, double target, int e_max) {
+enum { SELECT_COUNT = 0, SELECT_MASS = 1 };
+
+/* In the gathered list (len entries in any order, keys in [lo, hi]): the largest key K whose entries
+ * at or above it reach the target: by count, at least `need` of them; by mass, base + their exact
+ * mass >= target (compared in f64). The largest key when the target is met before any entry, the
+ * smallest when the whole list falls short: the key at which the running count or mass of the list
+ * sorted by key (descending) first reaches the target, as a sort would find it, without the sort.
+ * A radix select: each round histograms the entries still in range by an 8-bit digit of their span
+ * (counts, and exact masses as two 32-bit words with the carry added explicitly), then one warp
+ * scans the digits from the top and narrows the range to the digit where the target is reached. A
+ * gathered window of ~2^20 keys takes 3 rounds. Ends with a barrier. */
+static __device__ __noinline__ uint32_t list_select(uint32_t len, uint32_t lo, uint32_t hi, int mode,
+                                                    int64_t need, uint64_t base, double target, int e_max) {
   search_smem &sm = search_mem();
-  const uint32_t per = (len + THREADS - 1) / THREADS;
-  const uint32_t first = threadIdx.x * per, last = min(first + per, len);
-  uint64_t mine = 0;
-  for (uint32_t i = first; i < last; ++i)
-    mine += weight_mass(entry_key(sm.u.list[i]), e_max);
-  if (threadIdx.x == 0)
-    sm.t.st.key = len ? entry_key(sm.u.list[len - 1]) : 0u;
-  uint64_t unused_total;
-  uint64_t run = base + block_prefix_u64(mine, unused_total, sm.t.red);
-  if (!(__ull2double_rn(run) >= target))
-    for (uint32_t i = first; i < last; ++i) {
+  select_space &sel = sm.sel;
+  if (len == 0)
+    return 0u;
+  const int lane = threadIdx.x & 31;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sel.lo = lo;
+    sel.hi = hi;
+    sel.count_above = 0;
+    sel.mass_above = base;
+    sel.mode = mode;
+    sel.need = need;
+    sel.done = 0;
+  }
+  for (int round = 0;; ++round) {
+    __syncthreads();
+    const uint32_t r_lo = sel.lo, r_hi = sel.hi;
+    const int r_mode = sel.mode;
+    if (sel.done || r_lo == r_hi)
+      break;
+    const int span_bits = 32 - __clz(r_hi - r_lo);
+    const int shift = span_bits > 8 ? span_bits - 8 : 0;
+    for (int i = threadIdx.x; i < SELECT_BINS; i += THREADS) {
+      sel.count[i] = 0;
+      sel.mass_lo[i] = 0;
+      sel.mass_hi[i] = 0;
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < len; i += THREADS) {
       const uint32_t key = entry_key(sm.u.list[i]);
-      run += weight_mass(key, e_max);
-      if (__ull2double_rn(run) >= target) {
-        sm.t.st.key = key;
-        break;
+      if (key < r_lo || key > r_hi)
+        continue;
+      const uint32_t bin = (key - r_lo) >> shift;
+      atomicAdd(&sel.count[bin], 1u);
+      if (r_mode == SELECT_MASS) {
+        const uint64_t m = weight_mass(key, e_max);
+        const uint32_t low = (uint32_t)m;
+        const uint32_t old = atomicAdd(&sel.mass_lo[bin], low);
+        const uint32_t high = (uint32_t)(m >> 32) + ((uint32_t)(old + low) < old ? 1u : 0u);
+        if (high)
+          atomicAdd(&sel.mass_hi[bin], high);
       }
     }
-  __syncthreads();
-  const uint32_t key = sm.t.st.key;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      /* Lane l holds digits 8l .. 8l+7; suffix sums over the lanes from the top. */
+      uint64_t c = 0, m = 0;
+#pragma unroll
+      for (int j = 0; j < SELECT_BINS / 32; ++j) {
+        const int d = lane * (SELECT_BINS / 32) + j;
+        c += sel.count[d];
+        m += (uint64_t)sel.mass_hi[d] << 32 | sel.mass_lo[d];
+      }
+      uint64_t c_inc = c, m_inc = m;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t c_next = __shfl_down_sync(0xffffffffu, c_inc, o);
+        const uint64_t m_next = __shfl_down_sync(0xffffffffu, m_inc, o);
+        if (lane + o < 32) {
+          c_inc += c_next;
+          m_inc += m_next;
+        }
+      }
+      const uint64_t c_total = __shfl_sync(0xffffffffu, c_inc, 0),
+                     m_total = __shfl_sync(0xffffffffu, m_inc, 0);
+      const uint64_t c_above = sel.count_above, m_above = sel.mass_above;
+      int w_mode = r_mode;
+      int64_t w_need = sel.need;
+      auto reached = [&](uint64_t cc, uint64_t mm) {
+        return w_mode == SELECT_COUNT ? (int64_t)(c_above + cc) >= w_need
+                                      : __ull2double_rn(m_above + mm) >= target;
+      };
+      if (round == 0 && reached(0, 0)) {
+        w_mode = SELECT_COUNT; /* met before any entry: the largest key */
+        w_need = 1;
+      } else if (round == 0 && !reached(c_total, m_total)) {
+        w_mode = SELECT_COUNT; /* never met: the smallest key */
+        w_need = (int64_t)c_total;
+      }
+      if (lane == 0)
+        sel.done = 1; /* unless a digit below narrows the range */
+      __syncwarp();
+      const uint64_t c_ex = c_inc - c, m_ex = m_inc - m;
+      if (!reached(c_ex, m_ex) && reached(c_inc, m_inc)) {
+        uint64_t cr = c_ex, mr = m_ex;
+        for (int j = SELECT_BINS / 32 - 1; j >= 0; --j) {
+          const int d = lane * (SELECT_BINS / 32) + j;
+          const uint64_t c_before = cr, m_before = mr;
+          cr += sel.count[d];
+          mr += (uint64_t)sel.mass_hi[d] << 32 | sel.mass_lo[d];
+          if (reached(cr, mr)) {
+            const uint32_t d_lo = r_lo + ((uint32_t)d << shift);
+            const uint64_t d_hi = (uint64_t)d_lo + ((1ull << shift) - 1);
+            sel.lo = d_lo;
+            sel.hi = d_hi < (uint64_t)r_hi ? (uint32_t)d_hi : r_hi;
+            sel.count_above = c_above + c_before;
+            sel.mass_above = m_above + m_before;
+            sel.mode = w_mode;
+            sel.need = w_need;
+            sel.done = shift == 0;
+            break;
+          }
+        }
+      }
+    }
+  }
+  const uint32_t key = sel.lo;
   __syncthreads();
   return key;
 }
 
 /* Mass of the list entries with key >= thr; with_tiles also adds each to its tile. */
 static __device__ __noinline__ uint64_t list_mass_from(uint32_t len, uint32_t thr, int e_max, bool with_tiles,
-                                                int tile_shift) {
+                                                       int tile_shift) {
   search_smem &sm = search_mem();
   uint64_t mine = 0;
   for (uint32_t i = threadIdx.x; i < len; i += THREADS) {
@@ -538,7 +651,7 @@ struct search_result {
   uint64_t mass;
   uint64_t count_above; /* count targets: keys > thr */
   bool tiles;           /* the tiles hold the allowed mass */
-  bool list_all;        /* the list, sorted, holds every key >= its last key */
+  bool list_all;        /* the list (unsorted) holds every key >= the lowest key in it */
   uint32_t list_len;
 };
 
@@ -630,19 +743,19 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
   __syncthreads();
 }
 
-/* Resolve the targets in the gathered, sorted list: the list holds the keys >= its last key with
+/* Resolve the targets in the gathered list: it holds the keys in [lo, hi] (every key >= lo), with
  * count_above keys and mass mass_above above them. */
-__device__ inline uint32_t resolve_list(const targets &tg, uint32_t len, uint64_t count_above,
-                                        uint64_t mass_above, int e_max) {
-  const search_smem &sm = search_mem();
+__device__ inline uint32_t resolve_list(const targets &tg, uint32_t len, uint32_t lo, uint32_t hi,
+                                        uint64_t count_above, uint64_t mass_above, int e_max) {
   uint32_t thr = 0;
   if (tg.use_k) {
-    int64_t j = tg.k - (int64_t)count_above - 1;
-    j = j < 0 ? 0 : (j >= (int64_t)len ? (int64_t)len - 1 : j);
-    thr = len ? entry_key(sm.u.list[j]) : 0u;
+    int64_t need = tg.k - (int64_t)count_above;
+    need = need < 1 ? 1 : (need > (int64_t)len ? (int64_t)len : need);
+    thr = list_select(len, lo, hi, SELECT_COUNT, need, 0, 0.0, e_max);
   }
   if (tg.use_p) {
-    const uint32_t thr_p = list_cross(len, mass_above, IGNIS_DMUL(tg.p, __ull2double_rn(tg.base)), e_max);
+    const uint32_t thr_p = list_select(len, lo, hi, SELECT_MASS, 0, mass_above,
+                                       IGNIS_DMUL(tg.p, __ull2double_rn(tg.base)), e_max);
     thr = thr_p > thr ? thr_p : thr;
   }
   return thr;
@@ -712,9 +825,8 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
         tg.base_known = true;
       }
       const uint32_t len = sm.t.st.list_len;
-      sort_list(len);
       const uint64_t above = all ? 0 : win_above;
-      res.thr = resolve_list(tg, len, above, g.mass_above, e_max);
+      res.thr = resolve_list(tg, len, win_lo, g_hi < max_key ? g_hi : max_key, above, g.mass_above, e_max);
       res.filtered = true;
       res.list_all = all;
       res.list_len = len;

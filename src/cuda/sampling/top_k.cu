@@ -169,6 +169,7 @@ __global__ void __launch_bounds__(THREADS, 1) top_k_rows(ignis_top_k_params p, b
                                                 false, tile_shift_of(n));
   const int64_t above = (int64_t)s.count_above;
   if (s.list_all) {
+    sort_list(s.list_len);
     output_from_list(r.row, values, indices, k, above, p.sorted != 0);
     return;
   }

@@ -46,10 +46,10 @@ __device__ __forceinline__ void store_chunk(T *row, int64_t c, int64_t n, bool v
 /* Max of the sanitized logits of the row. */
 template <typename T> __device__ __noinline__ float logit_max(const row_view<T> r) {
   float m = -INFINITY;
-  for_each_chunk<T, ROW_LOGITS>(r, [&](int, int64_t c, const float(&v)[4], const float(&)[4]) {
+  for_each_chunk<T, ROW_LOGITS>(r, [&](int, int64_t, const float(&v)[4], const float(&)[4], int valid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      if (c * 4 + j < r.n)
+      if (j < valid)
         m = fmaxf(m, sanitize_logit(v[j]));
   });
   return block_max(m, tile_mem().red);
@@ -75,8 +75,8 @@ template <typename T, int KIND>
 __device__ __noinline__ void write_row(const row_view<T> r, T *out, bool out_vec, uint32_t thr, float inv,
                                        bool copy) {
   const float x_floor = logit_floor<T, KIND>(r, thr);
-  for_each_chunk<T, KIND>(r, [&](int, int64_t c, const float(&v)[4], const float(&q)[4]) {
-    if (c * 4 >= r.n)
+  for_each_chunk<T, KIND>(r, [&](int, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
+    if (valid == 0)
       return;
     float o[4];
 #pragma unroll

@@ -66,6 +66,7 @@ constexpr int BINS = 1 << LOG_BINS;
 constexpr int WEIGHT_SHIFT = 31 - LOG_BINS; /* level-1 digit of a weight key (top bit set): 1/128 binade */
 constexpr int ANY_SHIFT = 32 - LOG_BINS;    /* level-1 digit of any key */
 constexpr int LIST_CAP = 16384;             /* gathered keys: the histogram's memory */
+constexpr int COUNT_TRASH = BINS;           /* histogram slot of the elements that do not count */
 constexpr int MAX_TILES = 2048;
 constexpr uint32_t WEIGHT_FLOOR = 0x80000000u; /* key of +0: every positive weight is above it */
 constexpr uint32_t WEIGHT_TOP = 0xFF7FFFFFu;   /* key of FLT_MAX: the largest weight */
@@ -118,9 +119,9 @@ struct tile_smem {
   block_state st;
 };
 
-/* The histogram, or the gathered list in its place. */
+/* The histogram (and its COUNT_TRASH slot), or the gathered list in its place. */
 union __align__(16) search_space {
-  uint32_t hist[BINS];
+  uint32_t hist[BINS + 1];
   uint64_t list[LIST_CAP]; /* key << 32 | (0xFFFFFFFF - index) */
 };
 
@@ -184,10 +185,13 @@ __device__ __forceinline__ bool decode(const row_view<T> &r, float raw, float su
   }
 }
 
-/* Mass of the positive weight of key `key` at exponent field e_max (>= its own). */
+/* Mass of the weight (>= 0) of key `key` at exponent field e_max (>= its own): ignis_mass_at of
+ * ignis_mass_own (core/philox.h), with the shift clamped instead of tested (a mass is < 2^39). */
 __device__ __forceinline__ uint64_t weight_mass(uint32_t key, int e_max) {
-  const uint32_t bits = key & 0x7FFFFFFFu;
-  return ignis_mass_at(ignis_mass_own(bits), ignis_mass_exponent(bits), e_max);
+  const uint32_t bits = key & 0x7FFFFFFFu, e = bits >> 23;
+  const uint32_t significand = (bits & 0x7FFFFFu) | (e ? 0x800000u : 0u);
+  const int shift = min(e_max - (int)max(e, 1u), 63);
+  return ((uint64_t)significand << 15) >> shift;
 }
 
 /* The lowest logit whose weight can reach the weight of key lowest_key; -inf when all count (and
@@ -209,15 +213,54 @@ __device__ __forceinline__ int64_t entry_index(uint64_t e) {
   return (int64_t)(0xFFFFFFFFu - (uint32_t)e);
 }
 
+/* Elements of chunk c inside a row of n: 4, fewer in the last chunk, 0 past the row. */
+__device__ __forceinline__ int chunk_valid(int64_t n, int64_t c) {
+  const int64_t left = n - c * 4;
+  return left >= 4 ? 4 : (left > 0 ? (int)left : 0);
+}
+
+/* Chunk c of a row that holds it whole, by one vector load through the read-only path. */
+template <typename T>
+__device__ __forceinline__ void load_whole_chunk(const T *row, int64_t c, float (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 f = __ldg(reinterpret_cast<const float4 *>(row + c * 4));
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+  } else {
+    const uint2 raw = __ldg(reinterpret_cast<const uint2 *>(row + c * 4));
+    ignis_unpack_word<T>(raw.x, v);
+    ignis_unpack_word<T>(raw.y, v + 2);
+  }
+}
+
 /* Visits the row in steps that every thread takes: step s loads chunks (s * UNROLL + u) * THREADS
- * + threadIdx.x for u < UNROLL, then calls visit(group, chunk, values, subtracted values) for each
- * (group = chunk / THREADS, the same across the block). Elements at or past n must be skipped by
- * visit; no thread leaves early. */
+ * + threadIdx.x for u < UNROLL, then calls visit(group, chunk, values, subtracted values, valid) for
+ * each (group = chunk / THREADS, the same across the block; valid = the chunk's elements inside the
+ * row, chunk_valid). The steps whose chunks all lie whole inside a vector row (all but the last, on
+ * a real row) load without bounds checks and pass valid = 4, a constant, so the visitor's element
+ * checks fold away there. Elements past `valid` read as 0 and must be skipped by visit; no thread
+ * leaves early. */
 template <typename T, int KIND, typename Visit>
 __device__ __forceinline__ void for_each_chunk(const row_view<T> &r, Visit &&visit) {
   const int64_t chunks = (r.n + 3) / 4;
   const int64_t steps = (chunks + (int64_t)UNROLL * THREADS - 1) / ((int64_t)UNROLL * THREADS);
-  for (int64_t step = 0; step < steps; ++step) {
+  const int64_t whole_steps = r.vec ? (r.n / 4) / ((int64_t)UNROLL * THREADS) : 0;
+  for (int64_t step = 0; step < whole_steps; ++step) {
+    const int64_t base = step * UNROLL * THREADS + threadIdx.x;
+    float v[UNROLL][4], q[UNROLL][4];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      load_whole_chunk(r.row, base + (int64_t)u * THREADS, v[u]);
+      if constexpr (KIND == ROW_RESIDUAL)
+        load_whole_chunk(r.minus, base + (int64_t)u * THREADS, q[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      visit((int)(step * UNROLL + u), base + (int64_t)u * THREADS, v[u], q[u], 4);
+  }
+  for (int64_t step = whole_steps; step < steps; ++step) {
     const int64_t base = step * UNROLL * THREADS + threadIdx.x;
     float v[UNROLL][4], q[UNROLL][4];
 #pragma unroll
@@ -227,25 +270,19 @@ __device__ __forceinline__ void for_each_chunk(const row_view<T> &r, Visit &&vis
         load_chunk(r.minus, base + (int64_t)u * THREADS, r.n, r.vec, q[u]);
     }
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      visit((int)(step * UNROLL + u), base + (int64_t)u * THREADS, v[u], q[u]);
+    for (int u = 0; u < UNROLL; ++u) {
+      const int64_t c = base + (int64_t)u * THREADS;
+      visit((int)(step * UNROLL + u), c, v[u], q[u], chunk_valid(r.n, c));
+    }
   }
 }
 
-/* hist[bin] += 1 when `when`: a predicated shared-memory reduction at the histogram's 32-bit shared
- * address, taken once per pass (through a generic pointer the compiler rebuilt the shared window
- * base for every element); same-address increments of a warp are combined by the hardware. */
-__device__ __forceinline__ void count_if(uint32_t hist_base, uint32_t bin, bool when) {
-  asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p red.shared.add.u32 [%0], %1;\n\t}" ::"r"(
-                   hist_base + bin * 4),
-               "r"(1u), "r"((uint32_t)when)
-               : "memory");
-}
-
-/* Elements of chunk c inside a row of n: 4, fewer in the last chunk, 0 past the row. */
-__device__ __forceinline__ int chunk_valid(int64_t n, int64_t c) {
-  const int64_t left = n - c * 4;
-  return left >= 4 ? 4 : (left > 0 ? (int)left : 0);
+/* hist[slot] += 1: a shared-memory reduction at the histogram's 32-bit shared address, taken once
+ * per pass (through a generic pointer the compiler rebuilt the shared window base for every
+ * element); same-address increments of a warp are combined by the hardware. Elements that do not
+ * count go to a slot past the bins (COUNT_TRASH), not around a branch. */
+__device__ __forceinline__ void count_at(uint32_t hist_base, uint32_t slot) {
+  asm volatile("red.shared.add.u32 [%0], 1;" ::"r"(hist_base + slot * 4) : "memory");
 }
 
 /* ---- tiles ------------------------------------------------------------------------------------------- */
@@ -305,8 +342,7 @@ __device__ __forceinline__ void clear_tiles() {
 /* The largest weight key of the row (0 if no weight is positive). */
 template <typename T, int KIND> __device__ __noinline__ uint32_t max_key_pass(const row_view<T> r) {
   uint32_t best = 0;
-  for_each_chunk<T, KIND>(r, [&](int, int64_t c, const float(&v)[4], const float(&q)[4]) {
-    const int valid = chunk_valid(r.n, c);
+  for_each_chunk<T, KIND>(r, [&](int, int64_t, const float(&v)[4], const float(&q)[4], int valid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint32_t key;
@@ -327,15 +363,15 @@ __device__ __noinline__ uint64_t tile_pass(const row_view<T> r, uint32_t thr, in
   const float x_floor = logit_floor<T, KIND>(r, thr);
   const int lane = threadIdx.x & 31;
   uint64_t total = 0;
-  for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4]) {
-    const int valid = chunk_valid(r.n, c);
+  for_each_chunk<T, KIND>(r, [&](int group, int64_t, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint32_t key;
       float w;
-      const bool allowed = decode<T, KIND>(r, v[j], q[j], x_floor, key, w) && j < valid && key >= thr;
-      chunk_mass += allowed ? weight_mass(key, e_max) : 0;
+      decode<T, KIND>(r, v[j], q[j], x_floor, key, w);
+      /* (a weight of 0 has mass 0: only the row's end needs a check) */
+      chunk_mass += j < valid && key >= thr ? weight_mass(key, e_max) : 0;
     }
     total += chunk_mass;
     const uint64_t warp_mass = warp_sum_chunk_mass(chunk_mass);
@@ -371,18 +407,22 @@ __device__ __noinline__ pass_sums histogram_pass(const row_view<T> r, uint32_t l
     *reinterpret_cast<uint4 *>(&hist[i]) = make_uint4(0, 0, 0, 0);
   __syncthreads();
   const float x_floor = MASSES && with_total ? -INFINITY : logit_floor<T, KIND>(r, lo);
+  const uint32_t span = hi - lo;
   pass_sums s = {0, 0, 0, 0};
-  for_each_chunk<T, KIND>(r, [&](int, int64_t c, const float(&v)[4], const float(&q)[4]) {
-    const int valid = chunk_valid(r.n, c);
+  for_each_chunk<T, KIND>(r, [&](int, int64_t, const float(&v)[4], const float(&q)[4], int valid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint32_t key;
       float w;
       const bool part = decode<T, KIND>(r, v[j], q[j], x_floor, key, w) && j < valid;
-      s.max_key = part && key > s.max_key ? key : s.max_key;
-      count_if(hist_base, (key - lo) >> shift, part && key >= lo && key <= hi);
+      if constexpr (weight_kind(KIND))
+        s.max_key = max(s.max_key, j < valid ? key : 0u); /* a weight of 0 has the floor key */
+      else
+        s.max_key = part && key > s.max_key ? key : s.max_key;
+      const uint32_t offset = key - lo;
+      count_at(hist_base, part && offset <= span ? offset >> shift : (uint32_t)COUNT_TRASH);
       if constexpr (MASSES) {
-        const uint64_t m = part ? weight_mass(key, e_max) : 0;
+        const uint64_t m = j < valid ? weight_mass(key, e_max) : 0;
         s.mass_above += with_mass && key > hi ? m : 0;
         s.mass_cut += with_cut && key >= cut ? m : 0;
         s.total += with_total ? m : 0;
@@ -390,6 +430,8 @@ __device__ __noinline__ pass_sums histogram_pass(const row_view<T> r, uint32_t l
     }
   });
   block_sums(s.max_key, s.mass_above, s.mass_cut, s.total, tile_mem().red);
+  if (weight_kind(KIND) && s.max_key <= WEIGHT_FLOOR)
+    s.max_key = 0; /* no positive weight */
   return s;
 }
 
@@ -409,11 +451,11 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
     sm.t.st.list_len = 0;
   __syncthreads();
   const float x_floor = MASSES && with_total ? -INFINITY : logit_floor<T, KIND>(r, lo);
+  const uint32_t span = hi - lo;
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1;
   pass_sums s = {0, 0, 0, 0};
-  for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4]) {
-    const int valid = chunk_valid(r.n, c);
+  for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
     uint32_t keys[4], count = 0;
     bool in[4];
@@ -422,16 +464,16 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
       float w;
       const bool part = decode<T, KIND>(r, v[j], q[j], x_floor, keys[j], w) && j < valid;
       if constexpr (MASSES) {
-        const uint64_t m = part ? weight_mass(keys[j], e_max) : 0;
+        const uint64_t m = j < valid ? weight_mass(keys[j], e_max) : 0; /* (0 for a weight of 0) */
         chunk_mass += keys[j] > hi ? m : 0;
         s.total += with_total ? m : 0;
       }
-      in[j] = part && keys[j] >= lo && keys[j] <= hi;
+      in[j] = part && keys[j] - lo <= span;
       count += in[j];
     }
-    const uint32_t b0 = __ballot_sync(0xffffffffu, count & 1), b1 = __ballot_sync(0xffffffffu, count & 2),
-                   b2 = __ballot_sync(0xffffffffu, count & 4);
-    if (b0 | b1 | b2) {
+    if (__any_sync(0xffffffffu, count != 0)) {
+      const uint32_t b0 = __ballot_sync(0xffffffffu, count & 1), b1 = __ballot_sync(0xffffffffu, count & 2),
+                     b2 = __ballot_sync(0xffffffffu, count & 4);
       uint32_t first = 0;
       if (lane == 0)
         first = atomicAdd(&sm.t.st.list_len, __popc(b0) + 2 * __popc(b1) + 4 * __popc(b2));

@@ -179,7 +179,8 @@ __device__ __noinline__ allowed_set filter_row(const ignis_sampling_params &p, i
 }
 
 template <typename T, int KIND>
-__global__ void __launch_bounds__(THREADS, 1) filter_rows(ignis_sampling_params p, bool vec, bool out_vec) {
+__global__ void __launch_bounds__(THREADS, 1)
+    filter_rows(const __grid_constant__ ignis_sampling_params p, bool vec, bool out_vec) {
   ignis_pdl_wait();
   const int64_t b = blockIdx.x;
   const bool sample = p.output == IGNIS_SAMPLING_OUT_SAMPLE, renorm = p.output == IGNIS_SAMPLING_OUT_RENORM;

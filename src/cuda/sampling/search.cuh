@@ -702,17 +702,20 @@ struct search_result {
  * highest bin where the mass target can be reached, from the bounds). t_lo / t_hi: the mass target's
  * bounds; when !tg.base_known they are computed here from the histogram's bounds on the total mass
  * (the histogram must then cover every weight). Ends with a barrier.
- * Each thread sums a run of `per` consecutive bins, the lanes of a warp starting at staggered bins of
- * their runs (a run of 32 bins per lane put all 32 lanes on one bank: 32-way conflicts on every
- * load); only a thread whose run holds a crossing walks it again, in order. */
+ * Each thread sums a run of `per` consecutive bins by 16-byte loads of 4 bins, skipping empty groups,
+ * the lanes of a warp starting at staggered groups of their runs (runs of 32 bins read in step put
+ * all 32 lanes on one bank: 32-way conflicts on every load); only a thread whose run holds a
+ * crossing walks it again, bin by bin. */
 static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, int e_max, uint32_t max_key,
                                          uint64_t count_above, uint64_t mass_above, const targets tg,
                                          double &t_lo, double &t_hi) {
   search_smem &sm = search_mem();
-  const int bins = (int)((hi - lo) >> shift) + 1;
-  const int per = (bins + THREADS - 1) / THREADS;
-  const int first = (int)threadIdx.x * per, last = min(first + per, bins);
-  const int stagger = (int)(((threadIdx.x & 31) * (uint32_t)per) >> 5);
+  /* Bins above the largest key are empty: the runs cover the bins up to it, whole 4-bin groups each. */
+  const uint32_t top = max_key < hi ? max_key : hi;
+  const int used = max_key < lo ? 1 : (int)((top - lo) >> shift) + 1;
+  const int per = ((used + THREADS - 1) / THREADS + 3) & ~3, groups = per >> 2;
+  const int first = (int)threadIdx.x * per, last = min(first + per, used);
+  const int stagger = (int)(((threadIdx.x & 31) * (uint32_t)groups) >> 3) % groups;
   auto bounds = [&](int b, uint64_t c, uint64_t &low, uint64_t &high) {
     low = high = 0;
     if (!tg.use_p || c == 0)
@@ -725,16 +728,23 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
     high = c * weight_mass(z, e_max);
   };
   uint64_t local[3] = {0, 0, 0};
-  for (int i = 0, j = stagger; i < per; ++i, j = j + 1 == per ? 0 : j + 1) {
-    const int b = first + j;
-    if (b >= last)
+  for (int i = 0, g = stagger; i < groups; ++i, g = g + 1 == groups ? 0 : g + 1) {
+    const int b0 = first + 4 * g;
+    if (b0 >= last)
       continue;
-    const uint64_t c = sm.u.hist[b];
-    uint64_t low, high;
-    bounds(b, c, low, high);
-    local[0] += c;
-    local[1] += low;
-    local[2] += high;
+    const uint4 group = *reinterpret_cast<const uint4 *>(&sm.u.hist[b0]);
+    const uint32_t counts[4] = {group.x, b0 + 1 < last ? group.y : 0u, b0 + 2 < last ? group.z : 0u,
+                                b0 + 3 < last ? group.w : 0u};
+    if ((counts[0] | counts[1] | counts[2] | counts[3]) == 0)
+      continue; /* most groups of a real row */
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint64_t low, high;
+      bounds(b0 + j, counts[j], low, high);
+      local[0] += counts[j];
+      local[1] += low;
+      local[2] += high;
+    }
   }
   if (threadIdx.x == 0) {
     sm.t.st.hit_k.bin = -1;

@@ -460,7 +460,7 @@ template <typename T, int KIND, bool MASSES>
 __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, uint32_t hi, int e_max,
                                               bool with_tiles, bool with_total, int tile_shift) {
   search_smem &sm = search_mem();
-  uint64_t *const list = sm.u.list;
+  const uint32_t list_base = (uint32_t)__cvta_generic_to_shared(sm.u.list);
   if (MASSES && with_tiles)
     clear_tiles();
   __syncthreads();
@@ -475,8 +475,7 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
   pass_sums s = {0, 0, 0, 0};
   for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
-    uint32_t keys[4], count = 0;
-    bool in[4];
+    uint32_t keys[4], in = 0; /* bit j: element j is gathered */
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       float w;
@@ -486,10 +485,10 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
         chunk_mass += keys[j] > hi ? m : 0;
         s.total += with_total ? m : 0;
       }
-      in[j] = part && keys[j] - lo <= span;
-      count += in[j];
+      in |= (part && keys[j] - lo <= span ? 1u : 0u) << j;
     }
-    if (__any_sync(0xffffffffu, count != 0)) {
+    const uint32_t count = __popc(in);
+    if (__any_sync(0xffffffffu, in != 0)) {
       const uint32_t b0 = __ballot_sync(0xffffffffu, count & 1), b1 = __ballot_sync(0xffffffffu, count & 2),
                      b2 = __ballot_sync(0xffffffffu, count & 4);
       uint32_t first = 0;
@@ -497,13 +496,14 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
         first = atomicAdd(&sm.t.st.list_len, __popc(b0) + 2 * __popc(b1) + 4 * __popc(b2));
       uint32_t slot = __shfl_sync(0xffffffffu, first, 0) + __popc(b0 & lanes_below) +
                       2 * __popc(b1 & lanes_below) + 4 * __popc(b2 & lanes_below);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (in[j]) {
-          if (slot < LIST_CAP)
-            list[slot] = pack_entry(keys[j], c * 4 + j);
-          ++slot;
-        }
+      /* only this lane's gathered elements (usually none or one), at the list's shared address */
+      for (uint32_t pending = in; pending; pending &= pending - 1, ++slot) {
+        const int j = __ffs(pending) - 1;
+        const uint32_t key = j == 0 ? keys[0] : j == 1 ? keys[1] : j == 2 ? keys[2] : keys[3];
+        if (slot < LIST_CAP)
+          asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8), "l"(pack_entry(key, c * 4 + j))
+                       : "memory");
+      }
     }
     if constexpr (MASSES) {
       s.mass_above += chunk_mass;

@@ -250,19 +250,49 @@ __device__ __forceinline__ void load_whole_chunk(const T *row, int64_t c, float 
   }
 }
 
+/* Asks L2 for the elements of step `step` of the row (the UNROLL * THREADS chunks it loads) ahead of
+ * their loads: a pass holds 16 elements per thread in flight, too few to cover the memory's latency
+ * on their own. Thread 0 alone: on sm_90 bulk requests of a quarter step each, elsewhere one
+ * prefetch per 128-byte line. (Spread over the warps, the address arithmetic stayed live in every
+ * thread's registers and the element loops spilled.) */
+template <typename T> __device__ __forceinline__ void prefetch_step(const T *row, int64_t n, int64_t step) {
+  if (threadIdx.x != 0)
+    return;
+  constexpr int64_t STEP = (int64_t)UNROLL * THREADS * 4, QUARTER = STEP / 4;
+  for (int64_t lo = step * STEP; lo < (step + 1) * STEP && lo < n; lo += QUARTER) {
+    const int64_t hi = lo + QUARTER < n ? lo + QUARTER : n;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t a = __cvta_generic_to_global(row + lo) & ~(size_t)15;
+    const size_t b = (__cvta_generic_to_global(row + hi) + 15) & ~(size_t)15;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((uint32_t)(b - a)) : "memory");
+#else
+    for (const char *line = (const char *)(row + lo); line < (const char *)(row + hi); line += 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+#endif
+  }
+}
+
 /* Visits the row in steps that every thread takes: step s loads chunks (s * UNROLL + u) * THREADS
  * + threadIdx.x for u < UNROLL, then calls visit(group, chunk, values, subtracted values, valid) for
  * each (group = chunk / THREADS, the same across the block; valid = the chunk's elements inside the
  * row, chunk_valid). The steps whose chunks all lie whole inside a vector row (all but the last, on
  * a real row) load without bounds checks and pass valid = 4, a constant, so the visitor's element
  * checks fold away there. Elements past `valid` read as 0 and must be skipped by visit; no thread
- * leaves early. */
+ * leaves early. Each step asks L2 for the step two ahead (prefetch_step). */
 template <typename T, int KIND, typename Visit>
 __device__ __forceinline__ void for_each_chunk(const row_view<T> &r, Visit &&visit) {
   const int64_t chunks = (r.n + 3) / 4;
   const int64_t steps = (chunks + (int64_t)UNROLL * THREADS - 1) / ((int64_t)UNROLL * THREADS);
   const int64_t whole_steps = r.vec ? (r.n / 4) / ((int64_t)UNROLL * THREADS) : 0;
+  auto prefetch = [&](int64_t step) {
+    prefetch_step(r.row, r.n, step);
+    if constexpr (KIND == ROW_RESIDUAL)
+      prefetch_step(r.minus, r.n, step);
+  };
+  prefetch(0);
+  prefetch(1);
   for (int64_t step = 0; step < whole_steps; ++step) {
+    prefetch(step + 2);
     const int64_t base = step * UNROLL * THREADS + threadIdx.x;
     float v[UNROLL][4], q[UNROLL][4];
 #pragma unroll
@@ -276,6 +306,7 @@ __device__ __forceinline__ void for_each_chunk(const row_view<T> &r, Visit &&vis
       visit((int)(step * UNROLL + u), base + (int64_t)u * THREADS, v[u], q[u], 4);
   }
   for (int64_t step = whole_steps; step < steps; ++step) {
+    prefetch(step + 2);
     const int64_t base = step * UNROLL * THREADS + threadIdx.x;
     float v[UNROLL][4], q[UNROLL][4];
 #pragma unroll

@@ -252,24 +252,26 @@ __device__ __forceinline__ void load_whole_chunk(const T *row, int64_t c, float 
 
 /* Asks L2 for the elements of step `step` of the row (the UNROLL * THREADS chunks it loads) ahead of
  * their loads: a pass holds 16 elements per thread in flight, too few to cover the memory's latency
- * on their own. Thread 0 alone: on sm_90 bulk requests of a quarter step each, elsewhere one
- * prefetch per 128-byte line. (Spread over the warps, the address arithmetic stayed live in every
- * thread's registers and the element loops spilled.) */
+ * on their own. sm_90: thread 0 alone, in bulk requests of a quarter step each (spread over the
+ * warps, the address arithmetic stayed live in every thread's registers and the element loops
+ * spilled). Other targets: nothing (per-line prefetches would cost thread 0 ~500 instructions a
+ * step). */
 template <typename T> __device__ __forceinline__ void prefetch_step(const T *row, int64_t n, int64_t step) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x != 0)
     return;
   constexpr int64_t STEP = (int64_t)UNROLL * THREADS * 4, QUARTER = STEP / 4;
   for (int64_t lo = step * STEP; lo < (step + 1) * STEP && lo < n; lo += QUARTER) {
     const int64_t hi = lo + QUARTER < n ? lo + QUARTER : n;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const size_t a = __cvta_generic_to_global(row + lo) & ~(size_t)15;
     const size_t b = (__cvta_generic_to_global(row + hi) + 15) & ~(size_t)15;
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((uint32_t)(b - a)) : "memory");
-#else
-    for (const char *line = (const char *)(row + lo); line < (const char *)(row + hi); line += 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-#endif
   }
+#else
+  (void)row;
+  (void)n;
+  (void)step;
+#endif
 }
 
 /* Visits the row in steps that every thread takes: step s loads chunks (s * UNROLL + u) * THREADS

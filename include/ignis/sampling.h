@@ -4,9 +4,9 @@
  *
  * Layout: a distribution is a row of a 2-D tensor [rows, vocab_size] whose last dimension has
  * stride 1 (IGNIS_ERROR_UNSUPPORTED otherwise); the row stride is free. dtypes f32, f16 or bf16;
- * arithmetic is f32 (64-bit integers for masses). vocab_size >= 1; the ops that sum masses (the
- * top-p filters and the renorm ops) take vocab_size <= 2^24 (IGNIS_ERROR_UNSUPPORTED above), the
- * others vocab_size < 2^31.
+ * arithmetic is f32 (64-bit integers for masses). vocab_size >= 1; the ops that sum masses (every
+ * sampling op, chain speculative sampling and the renorm ops) take vocab_size <= 2^24
+ * (IGNIS_ERROR_UNSUPPORTED above), softmax, top_k_mask_logits and top_k vocab_size < 2^31.
  *
  * Batch and rows: every sampling call writes `samples` [batch] (i32 or i64). Without
  * options->indices, batch = rows and output row b samples distribution row b; with indices (i32 or
@@ -32,21 +32,27 @@
  *   top-k and top-p, "joint": both conditions, each on the whole row.
  *   top-k and top-p, "top_k_first": top-k first, then top-p within the top-k set (W replaced by
  *           the top-k mass), as FlashInfer's top_k_renorm_probs followed by top-p sampling.
- * Masses are sums of weights in 64-bit fixed point: each weight is counted in units of
+ * Masses are sums of weights in 64-bit fixed point: each weight counts as its floor in units of
  * 2^(Emax - 165) (Emax: the f32 exponent field of the row's largest weight), i.e. to ~2^-38 of the
- * largest weight, exactly and in any order. "mass < p W" is evaluated in f64.
+ * largest weight, so a sum is exact and the same in any order (a weight below 2^-38 of the largest
+ * may count as 0). "mass < p W" compares the exact mass, converted to f64, with p * W rounded to
+ * f64.
  * Per-row thresholds cannot be checked without reading device memory, so they are clamped:
  * top_k <= 0 means no filtering; top_p NaN or <= 0 keeps only the largest weight(s), > 1 means 1;
  * min_p NaN or <= 0 means 0, > 1 means 1. The scalars are validated (errors below).
  *
- * Sampling rule (exponential race): token i gets E_i = -ln(u_i), u_i a uniform from the
- * generator, and the sample is argmax over A of w_i / E_i (the lowest index on ties). This picks
- * token i with probability w_i / mass(A), in one pass, without sorting and without a prefix sum.
- * A row whose allowed set is empty (all weights 0) gets token 0. Samples are always in
- * [0, vocab_size).
+ * Sampling rule (inverse transform, exact in integers): with m_i the fixed-point mass of token i
+ * and M = mass(A), one 64-bit uniform U per output row gives t = floor(U * M / 2^64) < M, and the
+ * sample is the first token of A, in index order, at which the running sum of m over A exceeds t.
+ * This picks token i with probability m_i / M (to within M / 2^64), without sorting; a token of
+ * mass 0 is never returned. A row whose allowed set is empty (all weights 0) gets token 0. Samples
+ * are always in [0, vocab_size).
  *
  * Random numbers: Philox 4x32-10 keyed by the seed (src/core/philox.h gives the counter layout:
- * element group, output row, 48-bit offset, stream). A call is a pure function of (inputs, seed,
+ * counter group, output row, 48-bit offset, stream). U is words 0 (low half) and 1 (high half) of
+ * counter group 0 of stream 0; chain speculative sampling draws its acceptance uniforms from stream
+ * 0 (group i / 4, word i % 4 for position i) and the U of its extra token from group 0 of stream 1.
+ * A call is a pure function of (inputs, seed,
  * offset): the same seed and offset give the same samples on every run, for any launch
  * configuration and batch composition (an output row's numbers depend on its row index, not on
  * the other rows). Advance the offset by at least 1 between calls to draw new numbers. The seed
@@ -58,8 +64,8 @@
  * f32 helpers), the same fixed-point masses and the same thresholds, so every sampling op, the
  * renorm and mask ops, top_k and chain_speculative_sampling give identical results on both. Only
  * softmax differs, by rounding (its sum is f64 on the CPU, f32 on the GPU). `deterministic` is accepted for
- * FlashInfer compatibility; both values give the same reproducible results (every reduction runs in a fixed
- * order).
+ * FlashInfer compatibility; both values give the same reproducible results (thresholds and samples are
+ * exact integer functions of the inputs, whatever the order of the sums).
  *
  * Outputs are written only on success: on an error nothing is written. The calls never
  * synchronize or allocate and are safe inside CUDA-graph capture. */

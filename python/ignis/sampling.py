@@ -4,8 +4,8 @@
 Inputs are ``[batch, vocab]`` probabilities or logits (f32, f16 or bf16; the last dimension
 contiguous, any row stride) on the host or a CUDA device. The rules (what is allowed, how NaN, Inf
 and all-zero rows behave, how ties are kept) are those of ``include/ignis/sampling.h``: nothing is
-sorted, the sample is an exponential race over the allowed set, and a sample is always in
-``[0, vocab)``. Samples come back as int32 arrays in the input's framework.
+sorted (a radix search finds the thresholds), the sample is drawn by inverse transform over the
+allowed set's exact fixed-point masses, and a sample is always in ``[0, vocab)``. Samples come back as int32 arrays in the input's framework.
 
 Thresholds (``top_k``, ``top_p``, ``min_p``) are a scalar or one value per row (an int tensor for
 top_k, a float32 tensor for top_p and min_p). ``indices`` (int32/int64 ``[batch]``) maps output row b

@@ -9,7 +9,7 @@
 #include "ignis/sampling.h"
 
 #define MAX_VOCAB ((int64_t)INT32_MAX)
-#define MAX_MASS_VOCAB ((int64_t)1 << 24) /* 64-bit fixed-point masses stay exact (core/philox.h) */
+#define MAX_MASS_VOCAB ((int64_t)1 << 24) /* summed masses stay exact in 64 bits (core/philox.h) */
 
 static ignis_status invalid(const char *fn, const char *what) {
   return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s", fn, what);
@@ -151,7 +151,7 @@ typedef struct sampling_args {
   void *stream;
 } sampling_args;
 
-static int filter_uses_mass(ignis_sampling_filter filter) {
+static int filter_has_top_p(ignis_sampling_filter filter) {
   return filter == IGNIS_SAMPLING_TOP_P || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
          filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
 }
@@ -161,8 +161,7 @@ static ignis_status run_sampling(const sampling_args *a) {
   ignis_clear_error();
   sampling_call call;
   IGNIS_TRY(read_options(fn, a->options, &call));
-  IGNIS_TRY(
-      check_rows(fn, a->input_name, a->input, filter_uses_mass(a->filter) ? MAX_MASS_VOCAB : MAX_VOCAB));
+  IGNIS_TRY(check_rows(fn, a->input_name, a->input, MAX_MASS_VOCAB)); /* the sample sums masses */
   const int64_t rows = a->input->shape[0];
   int64_t batch = rows;
   if (call.indices) {
@@ -180,7 +179,7 @@ static ignis_status run_sampling(const sampling_args *a) {
   if (a->filter == IGNIS_SAMPLING_TOP_K || a->filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
       a->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P)
     IGNIS_TRY(check_top_k(fn, a->top_k_arr, a->top_k_val, batch));
-  if (filter_uses_mass(a->filter))
+  if (filter_has_top_p(a->filter))
     IGNIS_TRY(check_top_p(fn, a->top_p_arr, a->top_p_val, batch));
   if (a->filter == IGNIS_SAMPLING_MIN_P)
     IGNIS_TRY(check_min_p(fn, a->min_p_arr, a->min_p_val, batch));
@@ -455,11 +454,14 @@ ignis_status ignis_chain_speculative_sampling(
   IGNIS_TRY(ignis_check_float_dtype(fn, "draft_probs", draft_probs));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "draft_probs", draft_probs));
   const int64_t batch = draft_probs->shape[0], n = draft_probs->shape[1], vocab = draft_probs->shape[2];
-  if (vocab < 1 || vocab > MAX_VOCAB)
+  if (vocab < 1)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: draft_probs.shape[2]=%" PRId64 " but the vocabulary must hold 1 to %" PRId64
-                           " entries",
-                           fn, vocab, MAX_VOCAB);
+                           "%s: draft_probs.shape[2]=%" PRId64 " but the vocabulary must hold >= 1 entry", fn,
+                           vocab);
+  if (vocab > MAX_MASS_VOCAB)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: draft_probs.shape[2]=%" PRId64 " exceeds the largest vocabulary %" PRId64, fn,
+                           vocab, MAX_MASS_VOCAB);
   IGNIS_TRY(ignis_check_tensor(fn, "draft_token_ids", draft_token_ids, 2, 2));
   IGNIS_TRY(ignis_check_index_dtype(fn, "draft_token_ids", draft_token_ids));
   IGNIS_TRY(ignis_check_dim(fn, "draft_token_ids", draft_token_ids, 0, batch, "draft_probs.shape[0]"));

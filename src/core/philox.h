@@ -3,7 +3,8 @@
  * Generator: Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"), a
  * counter-based generator: a 128-bit counter and a 64-bit key give four 32-bit words, with no state.
  * The sampling ops use key = seed and counter
- *     c0 = group (elements 4*group .. 4*group+3 of a row get words 0..3),
+ *     c0 = group (a counter group: group 0 gives a row's sampling uniform; speculative sampling
+ *          gives elements 4*group .. 4*group+3 of a row words 0..3),
  *     c1 = output row,
  *     c2 = offset bits 0..31,
  *     c3 = offset bits 32..47 | draw << 16   (draw: which of an op's independent streams),
@@ -14,11 +15,6 @@
  * the compilers could contract differently (products feeding a sum are written as fmaf, and the
  * IGNIS_FMUL / IGNIS_DMUL macros stop nvcc from fusing a product into a later add). That is what
  * lets the CPU backend draw exactly the samples the GPU draws.
- *
- * ignis_neg_log_uniform(x): E = -ln(u) for u = (x + 0.5) / 2^32, an exponential variate with no
- * atom at 0 (u < 1 always). Computed as 2 atanh(s) series in s = (m - 1)/(m + 1) (u = m 2^e) for
- * u < 1/2, and as -ln(1 - v) = 2 atanh(v / (2 - v)) with v = 1 - u formed exactly from ~x for
- * u >= 1/2, so small E keep full relative precision. Error: a few ulp.
  *
  * ignis_exp_nonpos(d): e^d for d <= 0 (0 below -104), range reduction by ln 2 in two pieces and a
  * degree-7 polynomial; a few ulp. Used for the weights exp(logit - max) of the logits ops.
@@ -88,7 +84,7 @@ static inline IGNIS_HOST_DEVICE ignis_philox_out ignis_philox4x32(uint32_t c0, u
   return out;
 }
 
-/* The four words of element group `group` of `row` (see the header for the counter layout). */
+/* The four words of counter group `group` of `row` (see the header for the counter layout). */
 static inline IGNIS_HOST_DEVICE ignis_philox_out ignis_philox_group(uint64_t seed, uint64_t offset,
                                                                     uint32_t draw, uint64_t row,
                                                                     uint64_t group) {
@@ -113,38 +109,6 @@ static inline IGNIS_HOST_DEVICE float ignis_bits_float(uint32_t u) {
   } b;
   b.u = u;
   return b.f;
-}
-
-/* 2 atanh(s) / (2 s) = 1 + z/3 + z^2/5 + ... (z = s^2), `terms` terms. */
-static inline IGNIS_HOST_DEVICE float ignis_atanh_series_(float z, int terms) {
-  float p = 1.0f / (float)(2 * terms - 1);
-  for (int n = terms - 2; n >= 0; --n)
-    p = fmaf(p, z, 1.0f / (float)(2 * n + 1));
-  return p;
-}
-
-/* -ln(u), u = (x + 0.5) / 2^32: an exponential variate in [2^-33, 22.5]. */
-static inline IGNIS_HOST_DEVICE float ignis_neg_log_uniform(uint32_t x) {
-  if (x < 0x80000000u) {
-    const float u = ((float)x + 0.5f) * 0x1p-32f; /* normal, in [2^-33, 0.5] */
-    uint32_t bits = ignis_float_bits(u);
-    int e = (int)((bits >> 23) & 0xFFu) - 127;
-    bits = (bits & 0x7FFFFFu) | 0x3F800000u; /* m in [1, 2) */
-    if (bits > 0x3FB504F3u) {                /* m > sqrt(2): use m / 2 */
-      bits -= 0x00800000u;
-      e += 1;
-    }
-    const float m = ignis_bits_float(bits);
-    const float s = (m - 1.0f) / (m + 1.0f); /* |s| <= 0.1716 */
-    const float z = IGNIS_FMUL(s, s);
-    const float log_m = IGNIS_FMUL(2.0f * s, ignis_atanh_series_(z, 6));
-    const float ln_u = fmaf((float)e, 0.693145751953125f, fmaf((float)e, 1.428606765330187e-06f, log_m));
-    return -ln_u;
-  }
-  const float v = ((float)(0xFFFFFFFFu - x) + 0.5f) * 0x1p-32f; /* 1 - u, in [2^-33, 0.5] */
-  const float s = v / (2.0f - v);                               /* s in (0, 1/3] */
-  const float z = IGNIS_FMUL(s, s);
-  return IGNIS_FMUL(2.0f * s, ignis_atanh_series_(z, 9));
 }
 
 /* e^d for d <= 0; 0 below -104 (and for -inf). */

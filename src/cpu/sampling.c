@@ -1,18 +1,19 @@
 /* CPU backend of the sampling ops (include/ignis/sampling.h), one row at a time, rows in parallel.
- * It runs the algorithm of the CUDA backend step for step, with the same bit-exact helpers
- * (core/philox.h), so both backends return the same samples:
+ * It computes plainly what the header defines, with the bit-exact helpers of core/philox.h, so it
+ * returns exactly the thresholds and samples of the CUDA backend (which gets there another way):
  *
  *   weights   probs: w = p if finite and > 0, else 0; logits: w = ignis_exp_nonpos(x - max).
- *   threshold the allowed set is always {w_i > 0, key(w_i) >= thr} for an order key thr. It is found
- *             by a radix search over the keys' bits in three levels (12, 11 and 9 bits): a
- *             histogram of the elements in the current bin, holding counts and fixed-point masses;
- *             the digit where the suffix sum first reaches the target (k for top-k, p * W for top-p)
- *             becomes the next bin, and the target drops by what lies above it. A level whose bin
- *             holds less than the target (fixed-point truncation) ends the search: the whole bin is
- *             allowed. Masses: level 1 sums each bin in its own exponent's units and shifts the sum
- *             to the row's largest exponent; levels 2 and 3 shift each element (core/philox.h).
- *   sample    argmax over the allowed set of w_i / E_i, E_i = -ln(u_i) from Philox (draw 0, group
- *             i / 4, word i % 4), the lowest index on ties.
+ *   masses    m_i = the mass of w_i at the exponent field of the row's largest weight (64-bit
+ *             fixed point, exact; core/philox.h).
+ *   threshold the allowed set is {w_i > 0, key(w_i) >= thr} for an order key thr: the largest key
+ *             whose suffix (the count of keys >= it, or their mass, compared in f64 with the
+ *             target) reaches the target. Found by a radix search over the keys' bits in three
+ *             levels (12, 11 and 9 bits): a histogram of counts and masses of the elements in the
+ *             current bin, then the largest digit whose exact suffix (plus everything above the
+ *             bin) reaches the target.
+ *   sample    inverse transform: one 64-bit uniform U (Philox draw 0, counter group 0, words 0 and
+ *             1), t = floor(U * M / 2^64) for the allowed mass M, and the first allowed element in
+ *             index order at which the running mass exceeds t.
  *
  * Top-k selection, the logits mask and softmax use the same order keys; softmax sums in f64 here
  * (the CUDA backend in f32), so the two agree to rounding only. */
@@ -62,24 +63,25 @@ static uint64_t rng_offset(const ignis_philox_source *rng, int64_t row) {
   return (uint64_t)rng->offset_arr[rng->offset_len == 1 ? 0 : row];
 }
 
+/* The high 64 bits of the 128-bit product a * b. */
+static uint64_t mul_high(uint64_t a, uint64_t b) {
+  const uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
+  const uint64_t lo_lo = a_lo * b_lo, lo_hi = a_lo * b_hi, hi_lo = a_hi * b_lo, hi_hi = a_hi * b_hi;
+  const uint64_t middle = (lo_lo >> 32) + (uint32_t)lo_hi + (uint32_t)hi_lo;
+  return hi_hi + (lo_hi >> 32) + (hi_lo >> 32) + (middle >> 32);
+}
+
 /* ---- radix threshold search -------------------------------------------------------------------- */
-/* Elements take part when valid[i]; key[i] is their order key. Masses (with_mass) are of the
- * positive float w[i] at the scale of exponent field e_max. */
+/* Elements take part when valid[i]; key[i] is their order key and, in mass searches, mass[i] their
+ * fixed-point mass. */
 typedef struct search_row {
   int64_t n;
   const uint32_t *key;
   const unsigned char *valid;
-  const float *w;
-  int with_mass;
-  int e_max;
-  int64_t *count; /* MAX_DIGITS scratch */
-  uint64_t *mass; /* MAX_DIGITS scratch */
+  const uint64_t *mass; /* NULL: counts only */
+  int64_t *count;       /* MAX_DIGITS scratch */
+  uint64_t *bin_mass;   /* MAX_DIGITS scratch */
 } search_row;
-
-typedef struct search_result {
-  uint32_t thr;        /* allowed: key >= thr */
-  uint64_t mass_above; /* mass of the elements with key >= thr (with_mass) */
-} search_result;
 
 /* Histogram of level `level` over the elements of bin `prefix` (the digits of the earlier levels). */
 static void histogram(const search_row *s, int level, uint32_t prefix) {
@@ -87,10 +89,7 @@ static void histogram(const search_row *s, int level, uint32_t prefix) {
   const int shift = level_shift[level];
   const int prefix_shift = shift + level_bits[level];
   memset(s->count, 0, sizeof(int64_t) * (size_t)digits);
-  memset(s->mass, 0, sizeof(uint64_t) * (size_t)digits);
-  /* Every element of a level-1 bin has the bin's exponent field (key bits 30..23). */
-  const uint32_t level1_digit = level == 2 ? prefix >> level_bits[1] : prefix;
-  const int bin_e = ignis_mass_exponent((level1_digit & 0x7FFu) << 20);
+  memset(s->bin_mass, 0, sizeof(uint64_t) * (size_t)digits);
   for (int64_t i = 0; i < s->n; ++i) {
     if (!s->valid[i])
       continue;
@@ -99,61 +98,37 @@ static void histogram(const search_row *s, int level, uint32_t prefix) {
       continue;
     const uint32_t d = (k >> shift) & (uint32_t)(digits - 1);
     s->count[d] += 1;
-    if (s->with_mass) {
-      const uint32_t bits = ignis_float_bits(s->w[i]);
-      s->mass[d] += level == 0 ? ignis_mass_own(bits) : ignis_mass_at(ignis_mass_own(bits), bin_e, s->e_max);
-    }
+    if (s->mass)
+      s->bin_mass[d] += s->mass[i];
   }
-  if (level == 0 && s->with_mass)
-    for (int d = 2048; d < digits; ++d)
-      s->mass[d] = ignis_mass_at(s->mass[d], ignis_mass_exponent((uint32_t)(d - 2048) << 20), s->e_max);
 }
 
-/* Radix search for the smallest key whose suffix (count or mass) reaches the target. */
-static search_result search(const search_row *s, int by_mass, int64_t count_target, double mass_target) {
-  search_result r = {0, 0};
+/* The largest key K whose suffix {valid, key >= K} reaches the target: count >= count_target, or
+ * (by_mass) (double)mass >= mass_target. Returns 0 when even the whole set falls short (nothing is
+ * filtered). */
+static uint32_t search(const search_row *s, int by_mass, int64_t count_target, double mass_target) {
   uint32_t prefix = 0;
-  uint64_t mass_above = 0;
+  int64_t above_count = 0;
+  uint64_t above_mass = 0;
   for (int level = 0; level < LEVELS; ++level) {
     histogram(s, level, prefix);
     const int digits = 1 << level_bits[level];
-    int64_t total_count = 0;
-    uint64_t total_mass = 0;
-    for (int d = 0; d < digits; ++d) {
-      total_count += s->count[d];
-      total_mass += s->mass[d];
-    }
-    const int short_of_target = by_mass ? (double)total_mass < mass_target : total_count < count_target;
-    if (short_of_target) { /* the whole bin is allowed */
-      r.thr = level == 0 ? 0 : prefix << (level_shift[level] + level_bits[level]);
-      r.mass_above = mass_above + total_mass;
-      return r;
-    }
-    int64_t suffix_count = 0;
-    uint64_t suffix_mass = 0;
-    int digit = 0;
+    int digit = -1;
     for (int d = digits - 1; d >= 0; --d) {
-      const int reached = by_mass ? (double)(suffix_mass + s->mass[d]) >= mass_target
-                                  : suffix_count + s->count[d] >= count_target;
+      const int reached = by_mass ? (double)(above_mass + s->bin_mass[d]) >= mass_target
+                                  : above_count + s->count[d] >= count_target;
       if (reached) {
         digit = d;
         break;
       }
-      suffix_count += s->count[d];
-      suffix_mass += s->mass[d];
+      above_count += s->count[d];
+      above_mass += s->bin_mass[d];
     }
-    if (by_mass)
-      mass_target -= (double)suffix_mass;
-    else
-      count_target -= suffix_count;
-    mass_above += suffix_mass;
+    if (digit < 0)
+      return 0;
     prefix = (prefix << level_bits[level]) | (uint32_t)digit;
-    if (level == LEVELS - 1)
-      mass_above += s->mass[digit];
   }
-  r.thr = prefix;
-  r.mass_above = mass_above;
-  return r;
+  return prefix;
 }
 
 /* ---- one row of the filter ops ------------------------------------------------------------------- */
@@ -162,8 +137,9 @@ typedef struct row_scratch {
   float *w;
   uint32_t *key;
   unsigned char *valid;
-  int64_t *count;
   uint64_t *mass;
+  int64_t *count;
+  uint64_t *bin_mass;
 } row_scratch;
 
 static void free_scratch(row_scratch *s) {
@@ -171,8 +147,9 @@ static void free_scratch(row_scratch *s) {
   free(s->w);
   free(s->key);
   free(s->valid);
-  free(s->count);
   free(s->mass);
+  free(s->count);
+  free(s->bin_mass);
 }
 
 static int alloc_scratch(row_scratch *s, int64_t n) {
@@ -180,9 +157,54 @@ static int alloc_scratch(row_scratch *s, int64_t n) {
   s->w = malloc(sizeof(float) * (size_t)n);
   s->key = malloc(sizeof(uint32_t) * (size_t)n);
   s->valid = malloc((size_t)n);
+  s->mass = malloc(sizeof(uint64_t) * (size_t)n);
   s->count = malloc(sizeof(int64_t) * MAX_DIGITS);
-  s->mass = malloc(sizeof(uint64_t) * MAX_DIGITS);
-  return s->x && s->w && s->key && s->valid && s->count && s->mass;
+  s->bin_mass = malloc(sizeof(uint64_t) * MAX_DIGITS);
+  return s->x && s->w && s->key && s->valid && s->mass && s->count && s->bin_mass;
+}
+
+/* Keys, validity and masses of the weights w[0, n) (their largest into *w_max); returns the exponent
+ * field of the largest. */
+static int weigh(const float *w, int64_t n, row_scratch *s, float *w_max_out) {
+  float w_max = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    w_max = w[i] > w_max ? w[i] : w_max;
+  *w_max_out = w_max;
+  const int e_max = ignis_mass_exponent(ignis_float_bits(w_max));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = ignis_float_bits(w[i]);
+    s->valid[i] = w[i] > 0.0f;
+    s->key[i] = ignis_order_key(w[i]);
+    s->mass[i] = s->valid[i] ? ignis_mass_at(ignis_mass_own(bits), ignis_mass_exponent(bits), e_max) : 0;
+  }
+  return e_max;
+}
+
+/* Mass of the valid elements with key >= thr. */
+static uint64_t mass_from(const row_scratch *s, int64_t n, uint32_t thr) {
+  uint64_t m = 0;
+  for (int64_t i = 0; i < n; ++i)
+    m += s->valid[i] && s->key[i] >= thr ? s->mass[i] : 0;
+  return m;
+}
+
+/* Inverse transform over the valid elements with key >= thr (total mass `total`): the first, in index
+ * order, at which the running mass exceeds floor(U * total / 2^64); 0 when total is 0. */
+static int64_t draw(const row_scratch *s, int64_t n, uint32_t thr, uint64_t total, uint64_t seed,
+                    uint64_t offset, uint32_t stream, int64_t row) {
+  if (total == 0)
+    return 0;
+  const ignis_philox_out words = ignis_philox_group(seed, offset, stream, (uint64_t)row, 0);
+  const uint64_t target = mul_high((uint64_t)words.w[1] << 32 | words.w[0], total);
+  uint64_t run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!s->valid[i] || s->key[i] < thr)
+      continue;
+    run += s->mass[i];
+    if (run > target)
+      return i;
+  }
+  return 0;
 }
 
 /* Per-row thresholds (clamped as the header says). */
@@ -200,28 +222,6 @@ static float row_min_p(const ignis_sampling_params *p, int64_t b) {
   return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
 }
 
-/* Exponential race over the allowed elements: argmax of w_i / E_i. */
-static int64_t race(const float *w, const unsigned char *allowed, int64_t n, uint64_t seed, uint64_t offset,
-                    uint32_t draw, int64_t row) {
-  int64_t best = -1, group = -1;
-  float best_score = 0.0f;
-  ignis_philox_out words = {{0, 0, 0, 0}};
-  for (int64_t i = 0; i < n; ++i) {
-    if (!allowed[i])
-      continue;
-    if (i >> 2 != group) {
-      group = i >> 2;
-      words = ignis_philox_group(seed, offset, draw, (uint64_t)row, (uint64_t)group);
-    }
-    const float score = w[i] / ignis_neg_log_uniform(words.w[i & 3]);
-    if (best < 0 || score > best_score) {
-      best = i;
-      best_score = score;
-    }
-  }
-  return best < 0 ? 0 : best;
-}
-
 /* Mask of a row: top-k of the logits' own keys (NaN masked), no weights. */
 static void mask_row(const ignis_sampling_params *p, int64_t b, row_scratch *s) {
   const int64_t n = p->vocab_size;
@@ -237,10 +237,10 @@ static void mask_row(const ignis_sampling_params *p, int64_t b, row_scratch *s) 
     s->valid[i] = 1;
     s->key[i] = ignis_order_key(isnan(x[i]) ? -INFINITY : x[i]);
   }
-  search_row sr = {n, s->key, s->valid, NULL, 0, 0, s->count, s->mass};
-  const search_result r = search(&sr, 0, k, 0.0);
+  search_row sr = {n, s->key, s->valid, NULL, s->count, s->bin_mass};
+  const uint32_t thr = search(&sr, 0, k, 0.0);
   for (int64_t i = 0; i < n; ++i)
-    s->w[i] = (!isnan(x[i]) && s->key[i] >= r.thr) ? x[i] : -INFINITY;
+    s->w[i] = (!isnan(x[i]) && s->key[i] >= thr) ? x[i] : -INFINITY;
   ignis_cpu_store_row(out, p->dtype, n, s->w);
 }
 
@@ -257,7 +257,6 @@ static void filter_row(const ignis_sampling_params *p, int64_t b, row_scratch *s
   }
   float *x = s->x, *w = s->w;
   ignis_cpu_load_row(ignis_cpu_at(p->input, p->dtype, src * p->input_row_stride), p->dtype, n, x);
-  float w_max = 0.0f;
   if (p->logits) {
     float x_max = -INFINITY;
     for (int64_t i = 0; i < n; ++i) {
@@ -270,57 +269,49 @@ static void filter_row(const ignis_sampling_params *p, int64_t b, row_scratch *s
     for (int64_t i = 0; i < n; ++i)
       w[i] = sanitize_prob(x[i]);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    s->valid[i] = w[i] > 0.0f;
-    s->key[i] = ignis_order_key(w[i]);
-    w_max = w[i] > w_max ? w[i] : w_max;
-  }
-  const int e_max = ignis_mass_exponent(ignis_float_bits(w_max));
-  const int want_mass = p->output == IGNIS_SAMPLING_OUT_RENORM || p->filter == IGNIS_SAMPLING_TOP_P ||
-                        p->filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
-                        p->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
-  search_row sr = {n, s->key, s->valid, w, want_mass, e_max, s->count, s->mass};
+  float w_max;
+  const int e_max = weigh(w, n, s, &w_max);
+  search_row sr = {n, s->key, s->valid, s->mass, s->count, s->bin_mass};
 
-  /* Total mass: the level-1 histogram's sum (the search's own first step). */
-  uint64_t total = 0;
-  if (want_mass) {
-    histogram(&sr, 0, 0);
-    for (int d = 0; d < MAX_DIGITS; ++d)
-      total += s->mass[d];
-  }
-  search_result r = {0, total};
   const int has_k = p->filter == IGNIS_SAMPLING_TOP_K || p->filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
                     p->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
   const int has_p = p->filter == IGNIS_SAMPLING_TOP_P || p->filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
                     p->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  uint32_t thr = 0;
   if (has_k) {
     const int64_t k = row_top_k(p, b);
     if (k > 0)
-      r = search(&sr, 0, k, 0.0);
+      thr = search(&sr, 0, k, 0.0);
   }
   if (has_p) {
     const double top_p = row_top_p(p, b);
-    const uint64_t base = p->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P ? r.mass_above : total;
     if (top_p < 1.0) {
-      const search_result rp = search(&sr, 1, 0, IGNIS_DMUL(top_p, (double)base));
-      if (rp.thr >= r.thr)
-        r = rp;
+      uint32_t thr_p;
+      if (p->filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P) {
+        /* top-p within the top-k set: its mass is the base, its keys the candidates */
+        const uint64_t base = mass_from(s, n, thr);
+        for (int64_t i = 0; i < n; ++i)
+          s->valid[i] = s->valid[i] && s->key[i] >= thr;
+        thr_p = search(&sr, 1, 0, IGNIS_DMUL(top_p, (double)base));
+      } else {
+        thr_p = search(&sr, 1, 0, IGNIS_DMUL(top_p, (double)mass_from(s, n, 0)));
+      }
+      thr = thr_p > thr ? thr_p : thr;
     }
   }
   if (p->filter == IGNIS_SAMPLING_MIN_P)
-    r.thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), w_max));
-  for (int64_t i = 0; i < n; ++i)
-    s->valid[i] = s->valid[i] && s->key[i] >= r.thr;
+    thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), w_max));
+  const uint64_t allowed_mass = mass_from(s, n, thr);
 
   if (p->output == IGNIS_SAMPLING_OUT_RENORM) {
     void *out = ignis_cpu_at_mut(p->out, p->dtype, b * p->out_row_stride);
-    const float inv = r.mass_above ? (float)(1.0 / ldexp((double)r.mass_above, e_max - 165)) : 0.0f;
+    const float inv = allowed_mass ? (float)(1.0 / ldexp((double)allowed_mass, e_max - 165)) : 0.0f;
     for (int64_t i = 0; i < n; ++i)
-      x[i] = s->valid[i] ? IGNIS_FMUL(w[i], inv) : 0.0f;
+      x[i] = s->valid[i] && s->key[i] >= thr ? IGNIS_FMUL(w[i], inv) : 0.0f;
     ignis_cpu_store_row(out, p->dtype, n, x);
     return;
   }
-  const int64_t token = race(w, s->valid, n, rng_seed(&p->rng, b), rng_offset(&p->rng, b), 0, b);
+  const int64_t token = draw(s, n, thr, allowed_mass, rng_seed(&p->rng, b), rng_offset(&p->rng, b), 0, b);
   store_index(p->samples, p->samples_dtype, b, token);
 }
 
@@ -415,9 +406,8 @@ ignis_status ignis_cpu_speculative(const ignis_speculative_params *p) {
 #pragma omp parallel if (p->batch_size * n * vocab >= IGNIS_CPU_PARALLEL_MIN_ELEMENTS)
 #endif
   {
-    float *q = malloc(sizeof(float) * (size_t)vocab), *t = malloc(sizeof(float) * (size_t)vocab);
-    unsigned char *allowed = malloc((size_t)vocab);
-    if (!q || !t || !allowed) {
+    row_scratch s; /* x: the target row, w: the weights sampled */
+    if (!alloc_scratch(&s, vocab)) {
       failed = 1;
     } else {
 #ifdef _OPENMP
@@ -448,6 +438,7 @@ ignis_status ignis_cpu_speculative(const ignis_speculative_params *p) {
           store_index(p->output_ids, p->output_ids_dtype, out_row + i * p->output_stride_pos,
                       load_index(p->draft_ids, p->draft_ids_dtype,
                                  b * p->draft_ids_stride_batch + i * p->draft_ids_stride_pos));
+        float *t = s.x, *weights = s.w;
         ignis_cpu_load_row(ignis_cpu_at(p->target_probs, p->dtype,
                                         b * p->target_stride_batch + emitted * p->target_stride_pos),
                            p->dtype, vocab, t);
@@ -457,17 +448,18 @@ ignis_status ignis_cpu_speculative(const ignis_speculative_params *p) {
         if (emitted < n) {
           ignis_cpu_load_row(ignis_cpu_at(p->draft_probs, p->dtype,
                                           b * p->draft_stride_batch + emitted * p->draft_stride_pos),
-                             p->dtype, vocab, q);
+                             p->dtype, vocab, weights);
           for (int64_t j = 0; j < vocab; ++j) {
-            const float r = t[j] - sanitize_prob(q[j]);
-            q[j] = r > 0.0f ? r : 0.0f;
-            any |= q[j] > 0.0f;
+            const float r = t[j] - sanitize_prob(weights[j]);
+            weights[j] = r > 0.0f ? r : 0.0f;
+            any |= weights[j] > 0.0f;
           }
         }
-        const float *weights = any ? q : t;
-        for (int64_t j = 0; j < vocab; ++j)
-          allowed[j] = weights[j] > 0.0f;
-        const int64_t token = race(weights, allowed, vocab, seed, offset, 1, b);
+        if (!any)
+          memcpy(weights, t, sizeof(float) * (size_t)vocab);
+        float w_max;
+        weigh(weights, vocab, &s, &w_max);
+        const int64_t token = draw(&s, vocab, 0, mass_from(&s, vocab, 0), seed, offset, 1, b);
         store_index(p->output_ids, p->output_ids_dtype, out_row + emitted * p->output_stride_pos, token);
         for (int64_t i = emitted + 1; i <= n; ++i)
           store_index(p->output_ids, p->output_ids_dtype, out_row + i * p->output_stride_pos, -1);
@@ -476,9 +468,7 @@ ignis_status ignis_cpu_speculative(const ignis_speculative_params *p) {
         store_index(p->emitted, p->emitted_dtype, b, load_index(p->emitted, p->emitted_dtype, b) + emitted);
       }
     }
-    free(q);
-    free(t);
-    free(allowed);
+    free_scratch(&s);
   }
   if (failed)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis cpu speculative sampling: out of host memory");
@@ -526,8 +516,8 @@ ignis_status ignis_cpu_top_k(const ignis_top_k_params *p) {
           s.valid[i] = 1;
           s.key[i] = select_key(s.x[i]);
         }
-        search_row sr = {n, s.key, s.valid, NULL, 0, 0, s.count, s.mass};
-        const uint32_t thr = search(&sr, 0, k, 0.0).thr;
+        search_row sr = {n, s.key, s.valid, NULL, s.count, s.bin_mass};
+        const uint32_t thr = search(&sr, 0, k, 0.0);
         int64_t above = 0, equal = 0;
         for (int64_t i = 0; i < n; ++i)
           above += s.key[i] > thr;

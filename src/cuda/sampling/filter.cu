@@ -1,38 +1,30 @@
 /* CUDA backend of the filtered sampling ops, the renorm ops and top_k_mask_logits
- * (include/ignis/sampling.h), with the algorithm of src/cpu/sampling.c, so both backends return the
- * same samples.
+ * (include/ignis/sampling.h). Thresholds and samples are the exact quantities the header defines,
+ * so they equal the CPU backend's (src/cpu/sampling.c).
  *
- * One block of 1024 threads per output row. No sorting and no prefix sum over the row: the allowed
- * set is {w > 0, key(w) >= thr} for a threshold key found by the radix search of radix.cuh, and the
- * sample is an exponential race, argmax of w_i / E_i over the allowed set (E_i = -ln u_i from
- * Philox), so every element needs only its own random number and the block only an argmax.
+ * One block of 1024 threads per output row. No sorting of the row: the allowed set is {w > 0,
+ * key(w) >= thr} for a threshold key found by the search of search.cuh (a count histogram, then
+ * the candidate window gathered into shared memory and resolved exactly), and the sample is the
+ * inverse transform over the allowed set in index order: one 64-bit uniform per row, the allowed
+ * mass per tile of the row, then a scan inside the one tile that holds the target.
  *
- * Passes over the row (each a streaming read; later ones largely served from L2). A search is
- * 2 passes (level-1 histogram, then the chosen bin gathered into shared memory), 3 when that bin
- * holds more than GATHER_CAP elements (radix.cuh):
- *   sampling_from_probs                      1  (race)
- *   sampling_from_logits, min-p              2  (max, race)
- *   top-k / top-p from probs                 3  (search, race)
- *   top-k + top-p, joint                     3  (only the filter whose level-1 digit is higher is
- *                                               refined; 4 when they tie)
- *   top-k + top-p, top_k_first               4  (top-k's search, then top-p's from the kept level 1)
- *   logits forms                             one more (the max) before those; exp only in level 1
- *                                            and for the elements a later pass may accept
- *   renorm                                   as the filter, the race replaced by the write
- *   top_k_mask_logits                        3  (keys of the logits themselves, no weights)
- * Why this shape: the race needs no total and no scan, so sampling from an allowed set is a single
- * pass at streaming speed whatever its size (top-p 0.9 keeps tens of thousands of tokens); the radix
- * search is exact in three histogram levels whatever the distribution (rejection sampling needs a
- * number of rounds that depends on it), its integer masses make the result independent of the
- * reduction order, and the thresholds it finds are the CPU backend's bit for bit. */
-#include "cuda/sampling/radix.cuh"
+ * Passes over the row for a real distribution (each a streaming read; later ones largely served
+ * from L2):
+ *   sampling_from_probs, min-p               2  (max, tile masses)
+ *   top-k / top-p / joint from probs         2  (histogram, gather with the tile masses); a top-p
+ *                                               near 1 may add a refine pass
+ *   top-k + top-p, top_k_first               2  while the top-k set and its bin fit the list (the
+ *                                               top-p search then runs on the gathered list), else 4
+ *   logits forms                             one more (the max) before those; exp only where a
+ *                                            pass needs a weight, and in the histogram pass
+ *   renorm                                   as the filter, then the write pass
+ *   top_k_mask_logits                        3  (histogram, gather, write; keys of the logits)
+ * A filter that does not filter (k = 0 or >= the positive weights, p = 1) costs the max and tile
+ * passes of plain sampling. */
+#include "cuda/sampling/search.cuh"
 
 namespace {
 using namespace ignis_sampling;
-
-struct filter_smem {
-  radix_smem radix;
-};
 
 template <typename T>
 __device__ __forceinline__ void store_chunk(T *row, int64_t c, int64_t n, bool vec, const float (&v)[4]) {
@@ -51,23 +43,16 @@ __device__ __forceinline__ void store_chunk(T *row, int64_t c, int64_t n, bool v
       row[i0 + j] = ignis_from_float<T>(v[j]);
 }
 
-/* Max over the row of f(element), f the logit or the probability as sanitized. */
-template <typename T> __device__ float row_max(const radix_row<T> &r, bool logits, reduce_scratch &red) {
-  float m = logits ? -INFINITY : 0.0f;
-  const int64_t chunks = (r.n + 3) / 4;
-  for (int64_t base = threadIdx.x; base < chunks; base += (int64_t)UNROLL * blockDim.x) {
-    float v[UNROLL][4];
+/* Max of the sanitized logits of the row. */
+template <typename T> __device__ __noinline__ float logit_max(const row_view<T> r) {
+  float m = -INFINITY;
+  for_each_chunk<T, ROW_LOGITS>(r, [&](int, int64_t, const float(&v)[4], const float(&)[4], int valid) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      load_chunk(r.row, base + (int64_t)u * blockDim.x, r.n, r.vec, v[u]);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if ((base + (int64_t)u * blockDim.x) * 4 + j < r.n)
-          m = fmaxf(m, logits ? sanitize_logit(v[u][j]) : sanitize_prob(v[u][j]));
-  }
-  return block_max(m, red);
+    for (int j = 0; j < 4; ++j)
+      if (j < valid)
+        m = fmaxf(m, sanitize_logit(v[j]));
+  });
+  return block_max(m, tile_mem().red);
 }
 
 __device__ __forceinline__ int64_t row_top_k(const ignis_sampling_params &p, int64_t b) {
@@ -84,117 +69,44 @@ __device__ __forceinline__ float row_min_p(const ignis_sampling_params &p, int64
   return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
 }
 
-/* The exponential race over {w > 0, key >= thr}: the token of output row b. */
-template <typename T>
-__device__ int64_t race(const radix_row<T> &row, uint32_t thr, uint64_t seed, uint64_t offset, int64_t b,
-                        reduce_scratch &red) {
-  const radix_row<T> r = with_floor(row, thr);
-  /* 32-bit element indices: vocab < 2^31, so 4 * chunk + 3 < 2^32. */
-  float best_score = 0.0f;
-  int64_t best = -1;
-  const uint32_t chunks = (uint32_t)((r.n + 3) / 4);
-  for (uint32_t base = threadIdx.x; base < chunks; base += RACE_UNROLL * blockDim.x) {
-    float v[RACE_UNROLL][4];
-#pragma unroll
-    for (int u = 0; u < RACE_UNROLL; ++u)
-      load_chunk(r.row, (int64_t)(base + u * blockDim.x), r.n, r.vec, v[u]);
-#pragma unroll
-    for (int u = 0; u < RACE_UNROLL; ++u) {
-      const uint32_t c = base + u * blockDim.x;
-      float w[4];
-      bool allowed[4], any = false;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t key;
-        allowed[j] = (int64_t)c * 4 + j < r.n && element_key(r, v[u][j], key, w[j]) && key >= thr;
-        any |= allowed[j];
-      }
-      if (!any)
-        continue;
-      const ignis_philox_out words = ignis_philox_group(seed, offset, 0, (uint64_t)b, (uint64_t)c);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (allowed[j]) {
-          const float score = w[j] / ignis_neg_log_uniform(words.w[j]);
-          if (best < 0 || score > best_score) {
-            best_score = score;
-            best = (int64_t)(c * 4u + (uint32_t)j);
-          }
-        }
-    }
-  }
-  const int64_t token = block_argmax(best_score, best, red);
-  return token < 0 ? 0 : token;
-}
-
 /* Write pass of the renorm (w * inv on the allowed set, else 0) and mask (x on the allowed set,
  * else -inf; or the row unchanged when copy) outputs. */
-template <typename T>
-__device__ void write_row(const radix_row<T> &r, T *out, bool out_vec, uint32_t thr, float inv, bool copy) {
-  const int64_t chunks = (r.n + 3) / 4;
-  for (int64_t base = threadIdx.x; base < chunks; base += (int64_t)UNROLL * blockDim.x) {
-    float v[UNROLL][4];
+template <typename T, int KIND>
+__device__ __noinline__ void write_row(const row_view<T> r, T *out, bool out_vec, uint32_t thr, float inv,
+                                       bool copy) {
+  const float x_floor = logit_floor<T, KIND>(r, thr);
+  for_each_chunk<T, KIND>(r, [&](int, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
+    if (valid == 0)
+      return;
+    float o[4];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-      load_chunk(r.row, base + (int64_t)u * blockDim.x, r.n, r.vec, v[u]);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int64_t c = base + (int64_t)u * blockDim.x;
-      if (c * 4 >= r.n)
-        continue;
-      float o[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t key;
-        float w;
-        const bool valid = element_key(r, v[u][j], key, w);
-        if (r.mode == KEY_MASK)
-          o[j] = copy ? v[u][j] : (!isnan(v[u][j]) && key >= thr ? v[u][j] : -INFINITY);
-        else
-          o[j] = valid && key >= thr ? IGNIS_FMUL(w, inv) : 0.0f;
-      }
-      store_chunk(out, c, r.n, out_vec, o);
+    for (int j = 0; j < 4; ++j) {
+      uint32_t key;
+      float w;
+      const bool valid = decode<T, KIND>(r, v[j], q[j], x_floor, key, w);
+      if constexpr (KIND == ROW_MASK)
+        o[j] = copy ? v[j] : (!isnan(v[j]) && key >= thr ? v[j] : -INFINITY);
+      else
+        o[j] = valid && key >= thr ? IGNIS_FMUL(w, inv) : 0.0f;
     }
-  }
+    store_chunk(out, c, r.n, out_vec, o);
+  });
 }
 
-template <typename T>
-__global__ void __launch_bounds__(THREADS, 1) filter_rows(ignis_sampling_params p, bool vec, bool out_vec) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  radix_smem &sm = reinterpret_cast<filter_smem *>(smem_raw)->radix;
-  ignis_pdl_wait();
-  const int64_t b = blockIdx.x;
-  const bool sample = p.output == IGNIS_SAMPLING_OUT_SAMPLE;
-  const int64_t src = sample && p.indices ? load_index(p.indices, p.indices_dtype, b) : b;
-  if (src < 0 || src >= p.num_rows) {
-    if (threadIdx.x == 0)
-      store_index(p.samples, p.samples_dtype, b, 0);
-    return;
-  }
-  radix_row<T> r;
-  r.row = static_cast<const T *>(p.input) + src * p.input_row_stride;
-  r.n = p.vocab_size;
-  r.vec = vec;
-  r.mode = p.output == IGNIS_SAMPLING_OUT_MASK ? KEY_MASK : KEY_WEIGHT;
-  r.logits = p.logits && r.mode == KEY_WEIGHT;
-  r.x_max = 0.0f;
-  r.x_floor = -INFINITY;
-  T *out = p.out ? static_cast<T *>(p.out) + b * p.out_row_stride : nullptr;
+/* The allowed set of a weight row under the filter of p: threshold, exact mass, tiles. */
+struct allowed_set {
+  bool empty; /* no positive weight */
+  uint32_t thr;
+  int e_max;
+  bool have_mass;
+  uint64_t mass;
+  bool tiles;
+};
 
-  if (r.mode == KEY_MASK) {
-    const int64_t k = row_top_k(p, b);
-    const bool copy = k <= 0 || k >= r.n;
-    uint32_t thr = 0;
-    if (!copy) {
-      histogram_pass(r, 0, 0, false, 1, sm.cnt1, sm.mass1);
-      thr = radix_search(r, false, false, k, 0.0, 1, sm).thr;
-    }
-    write_row(r, out, out_vec, thr, 0.0f, copy);
-    return;
-  }
-  if (r.logits)
-    r.x_max = row_max(r, true, sm.red);
-
+template <typename T, int KIND>
+__device__ __noinline__ allowed_set filter_row(const ignis_sampling_params &p, int64_t b, const row_view<T> r,
+                                               bool renorm, bool sample, int tile_shift) {
+  allowed_set a = {false, WEIGHT_FLOOR, 1, false, 0, false};
   const ignis_sampling_filter filter = p.filter;
   const bool has_k = filter == IGNIS_SAMPLING_TOP_K || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
                      filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
@@ -202,72 +114,141 @@ __global__ void __launch_bounds__(THREADS, 1) filter_rows(ignis_sampling_params 
                      filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
   const int64_t k = has_k ? row_top_k(p, b) : 0;
   const double top_p = has_p ? row_top_p(p, b) : 1.0;
-  const bool search_k = has_k && k > 0, search_p = has_p && top_p < 1.0;
-  /* Masses only where a result depends on them (the CPU backend may sum more; the same results). */
-  const bool want_mass = p.output == IGNIS_SAMPLING_OUT_RENORM || search_p;
+  const bool use_k = has_k && k > 0 && k < r.n, use_p = has_p && top_p < 1.0;
 
-  int e_max = 1;
-  uint64_t total = 0;
-  if (want_mass || search_k) {
-    histogram_pass(r, 0, 0, want_mass, 1, sm.cnt1, sm.mass1);
-    if (want_mass) {
-      e_max = level1_to_common_units(sm);
-      uint64_t mine = 0, unused_above, unused_count_above, count_total;
-      for (int d = threadIdx.x; d < L1_DIGITS - POSITIVE_L1; d += blockDim.x)
-        mine += sm.mass1[d];
-      block_suffix2(mine, 0, unused_above, unused_count_above, total, count_total, sm.red);
-    }
+  if (!use_k && !use_p) {
+    const uint32_t max_key =
+        KIND == ROW_LOGITS ? (r.x_max == -INFINITY ? 0u : ignis_order_key(1.0f)) : max_key_pass<T, KIND>(r);
+    a.empty = max_key == 0;
+    if (a.empty)
+      return a;
+    a.e_max = ignis_mass_exponent(max_key & 0x7FFFFFFFu);
+    if (filter == IGNIS_SAMPLING_MIN_P)
+      a.thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), ignis_key_float(max_key)));
+    return a;
   }
-  search_result result = {0, total, 0};
-  if (filter == IGNIS_SAMPLING_TOP_K_TOP_P && search_k && search_p && p.output == IGNIS_SAMPLING_OUT_SAMPLE) {
-    /* Joint: only the filter whose level-1 digit is higher decides (both when they tie). */
-    pick(sm.cnt1, nullptr, POSITIVE_L1, L1_DIGITS, false, k, 0.0, sm);
-    const int digit_k = sm.is_short ? -1 : sm.digit;
-    __syncthreads();
-    pick(sm.cnt1, sm.mass1, POSITIVE_L1, L1_DIGITS, true, 0, IGNIS_DMUL(top_p, (double)total), sm);
-    const int digit_p = sm.is_short ? -1 : sm.digit;
-    __syncthreads();
-    if (digit_k >= digit_p)
-      result = radix_search(r, false, want_mass, k, 0.0, e_max, sm);
-    if (digit_p >= digit_k) {
-      const search_result rp = radix_search(r, true, true, 0, IGNIS_DMUL(top_p, (double)total), e_max, sm);
-      if (rp.thr >= result.thr)
-        result = rp;
+
+  const pass_sums level1 =
+      histogram_pass<T, KIND, false>(r, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, 1, false, false, 0, false);
+  a.empty = level1.max_key == 0;
+  if (a.empty)
+    return a;
+  const int e_max = ignis_mass_exponent(level1.max_key & 0x7FFFFFFFu);
+  a.e_max = e_max;
+  const uint32_t max_key = level1.max_key;
+  search_result res;
+  if (filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P && use_k && use_p) {
+    const targets top_k = {true, k, false, 1.0, true, 0};
+    res = search<T, KIND>(r, top_k, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max, max_key, true, false,
+                          tile_shift);
+    if (!res.filtered) {
+      /* k does not filter; the level-1 histogram is untouched: top-p over the whole row. */
+      const targets top_p_all = {false, 0, true, top_p, false, 0};
+      res = search<T, KIND>(r, top_p_all, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max, max_key, renorm,
+                            sample, tile_shift);
+    } else {
+      const uint64_t mass_k = res.have_mass ? res.mass : tile_pass<T, KIND>(r, res.thr, e_max, tile_shift);
+      if (res.list_all) {
+        /* The list holds the whole top-k set: top-p within it, from the top. */
+        const uint32_t thr = list_select(res.list_len, res.thr, max_key, SELECT_MASS, 0, 0,
+                                         IGNIS_DMUL(top_p, __ull2double_rn(mass_k)), e_max);
+        if (sample)
+          clear_tiles();
+        res.thr = thr;
+        res.mass = list_mass_from(res.list_len, thr, e_max, sample, tile_shift);
+        res.have_mass = true;
+        res.tiles = sample;
+      } else {
+        const uint32_t floor = res.thr;
+        histogram_pass<T, KIND, false>(r, floor, WEIGHT_TOP, WEIGHT_SHIFT, e_max, false, false, 0, false);
+        const targets within = {false, 0, true, top_p, true, mass_k};
+        res = search<T, KIND>(r, within, floor, WEIGHT_TOP, WEIGHT_SHIFT, e_max, max_key, renorm, sample,
+                              tile_shift);
+      }
     }
   } else {
-    if (search_k)
-      result = radix_search(r, false, want_mass, k, 0.0, e_max, sm);
-    if (search_p) {
-      const uint64_t base = filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P ? result.mass_above : total;
-      const search_result rp = radix_search(r, true, true, 0, IGNIS_DMUL(top_p, (double)base), e_max, sm);
-      if (rp.thr >= result.thr)
-        result = rp;
-    }
+    const targets tg = {use_k, k, use_p, top_p, false, 0};
+    res = search<T, KIND>(r, tg, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max, max_key, renorm, sample,
+                          tile_shift);
   }
-  if (filter == IGNIS_SAMPLING_MIN_P) {
-    const float w_max = r.logits ? (r.x_max == -INFINITY ? 0.0f : 1.0f) : row_max(r, false, sm.red);
-    result.thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), w_max));
-  }
-
-  if (p.output == IGNIS_SAMPLING_OUT_RENORM) {
-    const float inv = result.mass_above ? (float)(1.0 / ldexp((double)result.mass_above, e_max - 165)) : 0.0f;
-    write_row(r, out, out_vec, result.thr, inv, false);
-    return;
-  }
-  const int64_t token = race(r, result.thr, rng_seed(p.rng, b), rng_offset(p.rng, b), b, sm.red);
-  if (threadIdx.x == 0)
-    store_index(p.samples, p.samples_dtype, b, token);
+  a.thr = res.thr;
+  a.have_mass = res.have_mass;
+  a.mass = res.mass;
+  a.tiles = res.tiles;
+  return a;
 }
 
-template <typename T> static cudaError_t launch(const ignis_sampling_params *p, cudaStream_t stream) {
-  const size_t smem = sizeof(filter_smem);
-  const cudaError_t configured = ignis_allow_dynamic_smem<filter_rows<T>>(smem);
+template <typename T, int KIND>
+__global__ void __launch_bounds__(THREADS, 1)
+    filter_rows(const __grid_constant__ ignis_sampling_params p, bool vec, bool out_vec) {
+  ignis_pdl_wait();
+  const int64_t b = blockIdx.x;
+  const bool sample = p.output == IGNIS_SAMPLING_OUT_SAMPLE, renorm = p.output == IGNIS_SAMPLING_OUT_RENORM;
+  const int64_t src = sample && p.indices ? load_index(p.indices, p.indices_dtype, b) : b;
+  if (src < 0 || src >= p.num_rows) {
+    if (threadIdx.x == 0)
+      store_index(p.samples, p.samples_dtype, b, 0);
+    return;
+  }
+  row_view<T> r;
+  r.row = static_cast<const T *>(p.input) + src * p.input_row_stride;
+  r.minus = nullptr;
+  r.n = p.vocab_size;
+  r.vec = vec;
+  r.x_max = 0.0f;
+  T *out = p.out ? static_cast<T *>(p.out) + b * p.out_row_stride : nullptr;
+  const int tile_shift = tile_shift_of(r.n);
+
+  if constexpr (KIND == ROW_MASK) {
+    const int64_t k = row_top_k(p, b);
+    const bool copy = k <= 0 || k >= r.n;
+    uint32_t thr = 0;
+    if (!copy) {
+      const pass_sums level1 =
+          histogram_pass<T, KIND, false>(r, 0u, ANY_TOP, ANY_SHIFT, 1, false, false, 0, false);
+      const targets top_k = {true, k, false, 1.0, true, 0};
+      thr =
+          search<T, KIND>(r, top_k, 0u, ANY_TOP, ANY_SHIFT, 1, level1.max_key, false, false, tile_shift).thr;
+    }
+    write_row<T, KIND>(r, out, out_vec, thr, 0.0f, copy);
+  } else {
+    if constexpr (KIND == ROW_LOGITS)
+      r.x_max = logit_max(r);
+    allowed_set a = filter_row<T, KIND>(p, b, r, renorm, sample, tile_shift);
+    if (!a.empty && !(sample ? a.tiles : a.have_mass)) {
+      a.mass = tile_pass<T, KIND>(r, a.thr, a.e_max, tile_shift);
+      a.have_mass = a.tiles = true;
+    }
+    if (renorm) {
+      const float inv = a.mass ? (float)(1.0 / ldexp((double)a.mass, a.e_max - 165)) : 0.0f;
+      write_row<T, KIND>(r, out, out_vec, a.thr, inv, false);
+      return;
+    }
+    const int64_t token =
+        a.empty ? -1
+                : sample_tiles<T, KIND>(r, a.thr, a.e_max, tile_shift,
+                                        row_uniform(rng_seed(p.rng, b), rng_offset(p.rng, b), 0, b));
+    if (threadIdx.x == 0)
+      store_index(p.samples, p.samples_dtype, b, token < 0 ? 0 : token);
+  }
+}
+
+template <typename T, int KIND>
+static cudaError_t launch_kind(const ignis_sampling_params *p, cudaStream_t stream) {
+  const size_t smem = sizeof(search_smem);
+  const cudaError_t configured = ignis_allow_dynamic_smem<filter_rows<T, KIND>>(smem);
   if (configured != cudaSuccess)
     return configured;
   const bool vec = rows_chunk_aligned(p->input, p->input_row_stride, p->num_rows, sizeof(T));
   const bool out_vec = p->out && rows_chunk_aligned(p->out, p->out_row_stride, p->batch_size, sizeof(T));
-  return ignis_launch(filter_rows<T>, dim3((unsigned)p->batch_size), dim3(THREADS), smem, stream, *p, vec,
-                      out_vec);
+  return ignis_launch(filter_rows<T, KIND>, dim3((unsigned)p->batch_size), dim3(THREADS), smem, stream, *p,
+                      vec, out_vec);
+}
+
+template <typename T> static cudaError_t launch(const ignis_sampling_params *p, cudaStream_t stream) {
+  if (p->output == IGNIS_SAMPLING_OUT_MASK)
+    return launch_kind<T, ROW_MASK>(p, stream);
+  return p->logits ? launch_kind<T, ROW_LOGITS>(p, stream) : launch_kind<T, ROW_PROBS>(p, stream);
 }
 
 } // namespace

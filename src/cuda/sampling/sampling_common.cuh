@@ -1,13 +1,12 @@
 /* Device helpers shared by the sampling kernels (src/cuda/sampling/*.cu).
  *
- * Rows are read in chunks of 4 consecutive elements (chunk c = elements 4c .. 4c+3), which is also
- * the unit of the Philox counter (one call gives the 4 words of a chunk, core/philox.h). A chunk
- * is one 16-byte (f32) or 8-byte (f16/bf16) load when the row is aligned and the chunk lies inside
- * it; else 4 element loads. Element values are returned as f32; lanes past the row are flagged.
+ * Rows are read in chunks of 4 consecutive elements (chunk c = elements 4c .. 4c+3). A chunk is one
+ * 16-byte (f32) or 8-byte (f16/bf16) load when the row is aligned and the chunk lies inside it;
+ * else 4 element loads. Element values are returned as f32; lanes past the row read as 0.
  *
- * Block reductions run in a fixed order (warp shuffles, then the warps' results in warp order), so
- * every result is the same on every run: max, argmax (largest score, lowest index on ties), and
- * exact integer suffix sums over the threads (the digit picks of the radix search). They assume a
+ * Block reductions and scans run in a fixed order (warp shuffles, then the warps' results in warp
+ * order), so every result is the same on every run: max, argmax (largest score, lowest index on
+ * ties), exact 64-bit integer sums, prefix sums and suffix sums over the threads. They assume a
  * block of whole warps and end with a barrier, so their shared scratch may be reused at once. */
 #ifndef IGNIS_CUDA_SAMPLING_COMMON_CUH
 #define IGNIS_CUDA_SAMPLING_COMMON_CUH
@@ -75,9 +74,18 @@ __device__ __forceinline__ uint64_t rng_offset(const ignis_philox_source &rng, i
 struct reduce_scratch {
   float score[32];
   int64_t index[32];
+  uint32_t m[32];
   uint64_t a[32];
   uint64_t b[32];
+  uint64_t c[32];
 };
+
+__device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 __device__ __forceinline__ float block_max(float x, reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -130,38 +138,94 @@ __device__ __forceinline__ int64_t block_argmax(float score, int64_t index, redu
   return best;
 }
 
-/* Exclusive suffix sums over the threads (the sum of the values of every higher thread), two
- * values at once, and the block totals. Exact: integer adds. */
-__device__ __forceinline__ void block_suffix2(uint64_t a, uint64_t b, uint64_t &a_above, uint64_t &b_above,
-                                              uint64_t &a_total, uint64_t &b_total, reduce_scratch &s) {
+/* Exclusive suffix sums over the threads (for each of the three values, the sum over every higher
+ * thread) and the block totals. Exact: integer adds. */
+__device__ __forceinline__ void block_suffix3(const uint64_t (&v)[3], uint64_t (&above)[3],
+                                              uint64_t (&total)[3], reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  uint64_t ia = a, ib = b; /* inclusive suffix within the warp */
+  uint64_t inc[3] = {v[0], v[1], v[2]}; /* inclusive suffix within the warp */
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t na = __shfl_down_sync(0xffffffffu, ia, o), nb = __shfl_down_sync(0xffffffffu, ib, o);
-    if (lane + o < 32) {
-      ia += na;
-      ib += nb;
+  for (int o = 1; o < 32; o <<= 1)
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      const uint64_t next = __shfl_down_sync(0xffffffffu, inc[q], o);
+      if (lane + o < 32)
+        inc[q] += next;
     }
-  }
   if (lane == 0) {
-    s.a[warp] = ia;
-    s.b[warp] = ib;
+    s.a[warp] = inc[0];
+    s.b[warp] = inc[1];
+    s.c[warp] = inc[2];
   }
   __syncthreads();
-  uint64_t wa = 0, wb = 0, ta = 0, tb = 0;
+  uint64_t higher[3] = {0, 0, 0};
+  total[0] = total[1] = total[2] = 0;
   for (int w = 0; w < warps; ++w) {
-    if (w > warp) {
-      wa += s.a[w];
-      wb += s.b[w];
+    const uint64_t slot[3] = {s.a[w], s.b[w], s.c[w]};
+#pragma unroll
+    for (int q = 0; q < 3; ++q) {
+      if (w > warp)
+        higher[q] += slot[q];
+      total[q] += slot[q];
     }
-    ta += s.a[w];
-    tb += s.b[w];
   }
-  a_above = wa + ia - a;
-  b_above = wb + ib - b;
-  a_total = ta;
-  b_total = tb;
+#pragma unroll
+  for (int q = 0; q < 3; ++q)
+    above[q] = higher[q] + inc[q] - v[q];
+  __syncthreads();
+}
+
+/* Exclusive prefix sum over the threads (the sum over every lower thread) and the total. */
+__device__ __forceinline__ uint64_t block_prefix_u64(uint64_t v, uint64_t &total, reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  uint64_t inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t next = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o)
+      inc += next;
+  }
+  if (lane == 31)
+    s.a[warp] = inc;
+  __syncthreads();
+  uint64_t below = 0, all = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp)
+      below += s.a[w];
+    all += s.a[w];
+  }
+  total = all;
+  __syncthreads();
+  return below + inc - v;
+}
+
+/* The block's max of m and sums of a, b and c, returned in place to every thread. */
+__device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b, uint64_t &c,
+                                           reduce_scratch &s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, m, o);
+    m = other > m ? other : m;
+  }
+  a = warp_sum_u64(a);
+  b = warp_sum_u64(b);
+  c = warp_sum_u64(c);
+  if (lane == 0) {
+    s.m[warp] = m;
+    s.a[warp] = a;
+    s.b[warp] = b;
+    s.c[warp] = c;
+  }
+  __syncthreads();
+  m = 0;
+  a = b = c = 0;
+  for (int w = 0; w < warps; ++w) {
+    m = s.m[w] > m ? s.m[w] : m;
+    a += s.a[w];
+    b += s.b[w];
+    c += s.c[w];
+  }
   __syncthreads();
 }
 
@@ -202,7 +266,8 @@ static inline bool rows_chunk_aligned(const void *data, int64_t row_stride, int6
 template <typename Launch>
 static inline ignis_status launch_rows(const char *fn, int64_t rows, ignis_dtype dtype, Launch &&launch) {
   if (rows > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", fn, (long long)rows);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", fn,
+                           (long long)rows);
   cudaError_t err;
   switch (dtype) {
   case IGNIS_F32:
@@ -215,7 +280,8 @@ static inline ignis_status launch_rows(const char *fn, int64_t rows, ignis_dtype
     err = launch(__nv_bfloat16());
     break;
   default:
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: dtype %s reached the CUDA backend", fn, ignis_dtype_name(dtype));
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: dtype %s reached the CUDA backend", fn,
+                           ignis_dtype_name(dtype));
   }
   if (err != cudaSuccess) {
     cudaGetLastError();

@@ -4,71 +4,31 @@
  *      request's counter), the first rejection by a shared atomicMin and the accepted count by a
  *      shared atomicAdd (both order-independent);
  *   2. the accepted draft tokens and the -1 padding;
- *   3. one more token by the exponential race (draw 1) over max(0, target - draft) at the rejected
- *      position, in the same pass that learns whether that residual has any mass; if it has none,
- *      or every draft token was accepted, a second race over the target row.
- * Passes over vocabulary rows: 1 (2 when the residual is empty); the draft tokens' entries are
- * read individually. */
-#include "cuda/sampling/sampling_common.cuh"
+ *   3. one more token by inverse-transform sampling (search.cuh, the 64-bit uniform of draw 1)
+ *      over the weights max(0, target - draft) at the rejected position: a max pass (the
+ *      fixed-point scale), a pass summing the masses per tile, a scan inside one tile; if that
+ *      residual has no positive weight, or every draft token was accepted, the same over the
+ *      target row.
+ * Passes over vocabulary rows: 2 over the residual's two rows (4 when it is empty); the draft
+ * tokens' entries are read individually. */
+#include "cuda/sampling/search.cuh"
 
 namespace {
 using namespace ignis_sampling;
 
-constexpr int THREADS = 1024;
-constexpr int UNROLL = 2;
-
-/* Race over the row's weights: target (minus draft when draft != nullptr, clamped at 0). Returns
- * the winner (-1 if no positive weight). */
-template <typename T>
-__device__ int64_t race_rows(const T *target, const T *draft, int64_t n, bool vec, uint64_t seed,
-                             uint64_t offset, int64_t b, reduce_scratch &red) {
-  float best_score = 0.0f;
-  int64_t best = -1;
-  const int64_t chunks = (n + 3) / 4;
-  for (int64_t base = threadIdx.x; base < chunks; base += (int64_t)UNROLL * blockDim.x) {
-    float t[UNROLL][4], q[UNROLL][4];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      load_chunk(target, base + (int64_t)u * blockDim.x, n, vec, t[u]);
-      if (draft)
-        load_chunk(draft, base + (int64_t)u * blockDim.x, n, vec, q[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int64_t c = base + (int64_t)u * blockDim.x;
-      float w[4];
-      bool any = false;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[j] = sanitize_prob(t[u][j]);
-        if (draft) {
-          const float r = w[j] - sanitize_prob(q[u][j]);
-          w[j] = r > 0.0f ? r : 0.0f;
-        }
-        if (c * 4 + j >= n)
-          w[j] = 0.0f;
-        any |= w[j] > 0.0f;
-      }
-      if (!any)
-        continue;
-      const ignis_philox_out words = ignis_philox_group(seed, offset, 1, (uint64_t)b, (uint64_t)c);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (w[j] > 0.0f) {
-          const float score = w[j] / ignis_neg_log_uniform(words.w[j]);
-          if (best < 0 || score > best_score) {
-            best_score = score;
-            best = c * 4 + j;
-          }
-        }
-    }
-  }
-  return block_argmax(best_score, best, red);
+/* The inverse-transform sample over the positive weights of the row (-1 if none). */
+template <typename T, int KIND> __device__ int64_t sample_row(const row_view<T> &r, uint64_t uniform) {
+  const uint32_t max_key = max_key_pass<T, KIND>(r);
+  if (max_key == 0)
+    return -1;
+  const int e_max = ignis_mass_exponent(max_key & 0x7FFFFFFFu);
+  const int tile_shift = tile_shift_of(r.n);
+  tile_pass<T, KIND>(r, WEIGHT_FLOOR, e_max, tile_shift);
+  return sample_tiles<T, KIND>(r, WEIGHT_FLOOR, e_max, tile_shift, uniform);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS, 1) speculative_rows(ignis_speculative_params p, bool vec) {
-  __shared__ reduce_scratch red;
   __shared__ int64_t first_reject;
   __shared__ unsigned long long accepted;
   ignis_pdl_wait();
@@ -108,12 +68,18 @@ __global__ void __launch_bounds__(THREADS, 1) speculative_rows(ignis_speculative
     else if (i > emitted)
       store_index(p.output_ids, p.output_ids_dtype, at, -1);
   }
-  const T *target_row = target + emitted * p.target_stride_pos;
+  const uint64_t uniform = row_uniform(seed, offset, 1, b);
+  row_view<T> r;
+  r.row = target + emitted * p.target_stride_pos;
+  r.minus = emitted < n ? draft + emitted * p.draft_stride_pos : nullptr;
+  r.n = vocab;
+  r.vec = vec;
+  r.x_max = 0.0f;
   int64_t token = -1;
   if (emitted < n)
-    token = race_rows(target_row, draft + emitted * p.draft_stride_pos, vocab, vec, seed, offset, b, red);
+    token = sample_row<T, ROW_RESIDUAL>(r, uniform);
   if (token < 0)
-    token = race_rows<T>(target_row, nullptr, vocab, vec, seed, offset, b, red);
+    token = sample_row<T, ROW_PROBS>(r, uniform);
   if (threadIdx.x == 0) {
     store_index(p.output_ids, p.output_ids_dtype, b * p.output_stride_batch + emitted * p.output_stride_pos,
                 token < 0 ? 0 : token);
@@ -129,7 +95,8 @@ template <typename T> static cudaError_t launch(const ignis_speculative_params *
   const bool vec = (uintptr_t)p->draft_probs % chunk == 0 && (uintptr_t)p->target_probs % chunk == 0 &&
                    (p->draft_stride_batch * e) % chunk == 0 && (p->draft_stride_pos * e) % chunk == 0 &&
                    (p->target_stride_batch * e) % chunk == 0 && (p->target_stride_pos * e) % chunk == 0;
-  return ignis_launch(speculative_rows<T>, dim3((unsigned)p->batch_size), dim3(THREADS), 0, stream, *p, vec);
+  return ignis_launch(speculative_rows<T>, dim3((unsigned)p->batch_size), dim3(THREADS), sizeof(tile_smem),
+                      stream, *p, vec);
 }
 
 } // namespace

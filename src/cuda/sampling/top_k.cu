@@ -1,25 +1,25 @@
 /* CUDA backend of ignis_top_k (include/ignis/sampling.h): the k largest entries of each row, with
  * their indices, for any k up to the vocabulary. One block of 1024 threads per row.
  *
- *   1. Threshold: the radix search of radix.cuh over order keys (NaN below -inf) finds the k-th
- *      largest key t and the number of entries above it (3 passes: one level-1 histogram of the
- *      whole row, two narrow ones).
- *   2. Compaction (1 pass): the entries above t go to slots [0, above) and the first k - above
- *      entries equal to t to the slots after them, both in index order: each step of 4096 entries
- *      takes a block prefix sum of the per-thread (above, equal) counts packed in one word.
- *   3. sorted: the `above` entries are sorted by (value desc, index asc) with a bitonic network of
- *      the mirrored form (every merge sorts one way, so the slots past `above` act as smallest
- *      entries and their compare-exchanges are skipped): in shared memory when above <= 4096,
- *      else in place in the output arrays (slow, but any k works). The ties at t already sit in
- *      index order after them.
- * torch.topk sorts k candidates per row after a radix select as well; the difference is that the
- * radix here needs no global scratch and the compaction writes the output in one pass. */
-#include "cuda/sampling/radix.cuh"
+ *   1. Threshold: the search of search.cuh over order keys (NaN below -inf) finds the k-th largest
+ *      key t: a count histogram of the row, then one gather pass. When the entries at or above t's
+ *      bin fit the list (LIST_CAP, so any k up to ~16K on a real row), the gather takes all of them
+ *      and the list, sorted by (key desc, index asc), holds the answer: its first k entries are the
+ *      sorted output; unsorted, the ties at t stay in index order and the entries above t are
+ *      sorted once more by index. 2 passes over the row.
+ *   2. Otherwise (larger k): a compaction pass writes the entries above t to slots [0, above) and
+ *      the first k - above entries equal to t after them, both in index order (each step of 4096
+ *      entries takes a block prefix sum of the per-thread (above, equal) counts packed in one
+ *      word); sorted, the entries above t are then sorted in shared memory when they fit the
+ *      list, else in place in the output arrays with the mirrored bitonic network (slow, but any k
+ *      works).
+ * Values are copied from the row by index, so NaN payloads and -0 survive. torch.topk also selects
+ * with a radix pass and sorts k candidates; the difference is that the candidates here are
+ * gathered in the same pass that finishes the selection, with no global scratch. */
+#include "cuda/sampling/search.cuh"
 
 namespace {
 using namespace ignis_sampling;
-
-constexpr int SORT_CAPACITY = 4096;
 
 /* Sort-order test: (key a, index a) comes before (key b, index b). */
 __device__ __forceinline__ bool before(uint32_t ka, int64_t ia, uint32_t kb, int64_t ib) {
@@ -30,32 +30,8 @@ __device__ __forceinline__ uint32_t select_key(float v) {
   return isnan(v) ? 0u : ignis_order_key(v);
 }
 
-/* Mirrored bitonic sort of m entries held in shared memory (keys, indices). */
-__device__ void sort_shared(uint32_t *keys, int32_t *idx, int m) {
-  int size = 1;
-  while (size < m)
-    size <<= 1;
-  for (int block = 2; block <= size; block <<= 1)
-    for (int stride = block >> 1; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < size; i += blockDim.x) {
-        const int j = stride == (block >> 1) ? (i ^ (block - 1)) : (i ^ stride);
-        if (j > i && j < m) {
-          if (before(keys[j], idx[j], keys[i], idx[i])) {
-            const uint32_t tk = keys[i];
-            const int32_t ti = idx[i];
-            keys[i] = keys[j];
-            idx[i] = idx[j];
-            keys[j] = tk;
-            idx[j] = ti;
-          }
-        }
-      }
-      __syncthreads();
-    }
-}
-
-/* The same network in place in the output arrays (values of type T, indices of type I). */
-template <typename T, typename I> __device__ void sort_global(T *values, I *indices, int64_t m) {
+/* Mirrored bitonic sort of m entries in place in the output arrays (values T, indices I). */
+template <typename T, typename I> __device__ __noinline__ void sort_global(T *values, I *indices, int64_t m) {
   int64_t size = 1;
   while (size < m)
     size <<= 1;
@@ -80,50 +56,67 @@ template <typename T, typename I> __device__ void sort_global(T *values, I *indi
     }
 }
 
+/* Writes list entries [from, to) to output slots [from, to). */
 template <typename T, typename I>
-__global__ void __launch_bounds__(THREADS, 1) top_k_rows(ignis_top_k_params p, bool vec) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  radix_smem &sm = *reinterpret_cast<radix_smem *>(smem_raw);
-  ignis_pdl_wait();
-  const int64_t row = blockIdx.x, n = p.vocab_size, k = p.k;
-  radix_row<T> r;
-  r.row = static_cast<const T *>(p.input) + row * p.input_row_stride;
-  r.n = n;
-  r.vec = vec;
-  r.mode = KEY_SELECT;
-  r.logits = false;
-  r.x_max = 0.0f;
-  r.x_floor = -INFINITY;
-  T *values = static_cast<T *>(p.values) + row * p.values_row_stride;
-  I *indices = static_cast<I *>(p.indices) + row * p.indices_row_stride;
+__device__ __forceinline__ void write_entries(const T *row, T *values, I *indices, uint32_t from,
+                                              uint32_t to) {
+  const uint64_t *list = search_mem().u.list;
+  for (uint32_t j = from + threadIdx.x; j < to; j += THREADS) {
+    const int64_t i = entry_index(list[j]);
+    values[j] = row[i];
+    indices[j] = (I)i;
+  }
+}
 
-  histogram_pass(r, 0, 0, false, 1, sm.cnt1, sm.mass1);
-  const search_result s = radix_search(r, false, false, k, 0.0, 1, sm);
-  const uint32_t thr = s.thr;
-  const int64_t above = (int64_t)s.count_above, need_equal = k - above;
+/* The output from the sorted list holding every entry >= its last key (k <= its length). */
+template <typename T, typename I>
+__device__ __noinline__ void output_from_list(const T *row, T *values, I *indices, int64_t k, int64_t above,
+                                              bool sorted) {
+  uint64_t *list = search_mem().u.list;
+  if (sorted || above < 2) {
+    write_entries(row, values, indices, 0, (uint32_t)k);
+    return;
+  }
+  /* Unsorted: the ties at the k-th key as they are (index order), then the entries above it by index. */
+  write_entries(row, values, indices, (uint32_t)above, (uint32_t)k);
+  __syncthreads();
+  for (uint32_t j = threadIdx.x; j < (uint32_t)above; j += THREADS)
+    list[j] = (uint64_t)(0xFFFFFFFFu - (uint32_t)entry_index(list[j])) << 32;
+  sort_list((uint32_t)above);
+  for (uint32_t j = threadIdx.x; j < (uint32_t)above; j += THREADS) {
+    const int64_t i = 0xFFFFFFFFu - (uint32_t)(list[j] >> 32);
+    values[j] = row[i];
+    indices[j] = (I)i;
+  }
+}
 
-  const int64_t chunks = (n + 3) / 4;
+/* Compaction in index order: entries above thr to [0, above), the first k - above equal to thr
+ * after them. */
+template <typename T, typename I>
+__device__ __noinline__ void compact(const row_view<T> r, T *values, I *indices, int64_t k, int64_t above,
+                                     uint32_t thr) {
+  reduce_scratch &red = tile_mem().red;
+  const int64_t chunks = (r.n + 3) / 4, need_equal = k - above;
   int64_t above_base = 0, equal_base = 0;
-  for (int64_t base = 0; base < chunks; base += blockDim.x) {
+  for (int64_t base = 0; base < chunks; base += THREADS) {
     const int64_t c = base + threadIdx.x;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (c < chunks)
-      load_chunk(r.row, c, n, r.vec, v);
+      load_chunk(r.row, c, r.n, r.vec, v);
+    const int valid = chunk_valid(r.n, c);
     uint32_t keys[4], gt = 0, eq = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const bool inside = c < chunks && c * 4 + j < n;
       keys[j] = select_key(v[j]);
-      gt += inside && keys[j] > thr;
-      eq += inside && keys[j] == thr;
+      gt += j < valid && keys[j] > thr;
+      eq += j < valid && keys[j] == thr;
     }
     uint32_t total;
-    const uint32_t prefix = block_prefix(gt | eq << 16, total, sm.red);
+    const uint32_t prefix = block_prefix(gt | eq << 16, total, red);
     int64_t next_above = above_base + (prefix & 0xFFFFu), next_equal = equal_base + (prefix >> 16);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t i = c * 4 + j;
-      if (c >= chunks || i >= n)
+      if (j >= valid)
         continue;
       int64_t slot = -1;
       if (keys[j] > thr)
@@ -133,37 +126,63 @@ __global__ void __launch_bounds__(THREADS, 1) top_k_rows(ignis_top_k_params p, b
       else if (keys[j] == thr)
         ++next_equal;
       if (slot >= 0) {
-        values[slot] = r.row[i];
-        indices[slot] = (I)i;
+        values[slot] = r.row[c * 4 + j];
+        indices[slot] = (I)(c * 4 + j);
       }
     }
     above_base += total & 0xFFFFu;
     equal_base += total >> 16;
   }
+}
+
+/* Sort the `above` compacted entries by (value desc, index asc): in shared memory when they fit. */
+template <typename T, typename I>
+__device__ __noinline__ void sort_above(const T *row, T *values, I *indices, int64_t above) {
+  if (above > LIST_CAP) {
+    sort_global(values, indices, above);
+    return;
+  }
+  uint64_t *list = search_mem().u.list;
+  for (int64_t j = threadIdx.x; j < above; j += THREADS)
+    list[j] = pack_entry(select_key(ignis_to_float(values[j])), (int64_t)indices[j]);
+  sort_list((uint32_t)above);
+  write_entries(row, values, indices, 0, (uint32_t)above);
+}
+
+template <typename T, typename I>
+__global__ void __launch_bounds__(THREADS, 1) top_k_rows(ignis_top_k_params p, bool vec) {
+  ignis_pdl_wait();
+  const int64_t row_index = blockIdx.x, n = p.vocab_size, k = p.k;
+  row_view<T> r;
+  r.row = static_cast<const T *>(p.input) + row_index * p.input_row_stride;
+  r.minus = nullptr;
+  r.n = n;
+  r.vec = vec;
+  r.x_max = 0.0f;
+  T *values = static_cast<T *>(p.values) + row_index * p.values_row_stride;
+  I *indices = static_cast<I *>(p.indices) + row_index * p.indices_row_stride;
+
+  const pass_sums level1 =
+      histogram_pass<T, ROW_SELECT, false>(r, 0u, ANY_TOP, ANY_SHIFT, 1, false, false, 0, false);
+  const targets top_k = {true, k, false, 1.0, true, 0};
+  const search_result s = search<T, ROW_SELECT>(r, top_k, 0u, ANY_TOP, ANY_SHIFT, 1, level1.max_key, false,
+                                                false, tile_shift_of(n));
+  const int64_t above = (int64_t)s.count_above;
+  if (s.list_all) {
+    sort_list(s.list_len);
+    output_from_list(r.row, values, indices, k, above, p.sorted != 0);
+    return;
+  }
+  compact(r, values, indices, k, above, s.thr);
   if (!p.sorted || above < 2)
     return;
   __syncthreads();
-  if (above <= SORT_CAPACITY) {
-    uint32_t *keys = sm.list; /* the search is done: its shared memory is free */
-    int32_t *idx = reinterpret_cast<int32_t *>(sm.cnt1);
-    for (int64_t j = threadIdx.x; j < above; j += blockDim.x) {
-      keys[j] = select_key(ignis_to_float(values[j]));
-      idx[j] = (int32_t)indices[j];
-    }
-    __syncthreads();
-    sort_shared(keys, idx, (int)above);
-    for (int64_t j = threadIdx.x; j < above; j += blockDim.x) {
-      values[j] = ignis_from_float<T>(ignis_key_float(keys[j]));
-      indices[j] = (I)idx[j];
-    }
-    return;
-  }
-  sort_global(values, indices, above);
+  sort_above(r.row, values, indices, above);
 }
 
 template <typename T, typename I>
 static cudaError_t launch(const ignis_top_k_params *p, cudaStream_t stream) {
-  const size_t smem = sizeof(radix_smem);
+  const size_t smem = sizeof(search_smem);
   const cudaError_t configured = ignis_allow_dynamic_smem<top_k_rows<T, I>>(smem);
   if (configured != cudaSuccess)
     return configured;

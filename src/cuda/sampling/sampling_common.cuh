@@ -175,30 +175,6 @@ __device__ __forceinline__ void block_suffix3(const uint64_t (&v)[3], uint64_t (
   __syncthreads();
 }
 
-/* Exclusive prefix sum over the threads (the sum over every lower thread) and the total. */
-__device__ __forceinline__ uint64_t block_prefix_u64(uint64_t v, uint64_t &total, reduce_scratch &s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  uint64_t inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t next = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o)
-      inc += next;
-  }
-  if (lane == 31)
-    s.a[warp] = inc;
-  __syncthreads();
-  uint64_t below = 0, all = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp)
-      below += s.a[w];
-    all += s.a[w];
-  }
-  total = all;
-  __syncthreads();
-  return below + inc - v;
-}
-
 /* The block's max of m and sums of a, b and c, returned in place to every thread. */
 __device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b, uint64_t &c,
                                            reduce_scratch &s) {
@@ -229,28 +205,29 @@ __device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b
   __syncthreads();
 }
 
-/* Exclusive prefix sum over the threads (sum of every lower thread) and the total. */
-__device__ __forceinline__ uint32_t block_prefix(uint32_t v, uint32_t &total, reduce_scratch &s) {
+/* Exclusive prefix sum over the threads (the sum over every lower thread) and the total, in T
+ * (uint32_t or uint64_t: unsigned, so a u32 sum wraps as its u64 sum would truncate). */
+template <typename T> __device__ __forceinline__ T block_prefix(T v, T &total, reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  uint32_t inc = v;
+  T inc = v;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t n = __shfl_up_sync(0xffffffffu, inc, o);
+    const T next = __shfl_up_sync(0xffffffffu, inc, o);
     if (lane >= o)
-      inc += n;
+      inc += next;
   }
   if (lane == 31)
     s.a[warp] = inc;
   __syncthreads();
-  uint64_t below = 0, all = 0;
+  T below = 0, all = 0;
   for (int w = 0; w < warps; ++w) {
     if (w < warp)
-      below += s.a[w];
-    all += s.a[w];
+      below += (T)s.a[w];
+    all += (T)s.a[w];
   }
-  total = (uint32_t)all;
+  total = all;
   __syncthreads();
-  return (uint32_t)below + inc - v;
+  return below + inc - v;
 }
 
 /* Host: rows of `elem`-byte elements at data, row_stride apart, start on whole chunks (so chunk

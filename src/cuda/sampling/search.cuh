@@ -1029,7 +1029,7 @@ __device__ __noinline__ int64_t sample_tiles(const row_view<T> r, uint32_t thr, 
     t.st.token = -1;
   }
   uint64_t total;
-  uint64_t run = block_prefix_u64(mine, total, t.red);
+  uint64_t run = block_prefix(mine, total, t.red);
   if (total == 0)
     return -1;
   const uint64_t target = __umul64hi(uniform, total);
@@ -1064,7 +1064,7 @@ __device__ __noinline__ int64_t sample_tiles(const row_view<T> r, uint32_t thr, 
     for (int64_t i = first_elem; i < first_elem + 4 * per_thread; ++i)
       mine += element_mass(i);
   uint64_t unused_total;
-  run = block_prefix_u64(mine, unused_total, t.red);
+  run = block_prefix(mine, unused_total, t.red);
   if (tile >= 0 && run <= rest && rest - run < mine)
     for (int64_t i = first_elem; i < first_elem + 4 * per_thread; ++i) {
       const uint64_t m = element_mass(i);

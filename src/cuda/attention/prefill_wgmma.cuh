@@ -17,8 +17,8 @@
  *   Q       per consumer: 2 panels (head dims 0-63, 64-127) of its 64 rows, 8 KB each
  *   stages  WGMMA_STAGES x {K: 2 panels of 128 keys (16 KB each), V: the same}
  *   barriers per stage: K full and V full (the producer's 128 threads arrive when their copies
- *           land: cp.async.mbarrier.arrive.noinc) and empty (one arrival per consumer warp once
- *           its wgmma no longer reads the stage)
+ *           land: cp.async.mbarrier.arrive.noinc), K empty and V empty (one arrival per consumer
+ *           warp once its wgmma no longer reads that tile: K after S, V after P V, a step later)
  * Q and K are K-major operands (SBO 1024 B between 8-row atoms, a k16 step adds 32 B inside a
  * panel); V is the MN-major B operand of P V (transpose flag; LBO = the 16 KB panel stride along
  * head dims, SBO 1024 B between 8-key groups, a k16 step adds 2 KB).
@@ -28,7 +28,8 @@
  * layout of a warp is the m16n8 layout of mma.sync repeated 16 times, which packs directly into the
  * 16-bit A fragments), then wait_group 1 leaves S ready while P V runs: mask (causal diagonal and the
  * range's end, only on tiles that need it), online softmax in base 2 (scale folded into one FFMA),
- * wait_group 0, release stage j-1, rescale O and pack P_j. Rows past the item's tile compute on
+ * wait_group 0, release V_{j-1}, rescale O and pack P_j. K_j is released as soon as S is ready, so
+ * with three stages the producer copies up to two tiles ahead of the slower warpgroup. Rows past the item's tile compute on
  * zero queries and are never written. A warpgroup stops at its own last visible tile (causal) and
  * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
  * f32 partial slot and its base-2 LSE when the item is split. */
@@ -42,7 +43,7 @@ enum {
   WGMMA_ROWS = 128,   /* packed rows per block: 64 per consumer warpgroup */
   WGMMA_KT = 128,     /* keys per tile */
   WGMMA_D = 128,      /* head dim of q, k, v and out */
-  WGMMA_STAGES = 2,
+  WGMMA_STAGES = 3,
   WGMMA_PRODUCER_REGS = 40,
   WGMMA_CONSUMER_REGS = 232,
 };
@@ -54,7 +55,7 @@ enum {
   WGMMA_KV_PANEL = WGMMA_KT * 128,
   WGMMA_STAGE_BYTES = 4 * WGMMA_KV_PANEL, /* K panels, then V panels */
   WGMMA_BAR_OFFSET = WGMMA_Q_BYTES + WGMMA_STAGES * WGMMA_STAGE_BYTES,
-  WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 3 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
+  WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 4 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
 };
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------- */
@@ -88,6 +89,12 @@ static __device__ __forceinline__ void wgmma_commit() {
 }
 template <int N> static __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* 2^x by the SFU alone (subnormal results flush to 0; -inf gives 0). */
+static __device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 /* Keeps the compiler from moving accesses of accumulator registers across wgmma issue and wait. */
 template <int N> static __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
@@ -204,7 +211,7 @@ static __device__ __forceinline__ void wgmma_softmax(float (&s)[64], float scale
     for (int n = 0; n < WGMMA_KT / 8; ++n)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[4 * n + e] = exp2f(fmaf(s[4 * n + e], scale, -m_use));
+        s[4 * n + e] = exp2_ftz(fmaf(s[4 * n + e], scale, -m_use));
         sum += s[4 * n + e];
       }
     l[h] = fmaf(l[h], rescale[h], sum);
@@ -236,7 +243,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   extern __shared__ __align__(1024) unsigned char wgmma_smem[];
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(wgmma_smem) + 1023u) & ~1023u;
   const uint32_t bar_full_k = base + WGMMA_BAR_OFFSET, bar_full_v = bar_full_k + 8 * WGMMA_STAGES,
-                 bar_empty = bar_full_v + 8 * WGMMA_STAGES;
+                 bar_empty_k = bar_full_v + 8 * WGMMA_STAGES, bar_empty_v = bar_empty_k + 8 * WGMMA_STAGES;
   const int tid = threadIdx.x, lane = tid & 31;
   const int kvh = (int)(blockIdx.x % (unsigned)p.num_kv_heads);
   const int64_t slot = blockIdx.x / (unsigned)p.num_kv_heads;
@@ -264,7 +271,8 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     for (int s = 0; s < WGMMA_STAGES; ++s) {
       mbar_init(bar_full_k + 8 * s, 128);
       mbar_init(bar_full_v + 8 * s, 128);
-      mbar_init(bar_empty + 8 * s, 8);
+      mbar_init(bar_empty_k + 8 * s, 8);
+      mbar_init(bar_empty_v + 8 * s, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -313,11 +321,13 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
         vp = v_cache + (kvh * p.cache.v_stride_head + page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2;
       }
       page = lookup_page(tl + 1);
+      const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
       if (tl >= WGMMA_STAGES)
-        mbar_wait(bar_empty + 8 * s, (tl / WGMMA_STAGES - 1) & 1);
-      const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES;
+        mbar_wait(bar_empty_k + 8 * s, parity);
       copy_rows(stage, kp, k_cache);
       mbar_arrive_copies(bar_full_k + 8 * s);
+      if (tl >= WGMMA_STAGES)
+        mbar_wait(bar_empty_v + 8 * s, parity);
       copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
       mbar_arrive_copies(bar_full_v + 8 * s);
     }
@@ -375,9 +385,9 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   uint32_t pa[WGMMA_KT / 16][4];
   float s[64];
   const uint32_t stages = base + WGMMA_Q_BYTES;
-  auto release = [&](int j) {
+  auto release = [&](uint32_t bar, int j) {
     if (lane == 0)
-      mbar_arrive(bar_empty + 8 * (j % WGMMA_STAGES));
+      mbar_arrive(bar + 8 * (j % WGMMA_STAGES));
   };
   auto mask_tile = [&](int j) {
     const int64_t k0 = (int64_t)lo + (int64_t)j * WGMMA_KT;
@@ -392,6 +402,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(s);
+    release(bar_empty_k, 0);
     mask_tile(0);
     wgmma_softmax(s, c.score_scale, m, l, rescale);
     wgmma_rescale_pack<QT>(s, rescale, o, pa);
@@ -408,11 +419,12 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     wgmma_commit();
     wgmma_wait<1>();
     wgmma_pin(s);
+    release(bar_empty_k, j);
     mask_tile(j);
     wgmma_softmax(s, c.score_scale, m, l, rescale);
     wgmma_wait<0>();
     wgmma_pin(o);
-    release(j - 1);
+    release(bar_empty_v, j - 1);
     wgmma_rescale_pack<QT>(s, rescale, o, pa);
   }
   if (n_wg > 0) {
@@ -424,12 +436,14 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(o);
-    release(n_wg - 1);
+    release(bar_empty_v, n_wg - 1);
   }
   /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step */
   for (int j = n_wg; j < num_tiles; ++j) {
     mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
-    release(j);
+    release(bar_empty_k, j);
+    mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    release(bar_empty_v, j);
   }
   ignis_pdl_launch_dependents();
 

@@ -29,10 +29,14 @@
  * 16-bit A fragments), then wait_group 1 leaves S ready while P V runs: mask (causal diagonal and the
  * range's end, only on tiles that need it), online softmax in base 2 (scale folded into one FFMA),
  * wait_group 0, release V_{j-1}, rescale O and pack P_j. K_j is released as soon as S is ready, so
- * with three stages the producer copies up to two tiles ahead of the slower warpgroup. Rows past the item's tile compute on
- * zero queries and are never written. A warpgroup stops at its own last visible tile (causal) and
+ * with three stages the producer copies up to two tiles ahead of the slower warpgroup. Rows past
+ * the item's tile compute on zero queries and are never written. A warpgroup stops at its own last visible tile (causal) and
  * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
- * f32 partial slot and its base-2 LSE when the item is split. */
+ * f32 partial slot and its base-2 LSE when the item is split.
+ *
+ * Status: prefill.cu runs it only with IGNIS_PREFILL_WGMMA=1. On the H200 it gave the benchmark's
+ * outputs (error ~1e-3 against SDPA) at 1.08-1.39x SDPA flash, but test_prefill did not finish with
+ * it (a hang or stall somewhere in the small-tile cases, not yet located). */
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
 #define IGNIS_CUDA_PREFILL_WGMMA_CUH
 
@@ -331,7 +335,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
       mbar_arrive_copies(bar_full_v + 8 * s);
     }
-    copy_async_wait<0>();
+    asm volatile("cp.async.wait_all;" ::: "memory");
     ignis_pdl_launch_dependents();
     return;
   }
@@ -355,7 +359,10 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     copy_async_commit();
     copy_async_wait<0>();
     fence_proxy_async();
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");
+    if (wg == 0) /* the warpgroup's own named barrier */
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+    else
+      asm volatile("bar.sync 2, 128;" ::: "memory");
   }
 
   /* the thread's rows (past the tile: as the tile's last row, computed and never written) */

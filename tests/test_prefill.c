@@ -177,6 +177,7 @@ typedef struct batch {
   h_buf q, k, v, out, lse, mask, sinks;
   unsigned char *bits; /* the masks as booleans, request after request */
   double *ref_out, *ref_lse;
+  double *qd, *kd, *vd; /* q, k, v as doubles while ref_prefill runs (h_get once per element) */
 } batch;
 
 static double logit_of(const spec *s, const batch *bt, int64_t b, int64_t i, int64_t h, int64_t j, int *visible) {
@@ -196,8 +197,8 @@ static double logit_of(const spec *s, const batch *bt, int64_t b, int64_t i, int
     return 0.0;
   double q[256], k[256];
   for (int64_t d = 0; d < s->Dqk; ++d) {
-    q[d] = h_get(&bt->q, ((bt->qo[b] + i) * s->Hq + h) * s->Dqk + d);
-    k[d] = s->k_scale * h_get(&bt->k, ((bt->kv[b] + j) * s->Hkv + h / group) * s->Dqk + d);
+    q[d] = bt->qd[((bt->qo[b] + i) * s->Hq + h) * s->Dqk + d];
+    k[d] = s->k_scale * bt->kd[((bt->kv[b] + j) * s->Hkv + h / group) * s->Dqk + d];
   }
   if (s->opt.pos_encoding_mode == IGNIS_POS_ENCODING_ROPE_LLAMA) {
     double *x[2] = {q, k}, pos[2] = {(double)q_pos, (double)j};
@@ -225,9 +226,19 @@ static double logit_of(const spec *s, const batch *bt, int64_t b, int64_t i, int
   return x;
 }
 
+static double *decoded(const h_buf *buf) {
+  double *values = malloc(sizeof(double) * (size_t)(buf->count + 1));
+  for (int64_t i = 0; i < buf->count; ++i)
+    values[i] = h_get(buf, i);
+  return values;
+}
+
 static void ref_prefill(batch *bt) {
   const spec *s = &bt->s;
   double *x = malloc(sizeof(double) * 20000);
+  bt->qd = decoded(&bt->q);
+  bt->kd = decoded(&bt->k);
+  bt->vd = decoded(&bt->v);
   for (int64_t b = 0; b < s->B; ++b)
     for (int64_t i = 0; i < s->q_len[b]; ++i)
       for (int64_t h = 0; h < s->Hq; ++h) {
@@ -250,7 +261,7 @@ static void ref_prefill(batch *bt) {
           double w = exp(x[j] - m);
           z += w;
           for (int64_t d = 0; d < s->Dvo; ++d)
-            out[d] += w * s->v_scale * h_get(&bt->v, ((bt->kv[b] + j) * s->Hkv + kvh) * s->Dvo + d);
+            out[d] += w * s->v_scale * bt->vd[((bt->kv[b] + j) * s->Hkv + kvh) * s->Dvo + d];
         }
         int any = m > -INFINITY;
         for (int64_t d = 0; d < s->Dvo; ++d)
@@ -259,6 +270,10 @@ static void ref_prefill(batch *bt) {
         bt->ref_lse[row * s->Hq + h] = s->opt.lse_base == IGNIS_LSE_BASE2 ? lse / log(2.0) : lse;
       }
   free(x);
+  free(bt->qd);
+  free(bt->kd);
+  free(bt->vd);
+  bt->qd = bt->kd = bt->vd = NULL;
 }
 
 static void batch_make(batch *bt, const spec *s, h_backend backend, uint64_t seed) {

@@ -11,9 +11,9 @@
  *     key is read once for the GQA group) against the item's keys, and writes out / lse, or an f32
  *     partial slot and its base-2 LSE when the tile is split.
  *     Which one: prefill_wgmma_kernel (prefill_wgmma.cuh: 384 threads, a cp.async producer
- *     warpgroup and two wgmma consumer warpgroups) when IGNIS_PREFILL_WGMMA=1 is set (opt-in: it
- *     matches SDPA on the benchmark's shapes, but test_prefill did not finish on the H200 with it),
- *     the device runs sm_90a code (H100 / H200 and a build with 90a) and the call is the hot case: K/V of q's 16-bit dtype, head dims
+ *     warpgroup and two wgmma consumer warpgroups, one block per SM) when the device runs sm_90a
+ *     code (H100 / H200 and a build with 90a; IGNIS_PREFILL_WGMMA=0 turns it off) and the call is
+ *     the hot case: K/V of q's 16-bit dtype, head dims
  *     (128, 128), causal or no mask, no custom mask, window, soft cap or position encoding (sinks,
  *     LSE, split items and every key source are its own); otherwise prefill_attention_kernel
  *     (prefill_kernel.cuh, 128 threads), described below.
@@ -79,31 +79,38 @@ static bool general_options(const ignis_prefill_params &p) {
          p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
 }
 
-/* Whether prefill_wgmma_kernel runs: IGNIS_PREFILL_WGMMA=1 in the environment (read once; off by
- * default until the GPU test passes with it) and the current device runs its sm_90a code (an H100 /
- * H200 and a build that compiled 90a), asked once per device. */
-template <typename QT> static bool wgmma_runs(void) {
+/* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
+ * is compute capability 9.0 (H100 / H200), and IGNIS_PREFILL_WGMMA is not "0" in the environment
+ * (an opt-out for comparisons, read once). Asked once per device. */
+static bool wgmma_runs(int device) {
   static const bool wanted = [] {
     const char *value = getenv("IGNIS_PREFILL_WGMMA");
-    return value != nullptr && strcmp(value, "1") == 0;
+    return value == nullptr || strcmp(value, "0") != 0;
   }();
   static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
-  int device = 0;
-  if (!wanted || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
+  if (!wanted || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
     return false;
   int state = known[device].load(std::memory_order_relaxed);
   if (state == 0) {
-    cudaFuncAttributes attributes;
     int major = 0, minor = 0;
-    const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+    const bool yes = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
                      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-                     major == 9 && minor == 0 &&
-                     cudaFuncGetAttributes(&attributes, prefill_wgmma_kernel<QT>) == cudaSuccess &&
-                     attributes.binaryVersion == 90;
+                     major == 9 && minor == 0;
     state = yes ? 1 : 2;
     known[device].store(state, std::memory_order_relaxed);
   }
   return state == 1;
+}
+
+/* The call shapes prefill_wgmma_kernel takes (the rest of the options are its own). */
+static bool wgmma_shape(const ignis_prefill_params &p) {
+  return (p.dtype == IGNIS_F16 || p.dtype == IGNIS_BF16) && p.cache.dtype == p.dtype && p.head_dim_qk == WGMMA_D &&
+         p.head_dim_vo == WGMMA_D && !general_options(p);
+}
+
+extern "C" int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device) {
+  return wgmma_shape(*shape) && wgmma_runs(device) ? 1 : 2;
 }
 
 template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
@@ -121,8 +128,10 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
                            (long long)p.num_kv_heads);
   if (blocks > 0) {
     bool hot = false;
-    if constexpr (!GENERAL && (KIND == KV_F16 || KIND == KV_BF16) && DQK == WGMMA_D && DVO == WGMMA_D)
-      hot = wgmma_runs<QT>();
+    if constexpr (!GENERAL && (KIND == KV_F16 || KIND == KV_BF16) && DQK == WGMMA_D && DVO == WGMMA_D) {
+      int device = -1;
+      hot = cudaGetDevice(&device) == cudaSuccess && wgmma_runs(device);
+    }
     if (hot) {
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT>>(WGMMA_SMEM_BYTES)));
       IGNIS_CUDA_CHECK(ignis_launch(prefill_wgmma_kernel<QT>, dim3((unsigned)blocks), dim3(WGMMA_THREADS),

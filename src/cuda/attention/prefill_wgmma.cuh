@@ -34,9 +34,8 @@
  * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
  * f32 partial slot and its base-2 LSE when the item is split.
  *
- * Status: prefill.cu runs it only with IGNIS_PREFILL_WGMMA=1. On the H200 it gave the benchmark's
- * outputs (error ~1e-3 against SDPA) at 1.08-1.39x SDPA flash, but test_prefill did not finish with
- * it (a hang or stall somewhere in the small-tile cases, not yet located). */
+ * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
+ * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_blocks_per_sm). */
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
 #define IGNIS_CUDA_PREFILL_WGMMA_CUH
 

@@ -38,6 +38,10 @@ ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device
 /* Attention blocks of the decode kernel resident per SM for this head dim and K/V dtype (the
  * planner's wave is SMs times this). */
 int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype);
+/* Prefill attention blocks resident per SM on CUDA device `device` for a call of this shape (read:
+ * dtype, cache.dtype, head dims, mask_mode and the score options; the planner's wave is SMs times
+ * this). */
+int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device);
 
 /* CUDA runtime facts (src/cuda/common/runtime.cu; stubs without CUDA) */
 int ignis_cuda_runtime_device_count(void);

@@ -100,14 +100,20 @@ uint16_t ignis_f32_to_f16(float value) {
   return (uint16_t)encode_small_float(value, 5, 10, 0x7C00, 0x7E00);
 }
 
+/* By bits (the CPU backend converts every f16 element it reads): a normal half moves its exponent
+ * from bias 15 to bias 127; a subnormal is its mantissa times 2^-24, exact in f32. */
 float ignis_f16_to_f32(uint16_t bits) {
-  uint32_t exp_field = (bits >> 10) & 0x1F;
+  uint32_t sign = (uint32_t)(bits & 0x8000) << 16, exp_field = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
   if (exp_field == 0x1F) {
-    if (bits & 0x3FF)
+    if (mantissa)
       return NAN;
-    return (bits & 0x8000) ? -INFINITY : INFINITY;
+    return sign ? -INFINITY : INFINITY;
   }
-  return decode_small_float(bits, 5, 10);
+  if (exp_field == 0) {
+    float value = (float)mantissa * 0x1p-24f;
+    return sign ? -value : value;
+  }
+  return bits_f32(sign | (exp_field + 112) << 23 | mantissa << 13);
 }
 
 uint16_t ignis_f32_to_bf16(float value) {

@@ -204,11 +204,22 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
   return ignis_workspace_take(ws, fn, "partial_lse", rows, sizeof(float), (void **)partial_lse);
 }
 
-/* Attention blocks resident at once; the CPU backend plans as for an H100/H200. */
-static int64_t prefill_wave(ignis_device device) {
+/* Attention blocks resident at once for a call of this shape (dtypes, head dims, mask mode and
+ * options: they pick the CUDA kernel); the CPU backend plans as for an H100/H200 running the
+ * general kernel. */
+static int64_t prefill_wave(ignis_device device, ignis_dtype q_dtype, ignis_dtype kv_dtype, int64_t head_dim_qk,
+                            int64_t head_dim_vo, ignis_mask_mode mask_mode, const ignis_attention_resolved *opt) {
   if (device.type == IGNIS_DEVICE_CPU)
     return IGNIS_PREFILL_CPU_NOMINAL_SMS * IGNIS_PREFILL_BLOCKS_PER_SM;
-  return (int64_t)ignis_cuda_device_sm_count(device.id) * IGNIS_PREFILL_BLOCKS_PER_SM;
+  ignis_prefill_params shape;
+  memset(&shape, 0, sizeof shape);
+  shape.dtype = q_dtype;
+  shape.cache.dtype = kv_dtype;
+  shape.head_dim_qk = head_dim_qk;
+  shape.head_dim_vo = head_dim_vo;
+  shape.mask_mode = mask_mode;
+  fill_options(&shape, opt);
+  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_prefill_blocks_per_sm(&shape, device.id);
 }
 
 static ignis_status dispatch(const ignis_prefill_params *p, ignis_device device, void *stream) {
@@ -282,7 +293,9 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 7, &device));
 
   int64_t group = num_qo_heads / num_kv_heads, tile = ignis_prefill_q_tile_rows(head_dim_qk, head_dim_vo);
-  int64_t chunk = ignis_prefill_single_chunk_tokens(qo_len, kv_len, group, num_kv_heads, tile, prefill_wave(device));
+  int64_t chunk = ignis_prefill_single_chunk_tokens(
+      qo_len, kv_len, group, num_kv_heads, tile,
+      prefill_wave(device, q->dtype, k->dtype, head_dim_qk, head_dim_vo, mask_mode, &opt));
   int64_t tiles = ignis_prefill_implicit_tiles(qo_len, group, tile);
   int64_t chunks = ignis_prefill_implicit_chunks(kv_len, chunk);
   if (device.type == IGNIS_DEVICE_CUDA) {
@@ -394,7 +407,9 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   if (ignis_prefill_planner_init(&planner, c->max_batch_size, c->max_qo_tokens, c->max_kv_len, page_size,
                                  c->num_kv_heads, c->num_qo_heads / c->num_kv_heads,
                                  ignis_prefill_q_tile_rows(c->head_dim_qk, head_dim_vo),
-                                 c->mask_mode == IGNIS_MASK_CAUSAL, c->options.window_left, prefill_wave(c->device),
+                                 c->mask_mode == IGNIS_MASK_CAUSAL, c->options.window_left,
+                                 prefill_wave(c->device, c->q_dtype, c->kv_dtype, c->head_dim_qk, head_dim_vo,
+                                              c->mask_mode, &options),
                                  c->disable_split_kv, c->fixed_split_size) != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_batch_size=%" PRId64 ", config.max_qo_tokens=%" PRId64

@@ -43,7 +43,7 @@
 
 #include "core/params.h"
 
-#define IGNIS_PREFILL_BLOCKS_PER_SM 2        /* attention blocks resident per SM (the CUDA kernel fits 2) */
+#define IGNIS_PREFILL_BLOCKS_PER_SM 2        /* the CPU backend's nominal blocks per SM (the general CUDA kernel fits 2) */
 #define IGNIS_PREFILL_MIN_CHUNK_TOKENS 512   /* auto split: no chunk shorter (but a range's ends) */
 #define IGNIS_PREFILL_SINGLE_MAX_BLOCKS 512  /* single prefill: partial slots * KV heads, any device */
 #define IGNIS_PREFILL_CPU_NOMINAL_SMS 132    /* the CPU backend plans as for an H100/H200 */

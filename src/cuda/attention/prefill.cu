@@ -3,18 +3,24 @@
  * (src/cpu/prefill.c). The front end (src/core/op_prefill.c) validates, plans and fills
  * ignis_prefill_params; this file picks a kernel instance and launches it.
  *
- * Two kernels, back to back on the stream with ignis_launch (PDL between them), in
- * prefill_kernel.cuh:
- *   - prefill_attention_kernel, 128 threads, a flat grid of work items x KV heads (KV head
+ * Two kernels, back to back on the stream with ignis_launch (PDL between them):
+ *   - the attention kernel, a flat grid of work items x KV heads (KV head
  *     fastest, items last first: the longest causal tiles of a request start first, and the blocks
  *     reading one request's keys run side by side). Block (item, kvh) attends the item's tile of
  *     ROWS packed query rows (row r: token r / group, query head kvh * group + r % group, so each
  *     key is read once for the GQA group) against the item's keys, and writes out / lse, or an f32
  *     partial slot and its base-2 LSE when the tile is split.
+ *     Which one: prefill_wgmma_kernel (prefill_wgmma.cuh: 384 threads, a cp.async producer
+ *     warpgroup and two wgmma consumer warpgroups, one block per SM) when the device runs sm_90a
+ *     code (H100 / H200 and a build with 90a; IGNIS_PREFILL_WGMMA=0 turns it off) and the call is
+ *     the hot case: K/V of q's 16-bit dtype, head dims
+ *     (128, 128), causal or no mask, no custom mask, window, soft cap or position encoding (sinks,
+ *     LSE, split items and every key source are its own); otherwise prefill_attention_kernel
+ *     (prefill_kernel.cuh, 128 threads), described below.
  *   - prefill_merge_kernel: one thread per 8 output values of a (merge entry, KV head, tile row)
  *     combines the tile's partial slots by their LSEs and joins the sink.
  *
- * The attention block is FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS =
+ * prefill_attention_kernel is FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS =
  * 128 packed rows for head dims up to 128 (4 warps of 2 m-tiles), 64 above (4 warps of 1 m-tile);
  * KT = 64 keys (32 at head dim 256). Q is copied once into swizzled shared memory and read by
  * ldmatrix at each k-step; K and V tiles stream through a ring of 2-3 stages filled with 16-byte
@@ -42,6 +48,7 @@
  * 16-byte aligned with strides that are multiples of 16 bytes, and work items x KV heads fit one
  * grid. The head dim pair (192, 128) is compiled with head dim 128 (IGNIS_HEAD_DIMS). */
 #include "cuda/attention/prefill_kernel.cuh"
+#include "cuda/attention/prefill_wgmma.cuh"
 #include "cuda/common/cuda_common.cuh"
 
 static prefill_config make_config(const ignis_prefill_params &p) {
@@ -72,6 +79,40 @@ static bool general_options(const ignis_prefill_params &p) {
          p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
 }
 
+/* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
+ * is compute capability 9.0 (H100 / H200), and IGNIS_PREFILL_WGMMA is not "0" in the environment
+ * (an opt-out for comparisons, read once). Asked once per device. */
+static bool wgmma_runs(int device) {
+  static const bool wanted = [] {
+    const char *value = getenv("IGNIS_PREFILL_WGMMA");
+    return value == nullptr || strcmp(value, "0") != 0;
+  }();
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+  if (!wanted || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
+    return false;
+  int state = known[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0, minor = 0;
+    const bool yes = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                     major == 9 && minor == 0;
+    state = yes ? 1 : 2;
+    known[device].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+/* The call shapes prefill_wgmma_kernel takes (the rest of the options are its own). */
+static bool wgmma_shape(const ignis_prefill_params &p) {
+  return (p.dtype == IGNIS_F16 || p.dtype == IGNIS_BF16) && p.cache.dtype == p.dtype && p.head_dim_qk == WGMMA_D &&
+         p.head_dim_vo == WGMMA_D && !general_options(p);
+}
+
+extern "C" int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device) {
+  return wgmma_shape(*shape) && wgmma_runs(device) ? 1 : 2;
+}
+
 template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
 static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
   typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
@@ -86,11 +127,22 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
                            "prefill: %lld work items x %lld KV heads exceed one grid", (long long)p.max_work,
                            (long long)p.num_kv_heads);
   if (blocks > 0) {
-    IGNIS_CUDA_CHECK(
-        (ignis_allow_dynamic_smem<prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>>(sh::SMEM_BYTES)));
-    IGNIS_CUDA_CHECK(ignis_launch(prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>,
-                                  dim3((unsigned)blocks), dim3(PREFILL_THREADS), sh::SMEM_BYTES, stream, p,
-                                  c));
+    bool hot = false;
+    if constexpr (!GENERAL && (KIND == KV_F16 || KIND == KV_BF16) && DQK == WGMMA_D && DVO == WGMMA_D) {
+      int device = -1;
+      hot = cudaGetDevice(&device) == cudaSuccess && wgmma_runs(device);
+    }
+    if (hot) {
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT>>(WGMMA_SMEM_BYTES)));
+      IGNIS_CUDA_CHECK(ignis_launch(prefill_wgmma_kernel<QT>, dim3((unsigned)blocks), dim3(WGMMA_THREADS),
+                                    WGMMA_SMEM_BYTES, stream, p, c));
+    } else {
+      IGNIS_CUDA_CHECK(
+          (ignis_allow_dynamic_smem<prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>>(sh::SMEM_BYTES)));
+      IGNIS_CUDA_CHECK(ignis_launch(prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>,
+                                    dim3((unsigned)blocks), dim3(PREFILL_THREADS), sh::SMEM_BYTES, stream, p,
+                                    c));
+    }
     const ignis_status status = ignis_check_launch("prefill attention");
     if (status != IGNIS_OK)
       return status;

@@ -1,0 +1,498 @@
+/* The Hopper (sm_90a) prefill attention kernel for the hot case: 16-bit q and K/V of the same dtype,
+ * head dim 128, causal or no mask, none of the general options (prefill.cu routes everything else
+ * to prefill_attention_kernel). It takes the same work items, partial slots and merge kernel
+ * (prefill_kernel.cuh) and writes the same results.
+ *
+ * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
+ * registers): its 128 threads gather K and V rows with 16-byte cp.async, so contiguous, ragged and
+ * paged keys of any page size and strides cost the same; lane l of warp w computes the K and V row
+ * addresses of key 32 w + l of a tile (through cache.indices when paged, the page entry read one
+ * tile ahead), and the warp copies its 32 keys two rows per instruction with the addresses passed
+ * by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64 packed query rows each (the
+ * plan's 128-row tile; row r: token r / group, head kvh * group + r % group).
+ *
+ * Shared memory, from a 1024-byte aligned base, every operand in the canonical 128-byte-swizzle
+ * layout (64-element panels of 128-byte rows, 16-byte chunk c of row r stored at chunk c ^ (r & 7),
+ * panels and 8-row atoms 1024-byte aligned):
+ *   Q       per consumer: 2 panels (head dims 0-63, 64-127) of its 64 rows, 8 KB each
+ *   stages  WGMMA_STAGES x {K: 2 panels of 128 keys (16 KB each), V: the same}
+ *   barriers per stage: K full and V full (the producer's 128 threads arrive when their copies
+ *           land: cp.async.mbarrier.arrive.noinc), K empty and V empty (one arrival per consumer
+ *           warp once its wgmma no longer reads that tile: K after S, V after P V, a step later)
+ * Q and K are K-major operands (SBO 1024 B between 8-row atoms, a k16 step adds 32 B inside a
+ * panel); V is the MN-major B operand of P V (transpose flag; LBO = the 16 KB panel stride along
+ * head dims, SBO 1024 B between 8-key groups, a k16 step adds 2 KB).
+ *
+ * Consumer step for key tile j (128 keys): S = Q K_j^T by 8 wgmma m64n128k16 (both operands in
+ * shared memory) is issued together with O += P_{j-1} V_{j-1} (P in registers: the f32 accumulator
+ * layout of a warp is the m16n8 layout of mma.sync repeated 16 times, which packs directly into the
+ * 16-bit A fragments), then wait_group 1 leaves S ready while P V runs: mask (causal diagonal and the
+ * range's end, only on tiles that need it), online softmax in base 2 (scale folded into one FFMA),
+ * wait_group 0, release V_{j-1}, rescale O and pack P_j. K_j is released as soon as S is ready, so
+ * with three stages the producer copies up to two tiles ahead of the slower warpgroup. Rows past
+ * the item's tile compute on zero queries and are never written. A warpgroup stops at its own last visible tile (causal) and
+ * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
+ * f32 partial slot and its base-2 LSE when the item is split.
+ *
+ * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
+ * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_blocks_per_sm). */
+#ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
+#define IGNIS_CUDA_PREFILL_WGMMA_CUH
+
+#include "cuda/attention/prefill_kernel.cuh"
+
+enum {
+  WGMMA_THREADS = 384,
+  WGMMA_ROWS = 128,   /* packed rows per block: 64 per consumer warpgroup */
+  WGMMA_KT = 128,     /* keys per tile */
+  WGMMA_D = 128,      /* head dim of q, k, v and out */
+  WGMMA_STAGES = 3,
+  WGMMA_PRODUCER_REGS = 40,
+  WGMMA_CONSUMER_REGS = 232,
+};
+
+/* Byte offsets from the aligned base. */
+enum {
+  WGMMA_Q_PANEL = 64 * 128,             /* 64 rows x 128 bytes */
+  WGMMA_Q_BYTES = 2 * 2 * WGMMA_Q_PANEL, /* two consumers x two panels */
+  WGMMA_KV_PANEL = WGMMA_KT * 128,
+  WGMMA_STAGE_BYTES = 4 * WGMMA_KV_PANEL, /* K panels, then V panels */
+  WGMMA_BAR_OFFSET = WGMMA_Q_BYTES + WGMMA_STAGES * WGMMA_STAGE_BYTES,
+  WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 4 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
+};
+
+/* ---- PTX wrappers ---------------------------------------------------------------------------- */
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Arrives on bar once every cp.async this thread issued so far has landed (counted in the init). */
+static __device__ __forceinline__ void mbar_arrive_copies(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/* Shared memory written by the generic proxy (cp.async, st.shared) becomes visible to wgmma. */
+static __device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* 2^x by the SFU alone (subnormal results flush to 0; -inf gives 0). */
+static __device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+/* Keeps the compiler from moving accesses of accumulator registers across wgmma issue and wait. */
+template <int N> static __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Shared-memory matrix descriptor: 128-byte swizzle, offsets in bytes. */
+static __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
+         1ull << 62;
+}
+
+#define WGMMA_D64                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                               \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                      \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                      \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define WGMMA_D64_OPERANDS                                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),            \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),          \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),          \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),          \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),          \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),          \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),          \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+/* d (+)= A B, m64n128k16, f32 accumulators; A and B K-major in shared memory; d = A B when !accumulate. */
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (BF16)
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}"
+                 : WGMMA_D64_OPERANDS
+                 : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}"
+                 : WGMMA_D64_OPERANDS
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* d += A B, m64n128k16: A in registers (the m16n8k16 A fragment per warp), B MN-major in shared memory. */
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (BF16)
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+                 : WGMMA_D64_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+                 : WGMMA_D64_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+#undef WGMMA_D64
+#undef WGMMA_D64_OPERANDS
+
+/* ---- consumer math ---------------------------------------------------------------------------- */
+/* Issue s = Q K^T for a warpgroup: q and k are the shared addresses of their first panels. */
+template <bool BF16> static __device__ __forceinline__ void wgmma_scores(float (&s)[64], uint32_t q, uint32_t k) {
+#pragma unroll
+  for (int kk = 0; kk < WGMMA_D / 16; ++kk) {
+    wgmma_ss<BF16>(s, wgmma_desc(q + (kk / 4) * WGMMA_Q_PANEL + (kk % 4) * 32, 16, 1024),
+                   wgmma_desc(k + (kk / 4) * WGMMA_KV_PANEL + (kk % 4) * 32, 16, 1024), kk > 0);
+  }
+}
+
+/* Issue o += P V over the tile's 128 keys (v: the shared address of the first V panel). */
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_pv(float (&o)[64], const uint32_t (&pa)[WGMMA_KT / 16][4], uint32_t v) {
+#pragma unroll
+  for (int kk = 0; kk < WGMMA_KT / 16; ++kk)
+    wgmma_rs<BF16>(o, pa[kk], wgmma_desc(v + kk * 16 * 128, WGMMA_KV_PANEL, 1024));
+}
+
+/* Keys from k0 at or past vis_hi[h] (the thread's rows h = 0, 1) get -inf. */
+static __device__ __forceinline__ void wgmma_mask(float (&s)[64], uint32_t k0, const uint32_t (&vis_hi)[2],
+                                                  int t) {
+#pragma unroll
+  for (int n = 0; n < WGMMA_KT / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + 8 * n + 2 * t + (e & 1) >= vis_hi[e >> 1])
+        s[4 * n + e] = -CUDART_INF_F;
+}
+
+/* Online softmax on s (raw scores; scale turns them into base-2 logits, -inf: masked): updates the
+ * running maxima m and the thread's partial sums l, leaves exp2 values in s and the factors by
+ * which O must be rescaled in rescale. */
+static __device__ __forceinline__ void wgmma_softmax(float (&s)[64], float scale, float (&m)[2], float (&l)[2],
+                                                     float (&rescale)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -CUDART_INF_F;
+#pragma unroll
+    for (int n = 0; n < WGMMA_KT / 8; ++n)
+      mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[h], mx * scale);
+    const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+    rescale[h] = exp2f(m[h] - m_use);
+    m[h] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < WGMMA_KT / 8; ++n)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[4 * n + e] = exp2_ftz(fmaf(s[4 * n + e], scale, -m_use));
+        sum += s[4 * n + e];
+      }
+    l[h] = fmaf(l[h], rescale[h], sum);
+  }
+}
+
+/* O *= rescale per row (skipped when no row of the warp moved), then P = s as A fragments. */
+template <typename QT>
+static __device__ __forceinline__ void wgmma_rescale_pack(const float (&s)[64], const float (&rescale)[2],
+                                                          float (&o)[64], uint32_t (&pa)[WGMMA_KT / 16][4]) {
+  if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+      o[i] *= rescale[(i >> 1) & 1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < WGMMA_KT / 16; ++kk)
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+      pa[kk][w] = ignis_pack_word<QT>(&s[8 * kk + 2 * w]);
+}
+
+/* ---- kernel ------------------------------------------------------------------------------------- */
+template <typename QT>
+__global__ void __launch_bounds__(WGMMA_THREADS, 1)
+    prefill_wgmma_kernel(const ignis_prefill_params p, const prefill_config c) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool BF16 = std::is_same<QT, __nv_bfloat16>::value;
+  extern __shared__ __align__(1024) unsigned char wgmma_smem[];
+  const uint32_t base = ((uint32_t)__cvta_generic_to_shared(wgmma_smem) + 1023u) & ~1023u;
+  const uint32_t bar_full_k = base + WGMMA_BAR_OFFSET, bar_full_v = bar_full_k + 8 * WGMMA_STAGES,
+                 bar_empty_k = bar_full_v + 8 * WGMMA_STAGES, bar_empty_v = bar_empty_k + 8 * WGMMA_STAGES;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int kvh = (int)(blockIdx.x % (unsigned)p.num_kv_heads);
+  const int64_t slot = blockIdx.x / (unsigned)p.num_kv_heads;
+
+  ignis_pdl_wait();
+  ignis_prefill_work item;
+  ignis_prefill_request req;
+  if (!prefill_fetch_item(p, c, slot, &item, &req))
+    return;
+  const int group = c.group, row0 = item.row_start;
+  const int rows = (int)min((int64_t)WGMMA_ROWS, (int64_t)req.q_len * group - row0);
+  if (rows <= 0)
+    return;
+  /* keys [lo, hi): the item's keys that some row of the tile sees */
+  const int32_t pos_base = req.kv_len - req.q_len; /* q_pos of token i: pos_base + i */
+  const int32_t last_pos = pos_base + (row0 + rows - 1) / group;
+  const int32_t lo = max(item.kv_start, 0);
+  int32_t hi = min(item.kv_end, req.kv_len);
+  if (c.causal)
+    hi = (int32_t)min((int64_t)hi, (int64_t)last_pos + 1);
+  hi = max(hi, lo);
+  const int num_tiles = (int)(((int64_t)hi - lo + WGMMA_KT - 1) / WGMMA_KT);
+
+  if (tid == 0) {
+    for (int s = 0; s < WGMMA_STAGES; ++s) {
+      mbar_init(bar_full_k + 8 * s, 128);
+      mbar_init(bar_full_v + 8 * s, 128);
+      mbar_init(bar_empty_k + 8 * s, 8);
+      mbar_init(bar_empty_v + 8 * s, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid < 128) { /* ---- producer ---- */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"((int)WGMMA_PRODUCER_REGS));
+    const bool paged = p.kv_source == IGNIS_PREFILL_KV_PAGED;
+    const int warp = tid >> 5;
+    /* page of key lane of the warp's 32 in tile tl: 0 when not paged, -1 for no key */
+    auto lookup_page = [&](int tl) -> int32_t {
+      const int64_t j = (int64_t)lo + (int64_t)tl * WGMMA_KT + 32 * warp + lane;
+      if (tl >= num_tiles || j >= hi)
+        return -1;
+      if (!paged)
+        return 0;
+      const int64_t entry = (int64_t)req.kv_start + (uint32_t)j / (uint32_t)p.cache.page_size;
+      if (req.kv_start < 0 || entry >= p.cache.num_page_entries)
+        return -1;
+      const int32_t page = p.cache.indices[entry];
+      return page >= 0 && page < p.cache.num_pages ? page : -1;
+    };
+    const char *k_cache = static_cast<const char *>(p.cache.k_cache);
+    const char *v_cache = static_cast<const char *>(p.cache.v_cache);
+    /* copies of the warp's 32 rows from the row addresses at (lane-owned), two rows per instruction */
+    auto copy_rows = [&](uint32_t panels, const char *at, const char *dummy) {
+      const int ch = lane & 15;
+      const uint32_t dst0 = panels + (ch >> 3) * WGMMA_KV_PANEL;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int r = 32 * warp + 2 * i + (lane >> 4);
+        const char *src = reinterpret_cast<const char *>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(at), 2 * i + (lane >> 4)));
+        copy_async16(dst0 + r * 128 + (((ch & 7) ^ (r & 7)) << 4), src ? src + ch * 16 : dummy, src != nullptr);
+      }
+    };
+    int32_t page = lookup_page(0);
+    for (int tl = 0; tl < num_tiles; ++tl) {
+      const int s = tl % WGMMA_STAGES;
+      const char *kp = nullptr, *vp = nullptr;
+      if (page >= 0) {
+        const int64_t j = (int64_t)lo + (int64_t)tl * WGMMA_KT + 32 * warp + lane;
+        const int64_t token = paged ? (int64_t)((uint32_t)j % (uint32_t)p.cache.page_size)
+                                    : (p.kv_source == IGNIS_PREFILL_KV_RAGGED ? req.kv_start : 0) + j;
+        kp = k_cache + (kvh * p.cache.k_stride_head + page * p.cache.k_stride_page + token * p.cache.k_stride_token) * 2;
+        vp = v_cache + (kvh * p.cache.v_stride_head + page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2;
+      }
+      page = lookup_page(tl + 1);
+      const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
+      if (tl >= WGMMA_STAGES)
+        mbar_wait(bar_empty_k + 8 * s, parity);
+      copy_rows(stage, kp, k_cache);
+      mbar_arrive_copies(bar_full_k + 8 * s);
+      if (tl >= WGMMA_STAGES)
+        mbar_wait(bar_empty_v + 8 * s, parity);
+      copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
+      mbar_arrive_copies(bar_full_v + 8 * s);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    ignis_pdl_launch_dependents();
+    return;
+  }
+
+  /* ---- consumers ---- */
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"((int)WGMMA_CONSUMER_REGS));
+  const int wg = (tid >> 7) - 1, ctid = tid & 127, wrow0 = 64 * wg;
+  const int g = lane >> 2, t = lane & 3, trow0 = wrow0 + 16 * (ctid >> 5) + g; /* rows trow0, trow0 + 8 */
+  const uint32_t q_tile = base + wg * 2 * WGMMA_Q_PANEL;
+  {
+    const QT *q = static_cast<const QT *>(p.q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int idx = ctid + 128 * i, r = idx >> 4, ch = idx & 15;
+      const int packed = row0 + min(wrow0 + r, rows - 1); /* rows past the tile are zero-filled */
+      const int64_t token = req.q_start + packed / group, head = (int64_t)kvh * group + packed % group;
+      const QT *src = q + token * p.q_stride_token + head * p.q_stride_head + ch * 8;
+      copy_async16(q_tile + (ch >> 3) * WGMMA_Q_PANEL + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
+                   wrow0 + r < rows ? (const void *)src : p.q, wrow0 + r < rows);
+    }
+    copy_async_commit();
+    copy_async_wait<0>();
+    fence_proxy_async();
+    if (wg == 0) /* the warpgroup's own named barrier */
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+    else
+      asm volatile("bar.sync 2, 128;" ::: "memory");
+  }
+
+  /* the thread's rows (past the tile: as the tile's last row, computed and never written) */
+  uint32_t vis_hi[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t pos = pos_base + (row0 + min(trow0 + 8 * h, rows - 1)) / group;
+    vis_hi[h] = (uint32_t)(c.causal ? max(lo, min(hi, pos + 1)) : hi);
+  }
+  /* tiles this warpgroup computes, and the keys below which a tile needs no mask */
+  int n_wg = 0;
+  int64_t full_hi = lo;
+  if (wrow0 < rows) {
+    const int32_t wpos_lo = pos_base + (row0 + wrow0) / group;
+    const int32_t wpos_hi = pos_base + (row0 + min(wrow0 + 63, rows - 1)) / group;
+    const int64_t wg_hi = c.causal ? max((int64_t)lo, min((int64_t)hi, (int64_t)wpos_hi + 1)) : hi;
+    n_wg = (int)((wg_hi - lo + WGMMA_KT - 1) / WGMMA_KT);
+    full_hi = c.causal ? min((int64_t)hi, (int64_t)wpos_lo + 1) : hi;
+  }
+
+  float o[64], m[2], l[2], rescale[2];
+#pragma unroll
+  for (int i = 0; i < 64; ++i)
+    o[i] = 0.0f;
+  m[0] = m[1] = -CUDART_INF_F;
+  l[0] = l[1] = 0.0f;
+  uint32_t pa[WGMMA_KT / 16][4];
+  float s[64];
+  const uint32_t stages = base + WGMMA_Q_BYTES;
+  auto release = [&](uint32_t bar, int j) {
+    if (lane == 0)
+      mbar_arrive(bar + 8 * (j % WGMMA_STAGES));
+  };
+  auto mask_tile = [&](int j) {
+    const int64_t k0 = (int64_t)lo + (int64_t)j * WGMMA_KT;
+    if (k0 + WGMMA_KT > full_hi)
+      wgmma_mask(s, (uint32_t)k0, vis_hi, t);
+  };
+  if (n_wg > 0) {
+    mbar_wait(bar_full_k, 0);
+    fence_proxy_async();
+    wgmma_fence();
+    wgmma_scores<BF16>(s, q_tile, stages);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(s);
+    release(bar_empty_k, 0);
+    mask_tile(0);
+    wgmma_softmax(s, c.score_scale, m, l, rescale);
+    wgmma_rescale_pack<QT>(s, rescale, o, pa);
+  }
+  for (int j = 1; j < n_wg; ++j) {
+    const int sj = j % WGMMA_STAGES, sp = (j - 1) % WGMMA_STAGES;
+    mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
+    mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
+    fence_proxy_async();
+    wgmma_fence();
+    wgmma_scores<BF16>(s, q_tile, stages + sj * WGMMA_STAGE_BYTES);
+    wgmma_commit();
+    wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_pin(s);
+    release(bar_empty_k, j);
+    mask_tile(j);
+    wgmma_softmax(s, c.score_scale, m, l, rescale);
+    wgmma_wait<0>();
+    wgmma_pin(o);
+    release(bar_empty_v, j - 1);
+    wgmma_rescale_pack<QT>(s, rescale, o, pa);
+  }
+  if (n_wg > 0) {
+    const int sp = (n_wg - 1) % WGMMA_STAGES;
+    mbar_wait(bar_full_v + 8 * sp, ((n_wg - 1) / WGMMA_STAGES) & 1);
+    fence_proxy_async();
+    wgmma_fence();
+    wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(o);
+    release(bar_empty_v, n_wg - 1);
+  }
+  /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step */
+  for (int j = n_wg; j < num_tiles; ++j) {
+    mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    release(bar_empty_k, j);
+    mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    release(bar_empty_v, j);
+  }
+  ignis_pdl_launch_dependents();
+
+  /* finish the rows: join the sink (whole tiles), normalise, write out / lse or the partial slot */
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  const int32_t partial = item.partial;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = trow0 + 8 * h;
+    if (r >= rows)
+      continue;
+    const int packed = row0 + r;
+    const int64_t token = req.q_start + packed / group, head = (int64_t)kvh * group + packed % group;
+    const float sink2 = partial < 0 && p.sinks != nullptr ? p.sinks[head] * IGNIS_LOG2E_F : -CUDART_INF_F;
+    const float mm = m[h], ll = l[h], top = fmaxf(mm, sink2);
+    const float kept = ll > 0.0f ? exp2f(mm - top) : 0.0f;
+    const float total = ll * kept + (sink2 != -CUDART_INF_F ? exp2f(sink2 - top) : 0.0f);
+    const float inv = ll > 0.0f ? kept / total * p.v_scale : 0.0f;
+    const float lse2 = total > 0.0f ? top + log2f(total) : -CUDART_INF_F;
+    if (partial < 0) {
+      QT *out = static_cast<QT *>(p.out) + token * p.out_stride_token + head * p.out_stride_head + 2 * t;
+#pragma unroll
+      for (int n = 0; n < WGMMA_D / 8; ++n) {
+        const float two[2] = {o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv};
+        *reinterpret_cast<uint32_t *>(out + 8 * n) = ignis_pack_word<QT>(two);
+      }
+      if (p.lse != nullptr && t == 0)
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse2 * p.lse_scale;
+    } else {
+      const int64_t prow = ((int64_t)partial * p.num_kv_heads + kvh) * WGMMA_ROWS + r;
+      float *out = p.partial_out + prow * WGMMA_D + 2 * t;
+#pragma unroll
+      for (int n = 0; n < WGMMA_D / 8; ++n)
+        *reinterpret_cast<float2 *>(out + 8 * n) = make_float2(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+      if (t == 0)
+        p.partial_lse[prow] = lse2;
+    }
+  }
+#endif
+}
+
+#endif

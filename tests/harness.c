@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef IGNIS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -27,6 +28,11 @@ static int verbose(void) {
     cached = v && v[0] && v[0] != '0';
   }
   return cached;
+}
+
+int h_selected(const char *case_name) {
+  const char *only = getenv("IGNIS_TEST_ONLY");
+  return !only || !only[0] || strstr(case_name, only) != NULL;
 }
 
 int h_quick(void) {

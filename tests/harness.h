@@ -98,6 +98,9 @@ int h_backend_count(void);
 /* IGNIS_TEST_QUICK=1 (the sanitizer runs of tools/gpu-check): tests may skip their CPU-backend
  * cases and their largest cases, keeping every kind of GPU case. */
 int h_quick(void);
+/* IGNIS_TEST_ONLY=text (e.g. to give the sanitizer a few cases): tests that support it run only
+ * the cases whose name contains text; 1 when unset. */
+int h_selected(const char *case_name);
 h_backend h_backend_at(int index);
 const char *h_backend_name(h_backend backend);
 ignis_device h_backend_device(h_backend backend);

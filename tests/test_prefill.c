@@ -570,6 +570,8 @@ static spec base_spec(void) {
 
 static void run_case(const spec *s, h_backend backend, const char *name, int64_t page_size, uint64_t seed) {
   batch bt;
+  if (!h_selected(name))
+    return;
   h_case("%s on %s: B=%lld Hq=%lld Hkv=%lld D=%lld/%lld mask=%d split=%d page=%lld", name, h_backend_name(backend),
          (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->Dqk, (long long)s->Dvo, (int)s->mask,
          s->split, (long long)page_size);

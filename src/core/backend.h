@@ -35,9 +35,9 @@ ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int3
  * (both launched by one call, in that order, on `stream`). */
 ignis_status ignis_cpu_decode(const ignis_decode_params *params);
 ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream);
-/* Attention blocks of the decode kernel resident per SM for this head dim and K/V dtype (the
- * planner's wave is SMs times this). */
-int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype);
+/* Attention blocks of the decode kernel resident per SM for this head dim, K/V dtype and query rows
+ * per block (q_len * group: they pick the kernel; the planner's wave is SMs times this). */
+int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows);
 /* Prefill attention blocks resident per SM on CUDA device `device` for a call of this shape (read:
  * dtype, cache.dtype, head dims, mask_mode and the score options; the planner's wave is SMs times
  * this). */

@@ -115,10 +115,10 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
 
 /* Attention blocks resident at once on the device: the planner's wave. The CPU backend plans as
  * for an H100/H200 running the CUDA kernel, so schedules (and split results) are alike. */
-static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype) {
+static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
   if (device.type == IGNIS_DEVICE_CPU)
     return IGNIS_DECODE_CPU_NOMINAL_SMS * IGNIS_DECODE_BLOCKS_PER_SM;
-  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype);
+  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype, rows);
 }
 
 /* ---- single decode -------------------------------------------------------------------------- */
@@ -198,7 +198,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
 
   int cpu = device.type == IGNIS_DEVICE_CPU;
   int64_t chunk = ignis_decode_single_chunk_tokens(kv_len, num_kv_heads,
-                                                   decode_wave(device, head_dim, k->dtype));
+                                                   decode_wave(device, head_dim, k->dtype, num_qo_heads / num_kv_heads));
   int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
   if (!cpu) {
     ignis_workspace ws =
@@ -306,7 +306,9 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   ignis_attention_resolved options;
   IGNIS_TRY(check_config(fn, config, &options));
   int cpu = config->device.type == IGNIS_DEVICE_CPU;
-  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype);
+  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype,
+                             (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
+                                 (config->num_qo_heads / config->num_kv_heads));
   ignis_decode_planner planner;
   if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,
                                 config->num_kv_heads, wave, 1,

@@ -38,9 +38,10 @@
  * Per 16 keys: KSTEPS + HEAD_DIM / 16 mma instead of twice that, 16 Q registers and 32 O
  * accumulators at head dim 128 instead of 32 and 64 (122-125 registers against 163-168). Each warp takes
  * one 16-key sub-tile of every tile (the key-split merge of the kernel above, rows 0..7 used). The
- * ring, page lookups, score transforms and epilogue are the same code; so is the shared memory,
- * which keeps 3 blocks per SM at head dim 128 (the planner's occupancy, from the kernel above,
- * stays right).
+ * ring, page lookups, score transforms and epilogue are the same code; the ring has the same
+ * shape but for 128-byte rows (fp8 at head dim 128, 16-bit at 64): 3 stages instead of 4, so that
+ * 4 blocks share an SM. The planner's occupancy comes from the kernel instance it will run
+ * (ignis_cuda_decode_blocks_per_sm takes the rows).
  *
  * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
  * holds two fp8 values) and converted to f16 in registers. Because a b16 lane of K then holds
@@ -98,14 +99,16 @@ struct decode_config {
   int32_t alibi_n;        /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
 };
 
-/* Shape of the shared-memory ring for a head dim and K/V element size. */
-template <int HEAD_DIM, int KV_BYTES> struct decode_tile {
+/* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
+ * transposed kernel, whose ~125 registers allow 4 blocks per SM where the ring is small enough). */
+template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
   static constexpr int ROW_BYTES = HEAD_DIM * KV_BYTES;
   static constexpr int CHUNKS = ROW_BYTES / 16;
   static constexpr int SWIZZLE = (CHUNKS >= 8 ? 8 : CHUNKS) - 1;
   /* 2 stages of 256-byte rows (64 KB) let 3 blocks share an SM, which measured faster than 3
-   * stages with 2 blocks; short rows keep 4 stages (64 KB) */
-  static constexpr int STAGES = ROW_BYTES <= 128 ? 4 : 2;
+   * stages with 2 blocks; short rows keep 4 stages (64 KB, 3 blocks: the register limit of the
+   * kernel for more rows), 3 (48 KB, 4 blocks) in the transposed kernel */
+  static constexpr int STAGES = ROW_BYTES <= 128 ? (TRANSPOSED ? 3 : 4) : 2;
   static constexpr int TILE_BYTES = DECODE_KT * ROW_BYTES; /* K or V of one stage */
   static constexpr int ROWS_PER_THREAD = DECODE_KT * CHUNKS / DECODE_THREADS; /* copies of K per tile */
   static constexpr int SLOTS = STAGES + 1; /* row-address ring */
@@ -230,7 +233,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
   constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
   constexpr bool BF16 = KIND == KV_BF16;
   constexpr int KV_BYTES = FP8 ? 1 : 2;
-  typedef decode_tile<HEAD_DIM, KV_BYTES> tile;
+  typedef decode_tile<HEAD_DIM, KV_BYTES, TRANSPOSED> tile;
   typedef typename mma_type<KIND>::type MT;
   constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T (S^T = K Q^T) */
   /* O accumulator tiles: n-tiles of 8 dims of P V, or m-tiles of 16 dims of V^T P^T */
@@ -1015,16 +1018,29 @@ static decode_config make_config(const ignis_decode_params &p) {
   return c;
 }
 
+/* Whether a block of `rows` query rows takes the transposed kernel: rows <= DECODE_TRANSPOSED_ROWS,
+ * or <= IGNIS_DECODE_TRANSPOSED_ROWS from the environment (0..8, read once; for measurements). */
+static bool transposed_rows(int64_t rows) {
+  static const int limit = [] {
+    const char *value = getenv("IGNIS_DECODE_TRANSPOSED_ROWS");
+    const int v = value ? atoi(value) : DECODE_TRANSPOSED_ROWS;
+    return v >= 0 && v <= DECODE_TRANSPOSED_ROWS ? v : (int)DECODE_TRANSPOSED_ROWS;
+  }();
+  return rows <= limit;
+}
+
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
 static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
-  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
+  constexpr int KV_BYTES = (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2;
   const decode_config c = make_config(p);
-  const size_t smem = tile::SMEM_BYTES;
+  size_t smem;
   void (*kernel)(const ignis_decode_params, const decode_config);
-  if (c.rows <= DECODE_TRANSPOSED_ROWS) {
+  if (transposed_rows(c.rows)) {
+    smem = decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES;
     kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>;
     IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(smem)));
   } else {
+    smem = decode_tile<HEAD_DIM, KV_BYTES, false>::SMEM_BYTES;
     kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>;
     IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(smem)));
   }
@@ -1098,47 +1114,54 @@ template <typename QT> static ignis_status launch_kv(const ignis_decode_params &
 }
 
 /* Resident blocks per SM of one kernel instance (shared memory and registers), from the runtime. */
-template <typename QT, int KIND, int HEAD_DIM> static int resident_blocks() {
-  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> tile;
-  void (*kernel)(const ignis_decode_params, const decode_config) = decode_attention_kernel<QT, KIND, HEAD_DIM, false, false>;
+template <typename QT, int KIND, int HEAD_DIM, bool TRANSPOSED> static int resident_blocks() {
+  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2, TRANSPOSED> tile;
+  void (*kernel)(const ignis_decode_params, const decode_config) =
+      decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>;
   int blocks = 0;
-  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false, false>>(tile::SMEM_BYTES) != cudaSuccess ||
+  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>>(tile::SMEM_BYTES) !=
+          cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) != cudaSuccess)
     blocks = 0;
   (void)cudaGetLastError();
   return blocks > 0 ? blocks : 1;
 }
 
-template <int KIND> static int resident_blocks_for(int64_t head_dim) {
+template <int KIND, bool TRANSPOSED> static int resident_blocks_for(int64_t head_dim) {
   typedef typename std::conditional<KIND == KV_F16, __half, __nv_bfloat16>::type QT;
   switch (head_dim) {
 #ifdef IGNIS_WITH_HEAD_DIM_64
   case 64:
-    return resident_blocks<QT, KIND, 64>();
+    return resident_blocks<QT, KIND, 64, TRANSPOSED>();
 #endif
 #ifdef IGNIS_WITH_HEAD_DIM_256
   case 256:
-    return resident_blocks<QT, KIND, 256>();
+    return resident_blocks<QT, KIND, 256, TRANSPOSED>();
 #endif
 #ifdef IGNIS_WITH_HEAD_DIM_128
   case 128:
-    return resident_blocks<QT, KIND, 128>();
+    return resident_blocks<QT, KIND, 128, TRANSPOSED>();
 #endif
   default:
     return 1;
   }
 }
 
-extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype) {
+template <bool TRANSPOSED> static int resident_blocks_of(int64_t head_dim, ignis_dtype kv_dtype) {
   switch (kv_dtype) {
   case IGNIS_FP8_E4M3:
   case IGNIS_FP8_E5M2:
-    return resident_blocks_for<KV_E4M3>(head_dim);
+    return resident_blocks_for<KV_E4M3, TRANSPOSED>(head_dim);
   case IGNIS_F16:
-    return resident_blocks_for<KV_F16>(head_dim);
+    return resident_blocks_for<KV_F16, TRANSPOSED>(head_dim);
   default:
-    return resident_blocks_for<KV_BF16>(head_dim);
+    return resident_blocks_for<KV_BF16, TRANSPOSED>(head_dim);
   }
+}
+
+extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
+  return transposed_rows(rows) ? resident_blocks_of<true>(head_dim, kv_dtype)
+                                        : resident_blocks_of<false>(head_dim, kv_dtype);
 }
 
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {

@@ -6,10 +6,14 @@ order; batch x KV length 64x4096, 256x2048, 128x8192, 1x32768, and 16x16384 with
 plus variants of the batch-64 shape (HND layout, page size 1, fp8 e4m3 KV) timed for ignis alone.
 The issue's bars are checked at the end (PASS/FAIL); the exit status is 1 when one fails or an
 output is off (error vs SDPA above 2e-2).
-Bytes are the K and V a call must read (batch * kv_len * kv_heads * head_dim * 2 bytes * 2); the
-time is the median of CUDA-event-timed calls after warm-up (the KV of every shape is larger than
-twice the L2, so no rotation is needed). Only ``run`` is timed; ``plan`` is timed separately on the
-host. The ignis output is checked against the cuDNN one (max |a - b| / max |b|).
+Bytes are the K and V a call must read (batch * kv_len * kv_heads * head_dim * 2 bytes * 2). Times
+are GPU time: the median of bursts of BURST calls queued behind a GPU sleep (so that the host has
+enqueued the whole burst before the GPU starts it) and timed by CUDA events, divided by BURST, as
+a CUDA graph or a busy stream runs them; the KV of every shape is larger than twice the L2, so no
+rotation is needed. A second time per call, "1 call", is a single call timed on an idle GPU: it
+adds the host's cost of issuing the call (Python, the framework, the launches), which is larger
+for SDPA than for ignis, so the bars use GPU time. Only ``run`` is timed; ``plan`` is timed
+separately on the host. The ignis output is checked against the cuDNN one (max |a - b| / max |b|).
 
     PYTHONPATH=build/python python3 bench/decode_compare.py [--markdown FILE] [--iters N]
 """
@@ -43,7 +47,30 @@ HEAD_DIM = 128
 PAGE = 16
 
 
+BURST = 10
+SLEEP_CYCLES = 2_000_000  # ~1 ms: longer than the host needs to enqueue a burst
+
+
 def median_us(fn, iters):
+    """GPU time of one call: median over iters bursts of BURST calls queued behind a GPU sleep."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        for _ in range(BURST):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1e3 / BURST)
+    return statistics.median(samples)
+
+
+def single_call_us(fn, iters):
+    """One call on an idle GPU, events around it: GPU time plus the host's cost of issuing it."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -80,8 +107,9 @@ def paged_copy(k, v, page, layout, kv_dtype):
     return cache, indptr, indices, last
 
 
-def run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace):
-    """(median us of run, median us of plan, output) of ignis decode over a paged copy of k, v."""
+def run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace, single=False):
+    """(median us of run, median us of plan, output, single-call us or nan) of ignis decode over a
+    paged copy of k, v."""
     kv_dtype = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}[kv_name]
     cache, indptr, indices, last = paged_copy(k, v, page, layout, kv_dtype)
     wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace, layout)
@@ -94,8 +122,9 @@ def run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace):
         plan_samples.append((time.perf_counter() - t0) * 1e6)
     out = torch.empty_like(q)
     us = median_us(lambda: wrapper.run(q, cache, out=out), iters)
+    one = single_call_us(lambda: wrapper.run(q, cache, out=out), iters) if single else float("nan")
     del cache
-    return us, statistics.median(plan_samples), out
+    return us, statistics.median(plan_samples), out, one
 
 
 def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
@@ -103,7 +132,7 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
     k = torch.randn(batch, hkv, kv_len, HEAD_DIM, dtype=torch.bfloat16, device=dev)
     v = torch.randn_like(k)
     q = torch.randn(batch, hq, HEAD_DIM, dtype=torch.bfloat16, device=dev)
-    ignis_us, plan_us, out = run_ignis(q, k, v, hq, hkv, PAGE, "NHD", "bf16", iters, workspace)
+    ignis_us, plan_us, out, ignis_one = run_ignis(q, k, v, hq, hkv, PAGE, "NHD", "bf16", iters, workspace, True)
 
     q4 = q.unsqueeze(2)  # [b, hq, 1, d]
     results = {}
@@ -111,12 +140,12 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
         try:
             with sdpa_kernel(backend):
                 ref = F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)
-                results[name] = (median_us(lambda: F.scaled_dot_product_attention(q4, k, v, enable_gqa=True), iters),
-                                 ref)
+                call = lambda: F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)  # noqa: E731
+                results[name] = (median_us(call, iters), ref, single_call_us(call, iters))
         except RuntimeError as error:
-            results[name] = (float("nan"), None)
+            results[name] = (float("nan"), None, float("nan"))
             print(f"  {name} unavailable: {str(error).splitlines()[0]}")
-    ref = next((r for _, r in results.values() if r is not None), None)
+    ref = next((r for _, r, _ in results.values() if r is not None), None)
     ref = ref.squeeze(2).float() if ref is not None else None
 
     def rel_err(o):
@@ -134,11 +163,13 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
         "flash_gbs": kv_elems * 2 / results["flash"][0] / 1e3,
         "plan_us": plan_us,
         "err": rel_err(out),
+        "ignis_one": ignis_one,
+        "cudnn_one": results["cudnn"][2],
     }]
     for layout, page, kv_name in variants:
         shape = f"B{batch} L{kv_len} {hq}/{hkv} d{HEAD_DIM} {layout} page{page} {kv_name}"
         try:
-            us, p_us, o = run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace)
+            us, p_us, o, _ = run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace)
         except Exception as error:  # report the variant as failed, keep the others
             print(f"  {shape}: {type(error).__name__}: {error}")
             us, p_us, o = float("nan"), float("nan"), None
@@ -149,6 +180,7 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
             "cudnn_us": float("nan"), "flash_us": float("nan"), "cudnn_gbs": float("nan"),
             "flash_gbs": float("nan"), "plan_us": p_us,
             "err": rel_err(o) if o is not None else float("nan"),
+            "ignis_one": float("nan"), "cudnn_one": float("nan"),
         })
     return rows
 
@@ -197,16 +229,20 @@ def main():
         "# Decode attention: ignis (paged, page 16) vs PyTorch SDPA (contiguous KV), bf16",
         "",
         f"- torch {torch.__version__}; {torch.cuda.get_device_name()}; {ignis.build_info()}",
-        "- GB/s: K+V bytes read / median time; plan: host time of the Python plan() (median of 21,",
-        "  host indptr / last_page_len, device indices)",
+        f"- us: GPU time per call (median of {args.iters} bursts of {BURST} calls queued behind a GPU sleep);",
+        "  GB/s: K+V bytes read / that time; 1 call: one call on an idle GPU (adds the host's cost of",
+        "  issuing it); plan: host time of the Python plan() (median of 21, host indptr / last_page_len,",
+        "  device indices)",
         "",
-        "| shape | ignis us | ignis GB/s | cuDNN us | cuDNN GB/s | flash us | flash GB/s | cuDNN/ignis | plan us | err vs SDPA |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | ignis us | ignis GB/s | cuDNN us | cuDNN GB/s | flash us | flash GB/s | cuDNN/ignis "
+        "| ignis 1 call us | cuDNN 1 call us | plan us | err vs SDPA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['shape']} | {r['ignis_us']:.1f} | {r['ignis_gbs']:.0f} | {r['cudnn_us']:.1f} | "
                      f"{r['cudnn_gbs']:.0f} | {r['flash_us']:.1f} | {r['flash_gbs']:.0f} | "
-                     f"{r['cudnn_us'] / r['ignis_us']:.2f}x | {r['plan_us']:.1f} | {r['err']:.1e} |")
+                     f"{r['cudnn_us'] / r['ignis_us']:.2f}x | {r['ignis_one']:.1f} | {r['cudnn_one']:.1f} | "
+                     f"{r['plan_us']:.1f} | {r['err']:.1e} |")
     checks = targets(rows)
     lines += ["", "| target | measured | bar | result |", "|---|---|---|---|"]
     lines += [f"| {d} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for d, m, b, ok in checks]

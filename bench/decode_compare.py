@@ -7,12 +7,10 @@ plus variants of the batch-64 shape (HND layout, page size 1, fp8 e4m3 KV) timed
 The issue's bars are checked at the end (PASS/FAIL); the exit status is 1 when one fails or an
 output is off (error vs SDPA above 2e-2).
 Bytes are the K and V a call must read (batch * kv_len * kv_heads * head_dim * 2 bytes * 2). Times
-are GPU time: the median of bursts of BURST calls queued behind a GPU sleep (so that the host has
-enqueued the whole burst before the GPU starts it) and timed by CUDA events, divided by BURST, as
-a CUDA graph or a busy stream runs them; the KV of every shape is larger than twice the L2, so no
-rotation is needed. A second time per call, "1 call", is a single call timed on an idle GPU: it
-adds the host's cost of issuing the call (Python, the framework, the launches), which is larger
-for SDPA than for ignis, so the bars use GPU time. Only ``run`` is timed; ``plan`` is timed
+are GPU time (gpu_timing.median_us: bursts of calls queued behind a GPU sleep); the KV of every
+shape is larger than twice the L2, so no rotation is needed. A second time per call, "1 call", is
+a single call timed on an idle GPU (gpu_timing.single_call_us): it adds the host's cost of issuing
+the call, which is larger for SDPA than for ignis, so the bars use GPU time. Only ``run`` is timed; ``plan`` is timed
 separately on the host. The ignis output is checked against the cuDNN one (max |a - b| / max |b|).
 
     PYTHONPATH=build/python python3 bench/decode_compare.py [--markdown FILE] [--iters N]
@@ -28,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ignis
+from gpu_timing import BURST, median_us, single_call_us
 
 SHAPES = [  # batch, kv_len, qo_heads, kv_heads
     (64, 4096, 32, 8),
@@ -45,44 +44,6 @@ VARIANTS = [
 ]
 HEAD_DIM = 128
 PAGE = 16
-
-
-BURST = 10
-SLEEP_CYCLES = 2_000_000  # ~1 ms: longer than the host needs to enqueue a burst
-
-
-def median_us(fn, iters):
-    """GPU time of one call: median over iters bursts of BURST calls queued behind a GPU sleep."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        for _ in range(BURST):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3 / BURST)
-    return statistics.median(samples)
-
-
-def single_call_us(fn, iters):
-    """One call on an idle GPU, events around it: GPU time plus the host's cost of issuing it."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1e3)
-    return statistics.median(samples)
 
 
 def paged_copy(k, v, page, layout, kv_dtype):

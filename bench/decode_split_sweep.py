@@ -15,7 +15,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode_compare import HEAD_DIM, median_us, paged_copy  # noqa: E402
+from decode_compare import HEAD_DIM, paged_copy  # noqa: E402
+from gpu_timing import median_us  # noqa: E402
 
 import ignis  # noqa: E402
 

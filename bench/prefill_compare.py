@@ -11,10 +11,9 @@ Rows (the prefill issue's shapes):
   - cascade decode: batch 128 sharing a 32k prefix, 256 own keys each, one query token per request:
     ignis MultiLevelCascadeAttentionWrapper (2 levels) against plain ignis batch decode of the same
     paged data (must be at least 5x faster).
-TFLOP/s count 4 * heads * head_dim * (visible query-key pairs). Times are GPU time per call, as
-decode_compare.median_us measures it: the median of bursts of calls queued behind a GPU sleep,
-CUDA-event timed, divided by the burst (the host's cost of issuing a call, larger for SDPA than
-for ignis, stays out). The ignis output is checked against SDPA (max |a - b| / max |b|).
+TFLOP/s count 4 * heads * head_dim * (visible query-key pairs). Times are GPU time per call
+(gpu_timing.median_us: bursts of calls queued behind a GPU sleep; the host's cost of issuing a
+call, larger for SDPA than for ignis, stays out). The ignis output is checked against SDPA (max |a - b| / max |b|).
 Exit status 1 when a bar fails or an output is off (error above 2e-2).
 
     PYTHONPATH=build/python python3 bench/prefill_compare.py [--markdown FILE] [--iters N]
@@ -29,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode_compare import BURST, median_us  # noqa: E402
+from gpu_timing import BURST, median_us  # noqa: E402
 
 import ignis  # noqa: E402
 

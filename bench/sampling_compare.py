@@ -7,42 +7,24 @@ Rows (fp32, vocabulary 128256, batch 1, 128 and 512; logits ~ N(0, 1), probabili
                             within the k, multinomial
   top-k selection k=50      ignis.top_k                       vs torch.topk
   plain sampling            ignis.sampling_from_probs         vs torch.multinomial
-Time: median over samples of CUDA-event-timed bursts of REPEAT calls, each burst queued behind a
-short GPU sleep so the host's launch overhead is not measured (both sides get the same treatment).
+Time: gpu_timing.median_us, the median over samples of CUDA-event-timed bursts of calls, each burst
+queued behind a short GPU sleep so the host's launch overhead is not measured (both sides get the
+same treatment).
 The issue's bars (batch 128) are checked and printed as PASS/FAIL; the script exits 1 if one fails.
 
     PYTHONPATH=build/python python3 bench/sampling_compare.py [--markdown FILE] [--samples N]
 """
 
 import argparse
-import statistics
 import sys
 
 import torch
 
 import ignis
+from gpu_timing import BURST, median_us
 
 VOCAB = 128256
 BATCHES = (1, 128, 512)
-REPEAT = 10
-SLEEP_CYCLES = 2_000_000
-
-
-def median_us(fn, samples):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        for _ in range(REPEAT):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3 / REPEAT)
-    return statistics.median(times)
 
 
 def torch_top_p(probs, p):
@@ -141,7 +123,7 @@ def main():
         "# Sampling: ignis vs PyTorch, fp32, vocabulary 128256",
         "",
         f"- torch {torch.__version__}; {torch.cuda.get_device_name()}; {ignis.build_info()}",
-        f"- median of {args.samples} CUDA-event-timed bursts of {REPEAT} calls (queued behind a GPU sleep)",
+        f"- median of {args.samples} CUDA-event-timed bursts of {BURST} calls (queued behind a GPU sleep)",
         "",
         "| op | batch | ignis us | torch us | torch / ignis | bars (batch 128) |",
         "|---|---:|---:|---:|---:|---|",

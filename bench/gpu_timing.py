@@ -1,0 +1,54 @@
+"""GPU timing shared by the benchmark scripts (decode_compare, prefill_compare, sampling_compare,
+decode_split_sweep): what a call costs the GPU, and what one call costs end to end.
+
+median_us: the median over `samples` bursts of BURST calls, each burst queued behind a GPU sleep
+(so the host has enqueued the whole burst before the GPU starts it) and timed by CUDA events,
+divided by BURST: the GPU time of a call as a CUDA graph or a busy stream runs it. The host's cost
+of issuing a call, which differs between libraries (Python, the framework, the launches), stays
+out, so both sides of a comparison are measured alike.
+
+single_call_us: one call on an idle GPU with events around it: its GPU time plus the host's cost
+of issuing it (what a caller that waits on every call sees).
+"""
+
+import statistics
+
+import torch
+
+BURST = 10
+SLEEP_CYCLES = 2_000_000  # ~1 ms: longer than the host needs to enqueue a burst
+WARMUP = 3
+
+
+def median_us(fn, samples):
+    """GPU time of one call of fn, in microseconds."""
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        for _ in range(BURST):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3 / BURST)
+    return statistics.median(times)
+
+
+def single_call_us(fn, samples):
+    """One call of fn on an idle GPU, in microseconds: GPU time plus the host's cost of issuing it."""
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3)
+    return statistics.median(times)

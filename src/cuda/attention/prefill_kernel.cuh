@@ -139,6 +139,19 @@ __device__ __forceinline__ bool prefill_fetch_merge(const ignis_prefill_params &
   return true;
 }
 
+/* Page of key j of request req (j inside the item's range): 0 when the keys are not paged, -1 when
+ * its page-table entry or page is out of bounds (the key is then masked). Both attention kernels. */
+static __device__ __forceinline__ int32_t prefill_key_page(const ignis_prefill_params &p, bool paged,
+                                                           const ignis_prefill_request &req, int64_t j) {
+  if (!paged)
+    return 0;
+  const int64_t entry = (int64_t)req.kv_start + (uint32_t)j / (uint32_t)p.cache.page_size;
+  if (req.kv_start < 0 || entry >= p.cache.num_page_entries)
+    return -1;
+  const int32_t page = p.cache.indices[entry];
+  return page >= 0 && page < p.cache.num_pages ? page : -1;
+}
+
 /* ---- shared-memory rows --------------------------------------------------------------------------- */
 /* 8 values of chunk c of row r (16-bit swizzled rows of ROW bytes, or fp8 rows of ROW / 2 bytes) as f32. */
 template <typename QT, int KIND, int ROW>
@@ -417,15 +430,7 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
   /* Page of key lo + tl * KT + tid (threads 0..KT-1): 0 when not paged, -1 for no key. */
   auto lookup_page = [&](int tl) -> int32_t {
     const int64_t j = (int64_t)lo + (int64_t)tl * KT + tid;
-    if (tl >= num_tiles || j >= hi)
-      return -1;
-    if (!paged)
-      return 0;
-    const int64_t entry = (int64_t)req.kv_start + (uint32_t)j / (uint32_t)p.cache.page_size;
-    if (req.kv_start < 0 || entry >= p.cache.num_page_entries)
-      return -1;
-    const int32_t page = p.cache.indices[entry];
-    return page >= 0 && page < p.cache.num_pages ? page : -1;
+    return tl >= num_tiles || j >= hi ? -1 : prefill_key_page(p, paged, req, j);
   };
   /* The addresses of that key's K and V rows into its slot of the address ring. */
   auto store_rows = [&](int tl, int32_t page) {

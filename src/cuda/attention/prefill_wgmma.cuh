@@ -288,15 +288,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     /* page of key lane of the warp's 32 in tile tl: 0 when not paged, -1 for no key */
     auto lookup_page = [&](int tl) -> int32_t {
       const int64_t j = (int64_t)lo + (int64_t)tl * WGMMA_KT + 32 * warp + lane;
-      if (tl >= num_tiles || j >= hi)
-        return -1;
-      if (!paged)
-        return 0;
-      const int64_t entry = (int64_t)req.kv_start + (uint32_t)j / (uint32_t)p.cache.page_size;
-      if (req.kv_start < 0 || entry >= p.cache.num_page_entries)
-        return -1;
-      const int32_t page = p.cache.indices[entry];
-      return page >= 0 && page < p.cache.num_pages ? page : -1;
+      return tl >= num_tiles || j >= hi ? -1 : prefill_key_page(p, paged, req, j);
     };
     const char *k_cache = static_cast<const char *>(p.cache.k_cache);
     const char *v_cache = static_cast<const char *>(p.cache.v_cache);

@@ -20,35 +20,30 @@ SLEEP_CYCLES = 2_000_000  # ~1 ms: longer than the host needs to enqueue a burst
 WARMUP = 3
 
 
-def median_us(fn, samples):
-    """GPU time of one call of fn, in microseconds."""
+def _median_per_call(fn, samples, burst, queued):
+    """Median over samples of (event time of `burst` calls) / burst, in microseconds."""
     for _ in range(WARMUP):
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(samples):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(SLEEP_CYCLES)
+        if queued:
+            torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
-        for _ in range(BURST):
+        for _ in range(burst):
             fn()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3 / BURST)
+        times.append(start.elapsed_time(stop) * 1e3 / burst)
     return statistics.median(times)
+
+
+def median_us(fn, samples):
+    """GPU time of one call of fn, in microseconds."""
+    return _median_per_call(fn, samples, BURST, True)
 
 
 def single_call_us(fn, samples):
     """One call of fn on an idle GPU, in microseconds: GPU time plus the host's cost of issuing it."""
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3)
-    return statistics.median(times)
+    return _median_per_call(fn, samples, 1, False)

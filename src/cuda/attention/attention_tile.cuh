@@ -82,6 +82,18 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Online softmax, one row: moves the running maximum m (base-2 logits) up to include mx, sets
+ * *rescale to the factor for the row's earlier sum and output, and returns the offset to subtract
+ * from the row's logits: the new maximum, or 0 while the row has seen only masked keys (so -inf
+ * logits give 0, not NaN). */
+__device__ __forceinline__ float online_max(float &m, float mx, float *rescale) {
+  const float m_new = fmaxf(m, mx);
+  const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
+  *rescale = exp2f(m - m_use);
+  m = m_new;
+  return m_use;
+}
+
 /* Two fp8 values (low byte first) to an f16 pair (low half first). e5m2 is the top byte of an f16,
  * so one byte permute places it exactly; e4m3 takes the hardware conversion. */
 template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {

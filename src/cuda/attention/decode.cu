@@ -226,6 +226,20 @@ __device__ __forceinline__ void rotate_halves(float (&x)[KSTEPS][4], const float
     }
 }
 
+/* O *= the rescale of its row, skipped when no row of the warp moved (the running max settles early:
+ * most sub-tiles leave O as it is). Element e of an O tile belongs to score row e >> 1 of the lane's
+ * two (rows g, g + 8), or e & 1 in the transposed kernel (rows 2t, 2t + 1). */
+template <bool TRANSPOSED, int OTILES>
+static __device__ __forceinline__ void rescale_rows(float (&o)[OTILES][4], const float (&rescales)[2]) {
+  if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < OTILES; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[j][e] *= rescales[TRANSPOSED ? (e & 1) : (e >> 1)];
+  }
+}
+
 /* ---- attention ----------------------------------------------------------------------------------- */
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
 __global__ void __launch_bounds__(DECODE_THREADS)
@@ -576,29 +590,16 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float m_new = fmaxf(m[h2], mx);
-            const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-            const float rescale = exp2f(m[h2] - m_use);
-            m[h2] = m_new;
+            const float m_use = online_max(m[h2], mx, &rescales[h2]);
             pr[h2] = exp2f(s[h2] - m_use);
             pr[h2 + 2] = exp2f(s[h2 + 2] - m_use);
-            l[h2] = fmaf(l[h2], rescale, pr[h2] + pr[h2 + 2]);
-            rescales[h2] = rescale;
+            l[h2] = fmaf(l[h2], rescales[h2], pr[h2] + pr[h2 + 2]);
           }
           /* P^T as the B fragment of V^T P^T (keys 2t, 2t+1 | 2t+8, 2t+9 of row g): each 8-key half of
            * the C fragment (key g | g+8 of rows 2t, 2t+1) transposed across the warp */
           const uint32_t pb0 = movmatrix_trans(ignis_pack_word<MT>(&pr[0]));
           const uint32_t pb1 = movmatrix_trans(ignis_pack_word<MT>(&pr[2]));
-          /* the running max settles early: most sub-tiles leave O as it is */
-          if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
-#pragma unroll
-            for (int j = 0; j < OTILES; ++j) {
-              o[j][0] *= rescales[0];
-              o[j][1] *= rescales[1];
-              o[j][2] *= rescales[0];
-              o[j][3] *= rescales[1];
-            }
-          }
+          rescale_rows<true>(o, rescales);
 
           /* O^T += V^T P^T: A = V^T (16 dims x the 16 keys) by ldmatrix.trans; o[j][e] is score row
            * 2t + (e & 1) of dim transposed_dim(j, e) */
@@ -720,31 +721,18 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             float mx = fmaxf(fmaxf(s[0][2 * h2], s[0][2 * h2 + 1]), fmaxf(s[1][2 * h2], s[1][2 * h2 + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[h2], mx);
-            const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-            const float rescale = exp2f(m[h2] - m_use);
-            m[h2] = m_new;
+            const float m_use = online_max(m[h2], mx, &rescales[h2]);
             float pr[2][2];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
               for (int e = 0; e < 2; ++e)
                 pr[n][e] = exp2f(s[n][2 * h2 + e] - m_use);
-            l[h2] = fmaf(l[h2], rescale, (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
-            rescales[h2] = rescale;
+            l[h2] = fmaf(l[h2], rescales[h2], (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
             pa[h2] = ignis_pack_word<MT>(pr[0]);
             pa[2 + h2] = ignis_pack_word<MT>(pr[1]);
           }
-          /* the running max settles early: most sub-tiles leave O as it is */
-          if (__any_sync(0xffffffffu, rescales[0] != 1.0f || rescales[1] != 1.0f)) {
-#pragma unroll
-            for (int j = 0; j < OTILES; ++j) {
-              o[j][0] *= rescales[0];
-              o[j][1] *= rescales[0];
-              o[j][2] *= rescales[1];
-              o[j][3] *= rescales[1];
-            }
-          }
+          rescale_rows<false>(o, rescales);
 
           /* O += P V */
           if constexpr (!FP8) {
@@ -1113,18 +1101,28 @@ template <typename QT> static ignis_status launch_kv(const ignis_decode_params &
   }
 }
 
-/* Resident blocks per SM of one kernel instance (shared memory and registers), from the runtime. */
+/* Resident blocks per SM of one kernel instance on the current device (shared memory and
+ * registers), from the runtime once per device: single decode and plan creation ask every time. */
 template <typename QT, int KIND, int HEAD_DIM, bool TRANSPOSED> static int resident_blocks() {
   typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2, TRANSPOSED> tile;
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown */
+  int device = 0;
+  const bool cached = cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
+  if (blocks > 0)
+    return blocks;
   void (*kernel)(const ignis_decode_params, const decode_config) =
       decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>;
-  int blocks = 0;
   if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>>(tile::SMEM_BYTES) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) != cudaSuccess)
     blocks = 0;
   (void)cudaGetLastError();
-  return blocks > 0 ? blocks : 1;
+  if (blocks <= 0)
+    return 1; /* not cached: asked again next time */
+  if (cached)
+    known[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
 }
 
 template <int KIND, bool TRANSPOSED> static int resident_blocks_for(int64_t head_dim) {

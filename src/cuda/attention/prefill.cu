@@ -81,26 +81,13 @@ static bool general_options(const ignis_prefill_params &p) {
 
 /* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
  * is compute capability 9.0 (H100 / H200), and IGNIS_PREFILL_WGMMA is not "0" in the environment
- * (an opt-out for comparisons, read once). Asked once per device. */
+ * (an opt-out for comparisons, read once). */
 static bool wgmma_runs(int device) {
   static const bool wanted = [] {
     const char *value = getenv("IGNIS_PREFILL_WGMMA");
-    return value == nullptr || strcmp(value, "0") != 0;
+    return (value == nullptr || strcmp(value, "0") != 0) && strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
   }();
-  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
-  if (!wanted || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
-    return false;
-  int state = known[device].load(std::memory_order_relaxed);
-  if (state == 0) {
-    int major = 0, minor = 0;
-    const bool yes = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr &&
-                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-                     major == 9 && minor == 0;
-    state = yes ? 1 : 2;
-    known[device].store(state, std::memory_order_relaxed);
-  }
-  return state == 1;
+  return wanted && ignis_compute_capability(device) == 90;
 }
 
 /* The call shapes prefill_wgmma_kernel takes (the rest of the options are its own). */

@@ -318,11 +318,8 @@ __device__ __forceinline__ void tile_softmax(float (&s)[MT][KC / 8][4], float sc
         mx = fmaxf(mx, fmaxf(s[mt][n][2 * h2], s[mt][n][2 * h2 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[mt][h2], mx * scale);
-      const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-      rescale[mt][h2] = exp2f(m[mt][h2] - m_use);
+      const float m_use = online_max(m[mt][h2], mx * scale, &rescale[mt][h2]);
       moved |= rescale[mt][h2] != 1.0f;
-      m[mt][h2] = m_new;
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < KC / 8; ++n)

@@ -205,10 +205,7 @@ static __device__ __forceinline__ void wgmma_softmax(float (&s)[64], float scale
       mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[h], mx * scale);
-    const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-    rescale[h] = exp2f(m[h] - m_use);
-    m[h] = m_new;
+    const float m_use = online_max(m[h], mx * scale, &rescale[h]);
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < WGMMA_KT / 8; ++n)

@@ -289,28 +289,39 @@ __device__ __forceinline__ void ignis_pdl_launch_dependents() {
 
 #define IGNIS_CUDA_MAX_DEVICES 64 /* per-device host caches below */
 
-/* Host: 1 if launches on the current device use PDL (compute capability >= 9.0, cached per device;
- * IGNIS_DISABLE_PDL=1 in the environment, read once, turns it off). */
+/* Host: compute capability of CUDA device `device` as 10 * major + minor (90: H100 / H200), cached
+ * per device; 0 when the runtime cannot tell. */
+inline int ignis_compute_capability(int device) {
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, else 10 * major + minor */
+  const bool cached = device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  int cc = cached ? known[device].load(std::memory_order_relaxed) : 0;
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    cc = 10 * major + minor;
+    if (cached)
+      known[device].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
+}
+
+/* Host: 1 if launches on the current device use PDL (compute capability >= 9.0; IGNIS_DISABLE_PDL=1
+ * in the environment, read once, turns it off). */
 inline bool ignis_pdl_enabled(void) {
   static const bool disabled = [] {
     const char *value = getenv("IGNIS_DISABLE_PDL");
     return value != nullptr && strcmp(value, "1") == 0;
   }();
-  static std::atomic<int> capable[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
   if (disabled)
     return false;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= IGNIS_CUDA_MAX_DEVICES)
+  if (cudaGetDevice(&device) != cudaSuccess)
     return false;
-  int known = capable[device].load(std::memory_order_relaxed);
-  if (known == 0) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-      return false;
-    known = major >= 9 ? 1 : 2;
-    capable[device].store(known, std::memory_order_relaxed);
-  }
-  return known == 1;
+  return ignis_compute_capability(device) >= 90;
 }
 
 /* Host: let Kernel use `bytes` of dynamic shared memory on the current device. The attribute is

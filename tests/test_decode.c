@@ -22,7 +22,8 @@
  * (tokens with no visible key included), fp8 K/V with k_scale / v_scale != 1, every option (sm_scale,
  * soft cap, window, RoPE with rope_scale / rope_theta, ALiBi, sinks, both LSE bases, no LSE); each
  * case runs with split-KV auto, disabled and fixed (small chunks), each against the reference and
- * auto against disabled. Batch invariance: with disabled or fixed splits a request gives
+ * auto against disabled, and fixed run twice with no plan_update between must give the same bits
+ * (the CUDA merge counters re-arm themselves). Batch invariance: with disabled or fixed splits a request gives
  * bit-identical out / lse alone and inside a batch (bf16, f16 + fp8 e4m3, bf16 + fp8 e5m2). Plan
  * reuse: the same plan re-planned with other lengths and batch sizes. CUDA only: one captured
  * graph of ignis_decode_run at the largest batch, replayed after plan_update with new lengths,
@@ -706,6 +707,27 @@ static void check_schedule(const ignis_decode_planner *pl, const int32_t *indptr
   CHECKF(ok,
          "%s: schedule does not tile the batch within the bounds (num_work %d of %lld, partials %d of %lld)",
          what, hd->num_work, (long long)pl->max_work, hd->num_partials, (long long)pl->max_partials);
+  /* merge counters (core/params.h: fused_merge): zeros right after the items, inside the image, and
+   * the kernel's index f / 8 + g + b of group g of every split request b unique among them */
+  int64_t groups_room = ignis_decode_merge_counters(hd->num_partials, B, 1);
+  const uint32_t *counters = (const uint32_t *)(w + hd->num_work);
+  unsigned char *taken = calloc((size_t)groups_room + 1, 1);
+  int counters_ok = (size_t)((const char *)(counters + groups_room * pl->num_kv_heads) - (const char *)image) <=
+                    ignis_decode_schedule_bytes(pl);
+  for (int64_t b = 0; b < B && counters_ok; ++b) {
+    int64_t first = rp[b], n = rp[b + 1] - rp[b];
+    for (int64_t g = 0; g * IGNIS_DECODE_MERGE_GROUP < n; ++g) {
+      int64_t at = first / IGNIS_DECODE_MERGE_GROUP + g + b;
+      counters_ok &= at < groups_room && !taken[at];
+      if (at < groups_room)
+        taken[at] = 1;
+    }
+  }
+  for (int64_t k = 0; k < groups_room * pl->num_kv_heads && counters_ok; ++k)
+    counters_ok &= counters[k] == 0;
+  CHECKF(counters_ok, "%s: merge counters (%lld groups) not unique, outside the image or not zero", what,
+         (long long)groups_room);
+  free(taken);
   int64_t chunk_tokens = (int64_t)hd->chunk_pages * pl->page_size;
   if (min_chunk <= max_chunk)
     CHECKF(min_chunk == chunk_tokens && max_chunk == chunk_tokens,
@@ -771,6 +793,9 @@ static void test_planner(void) {
     size_t used = ignis_decode_plan_batch(&pl, indptr, last, B, a);
     size_t used2 = ignis_decode_plan_batch(&pl, indptr, last, B, b2);
     CHECK(used <= bytes && used == used2 && memcmp(a, b2, used) == 0);
+    ignis_decode_schedule_header *hd = ignis_decode_schedule_header_of(a);
+    CHECK(used == ignis_decode_schedule_work_offset(&pl) + (size_t)hd->num_work * sizeof(ignis_decode_work) +
+                      (size_t)ignis_decode_merge_counters(hd->num_partials, B, Hkv) * sizeof(uint32_t));
     char what[128];
     snprintf(what, sizeof what, "trial %d: P=%lld Hkv=%lld B=%lld max_kv_len=%lld %s", trial, (long long)P,
              (long long)Hkv, (long long)B, (long long)max_kv_len, split_names[mode]);
@@ -1023,6 +1048,23 @@ static void run_batch_case(h_backend backend, const batch_shape *bs, attn_opts o
           }
       if (mode == SPLIT_DISABLED)
         CHECK_CMP(&cross, "split auto vs disabled");
+      if (mode == SPLIT_FIXED) {
+        /* the same schedule run again with no plan_update between (as a CUDA-graph replay does):
+         * the same bits, so the first run left the merge counters of split requests armed */
+        size_t out_bytes = (size_t)s.out.count * s.out.elem_size, lse_bytes = (size_t)s.lse.count * s.lse.elem_size;
+        unsigned char *first_out = malloc(out_bytes), *first_lse = malloc(lse_bytes);
+        memcpy(first_out, s.out.host, out_bytes);
+        memcpy(first_lse, s.lse.host, lse_bytes);
+        qo_poison(&s);
+        if (plan_run_views(&e, &c, &s, &x, o.with_lse)) {
+          h_buf_download(&s.out);
+          h_buf_download(&s.lse);
+          CHECKF(memcmp(first_out, s.out.host, out_bytes) == 0 && memcmp(first_lse, s.lse.host, lse_bytes) == 0,
+                 "split fixed: a second run of the same plan differs from the first");
+        }
+        free(first_out);
+        free(first_lse);
+      }
     }
     plan_close(&e);
   }

@@ -613,5 +613,6 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   p.launch_work = plan->num_work;
   p.launch_batch = plan->batch_size;
   p.launch_merge = plan->num_partials > 0;
+  p.fused_merge = 1;
   return ignis_cuda_decode(&p, device.id, stream);
 }

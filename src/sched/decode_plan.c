@@ -3,6 +3,8 @@
 #include "sched/decode_plan.h"
 #include "sched/plan_math.h"
 
+#include <string.h>
+
 /* Smallest auto chunk, in pages: at least IGNIS_DECODE_MIN_CHUNK_TOKENS tokens. */
 static int64_t min_chunk_pages(int64_t page_size) {
   return ceil_div(IGNIS_DECODE_MIN_CHUNK_TOKENS, page_size);
@@ -59,8 +61,14 @@ size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
   return sizeof(ignis_decode_schedule_header) + pad16(arrays_bytes);
 }
 
+int64_t ignis_decode_merge_counters(int64_t num_partials, int64_t batch_size, int64_t num_kv_heads) {
+  return num_partials > 0 ? (num_partials / IGNIS_DECODE_MERGE_GROUP + batch_size) * num_kv_heads : 0;
+}
+
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
-  return ignis_decode_schedule_work_offset(pl) + (size_t)pl->max_work * sizeof(ignis_decode_work);
+  int64_t counters = ignis_decode_merge_counters(pl->max_partials, pl->max_batch, pl->num_kv_heads);
+  return ignis_decode_schedule_work_offset(pl) + (size_t)pl->max_work * sizeof(ignis_decode_work) +
+         pad16((size_t)counters * sizeof(uint32_t));
 }
 
 static int64_t request_pages(const int32_t *kv_indptr, int64_t b) {
@@ -181,7 +189,9 @@ size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, const int32_t *kv
   header->batch_size = (int32_t)batch;
   header->num_partials = num_partials;
   header->chunk_pages = any_split ? (int32_t)chunk_pages : 0;
-  return ignis_decode_schedule_work_offset(pl) + (size_t)num_work * sizeof(ignis_decode_work);
+  size_t counter_bytes = (size_t)ignis_decode_merge_counters(num_partials, batch, pl->num_kv_heads) * sizeof(uint32_t);
+  memset(work + num_work, 0, counter_bytes);
+  return ignis_decode_schedule_work_offset(pl) + (size_t)num_work * sizeof(ignis_decode_work) + counter_bytes;
 }
 
 int64_t ignis_decode_single_max_chunks(int64_t max_kv_len) {

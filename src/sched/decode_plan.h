@@ -23,6 +23,10 @@
  *                              the planned host arrays, so a run can read them from the workspace:
  *                              ignis_decode_plan_index_views), padded to 16 bytes
  *   [work_offset, ...)         work [max_work] (16 bytes each); only num_work are meaningful
+ *   [work_offset + 16 num_work, ...)  when a request is split: the merge counters of this batch,
+ *                              ignis_decode_merge_counters() uint32 zeros (core/params.h: the CUDA
+ *                              kernel merges split requests with them and leaves them zero), so
+ *                              every plan_update re-arms them
  * The bounds max_work / max_partials depend only on the configuration, so a workspace sized from
  * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic. */
 #ifndef IGNIS_SCHED_DECODE_PLAN_H
@@ -66,6 +70,10 @@ int ignis_decode_planner_init(ignis_decode_planner *planner, int64_t max_batch, 
                               int64_t page_size, int64_t num_kv_heads, int64_t sm_count,
                               int64_t blocks_per_sm, int32_t disable_split_kv, int64_t fixed_split_pages);
 
+/* Merge counters a batch with num_partials partial rows and batch_size requests uses (0 when no
+ * request is split): (num_partials / IGNIS_DECODE_MERGE_GROUP + batch_size) * num_kv_heads. */
+int64_t ignis_decode_merge_counters(int64_t num_partials, int64_t batch_size, int64_t num_kv_heads);
+
 /* Byte offset of the work list in the image, and the image's full size (both multiples of 16). */
 size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *planner);
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
@@ -73,7 +81,7 @@ size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
 /* Plan a batch into `image` (ignis_decode_schedule_bytes bytes, 16-byte aligned). The inputs must
  * already be valid: kv_indptr non-decreasing, last_page_len in 1..page_size for requests with
  * pages, lengths <= max_kv_len, batch_size <= max_batch. Returns the bytes of the image that hold
- * the schedule (header, request_partials and the num_work items used). */
+ * the schedule (header, request_partials, the num_work items used and the zeroed merge counters). */
 size_t ignis_decode_plan_batch(const ignis_decode_planner *planner, const int32_t *kv_indptr,
                                const int32_t *kv_last_page_len, int64_t batch_size, void *image);
 

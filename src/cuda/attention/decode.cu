@@ -8,7 +8,10 @@
  *     K/V row is read from memory once for the whole GQA group and all q_len tokens. A whole
  *     request writes out / lse directly; a chunk of a split request writes f32 partial rows and
  *     their base-2 LSEs.
- *   - decode_merge_kernel, grid (requests, query rows), 4 warps: combines the partial rows of each
+ *   - split requests are merged inside the attention kernel on planned schedules of the transposed
+ *     kernel (merge_in_kernel: the last block of each group of 8 partials, found by a counter the
+ *     plan zeroes, merges the group; the last group merger merges the groups), else by
+ *     decode_merge_kernel, grid (requests, query rows), 4 warps: combines the partial rows of each
  *     split request (and adds the per-head sink exactly once), the warps taking its partials in
  *     turn. Outside a CUDA-graph capture both grids fit the planned batch and an unsplit batch
  *     launches no merge; a captured run is sized for the plan's maxima.
@@ -20,7 +23,8 @@
  * free), filled with 16-byte cp.async (zero-filled for masked keys). Page lookups run ahead of the
  * copies (loaded DECODE_LOOKAHEAD iterations before the copies need them): threads 0..KT-1 turn a key into the addresses of its K and V rows (and a
  * validity bit) and leave them in a small ring of their own, so no copy waits on a page-table read.
- * Shared memory is sized for 3 blocks per SM at head dim 128 (occupancy measured as the lever). The 4 warps are
+ * Shared memory is sized for 3 blocks per SM at head dim 128 (occupancy measured as the lever; the
+ * transposed kernel below: 4, its 16-bit ring keeping K and V of a tile in separate slots). The 4 warps are
  * (m-tiles of a pass) x (key splits): a warp owns one m-tile and takes every ksplit-th 16-key
  * sub-tile of each tile; its S = Q K^T (Q fragments in registers for the whole run, K fragments by
  * ldmatrix), online softmax in base 2 on the S fragments, P converted to the 16-bit type in
@@ -39,9 +43,11 @@
  * accumulators at head dim 128 instead of 32 and 64 (122-125 registers against 163-168). Each warp takes
  * one 16-key sub-tile of every tile (the key-split merge of the kernel above, rows 0..7 used). The
  * ring, page lookups, score transforms and epilogue are the same code; the ring has the same
- * shape but for 128-byte rows (fp8 at head dim 128, 16-bit at 64): 3 stages instead of 4, so that
- * 4 blocks share an SM. The planner's occupancy comes from the kernel instance it will run
- * (ignis_cuda_decode_blocks_per_sm takes the rows).
+ * shape but for 128-byte rows (fp8 at head dim 128, 16-bit at 64): 3 stages instead of 4, and for
+ * 256-byte rows (16-bit at head dim 128) 3 tile slots instead of 4 (decode_tile::SPLIT: K of the
+ * next tile lands while this tile's scores are computed, its V once they are), so that 4 blocks
+ * share an SM (B64 L4k: 0.93x -> 0.98x cuDNN). The planner's occupancy comes from the kernel
+ * instance it will run (ignis_cuda_decode_blocks_per_sm takes the rows).
  *
  * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
  * holds two fp8 values) and converted to f16 in registers. Because a b16 lane of K then holds
@@ -81,7 +87,7 @@ enum {
   DECODE_LOOKAHEAD = 3, /* iterations between a page-table read and its use */
   DECODE_TRANSPOSED_ROWS = 8, /* blocks of at most this many query rows take the transposed kernel */
   MERGE_WARPS = 4, /* merge block */
-  MERGE_BATCH = 4  /* partials a merge warp loads before it uses any */
+  MERGE_BATCH = IGNIS_DECODE_MERGE_GROUP /* partials a merging warp loads before it uses any */
 };
 
 /* Launch facts derived once on the host. */
@@ -97,6 +103,7 @@ struct decode_config {
   float cap_in;           /* soft cap: x = cap_out * tanh(x_nat * cap_in) (base 2 out) */
   float cap_out;
   int32_t alibi_n;        /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
+  int32_t fused_merge;    /* split requests merge in the attention kernel (p.fused_merge, transposed) */
 };
 
 /* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
@@ -110,9 +117,15 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
    * kernel for more rows), 3 (48 KB, 4 blocks) in the transposed kernel */
   static constexpr int STAGES = ROW_BYTES <= 128 ? (TRANSPOSED ? 3 : 4) : 2;
   static constexpr int TILE_BYTES = DECODE_KT * ROW_BYTES; /* K or V of one stage */
+  /* Split ring (transposed kernel, 256-byte rows up to head dim 128): the 2 stages keep 3 K/V tile
+   * slots instead of 4 (48 KB, 4 blocks per SM). K and V of a tile are copied apart: K of tile
+   * t + 1 into the slot V of tile t - 1 leaves (once every warp is past it), V of t + 1 into the
+   * slot of K of t once every warp has its scores; K of tile t sits in slot 2t mod 3, V in 2t + 1
+   * mod 3. Two tiles' worth of copies stay in flight per block, as with 2 whole stages. */
+  static constexpr bool SPLIT = TRANSPOSED && ROW_BYTES == 256 && HEAD_DIM <= 128;
   static constexpr int ROWS_PER_THREAD = DECODE_KT * CHUNKS / DECODE_THREADS; /* copies of K per tile */
   static constexpr int SLOTS = STAGES + 1; /* row-address ring */
-  static constexpr size_t RING_BYTES = (size_t)STAGES * 2 * TILE_BYTES;
+  static constexpr size_t RING_BYTES = (size_t)(SPLIT ? 3 : STAGES * 2) * TILE_BYTES;
   /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32] */
   static constexpr size_t SMEM_BYTES = RING_BYTES + (size_t)SLOTS * DECODE_KT * 16 + (size_t)SLOTS * DECODE_KT / 8;
   /* the split merge reuses it all: O [warps][16][O_STRIDE] f32 (rows padded by 8 floats, so the
@@ -120,6 +133,7 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
   static constexpr int O_STRIDE = HEAD_DIM + 8;
   static_assert((size_t)DECODE_WARPS * 16 * (O_STRIDE + 2) * 4 <= SMEM_BYTES, "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
+  static_assert(!TRANSPOSED || DECODE_KT / 16 == DECODE_WARPS, "transposed: one 16-key sub-tile per warp");
 };
 
 /* The 16-bit type the mma runs in: bf16 for bf16 K/V, f16 otherwise. */
@@ -240,6 +254,154 @@ static __device__ __forceinline__ void rescale_rows(float (&o)[OTILES][4], const
   }
 }
 
+/* ---- merging partial rows ---------------------------------------------------------------------- */
+/* A lane's part of one query row merged over the partial rows prow0 + k * stride, k = k0, k0 + k_step,
+ * .. < count: its VEC values (dims lane * VEC ..) weighted by exp2(lse - mx), their weight sum, and
+ * the running maximum mx of the base-2 LSEs (the same in every lane). MERGE_BATCH partials are loaded
+ * before any is used. Loads go to L2 (ld.global.cg): in the attention kernel other blocks of the
+ * running grid wrote the rows. */
+template <int VEC>
+__device__ __forceinline__ void merge_partial_rows(const ignis_decode_params &p, int64_t prow0, int64_t stride,
+                                                   int k0, int k_step, int count, int lane, float (&acc)[VEC],
+                                                   float &sum, float &mx) {
+  constexpr int HEAD_DIM = VEC * 32;
+  for (int base = k0; base < count; base += MERGE_BATCH * k_step) {
+    float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      const int k = base + u * k_step;
+      lse[u] = -CUDART_INF_F;
+      if (k < count) {
+        const int64_t prow = prow0 + k * stride;
+        lse[u] = __ldcg(p.partial_lse + prow);
+        ignis_load_floats<IGNIS_CACHE_L2>(p.partial_out + prow * HEAD_DIM + lane * VEC, x[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MERGE_BATCH; ++u) {
+      if (lse[u] == -CUDART_INF_F)
+        continue;
+      if (lse[u] > mx) { /* the same for the whole warp */
+        const float down = exp2f(mx - lse[u]);
+        sum *= down;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          acc[e] *= down;
+        mx = lse[u];
+      }
+      const float w = exp2f(lse[u] - mx);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        acc[e] = fmaf(w, x[u][e], acc[e]);
+      sum += w;
+    }
+  }
+}
+
+/* Write a merged row from a warp (lane: VEC values): into out / lse of query row out_row, head h, with
+ * the head's sink joining here (final), or normalised into partial row prow with its base-2 LSE. */
+template <typename QT, int VEC>
+__device__ __forceinline__ void write_merged_row(const ignis_decode_params &p, float (&acc)[VEC], float sum, float mx,
+                                                 int lane, bool final, int64_t out_row, int64_t h, int64_t prow) {
+  constexpr int HEAD_DIM = VEC * 32;
+  if (final && p.sinks != nullptr) {
+    const float sink2 = p.sinks[h] * IGNIS_LOG2E_F;
+    const float top = fmaxf(mx, sink2);
+    const float w_keys = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
+    sum = fmaf(sum, w_keys, sink2 == -CUDART_INF_F ? 0.0f : exp2f(sink2 - top));
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      acc[e] *= w_keys;
+    mx = top;
+  }
+  const bool any = sum > 0.0f || isnan(sum);
+  const float inv = any ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    acc[e] = any ? acc[e] * inv : 0.0f;
+  const float lse2 = any ? mx + log2f(sum) : -CUDART_INF_F;
+  if (final) {
+    ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + lane * VEC, acc);
+    if (p.lse != nullptr && lane == 0)
+      p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
+  } else {
+    ignis_store_floats(p.partial_out + prow * HEAD_DIM + lane * VEC, acc);
+    if (lane == 0)
+      p.partial_lse[prow] = lse2;
+  }
+}
+
+/* Merge, by a whole block, of partials base + k * step (k < count) of request b for the rows of KV
+ * head kvh: a warp per row, into out / lse (final) or into partial row `base`. */
+template <typename QT, int HEAD_DIM>
+__device__ __forceinline__ void merge_block_rows(const ignis_decode_params &p, const decode_config &c, int64_t b,
+                                                 int kvh, int64_t base, int64_t step, int count, bool final) {
+  constexpr int VEC = HEAD_DIM / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int row = warp; row < c.rows; row += DECODE_WARPS) {
+    const int tok = row / c.group;
+    const int64_t h = (int64_t)kvh * c.group + row % c.group;
+    const int64_t prow0 = (base * p.q_len + tok) * p.num_qo_heads + h;
+    float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      acc[e] = 0.0f;
+    merge_partial_rows<VEC>(p, prow0, step * p.q_len * p.num_qo_heads, 0, 1, count, lane, acc, sum, mx);
+    write_merged_row<QT, VEC>(p, acc, sum, mx, lane, final, b * p.q_len + tok, h, prow0);
+  }
+}
+
+/* The merge of a split request inside the attention kernel (ignis_decode_params.fused_merge), run
+ * by every block of a split item once its partial rows are written: the block counts itself in its
+ * group's counter, and the last of the group merges it; with several groups the group mergers
+ * count themselves on group 0's counter, and the last of them merges the groups. Every writer
+ * fences before its block counts itself; a merger fences before it reads. A merger leaves its
+ * counter zero (group 0's: the final merger) for the next run, e.g. a CUDA-graph replay. */
+template <typename QT, int HEAD_DIM>
+__device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, const decode_config &c,
+                                             const ignis_decode_work &item, int kvh) {
+  __shared__ uint32_t merger;
+  const int64_t b = item.request;
+  const int32_t first = p.request_partials[b], n = p.request_partials[b + 1] - first;
+  const int32_t g = (item.partial - first) / IGNIS_DECODE_MERGE_GROUP;
+  const int32_t groups = (n + IGNIS_DECODE_MERGE_GROUP - 1) / IGNIS_DECODE_MERGE_GROUP;
+  const int32_t members = min((int32_t)IGNIS_DECODE_MERGE_GROUP, n - g * IGNIS_DECODE_MERGE_GROUP);
+  uint32_t *counters = reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work);
+  const int64_t group0 = first / IGNIS_DECODE_MERGE_GROUP + b;
+  uint32_t *mine = counters + (group0 + g) * p.num_kv_heads + kvh, *level2 = counters + group0 * p.num_kv_heads + kvh;
+
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t before = atomicAdd(mine, 1u);
+    const bool last = before % IGNIS_DECODE_MERGE_LEVEL == (uint32_t)members - 1;
+    if (last && (g > 0 || groups == 1)) /* group 0 of several: second-level arrivals may be counting */
+      *mine = 0;
+    merger = last;
+  }
+  __syncthreads();
+  if (!merger)
+    return;
+  __threadfence();
+  merge_block_rows<QT, HEAD_DIM>(p, c, b, kvh, first + g * IGNIS_DECODE_MERGE_GROUP, 1, members, groups == 1);
+  if (groups == 1)
+    return;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t before = atomicAdd(level2, (uint32_t)IGNIS_DECODE_MERGE_LEVEL);
+    const bool last = before / IGNIS_DECODE_MERGE_LEVEL == (uint32_t)groups - 1;
+    if (last)
+      *level2 = 0;
+    merger = last;
+  }
+  __syncthreads();
+  if (!merger)
+    return;
+  __threadfence();
+  merge_block_rows<QT, HEAD_DIM>(p, c, b, kvh, first, IGNIS_DECODE_MERGE_GROUP, groups, true);
+}
+
 /* ---- attention ----------------------------------------------------------------------------------- */
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
 __global__ void __launch_bounds__(DECODE_THREADS)
@@ -301,9 +463,16 @@ __global__ void __launch_bounds__(DECODE_THREADS)
   const int copy_chunk = tid % tile::CHUNKS, copy_row0 = tid / tile::CHUNKS;
   constexpr int ROW_STEP = DECODE_THREADS / tile::CHUNKS;
   constexpr bool ONE_SWIZZLE = ROW_STEP % (tile::SWIZZLE + 1) == 0;
-  auto issue_tile = [&](int tl) {
-    const int stage = tl % tile::STAGES;
-    const uint32_t k_tile = smem_base + stage * 2 * tile::TILE_BYTES, v_tile = k_tile + tile::TILE_BYTES;
+  /* shared-memory K and V tiles of tile tl */
+  auto k_tile_of = [&](int tl) -> uint32_t {
+    return smem_base + (tile::SPLIT ? (2 * tl) % 3 : (tl % tile::STAGES) * 2) * tile::TILE_BYTES;
+  };
+  auto v_tile_of = [&](int tl) -> uint32_t {
+    return smem_base + (tile::SPLIT ? (2 * tl + 1) % 3 : (tl % tile::STAGES) * 2 + 1) * tile::TILE_BYTES;
+  };
+  /* copy_k, copy_v: which of the two (both outside the split ring) */
+  auto issue_tile = [&](int tl, bool copy_k, bool copy_v) {
+    const uint32_t k_tile = k_tile_of(tl), v_tile = v_tile_of(tl);
     const char *const *at = rows_at + (size_t)(tl % tile::SLOTS) * DECODE_KT * 2;
 #pragma unroll
     for (int i = 0; i < tile::ROWS_PER_THREAD; ++i) {
@@ -313,8 +482,10 @@ __global__ void __launch_bounds__(DECODE_THREADS)
                                        : swizzled<tile::ROW_BYTES, tile::SWIZZLE>(row, copy_chunk);
       const char *kp = at[row * 2], *vp = at[row * 2 + 1];
       const bool ok = kp != nullptr;
-      copy_async16(k_tile + dst, ok ? kp + copy_chunk * 16 : k_base, ok);
-      copy_async16(v_tile + dst, ok ? vp + copy_chunk * 16 : v_base, ok);
+      if (copy_k)
+        copy_async16(k_tile + dst, ok ? kp + copy_chunk * 16 : k_base, ok);
+      if (copy_v)
+        copy_async16(v_tile + dst, ok ? vp + copy_chunk * 16 : v_base, ok);
     }
   };
 
@@ -449,11 +620,20 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       for (int tl = 0; tl < tile::STAGES; ++tl)
         store_rows(tl, tl < num_tiles ? lookup_page(tl) : -1);
     __syncthreads();
-#pragma unroll
-    for (int tl = 0; tl < tile::STAGES - 1; ++tl) {
-      if (tl < num_tiles)
-        issue_tile(tl);
+    if constexpr (tile::SPLIT) { /* K and V of tile 0, apart */
+      if (num_tiles > 0)
+        issue_tile(0, true, false);
       copy_async_commit();
+      if (num_tiles > 0)
+        issue_tile(0, false, true);
+      copy_async_commit();
+    } else {
+#pragma unroll
+      for (int tl = 0; tl < tile::STAGES - 1; ++tl) {
+        if (tl < num_tiles)
+          issue_tile(tl, true, true);
+        copy_async_commit();
+      }
     }
     /* pages of tiles STAGES .. STAGES + LOOKAHEAD - 1, loaded LOOKAHEAD iterations before use so
      * that a page-table read never holds up an iteration, even when loads queue behind the stream */
@@ -463,10 +643,11 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       pending[i] = tid < DECODE_KT && tile::STAGES + i < num_tiles ? lookup_page(tile::STAGES + i) : -1;
 
     for (int tl = 0; tl < num_tiles; ++tl) {
-      copy_async_wait<tile::STAGES - 2>();
+      /* split ring: K of tile tl is in (V may not be) and every warp is done with tile tl - 1 */
+      copy_async_wait<tile::SPLIT ? 1 : tile::STAGES - 2>();
       __syncthreads();
       if (tl + tile::STAGES - 1 < num_tiles)
-        issue_tile(tl + tile::STAGES - 1);
+        issue_tile(tl + tile::STAGES - 1, true, !tile::SPLIT);
       copy_async_commit();
       if (tid < DECODE_KT && tl + tile::STAGES < num_tiles) {
         store_rows(tl + tile::STAGES, pending[0]);
@@ -479,11 +660,12 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       if (!active)
         continue;
 
-      const int stage = tl % tile::STAGES;
-      const uint32_t k_tile = smem_base + stage * 2 * tile::TILE_BYTES, v_tile = k_tile + tile::TILE_BYTES;
+      const uint32_t k_tile = k_tile_of(tl), v_tile = v_tile_of(tl);
       const uint32_t *tile_valid = valid_bits + (tl % tile::SLOTS) * (DECODE_KT / 32);
       const int tile_key0 = r.start + tl * DECODE_KT;
-      for (int sub = ks; sub < DECODE_KT / 16; sub += c.ksplit) {
+      /* transposed: one m-tile, so each warp takes exactly one sub-tile (the split ring's barrier
+       * inside relies on it) */
+      for (int sub = ks; sub < DECODE_KT / 16; sub += TRANSPOSED ? DECODE_WARPS : c.ksplit) {
         const int key0 = sub * 16;
         const int mi = lane >> 3, mrow = lane & 7;
         /* Score of a lane's element for score row h2 and key j (valid: the key's page is good) on the
@@ -569,6 +751,15 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             s[e] = s2[0][e] + s2[1][e];
+          if constexpr (tile::SPLIT) {
+            /* every warp has read K of tile tl (each takes one sub-tile: rows <= 8 is one m-tile and
+             * 4 key splits): its slot takes V of tile tl + 1, once V of tile tl is in */
+            copy_async_wait<1>();
+            __syncthreads();
+            if (tl + 1 < num_tiles)
+              issue_tile(tl + 1, false, true);
+            copy_async_commit();
+          }
 
           /* scores (base 2) and masks; the key of element e is bit g + 8 (e >> 1) of bits */
           const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + g);
@@ -876,17 +1067,19 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     }
     __syncthreads();
   }
+  /* the other kernel keeps the merge kernel: the merge code inlined there costs it registers
+   * (168 -> 192 at head dim 128, 3 -> 2 blocks per SM) */
+  if constexpr (TRANSPOSED)
+    if (c.fused_merge && item.partial >= 0)
+      merge_in_kernel<QT, HEAD_DIM>(p, c, item, kvh);
 }
 
-/* ---- merge of split requests ------------------------------------------------------------------- */
+/* ---- merge kernel (implicit schedule, and runs without fused_merge) ------------------------------ */
 /* Block (b, row) merges one (token, head) row of request b: its MERGE_WARPS warps take the partial
- * rows in turn (warp w: partials w, w + MERGE_WARPS, ...), each lane HEAD_DIM / 32 values of a row,
- * MERGE_BATCH partials loaded before any is used and a running maximum per warp, so a long list of
- * partials (a single long request) keeps many loads in flight and no pass waits for another; the
- * warps' sums meet in shared memory. The launch is the same for every batch, so a request's result
+ * rows in turn (warp w: partials w, w + MERGE_WARPS, ...; merge_partial_rows), and warp 0 combines
+ * the warps' sums and writes the row. The launch is the same for every batch, so a request's result
  * does not depend on the rest of the batch. A block of an unsplit request returns before waiting on
- * the attention grid. (Launching up to 16 warps by the batch's longest list gained nothing at B1
- * L32k: 58.3 against 58.7 us.) */
+ * the attention grid. */
 template <typename QT, int HEAD_DIM>
 __global__ void __launch_bounds__(MERGE_WARPS * 32)
     decode_merge_kernel(const ignis_decode_params p, const decode_config c) {
@@ -912,53 +1105,19 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t heads = p.num_qo_heads, q_len = p.q_len, th = blockIdx.y;
   const int64_t tok = th / heads, h = th % heads;
-  const int64_t row_stride = q_len * heads, row0 = (first * q_len + tok) * heads + h;
-  const int n = (int)(last - first);
-  constexpr int warps = MERGE_WARPS;
-
   float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
     acc[e] = 0.0f;
-  for (int base = warp; base < n; base += MERGE_BATCH * warps) {
-    float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
-#pragma unroll
-    for (int u = 0; u < MERGE_BATCH; ++u) {
-      const int i = base + u * warps;
-      lse[u] = -CUDART_INF_F;
-      if (i < n) {
-        const int64_t prow = row0 + i * row_stride;
-        lse[u] = p.partial_lse[prow];
-        ignis_load_floats<IGNIS_CACHE_STREAM>(p.partial_out + prow * HEAD_DIM + lane * VEC, x[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < MERGE_BATCH; ++u) {
-      if (lse[u] == -CUDART_INF_F)
-        continue;
-      if (lse[u] > mx) { /* the same for the whole warp */
-        const float down = exp2f(mx - lse[u]);
-        sum *= down;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          acc[e] *= down;
-        mx = lse[u];
-      }
-      const float w = exp2f(lse[u] - mx);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        acc[e] = fmaf(w, x[u][e], acc[e]);
-      sum += w;
-    }
-  }
+  merge_partial_rows<VEC>(p, (first * q_len + tok) * heads + h, q_len * heads, warp, MERGE_WARPS,
+                          (int)(last - first), lane, acc, sum, mx);
   if (lane == 0) {
     warp_max[warp] = mx;
     warp_sum[warp] = sum;
   }
   __syncthreads();
-  const float sink2 = p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDART_INF_F;
-  float top = sink2;
-  for (int w = 0; w < warps; ++w)
+  float top = -CUDART_INF_F;
+  for (int w = 0; w < MERGE_WARPS; ++w)
     top = fmaxf(top, warp_max[w]);
   const float mine = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
 #pragma unroll
@@ -966,25 +1125,32 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
     warp_acc[warp][lane * VEC + e] = acc[e] * mine;
   __syncthreads();
   ignis_pdl_launch_dependents();
-  sum = p.sinks != nullptr && top != -CUDART_INF_F ? exp2f(sink2 - top) : 0.0f;
-  for (int w = 0; w < warps; ++w)
+  if (warp > 0)
+    return;
+  sum = 0.0f;
+  for (int w = 0; w < MERGE_WARPS; ++w)
     sum += warp_max[w] == -CUDART_INF_F ? 0.0f : warp_sum[w] * exp2f(warp_max[w] - top);
-  const bool any = sum > 0.0f || isnan(sum);
-  const float inv = any ? 1.0f / sum : 0.0f;
-  const int64_t out_row = (int64_t)blockIdx.x * q_len + tok;
-  QT *out = static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head;
-  for (int d = threadIdx.x; d < HEAD_DIM; d += MERGE_WARPS * 32) {
-    float v = 0.0f;
-    for (int w = 0; w < warps; ++w)
-      v += warp_acc[w][d];
-    out[d] = ignis_from_float<QT>(any ? v * inv : 0.0f);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    acc[e] = 0.0f;
+    for (int w = 0; w < MERGE_WARPS; ++w)
+      acc[e] += warp_acc[w][lane * VEC + e];
   }
-  if (p.lse != nullptr && threadIdx.x == 0)
-    p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] =
-        (any ? top + log2f(sum) : -CUDART_INF_F) * p.lse_scale;
+  write_merged_row<QT, VEC>(p, acc, sum, top, lane, true, (int64_t)blockIdx.x * q_len + tok, h, 0);
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
+/* Whether a block of `rows` query rows takes the transposed kernel: rows <= DECODE_TRANSPOSED_ROWS,
+ * or <= IGNIS_DECODE_TRANSPOSED_ROWS from the environment (0..8, read once; for measurements). */
+static bool transposed_rows(int64_t rows) {
+  static const int limit = [] {
+    const char *value = getenv("IGNIS_DECODE_TRANSPOSED_ROWS");
+    const int v = value ? atoi(value) : DECODE_TRANSPOSED_ROWS;
+    return v >= 0 && v <= DECODE_TRANSPOSED_ROWS ? v : (int)DECODE_TRANSPOSED_ROWS;
+  }();
+  return rows <= limit;
+}
+
 static decode_config make_config(const ignis_decode_params &p) {
   decode_config c;
   c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
@@ -1003,18 +1169,8 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
+  c.fused_merge = p.fused_merge && p.work != nullptr && transposed_rows(c.rows);
   return c;
-}
-
-/* Whether a block of `rows` query rows takes the transposed kernel: rows <= DECODE_TRANSPOSED_ROWS,
- * or <= IGNIS_DECODE_TRANSPOSED_ROWS from the environment (0..8, read once; for measurements). */
-static bool transposed_rows(int64_t rows) {
-  static const int limit = [] {
-    const char *value = getenv("IGNIS_DECODE_TRANSPOSED_ROWS");
-    const int v = value ? atoi(value) : DECODE_TRANSPOSED_ROWS;
-    return v >= 0 && v <= DECODE_TRANSPOSED_ROWS ? v : (int)DECODE_TRANSPOSED_ROWS;
-  }();
-  return rows <= limit;
 }
 
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
@@ -1051,8 +1207,10 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     if (status != IGNIS_OK)
       return status;
   }
-  const int64_t merges =
-      p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0) : exact ? (p.launch_merge ? p.launch_batch : 0) : p.max_batch;
+  const int64_t merges = p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0)
+                         : c.fused_merge  ? 0
+                         : exact          ? (p.launch_merge ? p.launch_batch : 0)
+                                          : p.max_batch;
   const int64_t rows = (int64_t)p.q_len * p.num_qo_heads;
   if (merges > 0) {
     if (rows > 65535)

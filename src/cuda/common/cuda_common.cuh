@@ -177,13 +177,21 @@ static inline int ignis_rows_aligned16(const void *data, ignis_row_layout layout
 }
 
 /* ---- chunks of N elements to and from f32 ----------------------------------------------------- */
-/* Cache hint of a load: default, read-only path (data not written by the kernel), or streaming
- * (read once: evict first). */
-enum ignis_cache_hint { IGNIS_CACHE_DEFAULT = 0, IGNIS_CACHE_READ_ONLY = 1, IGNIS_CACHE_STREAM = 2 };
+/* Cache hint of a load: default, read-only path (data not written by the kernel), streaming
+ * (read once: evict first), or L2 only (ld.global.cg: data other blocks of the running grid wrote,
+ * which a stale L1 line must not hide). */
+enum ignis_cache_hint {
+  IGNIS_CACHE_DEFAULT = 0,
+  IGNIS_CACHE_READ_ONLY = 1,
+  IGNIS_CACHE_STREAM = 2,
+  IGNIS_CACHE_L2 = 3
+};
 
 template <int HINT, typename U> __device__ __forceinline__ U ignis_load_hinted(const U *ptr) {
   if constexpr (HINT == IGNIS_CACHE_STREAM)
     return __ldcs(ptr);
+  else if constexpr (HINT == IGNIS_CACHE_L2)
+    return __ldcg(ptr);
   else if constexpr (HINT == IGNIS_CACHE_READ_ONLY)
     return __ldg(ptr);
   else

@@ -10,7 +10,9 @@ Bytes are the K and V a call must read (batch * kv_len * kv_heads * head_dim * 2
 are GPU time (gpu_timing.median_us: bursts of calls queued behind a GPU sleep); the KV of every
 shape is larger than twice the L2, so no rotation is needed. A second time per call, "1 call", is
 a single call timed on an idle GPU (gpu_timing.single_call_us): it adds the host's cost of issuing
-the call, which is larger for SDPA than for ignis, so the bars use GPU time. Only ``run`` is timed; ``plan`` is timed
+the call, which is larger for SDPA than for ignis, so the bars use GPU time. Each library's timing
+starts after SETTLE_S seconds of idle GPU, so none is timed at the clocks the previous shape's
+load left. Only ``run`` is timed; ``plan`` is timed
 separately on the host. The ignis output is checked against the cuDNN one (max |a - b| / max |b|).
 
     PYTHONPATH=build/python python3 bench/decode_compare.py [--markdown FILE] [--iters N]
@@ -27,6 +29,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ignis
 from gpu_timing import BURST, median_us, single_call_us
+
+SETTLE_S = 1.0  # idle before each library's timing (gpu_timing: clocks after the previous shape)
 
 SHAPES = [  # batch, kv_len, qo_heads, kv_heads
     (64, 4096, 32, 8),
@@ -82,7 +86,7 @@ def run_ignis(q, k, v, hq, hkv, page, layout, kv_name, iters, workspace, single=
                      kv_data_type=kv_dtype)
         plan_samples.append((time.perf_counter() - t0) * 1e6)
     out = torch.empty_like(q)
-    us = median_us(lambda: wrapper.run(q, cache, out=out), iters)
+    us = median_us(lambda: wrapper.run(q, cache, out=out), iters, SETTLE_S)
     one = single_call_us(lambda: wrapper.run(q, cache, out=out), iters) if single else float("nan")
     del cache
     return us, statistics.median(plan_samples), out, one
@@ -102,7 +106,7 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace, variants=()):
             with sdpa_kernel(backend):
                 ref = F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)
                 call = lambda: F.scaled_dot_product_attention(q4, k, v, enable_gqa=True)  # noqa: E731
-                results[name] = (median_us(call, iters), ref, single_call_us(call, iters))
+                results[name] = (median_us(call, iters, SETTLE_S), ref, single_call_us(call, iters))
         except RuntimeError as error:
             results[name] = (float("nan"), None, float("nan"))
             print(f"  {name} unavailable: {str(error).splitlines()[0]}")

@@ -9,9 +9,15 @@ out, so both sides of a comparison are measured alike.
 
 single_call_us: one call on an idle GPU with events around it: its GPU time plus the host's cost
 of issuing it (what a caller that waits on every call sees).
+
+settle_s (both): seconds the GPU idles before the warmup. A measurement that follows a long
+bandwidth-bound one otherwise starts at the lower clocks that load left (decode at batch 1,
+32k keys: 44.5 us fresh, 49.0 us right after the batch-128 shape's SDPA runs), which penalises
+whichever library a script times first.
 """
 
 import statistics
+import time
 
 import torch
 
@@ -20,8 +26,11 @@ SLEEP_CYCLES = 2_000_000  # ~1 ms: longer than the host needs to enqueue a burst
 WARMUP = 3
 
 
-def _median_per_call(fn, samples, burst, queued):
+def _median_per_call(fn, samples, burst, queued, settle_s):
     """Median over samples of (event time of `burst` calls) / burst, in microseconds."""
+    if settle_s > 0:
+        torch.cuda.synchronize()
+        time.sleep(settle_s)
     for _ in range(WARMUP):
         fn()
     torch.cuda.synchronize()
@@ -39,11 +48,11 @@ def _median_per_call(fn, samples, burst, queued):
     return statistics.median(times)
 
 
-def median_us(fn, samples):
+def median_us(fn, samples, settle_s=0.0):
     """GPU time of one call of fn, in microseconds."""
-    return _median_per_call(fn, samples, BURST, True)
+    return _median_per_call(fn, samples, BURST, True, settle_s)
 
 
-def single_call_us(fn, samples):
+def single_call_us(fn, samples, settle_s=0.0):
     """One call of fn on an idle GPU, in microseconds: GPU time plus the host's cost of issuing it."""
-    return _median_per_call(fn, samples, 1, False)
+    return _median_per_call(fn, samples, 1, False, settle_s)

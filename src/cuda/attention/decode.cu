@@ -426,10 +426,14 @@ __global__ void __launch_bounds__(DECODE_THREADS)
   const int64_t work_index = blockIdx.x / (unsigned)p.num_kv_heads;
   const int mt_slot = warp % c.mt_warps, ks = warp / c.mt_warps;
 
-  ignis_pdl_wait();
+  /* the item comes from the schedule before the wait on the previous kernel: the plan's copy of
+   * it lands before any kernel this launch can overlap. (Its key range too, where the index
+   * arrays are the plan's copies, cost 40 registers: not done.) */
   ignis_decode_work item;
   kv_range r;
-  if (!fetch_item(p, c, (int)work_index, &item) || !item_range(p, item, &r))
+  const bool fetched = fetch_item(p, c, (int)work_index, &item);
+  ignis_pdl_wait();
+  if (!fetched || !item_range(p, item, &r))
     return;
   const int num_tiles = (r.end - r.start + DECODE_KT - 1) / DECODE_KT;
   const bool row_masks = p.q_len > 1 || p.window_left >= 0;

@@ -17,7 +17,9 @@
  * it in the stream is still running, so every kernel launched this way calls ignis_pdl_wait()
  * (griddepcontrol.wait: returns once the preceding grid has completed and its memory is visible;
  * a no-op when the launch had no programmatic dependency or below sm_90) before its first global
- * memory access, read or write. ignis_pdl_launch_dependents() (griddepcontrol.launch_dependents)
+ * memory access, read or write (one exception: a plan's schedule, which an asynchronous copy
+ * wrote before any kernel this launch can overlap, e.g. decode's work items and the decode merge
+ * kernel's partial counts). ignis_pdl_launch_dependents() (griddepcontrol.launch_dependents)
  * is only a scheduling hint: once every block of this grid has called it or exited, the next
  * PDL-launched kernel may begin launching and wait in its own ignis_pdl_wait(); kernels call it
  * after issuing their last loads so the next launch overlaps their tail. Correctness rests on the
@@ -353,7 +355,8 @@ template <auto Kernel> static inline cudaError_t ignis_allow_dynamic_smem(size_t
 }
 
 /* Host: launch kernel<<<grid, block, smem, stream>>>(args...) with PDL where ignis_pdl_enabled();
- * returns the launch's error. The kernel must call ignis_pdl_wait() before any global access. */
+ * returns the launch's error. The kernel must call ignis_pdl_wait() before any global access
+ * (but reads of a plan's schedule, see above). */
 template <typename... Params, typename... Args>
 static inline cudaError_t ignis_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                        cudaStream_t stream, Args... args) {

@@ -82,14 +82,23 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* 2^x by the hardware approximation alone (ex2.approx.ftz: relative error ~2^-22, results below
+ * 2^-126 flushed to 0, 2^-inf = 0). For softmax weights 2^(s - max) <= 1, where exp2f's
+ * subnormal-range fix-up (a compare, a multiply and a square around each ex2) buys nothing. */
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* Online softmax, one row: moves the running maximum m (base-2 logits) up to include mx, sets
  * *rescale to the factor for the row's earlier sum and output, and returns the offset to subtract
  * from the row's logits: the new maximum, or 0 while the row has seen only masked keys (so -inf
- * logits give 0, not NaN). */
-__device__ __forceinline__ float online_max(float &m, float mx, float *rescale) {
+ * logits give 0, not NaN). APPROX: the rescale by exp2_approx. */
+template <bool APPROX = false> __device__ __forceinline__ float online_max(float &m, float mx, float *rescale) {
   const float m_new = fmaxf(m, mx);
   const float m_use = m_new == -CUDART_INF_F ? 0.0f : m_new;
-  *rescale = exp2f(m - m_use);
+  *rescale = APPROX ? exp2_approx(m - m_use) : exp2f(m - m_use);
   m = m_new;
   return m_use;
 }
@@ -102,6 +111,25 @@ template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t 
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu),
                                                    KIND == KV_E4M3 ? __NV_E4M3 : __NV_E5M2);
   return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+/* Four fp8 values (bytes 0..3) to two f16 pairs: lo from bytes 0, 1, hi from bytes 2, 3. The
+ * hardware conversion reads the high half of the word in place (no shift, as fp8x2_to_f16x2 of
+ * `four >> 16` needs). */
+template <int KIND> __device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t four, uint32_t &lo, uint32_t &hi) {
+  if constexpr (KIND == KV_E5M2) {
+    lo = __byte_perm(four, 0u, 0x1404);
+    hi = __byte_perm(four, 0u, 0x3424);
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(four));
+#else
+    lo = fp8x2_to_f16x2<KIND>(four);
+    hi = fp8x2_to_f16x2<KIND>(four >> 16);
+#endif
+  }
 }
 
 /* ---- scores ------------------------------------------------------------------------------------ */

@@ -28,7 +28,8 @@
  * (m-tiles of a pass) x (key splits): a warp owns one m-tile and takes every ksplit-th 16-key
  * sub-tile of each tile; its S = Q K^T (Q fragments in registers for the whole run, K fragments by
  * ldmatrix), online softmax in base 2 on the S fragments, P converted to the 16-bit type in
- * registers and O += P V (V fragments by ldmatrix.trans). The key splits are merged through shared
+ * registers and O += P V (V fragments by ldmatrix.trans); the softmax weights and rescales use
+ * the bare ex2.approx (exp2_approx). The key splits are merged through shared
  * memory at the end. Groups with more m-tiles than warps run several passes over the keys.
  *
  * Transposed kernel (TRANSPOSED, taken when R <= DECODE_TRANSPOSED_ROWS = 8, e.g. group 4 or 8 at
@@ -50,7 +51,8 @@
  * instance it will run (ignis_cuda_decode_blocks_per_sm takes the rows).
  *
  * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
- * holds two fp8 values) and converted to f16 in registers. Because a b16 lane of K then holds
+ * holds two fp8 values) and converted to f16 in registers (fp8x4_to_f16x2x2: both halves of a
+ * word without a shift). Because a b16 lane of K then holds
  * dims 4t..4t+3 of a 16-dim chunk, the reduction index k of the QK^T mma is a permutation of the
  * dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9 <-> dims 4t+2, 4t+3), applied to Q alike;
  * for V the transposed b16 lane holds dims 2g, 2g+1 of two keys, split by a byte permute into an
@@ -702,10 +704,8 @@ __global__ void __launch_bounds__(DECODE_THREADS)
               ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                ka[i][0] = fp8x2_to_f16x2<KIND>(x[2 * i]);
-                ka[i][1] = fp8x2_to_f16x2<KIND>(x[2 * i + 1]);
-                ka[i][2] = fp8x2_to_f16x2<KIND>(x[2 * i] >> 16);
-                ka[i][3] = fp8x2_to_f16x2<KIND>(x[2 * i + 1] >> 16);
+                fp8x4_to_f16x2x2<KIND>(x[2 * i], ka[i][0], ka[i][2]);
+                fp8x4_to_f16x2x2<KIND>(x[2 * i + 1], ka[i][1], ka[i][3]);
               }
             }
           };
@@ -785,9 +785,9 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float m_use = online_max(m[h2], mx, &rescales[h2]);
-            pr[h2] = exp2f(s[h2] - m_use);
-            pr[h2 + 2] = exp2f(s[h2 + 2] - m_use);
+            const float m_use = online_max<true>(m[h2], mx, &rescales[h2]);
+            pr[h2] = exp2_approx(s[h2] - m_use);
+            pr[h2 + 2] = exp2_approx(s[h2 + 2] - m_use);
             l[h2] = fmaf(l[h2], rescales[h2], pr[h2] + pr[h2 + 2]);
           }
           /* P^T as the B fragment of V^T P^T (keys 2t, 2t+1 | 2t+8, 2t+9 of row g): each 8-key half of
@@ -816,8 +816,9 @@ __global__ void __launch_bounds__(DECODE_THREADS)
                  * dim 2g+1: keys 2t, 2t+1}: m-row g is dim 2g, m-row g+8 dim 2g+1 */
                 const uint32_t first = __byte_perm(x[2 * half], 0, 0x3120);
                 const uint32_t second = __byte_perm(x[2 * half + 1], 0, 0x3120);
-                const uint32_t va[4] = {fp8x2_to_f16x2<KIND>(first), fp8x2_to_f16x2<KIND>(first >> 16),
-                                        fp8x2_to_f16x2<KIND>(second), fp8x2_to_f16x2<KIND>(second >> 16)};
+                uint32_t va[4];
+                fp8x4_to_f16x2x2<KIND>(first, va[0], va[1]);
+                fp8x4_to_f16x2x2<KIND>(second, va[2], va[3]);
                 mma16816<false>(o[cc + half], va, pb0, pb1);
               }
             }
@@ -838,8 +839,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
               ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
 #pragma unroll
               for (int q2 = 0; q2 < 4; ++q2) {
-                kb[q2 >> 1][q2 & 1][0] = fp8x2_to_f16x2<KIND>(x[q2]);
-                kb[q2 >> 1][q2 & 1][1] = fp8x2_to_f16x2<KIND>(x[q2] >> 16);
+                fp8x4_to_f16x2x2<KIND>(x[q2], kb[q2 >> 1][q2 & 1][0], kb[q2 >> 1][q2 & 1][1]);
               }
             }
           };
@@ -916,13 +916,13 @@ __global__ void __launch_bounds__(DECODE_THREADS)
             float mx = fmaxf(fmaxf(s[0][2 * h2], s[0][2 * h2 + 1]), fmaxf(s[1][2 * h2], s[1][2 * h2 + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_use = online_max(m[h2], mx, &rescales[h2]);
+            const float m_use = online_max<true>(m[h2], mx, &rescales[h2]);
             float pr[2][2];
 #pragma unroll
             for (int n = 0; n < 2; ++n)
 #pragma unroll
               for (int e = 0; e < 2; ++e)
-                pr[n][e] = exp2f(s[n][2 * h2 + e] - m_use);
+                pr[n][e] = exp2_approx(s[n][2 * h2 + e] - m_use);
             l[h2] = fmaf(l[h2], rescales[h2], (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]));
             pa[h2] = ignis_pack_word<MT>(pr[0]);
             pa[2 + h2] = ignis_pack_word<MT>(pr[1]);
@@ -948,8 +948,11 @@ __global__ void __launch_bounds__(DECODE_THREADS)
                 /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
                 const uint32_t lo = __byte_perm(x[2 * half], 0, 0x3120), hi = __byte_perm(x[2 * half + 1], 0, 0x3120);
                 const int tile_even = 2 * (cc + half);
-                mma16816<false>(o[tile_even], pa, fp8x2_to_f16x2<KIND>(lo), fp8x2_to_f16x2<KIND>(hi));
-                mma16816<false>(o[tile_even + 1], pa, fp8x2_to_f16x2<KIND>(lo >> 16), fp8x2_to_f16x2<KIND>(hi >> 16));
+                uint32_t lo01, lo23, hi01, hi23;
+                fp8x4_to_f16x2x2<KIND>(lo, lo01, lo23);
+                fp8x4_to_f16x2x2<KIND>(hi, hi01, hi23);
+                mma16816<false>(o[tile_even], pa, lo01, hi01);
+                mma16816<false>(o[tile_even + 1], pa, lo23, hi23);
               }
             }
           }

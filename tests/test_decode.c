@@ -1277,6 +1277,56 @@ static void test_invariance_and_reuse(h_backend backend) {
 
 /* ---- CUDA graph replay ------------------------------------------------------------------------- */
 #ifdef IGNIS_HAVE_CUDA
+/* Two plans given one workspace (each update leaves its schedule and merge counters there): a run
+ * after the other plan's update fails naming the workspace and writes nothing; the other plan's
+ * run is fine, and updating again makes the first plan's run valid. */
+static void test_workspace_claims(void) {
+  const int64_t B = 2, P = 16, Hkv = 2, H = 8, D = 128, max_kv_len = 3000;
+  h_case("decode workspace of two plans: a run after the other plan's update fails");
+  attn_opts o = opts_variant(0);
+  h_rng rng = h_rng_make(0xc1a1);
+  int64_t lens[2] = {3000, 700};
+  kv_batch c;
+  kv_make(&c, H_CUDA, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens, 0, &o, &rng);
+  qo_set s;
+  qo_make(&s, H_CUDA, IGNIS_BF16, 3, B, H, D, 0, &rng, 1.5);
+  extras_set x;
+  extras_make(&x, H_CUDA, &o, H, log((double)max_kv_len) + 1.0, &rng);
+  double *ref_out = malloc(sizeof(double) * (size_t)(B * H * D)), *ref_lse = malloc(sizeof(double) * (size_t)(B * H));
+  ref_cache rc = kv_ref(&c);
+  ref_decode(&rc, &s, 1, &o, extras_sinks(&x), ref_out, ref_lse);
+  plan_spec sp = {H, Hkv, D, P, 1, B, max_kv_len, 8, IGNIS_BF16, IGNIS_BF16, SPLIT_FIXED, o};
+  plan_env a, b;
+  int opened_a = plan_open(&a, H_CUDA, &sp), opened_b = opened_a && plan_open(&b, H_CUDA, &sp);
+  if (opened_b && CHECK(a.ws_bytes == b.ws_bytes)) {
+    CHECK_STATUS(ignis_decode_plan_update(a.plan, i32(&c.indptr), i32(&c.last), B, a.ws, a.ws_bytes, NULL), IGNIS_OK);
+    CHECK_STATUS(ignis_decode_plan_update(b.plan, i32(&c.indptr), i32(&c.last), B, a.ws, a.ws_bytes, NULL), IGNIS_OK);
+    qo_poison(&s);
+    CHECK_ERROR(ignis_decode_run(a.plan, &s.tq, &c.cache, extras_of(&x), &s.tout, &s.tlse, a.ws, a.ws_bytes, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "workspace was used by another call");
+    CHECK(h_buf_untouched(&s.out) && h_buf_untouched(&s.lse));
+    if (CHECK_STATUS(ignis_decode_run(b.plan, &s.tq, &c.cache, extras_of(&x), &s.tout, &s.tlse, a.ws, a.ws_bytes,
+                                      NULL),
+                     IGNIS_OK))
+      qo_check(&s, ref_out, ref_lse, 1, 1.0, "the other plan, updated last");
+    qo_poison(&s);
+    CHECK_STATUS(ignis_decode_plan_update(a.plan, i32(&c.indptr), i32(&c.last), B, a.ws, a.ws_bytes, NULL), IGNIS_OK);
+    if (CHECK_STATUS(ignis_decode_run(a.plan, &s.tq, &c.cache, extras_of(&x), &s.tout, &s.tlse, a.ws, a.ws_bytes,
+                                      NULL),
+                     IGNIS_OK))
+      qo_check(&s, ref_out, ref_lse, 1, 1.0, "the first plan, updated again");
+  }
+  if (opened_b)
+    plan_close(&b);
+  if (opened_a)
+    plan_close(&a);
+  free(ref_out);
+  free(ref_lse);
+  extras_free(&x);
+  qo_free(&s);
+  kv_free(&c);
+}
+
 /* One graph captured from ignis_decode_run at the largest batch; each replay follows a plan_update
  * (outside the graph) with new lengths, page tables, batch size and q, and must match the
  * reference for the rows of its batch and leave the rows past it unwritten. */
@@ -1707,8 +1757,10 @@ int main(void) {
     test_bad_inputs(backend);
   }
 #ifdef IGNIS_HAVE_CUDA
-  if (h_backend_count() > 1)
+  if (h_backend_count() > 1) {
     test_graph_replay();
+    test_workspace_claims();
+  }
 #endif
   return h_finish();
 }

@@ -137,9 +137,11 @@ IGNIS_API ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan);
 /* Device workspace bytes the plan needs (0 on the CPU); the bound holds for every update within
  * the plan's maxima. The workspace must stay the same buffer from update to run, and it holds
  * state between them (the schedule, and counters the run's merge of split requests uses and
- * leaves zero): another plan's update or run in the same buffer in between, or two runs of the
- * plan at once on different streams, corrupt it. Runs in order on one stream, and CUDA-graph
- * replays with or without an update between them, are fine. */
+ * leaves zero), so it is the plan's alone from an update to its runs: a run after another plan's
+ * update, or after a single decode / prefill given the same buffer, fails (INVALID_ARGUMENT,
+ * "workspace was used by another call"; update again, or give each plan its own buffer). Two runs
+ * of one plan at once on different streams are not detected and must not happen. Runs in order on
+ * one stream, and CUDA-graph replays with or without an update between them, are fine. */
 IGNIS_API ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes);
 
 /* Schedule a batch. kv_indptr_host [batch_size + 1] and kv_last_page_len_host [batch_size] are

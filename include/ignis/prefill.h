@@ -129,7 +129,10 @@ IGNIS_API ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config
 IGNIS_API ignis_status ignis_prefill_plan_destroy(ignis_prefill_plan *plan);
 
 /* Device workspace bytes the plan needs (0 on the CPU); the bound holds for every update within
- * the plan's maxima. The workspace must stay the same buffer from update to run. */
+ * the plan's maxima. The workspace must stay the same buffer from update to run, and it is the
+ * plan's alone in between (it holds the schedule): a run after another plan's update, or after a
+ * single decode / prefill given the same buffer, fails (INVALID_ARGUMENT, "workspace was used by
+ * another call"; update again, or give each plan its own buffer). */
 IGNIS_API ignis_status ignis_prefill_workspace_size(const ignis_prefill_plan *plan, size_t *bytes);
 
 /* Schedule a batch of batch_size requests from HOST arrays: qo_indptr_host [batch_size + 1]

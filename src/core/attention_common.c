@@ -1,6 +1,7 @@
 /* What the attention front ends share (see attention_common.h). */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 
 #include "core/attention_common.h"
 #include "core/backend.h"
@@ -153,6 +154,78 @@ ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const vo
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of cuda:%d (the plan's device)",
                            fn, device);
   return IGNIS_OK;
+}
+
+/* ---- workspace claims ---- */
+static struct {
+  const void *buffer;
+  uint64_t claim; /* the current claim; 0: none */
+  uint64_t used;  /* when the entry was last touched */
+} claims[IGNIS_WORKSPACE_CLAIMS];
+static uint64_t claim_clock;
+static atomic_flag claims_lock = ATOMIC_FLAG_INIT;
+
+static void claims_enter(void) {
+  while (atomic_flag_test_and_set_explicit(&claims_lock, memory_order_acquire))
+    ;
+}
+static void claims_leave(void) {
+  atomic_flag_clear_explicit(&claims_lock, memory_order_release);
+}
+/* The entry of `buffer`, or -1. */
+static int claims_find(const void *buffer) {
+  for (int i = 0; i < IGNIS_WORKSPACE_CLAIMS; ++i)
+    if (claims[i].buffer == buffer && claims[i].used)
+      return i;
+  return -1;
+}
+
+uint64_t ignis_workspace_claim(const void *workspace) {
+  claims_enter();
+  int at = claims_find(workspace);
+  if (at < 0) { /* a free entry, else the least recently used one */
+    at = 0;
+    for (int i = 1; i < IGNIS_WORKSPACE_CLAIMS; ++i)
+      if (claims[i].used < claims[at].used)
+        at = i;
+    claims[at].buffer = workspace;
+  }
+  uint64_t claim = ++claim_clock;
+  claims[at].claim = claim;
+  claims[at].used = claim;
+  claims_leave();
+  return claim;
+}
+
+void ignis_workspace_release(const void *workspace) {
+  if (!workspace)
+    return;
+  claims_enter();
+  int at = claims_find(workspace);
+  if (at >= 0) {
+    claims[at].claim = 0;
+    claims[at].used = ++claim_clock;
+  }
+  claims_leave();
+}
+
+int ignis_workspace_claimed(const void *workspace, uint64_t claim) {
+  claims_enter();
+  int at = claims_find(workspace);
+  int held = at < 0 || claims[at].claim == claim;
+  if (at >= 0)
+    claims[at].used = ++claim_clock;
+  claims_leave();
+  return held;
+}
+
+ignis_status ignis_workspace_lost_claim(const char *fn) {
+  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                         "%s: workspace was used by another call (another plan's update or run, or a single "
+                         "decode / prefill) since this plan's last update, which may have overwritten the "
+                         "schedule the update left there: update the plan again, or give each plan its own "
+                         "workspace",
+                         fn);
 }
 
 size_t ignis_attention_required_bytes(const ignis_workspace *ws) {

@@ -42,6 +42,23 @@ ignis_status ignis_check_plan_device(const char *fn, ignis_device device);
  * workspace differs from `checked` (the buffer of the plan's last update): the query costs about a
  * microsecond of every update otherwise. */
 ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const void *workspace, const void *checked);
+/* Claims on plan workspaces. A CUDA plan's update leaves state in its workspace that its runs read
+ * (the schedule; decode's merge counters), so a run must not follow another use of the buffer:
+ * another plan's update or run, or a single decode / prefill with it as scratch. Each update claims
+ * the buffer (ignis_workspace_claim, the claim kept by the plan), every other use releases it
+ * (ignis_workspace_release), and a run checks its plan's claim still holds
+ * (ignis_workspace_claimed) and fails with a clear error otherwise instead of reading what another
+ * call left there. Keyed by the buffer's address, in a table of IGNIS_WORKSPACE_CLAIMS entries
+ * shared by the process (the least recently used entry is replaced; a run whose entry was replaced
+ * cannot tell and is let through). A plan's own runs keep its claim; CUDA-graph replays are not
+ * checked. */
+#define IGNIS_WORKSPACE_CLAIMS 64
+uint64_t ignis_workspace_claim(const void *workspace);
+void ignis_workspace_release(const void *workspace);
+int ignis_workspace_claimed(const void *workspace, uint64_t claim);
+/* The error of a run whose claim was lost (names fn and what to do). */
+ignis_status ignis_workspace_lost_claim(const char *fn);
+
 /* Bytes a carving in counting mode asks for (0 when it took nothing). */
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);
 /* The error for a NULL workspace where `counting` needs bytes. */

@@ -47,6 +47,7 @@ struct ignis_decode_plan {
   int32_t num_work;     /* items of that batch */
   int32_t num_partials; /* partial rows of that batch (0: no request is split) */
   const void *workspace;
+  uint64_t claim; /* CUDA: the workspace claim of that update (attention_common.h) */
 };
 
 static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
@@ -245,6 +246,7 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   p.implicit_chunk_tokens = chunk;
   if (cpu)
     return ignis_cpu_decode(&p);
+  ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
   return ignis_cuda_decode(&p, device.id, stream);
 }
 
@@ -454,6 +456,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   plan->updated = 0;
   size_t used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
   IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
+  plan->claim = ignis_workspace_claim(workspace);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
   plan->num_partials = header->num_partials;
@@ -577,6 +580,8 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   } else {
     plan_pieces pieces;
     IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    if (!ignis_workspace_claimed(workspace, plan->claim))
+      return ignis_workspace_lost_claim(fn);
     schedule = pieces.schedule;
     p.partial_out = pieces.partial_out;
     p.partial_lse = pieces.partial_lse;

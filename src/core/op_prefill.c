@@ -42,6 +42,7 @@ struct ignis_prefill_plan {
   int64_t kv_rows;    /* ragged: kv_indptr[B] */
   int64_t mask_bytes; /* custom mask bytes of the batch */
   const void *workspace;
+  uint64_t claim; /* CUDA: the workspace claim of that update (attention_common.h) */
 };
 
 int64_t ignis_prefill_mask_bytes(int64_t q_len, int64_t kv_len) {
@@ -325,6 +326,8 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   p.contiguous_kv_len = kv_len;
   if (qo_len == 0)
     return IGNIS_OK;
+  if (device.type == IGNIS_DEVICE_CUDA)
+    ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
   return dispatch(&p, device, stream);
 }
 
@@ -564,6 +567,7 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
     plan->workspace = NULL;
   } else {
     IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
+    plan->claim = ignis_workspace_claim(workspace);
     plan->workspace = workspace;
   }
   plan->batch_size = batch_size;
@@ -601,6 +605,8 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
     if (workspace != plan->workspace)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                              "%s: workspace is not the buffer given to ignis_prefill_plan_update", fn);
+    if (!ignis_workspace_claimed(workspace, plan->claim))
+      return ignis_workspace_lost_claim(fn);
     plan_pieces pieces;
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
     schedule = pieces.schedule;

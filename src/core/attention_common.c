@@ -209,17 +209,15 @@ void ignis_workspace_release(const void *workspace) {
   claims_leave();
 }
 
-int ignis_workspace_claimed(const void *workspace, uint64_t claim) {
+ignis_status ignis_check_workspace_claim(const char *fn, const void *workspace, uint64_t claim) {
   claims_enter();
   int at = claims_find(workspace);
   int held = at < 0 || claims[at].claim == claim;
   if (at >= 0)
     claims[at].used = ++claim_clock;
   claims_leave();
-  return held;
-}
-
-ignis_status ignis_workspace_lost_claim(const char *fn) {
+  if (held)
+    return IGNIS_OK;
   return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                          "%s: workspace was used by another call (another plan's update or run, or a single "
                          "decode / prefill) since this plan's last update, which may have overwritten the "

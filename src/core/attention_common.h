@@ -47,7 +47,7 @@ ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const vo
  * another plan's update or run, or a single decode / prefill with it as scratch. Each update claims
  * the buffer (ignis_workspace_claim, the claim kept by the plan), every other use releases it
  * (ignis_workspace_release), and a run checks its plan's claim still holds
- * (ignis_workspace_claimed) and fails with a clear error otherwise instead of reading what another
+ * (ignis_check_workspace_claim: a clear error naming fn otherwise) instead of reading what another
  * call left there. Keyed by the buffer's address, in a table of IGNIS_WORKSPACE_CLAIMS entries
  * shared by the process (the least recently used entry is replaced; a run whose entry was replaced
  * cannot tell and is let through). A plan's own runs keep its claim; CUDA-graph replays are not
@@ -55,9 +55,7 @@ ignis_status ignis_check_plan_workspace(const char *fn, int32_t device, const vo
 #define IGNIS_WORKSPACE_CLAIMS 64
 uint64_t ignis_workspace_claim(const void *workspace);
 void ignis_workspace_release(const void *workspace);
-int ignis_workspace_claimed(const void *workspace, uint64_t claim);
-/* The error of a run whose claim was lost (names fn and what to do). */
-ignis_status ignis_workspace_lost_claim(const char *fn);
+ignis_status ignis_check_workspace_claim(const char *fn, const void *workspace, uint64_t claim);
 
 /* Bytes a carving in counting mode asks for (0 when it took nothing). */
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);

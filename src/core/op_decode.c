@@ -580,8 +580,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   } else {
     plan_pieces pieces;
     IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    if (!ignis_workspace_claimed(workspace, plan->claim))
-      return ignis_workspace_lost_claim(fn);
+    IGNIS_TRY(ignis_check_workspace_claim(fn, workspace, plan->claim));
     schedule = pieces.schedule;
     p.partial_out = pieces.partial_out;
     p.partial_lse = pieces.partial_lse;
@@ -618,6 +617,5 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   p.launch_work = plan->num_work;
   p.launch_batch = plan->batch_size;
   p.launch_merge = plan->num_partials > 0;
-  p.fused_merge = 1;
   return ignis_cuda_decode(&p, device.id, stream);
 }

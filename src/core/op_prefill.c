@@ -605,8 +605,7 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
     if (workspace != plan->workspace)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                              "%s: workspace is not the buffer given to ignis_prefill_plan_update", fn);
-    if (!ignis_workspace_claimed(workspace, plan->claim))
-      return ignis_workspace_lost_claim(fn);
+    IGNIS_TRY(ignis_check_workspace_claim(fn, workspace, plan->claim));
     plan_pieces pieces;
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
     schedule = pieces.schedule;

@@ -190,7 +190,7 @@ typedef struct ignis_decode_work {
   int32_t partial;           /* -1: writes out/lse; else a row of partial_out / partial_lse */
 } ignis_decode_work;
 
-#define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (see fused_merge) */
+#define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
 #define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
 
 typedef struct ignis_decode_params {
@@ -233,19 +233,17 @@ typedef struct ignis_decode_params {
   /* Partial rows: item partial p, query token i, head h is row (p * q_len + i) * num_qo_heads + h. */
   float *partial_out;             /* [max_partials * q_len, num_qo_heads, head_dim] f32 */
   float *partial_lse;             /* [max_partials * q_len, num_qo_heads] f32, base 2 */
-  /* Merge inside the attention kernel (CUDA, planned schedules; blocks of the transposed kernel,
-   * at most 8 query rows, the other kernel launches the merge kernel): when set, the uint32 counters
-   * right after work[*num_work], zero before the run (the plan writes them) and zero after it.
-   * Request b's partials [f, f + n) = request_partials[b .. b + 1] merge in groups of
-   * IGNIS_DECODE_MERGE_GROUP consecutive partials: group g (partials f + 8g ..) counts its blocks
-   * of KV head kvh in counter (f / 8 + g + b) * num_kv_heads + kvh (unique: see decode_plan.c);
-   * the last to arrive merges the group, into partial row f + 8g, or into out / lse when the
-   * request has one group. With several groups each group's merger then adds
-   * IGNIS_DECODE_MERGE_LEVEL to group 0's counter, and the last of them merges rows f, f + 8, ..
-   * into out / lse. The merge order is fixed by the indices alone, so the result does not depend
-   * on which block finishes last, nor on the request's place in the batch. 0: the merge kernel
-   * (also the implicit schedule's way). */
-  int32_t fused_merge;
+  /* Merge counters (CUDA): a planned schedule (work != NULL) holds uint32 counters right after
+   * work[*num_work], zero before the run (the plan writes them) and zero after it, with which the
+   * transposed kernel (blocks of at most 8 query rows; the other kernel launches the merge kernel)
+   * merges split requests itself. Request b's partials [f, f + n) = request_partials[b .. b + 1]
+   * merge in groups of IGNIS_DECODE_MERGE_GROUP consecutive partials: group g (partials f + 8g ..)
+   * counts its blocks of KV head kvh in counter (f / 8 + g + b) * num_kv_heads + kvh (unique: see
+   * ignis_decode_merge_counters); the last to arrive merges the group, into partial row f + 8g, or
+   * into out / lse when the request has one group. With several groups each group's merger then
+   * adds IGNIS_DECODE_MERGE_LEVEL to group 0's counter, and the last of them merges rows f, f + 8,
+   * .. into out / lse. The merge order is fixed by the indices alone, so the result does not
+   * depend on which block finishes last, nor on the request's place in the batch. */
   /* Implicit schedule (single decode, which knows its one length on the host and so needs no
    * schedule copy). 0: the schedule is the one above. > 0: work, num_work, request_partials and
    * batch_size are NULL; the batch is one request of contiguous_kv_len keys cut into

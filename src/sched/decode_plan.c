@@ -61,6 +61,10 @@ size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
   return sizeof(ignis_decode_schedule_header) + pad16(arrays_bytes);
 }
 
+/* Group g of split request b, partials [f, f + n), counts in counter f / 8 + g + b (per KV head;
+ * 8 = IGNIS_DECODE_MERGE_GROUP). Unique: a later split request b' > b starts at f' >= f + n, so
+ * f' / 8 + b' >= f / 8 + n / 8 + b + 1 > f / 8 + ceil(n / 8) - 1 + b, the last group of b. Below
+ * num_partials / 8 + batch_size: f / 8 + ceil(n / 8) - 1 <= (f + n) / 8 <= num_partials / 8. */
 int64_t ignis_decode_merge_counters(int64_t num_partials, int64_t batch_size, int64_t num_kv_heads) {
   return num_partials > 0 ? (num_partials / IGNIS_DECODE_MERGE_GROUP + batch_size) * num_kv_heads : 0;
 }

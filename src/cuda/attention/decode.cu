@@ -105,7 +105,7 @@ struct decode_config {
   float cap_in;           /* soft cap: x = cap_out * tanh(x_nat * cap_in) (base 2 out) */
   float cap_out;
   int32_t alibi_n;        /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
-  int32_t fused_merge;    /* split requests merge in the attention kernel (p.fused_merge, transposed) */
+  int32_t fused_merge;    /* split requests merge in the attention kernel (planned, transposed) */
 };
 
 /* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
@@ -300,35 +300,37 @@ __device__ __forceinline__ void merge_partial_rows(const ignis_decode_params &p,
   }
 }
 
-/* Write a merged row from a warp (lane: VEC values): into out / lse of query row out_row, head h, with
- * the head's sink joining here (final), or normalised into partial row prow with its base-2 LSE. */
-template <typename QT, int VEC>
-__device__ __forceinline__ void write_merged_row(const ignis_decode_params &p, float (&acc)[VEC], float sum, float mx,
-                                                 int lane, bool final, int64_t out_row, int64_t h, int64_t prow) {
-  constexpr int HEAD_DIM = VEC * 32;
+/* Write N values (dims d0 ..) of a merged row, its weights summing to `sum` against the maximum mx
+ * of their base-2 LSEs, scaled by scale / sum: into out / lse of query row out_row, head h, with the
+ * head's sink joining here (final), or into partial row prow with its LSE. The LSE is written with
+ * dim 0. */
+template <typename QT, int HEAD_DIM, int N>
+__device__ __forceinline__ void write_merged_row(const ignis_decode_params &p, float (&acc)[N], float sum, float mx,
+                                                 float scale, int d0, bool final, int64_t out_row, int64_t h,
+                                                 int64_t prow) {
   if (final && p.sinks != nullptr) {
     const float sink2 = p.sinks[h] * IGNIS_LOG2E_F;
     const float top = fmaxf(mx, sink2);
     const float w_keys = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
     sum = fmaf(sum, w_keys, sink2 == -CUDART_INF_F ? 0.0f : exp2f(sink2 - top));
 #pragma unroll
-    for (int e = 0; e < VEC; ++e)
+    for (int e = 0; e < N; ++e)
       acc[e] *= w_keys;
     mx = top;
   }
   const bool any = sum > 0.0f || isnan(sum);
-  const float inv = any ? 1.0f / sum : 0.0f;
+  const float inv = any ? scale / sum : 0.0f;
 #pragma unroll
-  for (int e = 0; e < VEC; ++e)
+  for (int e = 0; e < N; ++e)
     acc[e] = any ? acc[e] * inv : 0.0f;
   const float lse2 = any ? mx + log2f(sum) : -CUDART_INF_F;
   if (final) {
-    ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + lane * VEC, acc);
-    if (p.lse != nullptr && lane == 0)
+    ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + d0, acc);
+    if (p.lse != nullptr && d0 == 0)
       p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
   } else {
-    ignis_store_floats(p.partial_out + prow * HEAD_DIM + lane * VEC, acc);
-    if (lane == 0)
+    ignis_store_floats(p.partial_out + prow * HEAD_DIM + d0, acc);
+    if (d0 == 0)
       p.partial_lse[prow] = lse2;
   }
 }
@@ -349,11 +351,11 @@ __device__ __forceinline__ void merge_block_rows(const ignis_decode_params &p, c
     for (int e = 0; e < VEC; ++e)
       acc[e] = 0.0f;
     merge_partial_rows<VEC>(p, prow0, step * p.q_len * p.num_qo_heads, 0, 1, count, lane, acc, sum, mx);
-    write_merged_row<QT, VEC>(p, acc, sum, mx, lane, final, b * p.q_len + tok, h, prow0);
+    write_merged_row<QT, HEAD_DIM, VEC>(p, acc, sum, mx, 1.0f, lane * VEC, final, b * p.q_len + tok, h, prow0);
   }
 }
 
-/* The merge of a split request inside the attention kernel (ignis_decode_params.fused_merge), run
+/* The merge of a split request inside the attention kernel (core/params.h: merge counters), run
  * by every block of a split item once its partial rows are written: the block counts itself in its
  * group's counter, and the last of the group merges it; with several groups the group mergers
  * count themselves on group 0's counter, and the last of them merges the groups. Every writer
@@ -1043,34 +1045,10 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       }
       const int tok = row / c.group;
       const int64_t h = (int64_t)kvh * c.group + row % c.group;
-      const int64_t out_row = (int64_t)item.request * p.q_len + tok;
-      float lse2;
-      if (item.partial < 0 && p.sinks != nullptr) { /* whole request: the sink joins here */
-        const float sink2 = p.sinks[h] * 1.4426950408889634f;
-        const float top = fmaxf(mx, sink2);
-        const float w_keys = mx == -CUDART_INF_F ? 0.0f : exp2f(mx - top);
-        sum = fmaf(sum, w_keys, exp2f(sink2 - top));
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[e] *= w_keys;
-        mx = top;
-      }
-      const bool any = sum > 0.0f || isnan(sum);
-      const float inv = any ? p.v_scale / sum : 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        acc[e] = any ? acc[e] * inv : 0.0f;
-      lse2 = any ? mx + log2f(sum) : -CUDART_INF_F;
-      if (item.partial < 0) {
-        ignis_store_floats(static_cast<QT *>(p.out) + out_row * p.out_stride_batch + h * p.out_stride_head + d0, acc);
-        if (p.lse != nullptr && d0 == 0)
-          p.lse[out_row * p.lse_stride_batch + h * p.lse_stride_head] = lse2 * p.lse_scale;
-      } else {
-        const int64_t prow = ((int64_t)item.partial * p.q_len + tok) * p.num_qo_heads + h;
-        ignis_store_floats(p.partial_out + prow * HEAD_DIM + d0, acc);
-        if (d0 == 0)
-          p.partial_lse[prow] = lse2;
-      }
+      /* a whole request writes out (the sink joins here), a chunk its partial row */
+      write_merged_row<QT, HEAD_DIM, 8>(p, acc, sum, mx, p.v_scale, d0, item.partial < 0,
+                                        (int64_t)item.request * p.q_len + tok, h,
+                                        ((int64_t)item.partial * p.q_len + tok) * p.num_qo_heads + h);
     }
     __syncthreads();
   }
@@ -1081,7 +1059,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       merge_in_kernel<QT, HEAD_DIM>(p, c, item, kvh);
 }
 
-/* ---- merge kernel (implicit schedule, and runs without fused_merge) ------------------------------ */
+/* ---- merge kernel (implicit schedule, and the kernel for more than 8 rows) ------------------------ */
 /* Block (b, row) merges one (token, head) row of request b: its MERGE_WARPS warps take the partial
  * rows in turn (warp w: partials w, w + MERGE_WARPS, ...; merge_partial_rows), and warp 0 combines
  * the warps' sums and writes the row. The launch is the same for every batch, so a request's result
@@ -1143,7 +1121,8 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
     for (int w = 0; w < MERGE_WARPS; ++w)
       acc[e] += warp_acc[w][lane * VEC + e];
   }
-  write_merged_row<QT, VEC>(p, acc, sum, top, lane, true, (int64_t)blockIdx.x * q_len + tok, h, 0);
+  write_merged_row<QT, HEAD_DIM, VEC>(p, acc, sum, top, 1.0f, lane * VEC, true, (int64_t)blockIdx.x * q_len + tok, h,
+                                      0);
 }
 
 /* ---- host side ------------------------------------------------------------------------------------ */
@@ -1176,7 +1155,7 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
-  c.fused_merge = p.fused_merge && p.work != nullptr && transposed_rows(c.rows);
+  c.fused_merge = p.work != nullptr && transposed_rows(c.rows);
   return c;
 }
 

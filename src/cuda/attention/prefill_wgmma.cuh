@@ -93,12 +93,6 @@ static __device__ __forceinline__ void wgmma_commit() {
 template <int N> static __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-/* 2^x by the SFU alone (subnormal results flush to 0; -inf gives 0). */
-static __device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 /* Keeps the compiler from moving accesses of accumulator registers across wgmma issue and wait. */
 template <int N> static __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
 #pragma unroll
@@ -211,7 +205,7 @@ static __device__ __forceinline__ void wgmma_softmax(float (&s)[64], float scale
     for (int n = 0; n < WGMMA_KT / 8; ++n)
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[4 * n + e] = exp2_ftz(fmaf(s[4 * n + e], scale, -m_use));
+        s[4 * n + e] = exp2_approx(fmaf(s[4 * n + e], scale, -m_use));
         sum += s[4 * n + e];
       }
     l[h] = fmaf(l[h], rescale[h], sum);

@@ -1125,6 +1125,34 @@ static void test_batch(h_backend backend) {
     run_batch_case(backend, &bs, o, &rng);
   }
 
+  /* The page kernel's shapes (CUDA on sm_90: 8 KV heads, head dim 128, 16-bit K/V in NHD, pages of
+   * a multiple of 16 tokens, at most 8 query rows per KV head; a plan takes it for a batch it need
+   * not split and that fills the GPU, here 128 requests of at most 256 keys, auto and disabled
+   * splits; the fixed splits run the other kernel, or the page kernel's merge path with
+   * IGNIS_DECODE_PAGE_KERNEL=always): every option, page sizes 16, 32 and 64, groups 1, 4 and 8,
+   * q_len 2, K and V in one tensor or two (padded rows here: the other kernel), empty and one-key
+   * requests, lengths that end mid-page or at a page's end. */
+  int64_t page_lens[128];
+  for (int i = 0; i < 128; ++i)
+    page_lens[i] = (i * 37) % 257;
+  for (int k = 0; k < NUM_VARIANTS; ++k) {
+    static const int64_t group_of[4] = {4, 8, 1, 4};
+    batch_shape bs = {128,
+                      16 << (k % 3),
+                      8,
+                      group_of[k % 4],
+                      128,
+                      k % 4 == 3 ? 2 : 1,
+                      256,
+                      k % 2 ? IGNIS_F16 : IGNIS_BF16,
+                      k % 2 ? IGNIS_F16 : IGNIS_BF16,
+                      IGNIS_KV_LAYOUT_NHD,
+                      k % 4 != 2,
+                      k % 3 != 1,
+                      page_lens};
+    run_batch_case(backend, &bs, opts_variant(k), &rng);
+  }
+
   /* One long request ending mid-page, split many ways (RoPE at large positions, sinks). */
   static const int64_t long_len[1] = {33001};
   batch_shape long_case = {1, 16, 1,       2, 128, 3, 33001, IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_NHD,

@@ -38,6 +38,10 @@ ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device
 /* Attention blocks of the decode kernel resident per SM for this head dim, K/V dtype and query rows
  * per block (q_len * group: they pick the kernel; the planner's wave is SMs times this). */
 int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows);
+/* The same for the page kernel (decode.cu) in (work item, KV head) units, i.e. its blocks per SM
+ * times its 8 heads; 0 when it does not take this shape or cannot run on the current device. */
+int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                                         int64_t num_kv_heads, int64_t page_size);
 /* Prefill attention blocks resident per SM on CUDA device `device` for a call of this shape (read:
  * dtype, cache.dtype, head dims, mask_mode and the score options; the planner's wave is SMs times
  * this). */

@@ -68,6 +68,10 @@ ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int3
   return unavailable("merge_state");
 }
 int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) { return 1; }
+int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                                         int64_t num_kv_heads, int64_t page_size) {
+  return 0;
+}
 int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device) { return 1; }
 
 ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {

@@ -36,6 +36,12 @@ struct ignis_decode_plan {
   ignis_decode_plan_config config;
   ignis_attention_resolved options;
   ignis_decode_planner planner;
+  /* CUDA, shapes the page kernel takes (decode.cu): its planner, whose schedule an update keeps
+   * when it has no split and fills its waves (page_kernel), else the planner above's */
+  ignis_decode_planner page_planner;
+  int has_page_planner;
+  int page_kernel;
+  int64_t max_work, max_partials; /* the larger of the two planners' */
   size_t schedule_bytes;
   ignis_staging_ring staging; /* CUDA */
   /* CPU: the schedule and the planned lengths */
@@ -120,6 +126,25 @@ static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv
   if (device.type == IGNIS_DEVICE_CPU)
     return IGNIS_DECODE_CPU_NOMINAL_SMS * IGNIS_DECODE_BLOCKS_PER_SM;
   return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype, rows);
+}
+
+/* IGNIS_DECODE_PAGE_KERNEL=always: every batch the page kernel takes runs it, split or not (tests
+ * of its merge path; read once). */
+static int page_kernel_always(void) {
+  static int known = -1;
+  if (known < 0) {
+    const char *value = getenv("IGNIS_DECODE_PAGE_KERNEL");
+    known = value != NULL && strcmp(value, "always") == 0;
+  }
+  return known;
+}
+
+/* The page kernel's wave (CUDA, in (item, KV head) blocks), 0 where it does not run. */
+static int64_t decode_page_wave(const ignis_decode_plan_config *c, int64_t rows) {
+  if (c->device.type == IGNIS_DEVICE_CPU)
+    return 0;
+  return (int64_t)ignis_cuda_device_sm_count(c->device.id) *
+         ignis_cuda_decode_page_blocks_per_sm(c->head_dim, c->kv_dtype, rows, c->num_kv_heads, c->page_size);
 }
 
 /* ---- single decode -------------------------------------------------------------------------- */
@@ -308,13 +333,18 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   ignis_attention_resolved options;
   IGNIS_TRY(check_config(fn, config, &options));
   int cpu = config->device.type == IGNIS_DEVICE_CPU;
-  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype,
-                             (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
-                                 (config->num_qo_heads / config->num_kv_heads));
-  ignis_decode_planner planner;
+  const int64_t rows = (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
+                       (config->num_qo_heads / config->num_kv_heads);
+  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype, rows);
+  int64_t page_wave = decode_page_wave(config, rows);
+  ignis_decode_planner planner, page_planner;
+  memset(&page_planner, 0, sizeof page_planner);
   if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,
                                 config->num_kv_heads, wave, 1,
-                                config->disable_split_kv, config->fixed_split_size) != 0)
+                                config->disable_split_kv, config->fixed_split_size) != 0 ||
+      (page_wave > 0 && ignis_decode_planner_init(&page_planner, config->max_batch_size, config->max_kv_len,
+                                                  config->page_size, config->num_kv_heads, page_wave, 1,
+                                                  config->disable_split_kv, config->fixed_split_size) != 0))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_batch_size=%" PRId64 ", config.max_kv_len=%" PRId64
                            " and config.fixed_split_size=%" PRId64 " need more than %d work items",
@@ -329,7 +359,19 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
     plan->config.q_len_per_req = 1;
   plan->options = options;
   plan->planner = planner;
+  plan->page_planner = page_planner;
+  plan->has_page_planner = page_wave > 0;
+  /* room for either planner's schedules (same layout: both have max_batch) */
+  plan->max_work = planner.max_work;
+  plan->max_partials = planner.max_partials;
   plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
+  if (plan->has_page_planner) {
+    plan->max_work = plan->max_work > page_planner.max_work ? plan->max_work : page_planner.max_work;
+    plan->max_partials =
+        plan->max_partials > page_planner.max_partials ? plan->max_partials : page_planner.max_partials;
+    size_t page_bytes = ignis_decode_schedule_bytes(&page_planner);
+    plan->schedule_bytes = plan->schedule_bytes > page_bytes ? plan->schedule_bytes : page_bytes;
+  }
   ignis_status status = IGNIS_OK;
   if (cpu) {
     plan->host_schedule = malloc(plan->schedule_bytes);
@@ -359,7 +401,7 @@ typedef struct plan_pieces {
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
                                plan_pieces *pieces) {
   IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)plan->schedule_bytes, 1, &pieces->schedule));
-  return carve_partials(ws, fn, plan->planner.max_partials * plan->config.q_len_per_req,
+  return carve_partials(ws, fn, plan->max_partials * plan->config.q_len_per_req,
                         plan->config.num_qo_heads, plan->config.head_dim, &pieces->partial_out,
                         &pieces->partial_lse);
 }
@@ -454,7 +496,20 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   void *image;
   IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   plan->updated = 0;
-  size_t used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+  /* the page kernel's schedule where it has no split and fills its waves, else the other kernel's */
+  size_t used = 0;
+  int page = 0;
+  if (plan->has_page_planner) {
+    used = ignis_decode_plan_batch(&plan->page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+    const ignis_decode_schedule_header *h = ignis_decode_schedule_header_of(image);
+    int64_t wave_items = plan->page_planner.wave / c->num_kv_heads;
+    int64_t waves = wave_items > 0 ? (h->num_work + wave_items - 1) / wave_items : 0;
+    page = page_kernel_always() || (h->num_partials == 0 && h->num_work > 0 &&
+                                    (double)h->num_work >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items));
+  }
+  if (!page)
+    used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+  plan->page_kernel = page;
   IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
   plan->claim = ignis_workspace_claim(workspace);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
@@ -608,7 +663,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
   p.work = ignis_decode_schedule_work_of(&plan->planner, schedule);
   p.num_work = &header->num_work;
-  p.max_work = plan->planner.max_work;
+  p.max_work = plan->max_work;
   p.request_partials = ignis_decode_schedule_partials_of(schedule);
   p.batch_size = &header->batch_size;
   p.max_batch = plan->planner.max_batch;
@@ -617,5 +672,6 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   p.launch_work = plan->num_work;
   p.launch_batch = plan->batch_size;
   p.launch_merge = plan->num_partials > 0;
+  p.page_kernel = plan->page_kernel;
   return ignis_cuda_decode(&p, device.id, stream);
 }

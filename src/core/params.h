@@ -230,6 +230,9 @@ typedef struct ignis_decode_params {
   int64_t launch_work;
   int64_t launch_batch;
   int32_t launch_merge;
+  /* The plan chose the page kernel for this batch (CUDA, decode.cu: an unsplit batch that fills
+   * its waves, of the shapes it takes); a captured run keeps the choice of its capture. */
+  int32_t page_kernel;
   /* Partial rows: item partial p, query token i, head h is row (p * q_len + i) * num_qo_heads + h. */
   float *partial_out;             /* [max_partials * q_len, num_qo_heads, head_dim] f32 */
   float *partial_lse;             /* [max_partials * q_len, num_qo_heads] f32, base 2 */

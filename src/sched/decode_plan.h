@@ -43,6 +43,7 @@
 #define IGNIS_DECODE_BLOCK_COST_TOKENS 128  /* auto split: a block's fixed cost, in keys */
 #define IGNIS_DECODE_SINGLE_MAX_CHUNKS 1024 /* single decode: at most this many chunks, any device */
 #define IGNIS_DECODE_CPU_NOMINAL_SMS 132    /* the CPU backend plans as for an H100/H200 */
+#define IGNIS_DECODE_PAGE_MIN_FILL 0.9      /* the page kernel's schedule: busy fraction of its waves */
 
 typedef struct ignis_decode_planner {
   int64_t max_batch;

@@ -50,6 +50,24 @@
  * share an SM (B64 L4k: 0.93x -> 0.98x cuDNN). The planner's occupancy comes from the kernel
  * instance it will run (ignis_cuda_decode_blocks_per_sm takes the rows).
  *
+ * Page kernel (decode_page_kernel, sm_90; for 16-bit K/V at head dim 128 with 8 KV heads in NHD
+ * order, pages of a multiple of 16 tokens, and rows for the transposed kernel: the common shape of
+ * Llama-style models; taken when the plan chose it, i.e. for batches it need not split and that
+ * fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for all 8 KV heads, one
+ * per SM, 8 consumer warps (a head each) and a producer warp. Each stage is 16 tokens of one page
+ * for all 8 heads, which NHD keeps as one 32 KB run for K and one for V: two bulk copies
+ * (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of bare copies
+ * on the H200 put the reason in numbers: 4 KB runs per head and page (what the kernel above
+ * fetches, by cp.async or by bulk copies) stream at ~4.35 TB/s, 32 KB runs at ~4.5 TB/s, the rate
+ * of contiguous K/V; tensor-map copies of the same boxes at ~4.1. In the ring a head's 16 rows
+ * lie 2 KB apart (one bank group), so each consumer warp first copies its head's K and V rows into
+ * a private swizzled 16-key tile (zeroing the rows of masked keys), releases the slot (an empty
+ * mbarrier of 8 arrivals), and runs the transposed kernel's 16-key step on it (transposed_keys16:
+ * the same scores, options and softmax). Each warp owns its head's rows outright, so its epilogue
+ * writes out or the partial row with no key-split merge; a split item (a CUDA-graph replay of a
+ * later plan, or IGNIS_DECODE_PAGE_KERNEL=always) merges inside the kernel for all 8 heads on head
+ * 0's counters. Its planner counts the block as 8 (item, head) blocks.
+ *
  * fp8 K/V: tiles hold the fp8 bytes; fragments are read with the same ldmatrix (a b16 lane then
  * holds two fp8 values) and converted to f16 in registers (fp8x4_to_f16x2x2: both halves of a
  * word without a shift). Because a b16 lane of K then holds
@@ -76,6 +94,7 @@
  * The tile layout, PTX wrappers, score transforms and the partial-row merge are shared with prefill
  * (attention_tile.cuh). */
 #include <math.h>
+#include <string.h>
 #include <type_traits>
 
 #include "cuda/attention/attention_tile.cuh"
@@ -258,15 +277,14 @@ static __device__ __forceinline__ void rescale_rows(float (&o)[OTILES][4], const
 
 /* ---- merging partial rows ---------------------------------------------------------------------- */
 /* A lane's part of one query row merged over the partial rows prow0 + k * stride, k = k0, k0 + k_step,
- * .. < count: its VEC values (dims lane * VEC ..) weighted by exp2(lse - mx), their weight sum, and
- * the running maximum mx of the base-2 LSEs (the same in every lane). MERGE_BATCH partials are loaded
- * before any is used. Loads go to L2 (ld.global.cg): in the attention kernel other blocks of the
- * running grid wrote the rows. */
-template <int VEC>
+ * .. < count: its VEC values (dims lane * VEC .., lane within the row's HEAD_DIM / VEC lanes)
+ * weighted by exp2(lse - mx), their weight sum, and the running maximum mx of the base-2 LSEs (the
+ * same in every lane of the row). MERGE_BATCH partials are loaded before any is used. Loads go to
+ * L2 (ld.global.cg): in the attention kernel other blocks of the running grid wrote the rows. */
+template <int HEAD_DIM, int VEC>
 __device__ __forceinline__ void merge_partial_rows(const ignis_decode_params &p, int64_t prow0, int64_t stride,
                                                    int k0, int k_step, int count, int lane, float (&acc)[VEC],
                                                    float &sum, float &mx) {
-  constexpr int HEAD_DIM = VEC * 32;
   for (int base = k0; base < count; base += MERGE_BATCH * k_step) {
     float lse[MERGE_BATCH], x[MERGE_BATCH][VEC];
 #pragma unroll
@@ -283,7 +301,7 @@ __device__ __forceinline__ void merge_partial_rows(const ignis_decode_params &p,
     for (int u = 0; u < MERGE_BATCH; ++u) {
       if (lse[u] == -CUDART_INF_F)
         continue;
-      if (lse[u] > mx) { /* the same for the whole warp */
+      if (lse[u] > mx) { /* the same for the row's lanes */
         const float down = exp2f(mx - lse[u]);
         sum *= down;
 #pragma unroll
@@ -336,21 +354,26 @@ __device__ __forceinline__ void write_merged_row(const ignis_decode_params &p, f
 }
 
 /* Merge, by a whole block, of partials base + k * step (k < count) of request b for the rows of KV
- * head kvh: a warp per row, into out / lse (final) or into partial row `base`. */
-template <typename QT, int HEAD_DIM>
+ * heads kvh0 .. kvh0 + heads - 1, ROWS_PER_WARP rows per warp at a time (32 / ROWS_PER_WARP lanes
+ * per row: more rows in flight for blocks of many heads), into out / lse (final) or into partial
+ * row `base`. */
+template <typename QT, int HEAD_DIM, int ROWS_PER_WARP>
 __device__ __forceinline__ void merge_block_rows(const ignis_decode_params &p, const decode_config &c, int64_t b,
-                                                 int kvh, int64_t base, int64_t step, int count, bool final) {
-  constexpr int VEC = HEAD_DIM / 32;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int row = warp; row < c.rows; row += DECODE_WARPS) {
-    const int tok = row / c.group;
-    const int64_t h = (int64_t)kvh * c.group + row % c.group;
+                                                 int kvh0, int heads, int64_t base, int64_t step, int count,
+                                                 bool final) {
+  constexpr int LANES = 32 / ROWS_PER_WARP, VEC = HEAD_DIM / LANES;
+  const int lane = (threadIdx.x & 31) % LANES;
+  const int slot = (threadIdx.x >> 5) * ROWS_PER_WARP + (threadIdx.x & 31) / LANES;
+  const int slots = (blockDim.x >> 5) * ROWS_PER_WARP;
+  for (int row = slot; row < heads * c.rows; row += slots) {
+    const int head_row = row % c.rows, tok = head_row / c.group;
+    const int64_t h = (int64_t)(kvh0 + row / c.rows) * c.group + head_row % c.group;
     const int64_t prow0 = (base * p.q_len + tok) * p.num_qo_heads + h;
     float acc[VEC], sum = 0.0f, mx = -CUDART_INF_F;
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[e] = 0.0f;
-    merge_partial_rows<VEC>(p, prow0, step * p.q_len * p.num_qo_heads, 0, 1, count, lane, acc, sum, mx);
+    merge_partial_rows<HEAD_DIM, VEC>(p, prow0, step * p.q_len * p.num_qo_heads, 0, 1, count, lane, acc, sum, mx);
     write_merged_row<QT, HEAD_DIM, VEC>(p, acc, sum, mx, 1.0f, lane * VEC, final, b * p.q_len + tok, h, prow0);
   }
 }
@@ -360,10 +383,12 @@ __device__ __forceinline__ void merge_block_rows(const ignis_decode_params &p, c
  * group's counter, and the last of the group merges it; with several groups the group mergers
  * count themselves on group 0's counter, and the last of them merges the groups. Every writer
  * fences before its block counts itself; a merger fences before it reads. A merger leaves its
- * counter zero (group 0's: the final merger) for the next run, e.g. a CUDA-graph replay. */
-template <typename QT, int HEAD_DIM>
+ * counter zero (group 0's: the final merger) for the next run, e.g. a CUDA-graph replay. A block
+ * of several KV heads (the page kernel: kvh .. kvh + heads - 1) counts on the counters of kvh
+ * alone and merges the rows of all its heads. */
+template <typename QT, int HEAD_DIM, int ROWS_PER_WARP>
 __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, const decode_config &c,
-                                             const ignis_decode_work &item, int kvh) {
+                                             const ignis_decode_work &item, int kvh, int heads) {
   __shared__ uint32_t merger;
   const int64_t b = item.request;
   const int32_t first = p.request_partials[b], n = p.request_partials[b + 1] - first;
@@ -387,7 +412,8 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
   if (!merger)
     return;
   __threadfence();
-  merge_block_rows<QT, HEAD_DIM>(p, c, b, kvh, first + g * IGNIS_DECODE_MERGE_GROUP, 1, members, groups == 1);
+  merge_block_rows<QT, HEAD_DIM, ROWS_PER_WARP>(p, c, b, kvh, heads, first + g * IGNIS_DECODE_MERGE_GROUP, 1, members,
+                                 groups == 1);
   if (groups == 1)
     return;
   __threadfence();
@@ -403,7 +429,311 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
   if (!merger)
     return;
   __threadfence();
-  merge_block_rows<QT, HEAD_DIM>(p, c, b, kvh, first, IGNIS_DECODE_MERGE_GROUP, groups, true);
+  merge_block_rows<QT, HEAD_DIM, ROWS_PER_WARP>(p, c, b, kvh, heads, first, IGNIS_DECODE_MERGE_GROUP, groups, true);
+}
+
+/* ---- the query side of a warp ------------------------------------------------------------------- */
+/* Q fragments and the facts of the score rows of one warp (m-tile mt of the block's rows; in the
+ * transposed kernel the rows are the n index of Q^T). */
+template <int HEAD_DIM, bool ROPE, bool TRANSPOSED> struct query_frags {
+  static constexpr int KSTEPS = HEAD_DIM / 16, QROWS = TRANSPOSED ? 1 : 2;
+  /* qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}, the A fragment of Q K^T
+   * (transposed: {row g: e0 e1, row g: e2 e3}, the B fragment of K Q^T) */
+  uint32_t qa[KSTEPS][2 * QROWS];
+  float row_scale[2];   /* of the score rows: base-2 (no transform) or natural factor of the raw scores */
+  int32_t score_pos[2]; /* positions of the score rows' tokens */
+  float slope[2];       /* ALiBi slopes of the score rows */
+  float kfreq[ROPE ? KSTEPS / 2 : 1][4]; /* RoPE: frequencies of this lane's K dims */
+};
+
+/* Loads the Q fragments of KV head kvh's rows (m-tile mt; inactive: zero Q) for work item `item`
+ * with key range r: RoPE applied, fp8 rows scaled into f16 range, the softmax scale folded into
+ * row_scale. */
+template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
+__device__ __forceinline__ void load_query(const ignis_decode_params &p, const decode_config &c,
+                                           const ignis_decode_work &item, const kv_range &r, int kvh, int mt,
+                                           bool active, query_frags<HEAD_DIM, ROPE, TRANSPOSED> &q) {
+  constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
+  typedef typename mma_type<KIND>::type MT;
+  constexpr int KSTEPS = HEAD_DIM / 16, QROWS = TRANSPOSED ? 1 : 2;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  /* Token, head and position of query row `row` of the block; false past the block's rows (which
+   * take token 0, the head of row 0 of the group, and zero Q). */
+  auto row_facts = [&](int row, int64_t *head_of, int64_t *qrow_of, int32_t *qpos_of) -> bool {
+    const bool ok = active && row < c.rows;
+    const int tok = ok ? row / c.group : 0;
+    *head_of = (int64_t)kvh * c.group + (ok ? row % c.group : 0);
+    *qrow_of = (int64_t)item.request * p.q_len + tok;
+    *qpos_of = r.kv_len - p.q_len + tok;
+    return ok;
+  };
+  /* Load rows: the rows whose Q fragments this lane holds, g and g + 8 of the warp's m-tile
+   * (transposed: row g, the n index of the Q^T fragment). Score rows: the rows of this lane's
+   * scores and O values, the same two (transposed: rows 2t and 2t + 1, the columns of S^T). */
+  int64_t head[QROWS], qrow[QROWS];
+  int32_t qpos[QROWS];
+  bool row_ok[QROWS];
+#pragma unroll
+  for (int h2 = 0; h2 < QROWS; ++h2)
+    row_ok[h2] = row_facts(mt * 16 + g + h2 * 8, &head[h2], &qrow[h2], &qpos[h2]);
+  int64_t score_head[2];
+  int32_t(&score_pos)[2] = q.score_pos;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    if constexpr (TRANSPOSED) {
+      int64_t unused_qrow;
+      row_facts(2 * t + h2, &score_head[h2], &unused_qrow, &score_pos[h2]);
+    } else {
+      score_head[h2] = head[h2];
+      score_pos[h2] = qpos[h2];
+    }
+  }
+
+  uint32_t(&qa)[KSTEPS][2 * QROWS] = q.qa;
+  float(&row_scale)[2] = q.row_scale;
+  {
+    float qf[QROWS][KSTEPS][4];
+#pragma unroll
+    for (int h2 = 0; h2 < QROWS; ++h2) {
+      const QT *qp = static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          float two[2] = {0.0f, 0.0f};
+          if (row_ok[h2])
+            ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))), two);
+          qf[h2][kk][e] = two[0];
+          qf[h2][kk][e + 1] = two[1];
+        }
+    }
+    float freq[KSTEPS / 2][4];
+    if constexpr (ROPE) {
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS / 2; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          freq[kk][e] = p.rope_rcp_scale *
+                        exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+#pragma unroll
+      for (int h2 = 0; h2 < QROWS; ++h2)
+        rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
+    }
+    const float nat = c.transform ? 1.0f : 1.4426950408889634f;
+    float load_scale[QROWS];
+#pragma unroll
+    for (int h2 = 0; h2 < QROWS; ++h2) {
+      float pow2 = 1.0f;
+      if constexpr (FP8) { /* bring the row into [2^14, 2^15) for f16 */
+        float mx = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            mx = fmaxf(mx, fabsf(qf[h2][kk][e]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (mx > 0.0f && isfinite(mx)) {
+          const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+          pow2 = exp2f((float)min(max(14 - ex, -126), 126));
+        }
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            qf[h2][kk][e] *= pow2;
+      }
+      load_scale[h2] = p.sm_scale_log2 / 1.4426950408889634f * p.k_scale / pow2 * nat;
+    }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) /* transposed: score row 2t + h2 is the load row of lanes 4 (2t + h2) + t' */
+      row_scale[h2] = !TRANSPOSED ? load_scale[h2 % QROWS]
+                      : FP8       ? __shfl_sync(0xffffffffu, load_scale[0], 8 * t + 4 * h2)
+                                  : load_scale[0];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+      for (int i = 0; i < 2 * QROWS; ++i)
+        qa[kk][i] = ignis_pack_word<MT>(&qf[i % QROWS][kk][2 * (i / QROWS)]);
+  }
+  float(&kfreq)[ROPE ? KSTEPS / 2 : 1][4] = q.kfreq;
+  if constexpr (ROPE) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS / 2; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        kfreq[kk][e] =
+            p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+  }
+  float(&slope)[2] = q.slope;
+  slope[0] = slope[1] = 0.0f;
+  if (c.alibi_n > 0) {
+    slope[0] = alibi_slope(c.alibi_n, score_head[0]);
+    slope[1] = alibi_slope(c.alibi_n, score_head[1]);
+  }
+}
+
+/* Score of a lane's element for score row h2 and key j (ok: the key's page is good) on the general
+ * path: scaled, ALiBi, soft cap (base 2 out), masks of the row. */
+template <int HEAD_DIM, bool ROPE, bool TRANSPOSED>
+__device__ __forceinline__ float general_score(const ignis_decode_params &p, const decode_config &c,
+                                               const query_frags<HEAD_DIM, ROPE, TRANSPOSED> &q, float raw, int h2,
+                                               int j, bool ok, bool row_masks) {
+  const int32_t pos = q.score_pos[h2];
+  float x = raw * q.row_scale[h2];
+  if (c.transform) {
+    if (c.alibi_n > 0)
+      x += q.slope[h2] * (float)(j - pos);
+    x = c.cap_out > 0.0f ? c.cap_out * tanhf(x * c.cap_in) : x * 1.4426950408889634f;
+  }
+  if (row_masks)
+    ok = ok && j <= pos && (p.window_left < 0 || j >= pos - p.window_left);
+  return ok ? x : -CUDART_INF_F;
+}
+
+/* ---- 16 keys of the transposed kernel ----------------------------------------------------------- */
+/* One warp's S^T = K Q^T, online softmax and O^T += V^T P^T over keys key0 .. key0 + 15 of a K and
+ * a V tile (rows of ROW_BYTES, 16-byte chunks XOR-swizzled by SWIZZLE); key_abs0: the position of
+ * key key0; key_bits: bit i set when key key0 + i is on a good page. after_scores() runs once the
+ * K fragments are read (the split ring issues its next V copy there). */
+template <int KIND, int HEAD_DIM, bool ROPE, int ROW_BYTES, int SWIZZLE, typename AfterScores>
+__device__ __forceinline__ void transposed_keys16(const ignis_decode_params &p, const decode_config &c,
+                                                  const query_frags<HEAD_DIM, ROPE, true> &q, uint32_t k_tile,
+                                                  uint32_t v_tile, int key0, int key_abs0, uint32_t key_bits,
+                                                  bool row_masks, float (&o)[HEAD_DIM / 16][4], float (&m)[2],
+                                                  float (&l)[2], AfterScores after_scores) {
+  constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
+  constexpr bool BF16 = KIND == KV_BF16;
+  typedef typename mma_type<KIND>::type MT;
+  constexpr int KSTEPS = HEAD_DIM / 16, OTILES = HEAD_DIM / 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2;
+  const int mi = lane >> 3, mrow = lane & 7;
+  /* S^T = K Q^T: A = K (the sub-tile's 16 keys x the 16 dims of a k-step), B = Q^T; element e
+   * of s: key key0 + g + 8 (e >> 1), score row 2t + (e & 1). Even and odd k-steps accumulate
+   * apart (two chains of dependent mma instead of one). */
+  float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  /* A fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): {key g: e0 e1,
+   * key g+8: e0 e1, key g: e2 e3, key g+8: e2 e3}, e the dims of frag_dim */
+  auto load_k = [&](int kk, uint32_t (&ka)[2][4]) {
+    if constexpr (!FP8) {
+      ldmatrix_x4(k_tile + swizzled<ROW_BYTES, SWIZZLE>(key0 + mrow + (mi & 1) * 8, 2 * kk + (mi >> 1)), ka[0]);
+    } else {
+      /* x[2i], x[2i + 1]: keys g, g + 8 (dims 4t..4t+3 of 16-dim chunk kk + i) */
+      uint32_t x[4];
+      ldmatrix_x4(k_tile + swizzled<ROW_BYTES, SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        fp8x4_to_f16x2x2<KIND>(x[2 * i], ka[i][0], ka[i][2]);
+        fp8x4_to_f16x2x2<KIND>(x[2 * i + 1], ka[i][1], ka[i][3]);
+      }
+    }
+  };
+  constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
+  if constexpr (!ROPE) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+      uint32_t ka[2][4];
+      load_k(kk, ka);
+#pragma unroll
+      for (int i = 0; i < KSTEP_LOAD; ++i)
+        mma16816<BF16>(s2[(kk + i) & 1], ka[i], q.qa[kk + i][0], q.qa[kk + i][1]);
+    }
+  } else {
+    /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
+    uint32_t kall[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
+      uint32_t ka[2][4];
+      load_k(kk, ka);
+#pragma unroll
+      for (int i = 0; i < KSTEP_LOAD; ++i)
+#pragma unroll
+        for (int q4 = 0; q4 < 4; ++q4)
+          kall[kk + i][q4] = ka[i][q4];
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) { /* key g + 8n: registers n (e0 e1) and n + 2 (e2 e3) */
+      float kf[KSTEPS][4];
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        ignis_unpack_word<MT>(kall[kk][n], &kf[kk][0]);
+        ignis_unpack_word<MT>(kall[kk][n + 2], &kf[kk][2]);
+      }
+      rotate_halves<KSTEPS>(kf, q.kfreq, (float)(key_abs0 + n * 8 + g));
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        kall[kk][n] = ignis_pack_word<MT>(&kf[kk][0]);
+        kall[kk][n + 2] = ignis_pack_word<MT>(&kf[kk][2]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk)
+      mma16816<BF16>(s2[kk & 1], kall[kk], q.qa[kk][0], q.qa[kk][1]);
+  }
+  float s[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    s[e] = s2[0][e] + s2[1][e];
+  after_scores();
+
+  /* scores (base 2) and masks; the key of element e is bit g + 8 (e >> 1) of bits */
+  const uint32_t bits = key_bits >> g;
+  if (!c.transform && !row_masks) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[e] = (bits >> (8 * (e >> 1))) & 1u ? s[e] * q.row_scale[e & 1] : -CUDART_INF_F;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[e] = general_score(p, c, q, s[e], e & 1, key_abs0 + g + 8 * (e >> 1), (bits >> (8 * (e >> 1))) & 1u, row_masks);
+  }
+  /* online softmax by score row, a column of S^T: its 16 keys are elements h2 and h2 + 2 of
+   * the 8 lanes g (same t) */
+  float pr[4], rescales[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    float mx = fmaxf(s[h2], s[h2 + 2]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float m_use = online_max<true>(m[h2], mx, &rescales[h2]);
+    pr[h2] = exp2_approx(s[h2] - m_use);
+    pr[h2 + 2] = exp2_approx(s[h2 + 2] - m_use);
+    l[h2] = fmaf(l[h2], rescales[h2], pr[h2] + pr[h2 + 2]);
+  }
+  /* P^T as the B fragment of V^T P^T (keys 2t, 2t+1 | 2t+8, 2t+9 of row g): each 8-key half of
+   * the C fragment (key g | g+8 of rows 2t, 2t+1) transposed across the warp */
+  const uint32_t pb0 = movmatrix_trans(ignis_pack_word<MT>(&pr[0]));
+  const uint32_t pb1 = movmatrix_trans(ignis_pack_word<MT>(&pr[2]));
+  rescale_rows<true>(o, rescales);
+
+  /* O^T += V^T P^T: A = V^T (16 dims x the 16 keys) by ldmatrix.trans; o[j][e] is score row
+   * 2t + (e & 1) of dim transposed_dim(j, e) */
+  if constexpr (!FP8) {
+#pragma unroll
+    for (int j = 0; j < OTILES; ++j) {
+      uint32_t va[4]; /* dims g | g+8 of keys 2t, 2t+1 | 2t+8, 2t+9 */
+      ldmatrix_x4_trans(v_tile + swizzled<ROW_BYTES, SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * j + (mi & 1)), va);
+      mma16816<BF16>(o[j], va, pb0, pb1);
+    }
+  } else {
+#pragma unroll
+    for (int cc = 0; cc < ROW_BYTES / 16; cc += 2) {
+      uint32_t x[4]; /* x[2 half], x[2 half + 1]: keys 0-7, 8-15 of 16-dim chunk cc + half */
+      ldmatrix_x4_trans(v_tile + swizzled<ROW_BYTES, SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> {dim 2g: keys 2t, 2t+1;
+         * dim 2g+1: keys 2t, 2t+1}: m-row g is dim 2g, m-row g+8 dim 2g+1 */
+        const uint32_t first = __byte_perm(x[2 * half], 0, 0x3120);
+        const uint32_t second = __byte_perm(x[2 * half + 1], 0, 0x3120);
+        uint32_t va[4];
+        fp8x4_to_f16x2x2<KIND>(first, va[0], va[1]);
+        fp8x4_to_f16x2x2<KIND>(second, va[2], va[3]);
+        mma16816<false>(o[cc + half], va, pb0, pb1);
+      }
+    }
+  }
 }
 
 /* ---- attention ----------------------------------------------------------------------------------- */
@@ -418,7 +748,6 @@ __global__ void __launch_bounds__(DECODE_THREADS)
   constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T (S^T = K Q^T) */
   /* O accumulator tiles: n-tiles of 8 dims of P V, or m-tiles of 16 dims of V^T P^T */
   constexpr int OTILES = TRANSPOSED ? HEAD_DIM / 16 : HEAD_DIM / 8;
-  constexpr int QROWS = TRANSPOSED ? 1 : 2; /* query rows whose Q fragments a lane holds */
   extern __shared__ __align__(128) unsigned char decode_smem[];
   const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(decode_smem);
   const char **rows_at = reinterpret_cast<const char **>(decode_smem + tile::RING_BYTES); /* [slot][key][K, V] */
@@ -501,121 +830,11 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     const int mt = pass_base + mt_slot;
     const bool active = mt < c.mtiles;
 
-    /* Token, head and position of query row `row` of the block; false past the block's rows (which
-     * take token 0, the head of row 0 of the group, and zero Q). */
-    auto row_facts = [&](int row, int64_t *head_of, int64_t *qrow_of, int32_t *qpos_of) -> bool {
-      const bool ok = active && row < c.rows;
-      const int tok = ok ? row / c.group : 0;
-      *head_of = (int64_t)kvh * c.group + (ok ? row % c.group : 0);
-      *qrow_of = (int64_t)item.request * p.q_len + tok;
-      *qpos_of = r.kv_len - p.q_len + tok;
-      return ok;
-    };
-    /* Load rows: the rows whose Q fragments this lane holds, g and g + 8 of the warp's m-tile
-     * (transposed: row g, the n index of the Q^T fragment). Score rows: the rows of this lane's
-     * scores and O values, the same two (transposed: rows 2t and 2t + 1, the columns of S^T). */
-    int64_t head[QROWS], qrow[QROWS];
-    int32_t qpos[QROWS];
-    bool row_ok[QROWS];
-#pragma unroll
-    for (int h2 = 0; h2 < QROWS; ++h2)
-      row_ok[h2] = row_facts(mt * 16 + g + h2 * 8, &head[h2], &qrow[h2], &qpos[h2]);
-    int64_t score_head[2];
-    int32_t score_pos[2];
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      if constexpr (TRANSPOSED) {
-        int64_t unused_qrow;
-        row_facts(2 * t + h2, &score_head[h2], &unused_qrow, &score_pos[h2]);
-      } else {
-        score_head[h2] = head[h2];
-        score_pos[h2] = qpos[h2];
-      }
-    }
-
-    /* Q fragments: qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}, the A
-     * fragment of Q K^T (transposed: {row g: e0 e1, row g: e2 e3}, the B fragment of K Q^T). */
-    uint32_t qa[KSTEPS][2 * QROWS];
-    float row_scale[2]; /* of the score rows: base-2 (no transform) or natural factor of the raw scores */
-    {
-      float qf[QROWS][KSTEPS][4];
-#pragma unroll
-      for (int h2 = 0; h2 < QROWS; ++h2) {
-        const QT *qp = static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            float two[2] = {0.0f, 0.0f};
-            if (row_ok[h2])
-              ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))), two);
-            qf[h2][kk][e] = two[0];
-            qf[h2][kk][e + 1] = two[1];
-          }
-      }
-      float freq[KSTEPS / 2][4];
-      if constexpr (ROPE) {
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS / 2; ++kk)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            freq[kk][e] = p.rope_rcp_scale *
-                          exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
-#pragma unroll
-        for (int h2 = 0; h2 < QROWS; ++h2)
-          rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
-      }
-      const float nat = c.transform ? 1.0f : 1.4426950408889634f;
-      float load_scale[QROWS];
-#pragma unroll
-      for (int h2 = 0; h2 < QROWS; ++h2) {
-        float pow2 = 1.0f;
-        if constexpr (FP8) { /* bring the row into [2^14, 2^15) for f16 */
-          float mx = 0.0f;
-#pragma unroll
-          for (int kk = 0; kk < KSTEPS; ++kk)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              mx = fmaxf(mx, fabsf(qf[h2][kk][e]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          if (mx > 0.0f && isfinite(mx)) {
-            const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
-            pow2 = exp2f((float)min(max(14 - ex, -126), 126));
-          }
-#pragma unroll
-          for (int kk = 0; kk < KSTEPS; ++kk)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              qf[h2][kk][e] *= pow2;
-        }
-        load_scale[h2] = p.sm_scale_log2 / 1.4426950408889634f * p.k_scale / pow2 * nat;
-      }
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) /* transposed: score row 2t + h2 is the load row of lanes 4 (2t + h2) + t' */
-        row_scale[h2] = !TRANSPOSED ? load_scale[h2 % QROWS]
-                        : FP8       ? __shfl_sync(0xffffffffu, load_scale[0], 8 * t + 4 * h2)
-                                    : load_scale[0];
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS; ++kk)
-#pragma unroll
-        for (int i = 0; i < 2 * QROWS; ++i)
-          qa[kk][i] = ignis_pack_word<MT>(&qf[i % QROWS][kk][2 * (i / QROWS)]);
-    }
-    float kfreq[ROPE ? KSTEPS / 2 : 1][4];
-    if constexpr (ROPE) {
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS / 2; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          kfreq[kk][e] =
-              p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
-    }
-    float slope[2] = {0.0f, 0.0f};
-    if (c.alibi_n > 0) {
-      slope[0] = alibi_slope(c.alibi_n, score_head[0]);
-      slope[1] = alibi_slope(c.alibi_n, score_head[1]);
-    }
+    query_frags<HEAD_DIM, ROPE, TRANSPOSED> q;
+    load_query<QT, KIND, HEAD_DIM, ROPE, TRANSPOSED>(p, c, item, r, kvh, mt, active, q);
+    const auto &qa = q.qa;
+    const auto &row_scale = q.row_scale;
+    const auto &kfreq = q.kfreq;
 
     float o[OTILES][4];
 #pragma unroll
@@ -676,155 +895,20 @@ __global__ void __launch_bounds__(DECODE_THREADS)
       for (int sub = ks; sub < DECODE_KT / 16; sub += TRANSPOSED ? DECODE_WARPS : c.ksplit) {
         const int key0 = sub * 16;
         const int mi = lane >> 3, mrow = lane & 7;
-        /* Score of a lane's element for score row h2 and key j (valid: the key's page is good) on the
-         * general path: scaled, ALiBi, soft cap (base 2 out), masks of the row. */
-        auto general_score = [&](float raw, int h2, int j, bool ok) -> float {
-          const int32_t pos = score_pos[h2];
-          float x = raw * row_scale[h2];
-          if (c.transform) {
-            if (c.alibi_n > 0)
-              x += slope[h2] * (float)(j - pos);
-            x = c.cap_out > 0.0f ? c.cap_out * tanhf(x * c.cap_in) : x * 1.4426950408889634f;
-          }
-          if (row_masks)
-            ok = ok && j <= pos && (p.window_left < 0 || j >= pos - p.window_left);
-          return ok ? x : -CUDART_INF_F;
-        };
         if constexpr (TRANSPOSED) {
-          /* S^T = K Q^T: A = K (the sub-tile's 16 keys x the 16 dims of a k-step), B = Q^T; element e
-           * of s: key key0 + g + 8 (e >> 1), score row 2t + (e & 1). Even and odd k-steps accumulate
-           * apart (two chains of dependent mma instead of one). */
-          float s2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-          /* A fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): {key g: e0 e1,
-           * key g+8: e0 e1, key g: e2 e3, key g+8: e2 e3}, e the dims of frag_dim */
-          auto load_k = [&](int kk, uint32_t (&ka)[2][4]) {
-            if constexpr (!FP8) {
-              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, 2 * kk + (mi >> 1)), ka[0]);
-            } else {
-              /* x[2i], x[2i + 1]: keys g, g + 8 (dims 4t..4t+3 of 16-dim chunk kk + i) */
-              uint32_t x[4];
-              ldmatrix_x4(k_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, kk + (mi >> 1)), x);
-#pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                fp8x4_to_f16x2x2<KIND>(x[2 * i], ka[i][0], ka[i][2]);
-                fp8x4_to_f16x2x2<KIND>(x[2 * i + 1], ka[i][1], ka[i][3]);
-              }
-            }
-          };
-          constexpr int KSTEP_LOAD = FP8 ? 2 : 1; /* k-steps one load_k covers */
-          if constexpr (!ROPE) {
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
-              uint32_t ka[2][4];
-              load_k(kk, ka);
-#pragma unroll
-              for (int i = 0; i < KSTEP_LOAD; ++i)
-                mma16816<BF16>(s2[(kk + i) & 1], ka[i], qa[kk + i][0], qa[kk + i][1]);
-            }
-          } else {
-            /* all k-steps first: RoPE pairs dims d and d + HEAD_DIM / 2 (k-steps kk and kk + KSTEPS / 2) */
-            uint32_t kall[KSTEPS][4];
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
-              uint32_t ka[2][4];
-              load_k(kk, ka);
-#pragma unroll
-              for (int i = 0; i < KSTEP_LOAD; ++i)
-#pragma unroll
-                for (int q4 = 0; q4 < 4; ++q4)
-                  kall[kk + i][q4] = ka[i][q4];
-            }
-#pragma unroll
-            for (int n = 0; n < 2; ++n) { /* key g + 8n: registers n (e0 e1) and n + 2 (e2 e3) */
-              float kf[KSTEPS][4];
-#pragma unroll
-              for (int kk = 0; kk < KSTEPS; ++kk) {
-                ignis_unpack_word<MT>(kall[kk][n], &kf[kk][0]);
-                ignis_unpack_word<MT>(kall[kk][n + 2], &kf[kk][2]);
-              }
-              rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
-#pragma unroll
-              for (int kk = 0; kk < KSTEPS; ++kk) {
-                kall[kk][n] = ignis_pack_word<MT>(&kf[kk][0]);
-                kall[kk][n + 2] = ignis_pack_word<MT>(&kf[kk][2]);
-              }
-            }
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk)
-              mma16816<BF16>(s2[kk & 1], kall[kk], qa[kk][0], qa[kk][1]);
-          }
-          float s[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[e] = s2[0][e] + s2[1][e];
-          if constexpr (tile::SPLIT) {
-            /* every warp has read K of tile tl (each takes one sub-tile: rows <= 8 is one m-tile and
-             * 4 key splits): its slot takes V of tile tl + 1, once V of tile tl is in */
-            copy_async_wait<1>();
-            __syncthreads();
-            if (tl + 1 < num_tiles)
-              issue_tile(tl + 1, false, true);
-            copy_async_commit();
-          }
-
-          /* scores (base 2) and masks; the key of element e is bit g + 8 (e >> 1) of bits */
-          const uint32_t bits = tile_valid[key0 >> 5] >> ((key0 & 31) + g);
-          if (!c.transform && !row_masks) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s[e] = (bits >> (8 * (e >> 1))) & 1u ? s[e] * row_scale[e & 1] : -CUDART_INF_F;
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s[e] = general_score(s[e], e & 1, tile_key0 + key0 + g + 8 * (e >> 1), (bits >> (8 * (e >> 1))) & 1u);
-          }
-          /* online softmax by score row, a column of S^T: its 16 keys are elements h2 and h2 + 2 of
-           * the 8 lanes g (same t) */
-          float pr[4], rescales[2];
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            float mx = fmaxf(s[h2], s[h2 + 2]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-            const float m_use = online_max<true>(m[h2], mx, &rescales[h2]);
-            pr[h2] = exp2_approx(s[h2] - m_use);
-            pr[h2 + 2] = exp2_approx(s[h2 + 2] - m_use);
-            l[h2] = fmaf(l[h2], rescales[h2], pr[h2] + pr[h2 + 2]);
-          }
-          /* P^T as the B fragment of V^T P^T (keys 2t, 2t+1 | 2t+8, 2t+9 of row g): each 8-key half of
-           * the C fragment (key g | g+8 of rows 2t, 2t+1) transposed across the warp */
-          const uint32_t pb0 = movmatrix_trans(ignis_pack_word<MT>(&pr[0]));
-          const uint32_t pb1 = movmatrix_trans(ignis_pack_word<MT>(&pr[2]));
-          rescale_rows<true>(o, rescales);
-
-          /* O^T += V^T P^T: A = V^T (16 dims x the 16 keys) by ldmatrix.trans; o[j][e] is score row
-           * 2t + (e & 1) of dim transposed_dim(j, e) */
-          if constexpr (!FP8) {
-#pragma unroll
-            for (int j = 0; j < OTILES; ++j) {
-              uint32_t va[4]; /* dims g | g+8 of keys 2t, 2t+1 | 2t+8, 2t+9 */
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi >> 1) * 8, 2 * j + (mi & 1)), va);
-              mma16816<BF16>(o[j], va, pb0, pb1);
-            }
-          } else {
-#pragma unroll
-            for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
-              uint32_t x[4]; /* x[2 half], x[2 half + 1]: keys 0-7, 8-15 of 16-dim chunk cc + half */
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8, cc + (mi >> 1)), x);
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> {dim 2g: keys 2t, 2t+1;
-                 * dim 2g+1: keys 2t, 2t+1}: m-row g is dim 2g, m-row g+8 dim 2g+1 */
-                const uint32_t first = __byte_perm(x[2 * half], 0, 0x3120);
-                const uint32_t second = __byte_perm(x[2 * half + 1], 0, 0x3120);
-                uint32_t va[4];
-                fp8x4_to_f16x2x2<KIND>(first, va[0], va[1]);
-                fp8x4_to_f16x2x2<KIND>(second, va[2], va[3]);
-                mma16816<false>(o[cc + half], va, pb0, pb1);
-              }
-            }
-          }
+          transposed_keys16<KIND, HEAD_DIM, ROPE, tile::ROW_BYTES, tile::SWIZZLE>(
+              p, c, q, k_tile, v_tile, key0, tile_key0 + key0, (tile_valid[key0 >> 5] >> (key0 & 31)) & 0xffffu,
+              row_masks, o, m, l, [&] {
+                if constexpr (tile::SPLIT) {
+                  /* every warp has read K of tile tl (each takes one sub-tile: rows <= 8 is one m-tile
+                   * and 4 key splits): its slot takes V of tile tl + 1, once V of tile tl is in */
+                  copy_async_wait<1>();
+                  __syncthreads();
+                  if (tl + 1 < num_tiles)
+                    issue_tile(tl + 1, false, true);
+                  copy_async_commit();
+                }
+              });
         } else {
           float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
           /* K fragments of k-steps kk, kk + 1 (fp8: one ldmatrix) or kk (16-bit): kb[i][n] = {b0b1, b2b3}
@@ -908,7 +992,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 const bool ok = (bits >> (n * 8 + (e & 1))) & 1u;
-                s[n][e] = general_score(s[n][e], e >> 1, tile_key0 + key0 + n * 8 + 2 * t + (e & 1), ok);
+                s[n][e] = general_score(p, c, q, s[n][e], e >> 1, tile_key0 + key0 + n * 8 + 2 * t + (e & 1), ok, row_masks);
               }
           }
           uint32_t pa[4];
@@ -1056,7 +1140,174 @@ __global__ void __launch_bounds__(DECODE_THREADS)
    * (168 -> 192 at head dim 128, 3 -> 2 blocks per SM) */
   if constexpr (TRANSPOSED)
     if (c.fused_merge && item.partial >= 0)
-      merge_in_kernel<QT, HEAD_DIM>(p, c, item, kvh);
+      merge_in_kernel<QT, HEAD_DIM, 1>(p, c, item, kvh, 1);
+}
+
+/* ---- page kernel ----------------------------------------------------------------------------------- */
+/* Shape of decode_page_kernel (see the header): 8 consumer warps (a KV head each) and a producer
+ * warp; a ring of PAGE_STAGES slots, each the K and the V of 16 tokens x 8 heads as they lie in the
+ * cache (two 32 KB bulk copies); a private 16-key K and V tile per consumer warp, swizzled as the
+ * transposed kernel's tiles. One block per SM. */
+enum {
+  PAGE_HEADS = 8,
+  PAGE_TOKENS = 16,
+  PAGE_STAGES = 2,
+  PAGE_THREADS = (PAGE_HEADS + 1) * 32,
+  PAGE_ROW_BYTES = 256, /* head dim 128, 16-bit */
+  PAGE_KV_BYTES = PAGE_TOKENS * PAGE_HEADS * PAGE_ROW_BYTES,
+  PAGE_TILE_BYTES = PAGE_TOKENS * PAGE_ROW_BYTES,
+  PAGE_O_STRIDE = 128 + 8, /* f32 O rows of the epilogue, in a warp's private tiles */
+  PAGE_PRIVATE_OFFSET = PAGE_STAGES * 2 * PAGE_KV_BYTES,
+  PAGE_BAR_OFFSET = PAGE_PRIVATE_OFFSET + PAGE_HEADS * 2 * PAGE_TILE_BYTES,
+  PAGE_SMEM_BYTES = PAGE_BAR_OFFSET + 2 * PAGE_STAGES * 8 + PAGE_STAGES * 4
+};
+static_assert(DECODE_TRANSPOSED_ROWS * PAGE_O_STRIDE * 4 + 2 * DECODE_TRANSPOSED_ROWS * 4 <= 2 * PAGE_TILE_BYTES,
+              "page kernel epilogue space");
+
+template <typename QT, int KIND, bool ROPE>
+__global__ void __launch_bounds__(PAGE_THREADS, 1)
+    decode_page_kernel(const ignis_decode_params p, const decode_config c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int HEAD_DIM = 128;
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  const uint32_t smem = (uint32_t)__cvta_generic_to_shared(decode_smem);
+  const uint32_t full0 = smem + PAGE_BAR_OFFSET, empty0 = full0 + PAGE_STAGES * 8;
+  uint32_t *valid = reinterpret_cast<uint32_t *>(decode_smem + PAGE_BAR_OFFSET + 2 * PAGE_STAGES * 8);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  ignis_decode_work item;
+  kv_range r;
+  const bool fetched = fetch_item(p, c, (int)blockIdx.x, &item);
+  if (tid == 0) {
+    for (int s = 0; s < PAGE_STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, PAGE_HEADS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  ignis_pdl_wait();
+  if (!fetched || !item_range(p, item, &r))
+    return; /* the whole block */
+  /* stages: 16 keys from key0 = s0 + 16 s, inside one page (page size a multiple of 16) */
+  const int32_t s0 = r.start & ~(PAGE_TOKENS - 1);
+  const int stages = r.end > r.start ? (r.end - s0 + PAGE_TOKENS - 1) / PAGE_TOKENS : 0;
+
+  if (warp == PAGE_HEADS) { /* producer */
+    const char *k_cache = static_cast<const char *>(p.cache.k_cache);
+    const char *v_cache = static_cast<const char *>(p.cache.v_cache);
+    /* pages of stages (s & ~31) + lane and 32 later, read a window ahead */
+    auto page_of_stage = [&](int st) { return st < stages ? page_of_key(p, r, s0 + st * PAGE_TOKENS) : -1; };
+    int32_t lane_page = page_of_stage(lane), next_page = page_of_stage(32 + lane);
+    for (int s = 0; s < stages; ++s) {
+      if (s > 0 && (s & 31) == 0) {
+        lane_page = next_page;
+        next_page = page_of_stage(s + 32 + lane);
+      }
+      const int32_t page = __shfl_sync(0xffffffffu, lane_page, s & 31);
+      const int slot = s % PAGE_STAGES;
+      if (s >= PAGE_STAGES)
+        mbar_wait(empty0 + 8 * slot, (s / PAGE_STAGES - 1) & 1);
+      if (lane == 0) {
+        const int32_t key0 = s0 + s * PAGE_TOKENS;
+        const int lo = max(r.start - key0, 0), hi = min(r.end - key0, (int32_t)PAGE_TOKENS);
+        valid[slot] = page >= 0 && hi > lo ? ((1u << hi) - 1u) & ~((1u << lo) - 1u) : 0u;
+        const uint32_t full = full0 + 8 * slot, dst = smem + slot * 2 * PAGE_KV_BYTES;
+        if (page >= 0) {
+          const int64_t token = (uint32_t)key0 % (uint32_t)r.page_size;
+          mbar_arrive_expect_tx(full, 2 * PAGE_KV_BYTES);
+          bulk_copy_to_shared(dst, k_cache + (page * p.cache.k_stride_page + token * p.cache.k_stride_token) * 2,
+                              PAGE_KV_BYTES, full);
+          bulk_copy_to_shared(dst + PAGE_KV_BYTES,
+                              v_cache + (page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2,
+                              PAGE_KV_BYTES, full);
+        } else {
+          mbar_arrive(full); /* nothing to copy: the consumers zero the rows */
+        }
+      }
+      __syncwarp();
+    }
+    ignis_pdl_launch_dependents();
+  } else { /* consumer: KV head `warp` */
+    const int kvh = warp;
+    query_frags<HEAD_DIM, ROPE, true> q;
+    load_query<QT, KIND, HEAD_DIM, ROPE, true>(p, c, item, r, kvh, 0, true, q);
+    const bool row_masks = p.q_len > 1 || p.window_left >= 0;
+    float o[HEAD_DIM / 16][4];
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 16; ++j)
+      o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+    const uint32_t k_tile = smem + PAGE_PRIVATE_OFFSET + warp * 2 * PAGE_TILE_BYTES, v_tile = k_tile + PAGE_TILE_BYTES;
+    for (int s = 0; s < stages; ++s) {
+      const int slot = s % PAGE_STAGES;
+      mbar_wait(full0 + 8 * slot, (s / PAGE_STAGES) & 1);
+      const uint32_t bits = valid[slot];
+      /* this head's 16 K and V rows into the private tiles (rows of masked keys as zeros): lane
+       * copies chunk lane % 16 of rows 2i + lane / 16 */
+      const uint32_t src = smem + slot * 2 * PAGE_KV_BYTES + kvh * PAGE_ROW_BYTES;
+#pragma unroll
+      for (int i = 0; i < PAGE_TOKENS / 2; ++i) {
+        const int row = 2 * i + (lane >> 4), chunk = lane & 15;
+        const uint32_t at = src + row * (PAGE_HEADS * PAGE_ROW_BYTES) + chunk * 16;
+        const uint32_t to = swizzled<PAGE_ROW_BYTES, 7>(row, chunk);
+        uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
+        if ((bits >> row) & 1u) {
+          kx = load_shared16(at);
+          vx = load_shared16(at + PAGE_KV_BYTES);
+        }
+        store_shared16(k_tile + to, kx);
+        store_shared16(v_tile + to, vx);
+      }
+      __syncwarp();
+      if (lane == 0)
+        mbar_arrive(empty0 + 8 * slot);
+      transposed_keys16<KIND, HEAD_DIM, ROPE, PAGE_ROW_BYTES, 7>(p, c, q, k_tile, v_tile, 0, s0 + s * PAGE_TOKENS,
+                                                                  bits, row_masks, o, m, l, [] {});
+      __syncwarp();
+    }
+    ignis_pdl_launch_dependents();
+
+    /* epilogue: O (rows 2t, 2t + 1 of the lanes g) through the private tiles, a lane per 8 dims of a
+     * row; a whole request writes out (the sink joins there), a chunk its partial row */
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 4);
+      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 8);
+      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 16);
+    }
+    const int g = lane >> 2, t = lane & 3;
+    float *wo = reinterpret_cast<float *>(decode_smem + PAGE_PRIVATE_OFFSET + warp * 2 * PAGE_TILE_BYTES);
+    float *wm = wo + DECODE_TRANSPOSED_ROWS * PAGE_O_STRIDE, *wl = wm + DECODE_TRANSPOSED_ROWS;
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        wo[(2 * t + (e & 1)) * PAGE_O_STRIDE + transposed_dim<false>(j, e, g)] = o[j][e];
+    if (g == 0) {
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        wm[2 * t + h2] = m[h2];
+        wl[2 * t + h2] = l[h2];
+      }
+    }
+    __syncwarp();
+    for (int idx = lane; idx < c.rows * (HEAD_DIM / 8); idx += 32) {
+      const int row = idx / (HEAD_DIM / 8), d0 = (idx % (HEAD_DIM / 8)) * 8;
+      float acc[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[e] = wo[row * PAGE_O_STRIDE + d0 + e];
+      const int tok = row / c.group;
+      const int64_t h = (int64_t)kvh * c.group + row % c.group;
+      write_merged_row<QT, HEAD_DIM, 8>(p, acc, wl[row], wm[row], p.v_scale, d0, item.partial < 0,
+                                        (int64_t)item.request * p.q_len + tok, h,
+                                        ((int64_t)item.partial * p.q_len + tok) * p.num_qo_heads + h);
+    }
+  }
+  if (item.partial >= 0) /* the whole block, producer too (merge_in_kernel synchronizes it) */
+    merge_in_kernel<QT, HEAD_DIM, 4>(p, c, item, 0, PAGE_HEADS);
+#endif
 }
 
 /* ---- merge kernel (implicit schedule, and the kernel for more than 8 rows) ------------------------ */
@@ -1094,7 +1345,7 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
 #pragma unroll
   for (int e = 0; e < VEC; ++e)
     acc[e] = 0.0f;
-  merge_partial_rows<VEC>(p, (first * q_len + tok) * heads + h, q_len * heads, warp, MERGE_WARPS,
+  merge_partial_rows<HEAD_DIM, VEC>(p, (first * q_len + tok) * heads + h, q_len * heads, warp, MERGE_WARPS,
                           (int)(last - first), lane, acc, sum, mx);
   if (lane == 0) {
     warp_max[warp] = mx;
@@ -1159,20 +1410,67 @@ static decode_config make_config(const ignis_decode_params &p) {
   return c;
 }
 
+/* Whether the page kernel can run on the current device: compiled for sm_90 (its body is empty
+ * below), a device of compute capability >= 9.0, and IGNIS_DECODE_PAGE_KERNEL not "0" in the
+ * environment (an opt-out for comparisons, read once). */
+static bool page_kernel_available() {
+  static const bool wanted = [] {
+    const char *value = getenv("IGNIS_DECODE_PAGE_KERNEL");
+    return (value == nullptr || strcmp(value, "0") != 0) && strstr(IGNIS_CUDA_TARGETS, "sm_90") != nullptr;
+  }();
+  int device = 0;
+  return wanted && cudaGetDevice(&device) == cudaSuccess && ignis_compute_capability(device) >= 90;
+}
+
+/* The call shapes the page kernel takes, as far as a plan knows them: 16-bit K/V at head dim 128,
+ * rows for the transposed kernel, 8 KV heads, pages of a multiple of 16 tokens. */
+static bool page_kernel_shape(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows, int64_t num_kv_heads,
+                              int64_t page_size) {
+  return head_dim == 128 && (kv_dtype == IGNIS_F16 || kv_dtype == IGNIS_BF16) && transposed_rows(rows) &&
+         num_kv_heads == PAGE_HEADS && page_size > 0 && page_size % PAGE_TOKENS == 0;
+}
+
+/* And at run time: a planned paged batch for which the plan chose it (op_decode.c: unsplit and
+ * filling its waves, where the split and merge of the other kernel cost less than the page kernel
+ * gains) whose 16 tokens x 8 heads of K (and of V) are one contiguous run (head stride head_dim,
+ * token stride 8 x head_dim elements: NHD with 8 heads). */
+static bool page_kernel_runs(const ignis_decode_params &p, const decode_config &c) {
+  const ignis_paged_kv_params &k = p.cache;
+  return p.page_kernel && p.work != nullptr && p.contiguous_kv_len == 0 && k.indptr != nullptr &&
+         page_kernel_shape(p.head_dim, k.dtype, c.rows, p.num_kv_heads, k.page_size) &&
+         k.k_stride_head == p.head_dim && k.v_stride_head == p.head_dim &&
+         k.k_stride_token == PAGE_HEADS * p.head_dim && k.v_stride_token == PAGE_HEADS * p.head_dim &&
+         page_kernel_available();
+}
+
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
 static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   constexpr int KV_BYTES = (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2;
   const decode_config c = make_config(p);
   size_t smem;
   void (*kernel)(const ignis_decode_params, const decode_config);
-  if (transposed_rows(c.rows)) {
-    smem = decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES;
-    kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>;
-    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(smem)));
-  } else {
-    smem = decode_tile<HEAD_DIM, KV_BYTES, false>::SMEM_BYTES;
-    kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>;
-    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(smem)));
+  int64_t heads_per_block = 1, threads = DECODE_THREADS;
+  bool page = false;
+  if constexpr (HEAD_DIM == 128 && (KIND == KV_F16 || KIND == KV_BF16)) {
+    page = page_kernel_runs(p, c);
+    if (page) {
+      smem = PAGE_SMEM_BYTES;
+      kernel = decode_page_kernel<QT, KIND, ROPE>;
+      heads_per_block = PAGE_HEADS;
+      threads = PAGE_THREADS;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_page_kernel<QT, KIND, ROPE>>(smem)));
+    }
+  }
+  if (!page) {
+    if (transposed_rows(c.rows)) {
+      smem = decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES;
+      kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(smem)));
+    } else {
+      smem = decode_tile<HEAD_DIM, KV_BYTES, false>::SMEM_BYTES;
+      kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(smem)));
+    }
   }
   /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
    * captured launch keeps the maxima so that its replays serve every later plan */
@@ -1187,8 +1485,8 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
                            (long long)items, (long long)p.num_kv_heads);
   if (items > 0 && p.num_kv_heads > 0) {
-    IGNIS_CUDA_CHECK(ignis_launch(kernel, dim3((unsigned)(items * p.num_kv_heads)), dim3(DECODE_THREADS), smem,
-                                  stream, p, c));
+    IGNIS_CUDA_CHECK(ignis_launch(kernel, dim3((unsigned)(items * (p.num_kv_heads / heads_per_block))),
+                                  dim3((unsigned)threads), smem, stream, p, c));
     const ignis_status status = ignis_check_launch("decode attention");
     if (status != IGNIS_OK)
       return status;
@@ -1301,9 +1599,37 @@ template <bool TRANSPOSED> static int resident_blocks_of(int64_t head_dim, ignis
   }
 }
 
+/* Resident blocks per SM of the page kernel on the current device (once per device). */
+static int page_resident_blocks() {
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown */
+  int device = 0;
+  const bool cached = cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
+  if (blocks > 0)
+    return blocks;
+  if (ignis_allow_dynamic_smem<decode_page_kernel<__nv_bfloat16, KV_BF16, false>>(PAGE_SMEM_BYTES) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_page_kernel<__nv_bfloat16, KV_BF16, false>,
+                                                    PAGE_THREADS, PAGE_SMEM_BYTES) != cudaSuccess)
+    blocks = 0;
+  (void)cudaGetLastError();
+  if (blocks <= 0)
+    return 1;
+  if (cached)
+    known[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
 extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
   return transposed_rows(rows) ? resident_blocks_of<true>(head_dim, kv_dtype)
-                                        : resident_blocks_of<false>(head_dim, kv_dtype);
+                               : resident_blocks_of<false>(head_dim, kv_dtype);
+}
+
+/* In units of (work item, KV head) blocks: the page kernel's blocks count PAGE_HEADS each. */
+extern "C" int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                                                    int64_t num_kv_heads, int64_t page_size) {
+  if (!page_kernel_shape(head_dim, kv_dtype, rows, num_kv_heads, page_size) || !page_kernel_available())
+    return 0;
+  return page_resident_blocks() * PAGE_HEADS;
 }
 
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {

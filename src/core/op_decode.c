@@ -19,6 +19,7 @@
  * and passes it as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,12 +132,14 @@ static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv
 /* IGNIS_DECODE_PAGE_KERNEL=always: every batch the page kernel takes runs it, split or not (tests
  * of its merge path; read once). */
 static int page_kernel_always(void) {
-  static int known = -1;
-  if (known < 0) {
-    const char *value = getenv("IGNIS_DECODE_PAGE_KERNEL");
-    known = value != NULL && strcmp(value, "always") == 0;
+  static atomic_int known = -1; /* any thread may be first: each stores the same answer */
+  int value = atomic_load_explicit(&known, memory_order_relaxed);
+  if (value < 0) {
+    const char *text = getenv("IGNIS_DECODE_PAGE_KERNEL");
+    value = text != NULL && strcmp(text, "always") == 0;
+    atomic_store_explicit(&known, value, memory_order_relaxed);
   }
-  return known;
+  return value;
 }
 
 /* The page kernel's wave (CUDA, in (item, KV head) blocks), 0 where it does not run. */

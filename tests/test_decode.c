@@ -1126,10 +1126,10 @@ static void test_batch(h_backend backend) {
   }
 
   /* The page kernel's shapes (CUDA on sm_90: 8 KV heads, head dim 128, 16-bit K/V in NHD, pages of
-   * a multiple of 16 tokens, at most 8 query rows per KV head; a plan takes it for a batch it need
-   * not split and that fills the GPU, here 128 requests of at most 256 keys, auto and disabled
-   * splits; the fixed splits run the other kernel, or the page kernel's merge path with
-   * IGNIS_DECODE_PAGE_KERNEL=always): every option, page sizes 16, 32 and 64, groups 1, 4 and 8,
+   * a multiple of 16 tokens, at most 8 query rows per KV head; a plan with automatic splits takes
+   * it for a batch it need not split and that fills the GPU, here 128 requests of at most 256 keys;
+   * the disabled and fixed splits run the other kernel, or the page kernel (fixed: its merge path)
+   * with IGNIS_DECODE_PAGE_KERNEL=always): every option, page sizes 16, 32 and 64, groups 1, 4 and 8,
    * q_len 2, K and V in one tensor or two (padded rows here: the other kernel), empty and one-key
    * requests, lengths that end mid-page or at a page's end. */
   int64_t page_lens[128];
@@ -1173,134 +1173,162 @@ static void test_batch(h_backend backend) {
 
 /* Request r of a batch alone (a batch of one over the same pages): bit-identical out / lse with
  * disabled or fixed splits; and the plan reused across batches of other sizes and lengths. */
+/* Shape of a batch-invariance case: request r of B gets len_r keys, the others lens. */
+typedef struct inv_shape {
+  int64_t B, P, Hkv, group, q_len;
+  ignis_dtype q_dtype, kv_dtype;
+  int combined; /* K and V in one tensor */
+  const int64_t *lens;
+  int64_t r, len_r;
+} inv_shape;
+
+static void invariance_case(h_backend backend, h_rng *rng, const inv_shape *v, split_mode mode, attn_opts o) {
+  const int64_t B = v->B, P = v->P, Hkv = v->Hkv, D = 128, H = Hkv * v->group, r = v->r, q_len = v->q_len;
+  const int64_t rows = B * q_len;
+  const ignis_dtype q_dtype = v->q_dtype, kv_dtype = v->kv_dtype;
+  int64_t *lens_r = malloc(sizeof(int64_t) * (size_t)B);
+  memcpy(lens_r, v->lens, sizeof(int64_t) * (size_t)B);
+  lens_r[r] = v->len_r;
+  o = opts_for_kv(o, kv_dtype);
+  h_case("batch invariance on %s: split %s, request of %lld keys in B=%lld Hkv=%lld group=%lld, q_len=%lld q=%s "
+         "kv=%s %s",
+         h_backend_name(backend), split_names[mode], (long long)lens_r[r], (long long)B, (long long)Hkv,
+         (long long)v->group, (long long)q_len, ignis_dtype_name(q_dtype), ignis_dtype_name(kv_dtype),
+         opts_text(&o));
+  kv_batch c;
+  kv_make(&c, backend, kv_dtype, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, v->combined, lens_r, 0, &o, rng);
+  qo_set s;
+  qo_make(&s, backend, q_dtype, 3, rows, H, D, 1, rng, 1.5);
+  extras_set x;
+  extras_make(&x, backend, &o, H, 9.0, rng);
+  double *ref_out = malloc(sizeof(double) * (size_t)(rows * H * D)),
+         *ref_lse = malloc(sizeof(double) * (size_t)(rows * H));
+  ref_cache rc = kv_ref(&c);
+  ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
+  plan_spec sp = {H, Hkv, D, P, q_len, B, 3000, 3, q_dtype, kv_dtype, mode, o};
+  plan_env e;
+  if (!plan_open(&e, backend, &sp)) {
+    free(ref_out);
+    free(ref_lse);
+    extras_free(&x);
+    kv_free(&c);
+    qo_free(&s);
+    free(lens_r);
+    return;
+  }
+  qo_poison(&s);
+  plan_update(&e, &c);
+  plan_run(&e, &c, &s, &x, 1);
+  qo_check(&s, ref_out, ref_lse, 1, 1.0, "whole batch");
+  /* The request alone: indptr {0, pages}, indices / last_page_len / q views at its offsets. */
+  int64_t first_page = i32(&c.indptr)[r], pages = i32(&c.indptr)[r + 1] - first_page;
+  kv_batch alone = c;
+  alone.B = 1;
+  alone.indptr = h_buf_alloc(backend, IGNIS_I32, 2);
+  h_set(&alone.indptr, 0, 0);
+  h_set(&alone.indptr, 1, (double)pages);
+  h_buf_upload(&alone.indptr);
+  alone.cache.indptr = h_view(&alone.indptr, 0, 1, (int64_t[]){2}, NULL);
+  alone.cache.indices = h_view(&c.indices, first_page, 1, (int64_t[]){pages}, NULL);
+  alone.cache.last_page_len = h_view(&c.last, r, 1, (int64_t[]){1}, NULL);
+  const int32_t alone_last = i32(&c.last)[r];
+  qo_set one = s;
+  one.B = q_len;
+  one.tq.shape[0] = one.tout.shape[0] = one.tlse.shape[0] = q_len;
+  one.tq.data = (char *)s.tq.data + r * q_len * s.tq.strides[0] * (int64_t)s.q.elem_size;
+  /* Keep the batch's results; the lone run writes into the same rows of a fresh poisoned copy. */
+  h_buf batch_out = h_buf_alloc(H_CPU, q_dtype, s.out.count),
+        batch_lse = h_buf_alloc(H_CPU, IGNIS_F32, s.lse.count);
+  memcpy(batch_out.host, s.out.host, (size_t)s.out.count * s.out.elem_size);
+  memcpy(batch_lse.host, s.lse.host, (size_t)s.lse.count * s.lse.elem_size);
+  qo_poison(&s);
+  one.tout.data = (char *)s.tout.data + r * q_len * s.tout.strides[0] * (int64_t)s.out.elem_size;
+  one.tlse.data = (char *)s.tlse.data + r * q_len * s.tlse.strides[0] * (int64_t)s.lse.elem_size;
+  CHECK_STATUS(
+      ignis_decode_plan_update(e.plan, i32(&alone.indptr), &alone_last, 1, e.ws, e.ws_bytes, NULL),
+      IGNIS_OK);
+  CHECK_STATUS(ignis_decode_run(e.plan, &one.tq, &alone.cache, extras_of(&x), &one.tout, &one.tlse,
+                                e.ws, e.ws_bytes, NULL),
+               IGNIS_OK);
+  h_buf_download(&s.out);
+  h_buf_download(&s.lse);
+  int64_t differ = 0;
+  for (int64_t row = r * q_len; row < (r + 1) * q_len; ++row)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t d = 0; d < D; ++d) {
+        int64_t i = qo_index(&s.out, &s.tout, 3, row, h, d);
+        differ += memcmp((char *)s.out.host + i * (int64_t)s.out.elem_size,
+                         (char *)batch_out.host + i * (int64_t)s.out.elem_size, s.out.elem_size) != 0;
+      }
+      int64_t i = lse_index(&s, row, h);
+      differ += memcmp((char *)s.lse.host + i * 4, (char *)batch_lse.host + i * 4, 4) != 0;
+    }
+  CHECKF(differ == 0, "%lld elements differ between the request alone and inside the batch",
+         (long long)differ);
+
+  /* Reuse: more updates than staging slots with other batches, then the full batch again. */
+  for (int u = 0; u < 6; ++u) {
+    int64_t nb = 1 + u % B;
+    CHECK_STATUS(
+        ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), nb, e.ws, e.ws_bytes, NULL),
+        IGNIS_OK);
+  }
+  qo_poison(&s);
+  plan_update(&e, &c);
+  plan_run(&e, &c, &s, &x, 1);
+  qo_check(&s, ref_out, ref_lse, 1, 1.0, "re-planned batch");
+  /* and a different batch with the same plan */
+  {
+    kv_batch c2;
+    kv_make(&c2, backend, kv_dtype, 3, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, v->combined, NULL, 2999, &o, rng);
+    qo_set s2;
+    qo_make(&s2, backend, q_dtype, 3, 3 * q_len, H, D, 0, rng, 1.0);
+    double *r2o = malloc(sizeof(double) * (size_t)(3 * q_len * H * D)),
+           *r2l = malloc(sizeof(double) * (size_t)(3 * q_len * H));
+    ref_cache rc2 = kv_ref(&c2);
+    ref_decode(&rc2, &s2, q_len, &o, extras_sinks(&x), r2o, r2l);
+    qo_poison(&s2);
+    plan_update(&e, &c2);
+    plan_run(&e, &c2, &s2, &x, 1);
+    qo_check(&s2, r2o, r2l, 1, 1.0, "plan reused for another batch");
+    free(r2o);
+    free(r2l);
+    qo_free(&s2);
+    kv_free(&c2);
+  }
+  plan_close(&e);
+  h_buf_free(&batch_out);
+  h_buf_free(&batch_lse);
+  h_buf_free(&alone.indptr);
+  free(ref_out);
+  free(ref_lse);
+  extras_free(&x);
+  qo_free(&s);
+  kv_free(&c);
+  free(lens_r);
+}
+
 static void test_invariance_and_reuse(h_backend backend) {
   h_rng rng = h_rng_make(0x1a7 + (uint64_t)backend);
-  const int64_t B = 5, P = 16, Hkv = 2, group = 4, D = 128, H = Hkv * group, r = 2;
-  const int64_t lens[5] = {2900, 17, 0, 700, 1500};
+  static const int64_t lens[5] = {2900, 17, 0, 700, 1500};
   static const ignis_dtype q_dtypes[3] = {IGNIS_BF16, IGNIS_F16, IGNIS_BF16};
   static const ignis_dtype kv_dtypes[3] = {IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_FP8_E5M2};
   for (int cfg = 0; cfg < 3; ++cfg)
     for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED; ++mode)
       for (int which = 0; which < 2; ++which) {
-        const ignis_dtype q_dtype = q_dtypes[cfg], kv_dtype = kv_dtypes[cfg];
-        const int64_t q_len = 1 + cfg, rows = B * q_len;
-        int64_t lens_r[5];
-        memcpy(lens_r, lens, sizeof lens);
-        lens_r[r] = which ? 2345 : 300;
-        attn_opts o = opts_for_kv(opts_variant(cfg == 0 ? (which ? 2 : 0) : cfg == 1 ? 6 : 8), kv_dtype);
-        h_case("batch invariance on %s: split %s, request of %lld keys, q_len=%lld q=%s kv=%s %s",
-               h_backend_name(backend), split_names[mode], (long long)lens_r[r], (long long)q_len,
-               ignis_dtype_name(q_dtype), ignis_dtype_name(kv_dtype), opts_text(&o));
-        kv_batch c;
-        kv_make(&c, backend, kv_dtype, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens_r, 0, &o, &rng);
-        qo_set s;
-        qo_make(&s, backend, q_dtype, 3, rows, H, D, 1, &rng, 1.5);
-        extras_set x;
-        extras_make(&x, backend, &o, H, 9.0, &rng);
-        double *ref_out = malloc(sizeof(double) * (size_t)(rows * H * D)),
-               *ref_lse = malloc(sizeof(double) * (size_t)(rows * H));
-        ref_cache rc = kv_ref(&c);
-        ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
-        plan_spec sp = {H, Hkv, D, P, q_len, B, 3000, 3, q_dtype, kv_dtype, (split_mode)mode, o};
-        plan_env e;
-        if (!plan_open(&e, backend, &sp)) {
-          free(ref_out);
-          free(ref_lse);
-          extras_free(&x);
-          kv_free(&c);
-          qo_free(&s);
-          continue;
-        }
-        qo_poison(&s);
-        plan_update(&e, &c);
-        plan_run(&e, &c, &s, &x, 1);
-        qo_check(&s, ref_out, ref_lse, 1, 1.0, "whole batch");
-        /* The request alone: indptr {0, pages}, indices / last_page_len / q views at its offsets. */
-        int64_t first_page = i32(&c.indptr)[r], pages = i32(&c.indptr)[r + 1] - first_page;
-        kv_batch alone = c;
-        alone.B = 1;
-        alone.indptr = h_buf_alloc(backend, IGNIS_I32, 2);
-        h_set(&alone.indptr, 0, 0);
-        h_set(&alone.indptr, 1, (double)pages);
-        h_buf_upload(&alone.indptr);
-        alone.cache.indptr = h_view(&alone.indptr, 0, 1, (int64_t[]){2}, NULL);
-        alone.cache.indices = h_view(&c.indices, first_page, 1, (int64_t[]){pages}, NULL);
-        alone.cache.last_page_len = h_view(&c.last, r, 1, (int64_t[]){1}, NULL);
-        const int32_t alone_last = i32(&c.last)[r];
-        qo_set one = s;
-        one.B = q_len;
-        one.tq.shape[0] = one.tout.shape[0] = one.tlse.shape[0] = q_len;
-        one.tq.data = (char *)s.tq.data + r * q_len * s.tq.strides[0] * (int64_t)s.q.elem_size;
-        /* Keep the batch's results; the lone run writes into the same rows of a fresh poisoned copy. */
-        h_buf batch_out = h_buf_alloc(H_CPU, q_dtype, s.out.count),
-              batch_lse = h_buf_alloc(H_CPU, IGNIS_F32, s.lse.count);
-        memcpy(batch_out.host, s.out.host, (size_t)s.out.count * s.out.elem_size);
-        memcpy(batch_lse.host, s.lse.host, (size_t)s.lse.count * s.lse.elem_size);
-        qo_poison(&s);
-        one.tout.data = (char *)s.tout.data + r * q_len * s.tout.strides[0] * (int64_t)s.out.elem_size;
-        one.tlse.data = (char *)s.tlse.data + r * q_len * s.tlse.strides[0] * (int64_t)s.lse.elem_size;
-        CHECK_STATUS(
-            ignis_decode_plan_update(e.plan, i32(&alone.indptr), &alone_last, 1, e.ws, e.ws_bytes, NULL),
-            IGNIS_OK);
-        CHECK_STATUS(ignis_decode_run(e.plan, &one.tq, &alone.cache, extras_of(&x), &one.tout, &one.tlse,
-                                      e.ws, e.ws_bytes, NULL),
-                     IGNIS_OK);
-        h_buf_download(&s.out);
-        h_buf_download(&s.lse);
-        int64_t differ = 0;
-        for (int64_t row = r * q_len; row < (r + 1) * q_len; ++row)
-          for (int64_t h = 0; h < H; ++h) {
-            for (int64_t d = 0; d < D; ++d) {
-              int64_t i = qo_index(&s.out, &s.tout, 3, row, h, d);
-              differ += memcmp((char *)s.out.host + i * (int64_t)s.out.elem_size,
-                               (char *)batch_out.host + i * (int64_t)s.out.elem_size, s.out.elem_size) != 0;
-            }
-            int64_t i = lse_index(&s, row, h);
-            differ += memcmp((char *)s.lse.host + i * 4, (char *)batch_lse.host + i * 4, 4) != 0;
-          }
-        CHECKF(differ == 0, "%lld elements differ between the request alone and inside the batch",
-               (long long)differ);
-
-        /* Reuse: more updates than staging slots with other batches, then the full batch again. */
-        for (int u = 0; u < 6; ++u) {
-          int64_t nb = 1 + u % B;
-          CHECK_STATUS(
-              ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), nb, e.ws, e.ws_bytes, NULL),
-              IGNIS_OK);
-        }
-        qo_poison(&s);
-        plan_update(&e, &c);
-        plan_run(&e, &c, &s, &x, 1);
-        qo_check(&s, ref_out, ref_lse, 1, 1.0, "re-planned batch");
-        /* and a different batch with the same plan */
-        {
-          kv_batch c2;
-          kv_make(&c2, backend, kv_dtype, 3, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, NULL, 2999, &o, &rng);
-          qo_set s2;
-          qo_make(&s2, backend, q_dtype, 3, 3 * q_len, H, D, 0, &rng, 1.0);
-          double *r2o = malloc(sizeof(double) * (size_t)(3 * q_len * H * D)),
-                 *r2l = malloc(sizeof(double) * (size_t)(3 * q_len * H));
-          ref_cache rc2 = kv_ref(&c2);
-          ref_decode(&rc2, &s2, q_len, &o, extras_sinks(&x), r2o, r2l);
-          qo_poison(&s2);
-          plan_update(&e, &c2);
-          plan_run(&e, &c2, &s2, &x, 1);
-          qo_check(&s2, r2o, r2l, 1, 1.0, "plan reused for another batch");
-          free(r2o);
-          free(r2l);
-          qo_free(&s2);
-          kv_free(&c2);
-        }
-        plan_close(&e);
-        h_buf_free(&batch_out);
-        h_buf_free(&batch_lse);
-        h_buf_free(&alone.indptr);
-        free(ref_out);
-        free(ref_lse);
-        extras_free(&x);
-        qo_free(&s);
-        kv_free(&c);
+        inv_shape v = {5, 16, 2, 4, 1 + cfg, q_dtypes[cfg], kv_dtypes[cfg], 0, lens, 2, which ? 2345 : 300};
+        invariance_case(backend, &rng, &v, (split_mode)mode,
+                        opts_variant(cfg == 0 ? (which ? 2 : 0) : cfg == 1 ? 6 : 8));
       }
+  /* The page kernel's shape in a batch that fills the GPU unsplit (CUDA): the batch-invariant modes
+   * must not take it for the batch and the other kernel for the request alone. */
+  int64_t page_lens[128];
+  for (int i = 0; i < 128; ++i)
+    page_lens[i] = (i * 37) % 257;
+  for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED; ++mode) {
+    inv_shape v = {128, 16, 8, 4, 1, IGNIS_BF16, IGNIS_BF16, 1, page_lens, 5, 250};
+    invariance_case(backend, &rng, &v, (split_mode)mode, opts_variant(1));
+  }
 }
 
 /* ---- CUDA graph replay ------------------------------------------------------------------------- */

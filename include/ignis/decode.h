@@ -30,11 +30,13 @@
  * range), accumulated in f32; softmax in f32.
  * Fastest layout on the CUDA backend (H100 / H200): 16-bit K/V, head dim 128, 8 KV heads in NHD
  * order with unpadded rows (token stride 8 x head_dim), a page size that is a multiple of 16 and
- * at most 8 query rows per KV head (q_len * group). For such a plan, an update whose batch fills
- * the GPU without splitting a request selects a kernel that moves 16 tokens of all 8 heads of a
- * page in one copy (IGNIS_DECODE_PAGE_KERNEL=0 in the environment turns it off); other batches
- * and shapes run the general kernel, with the same results up to rounding. A run captured into a
- * CUDA graph keeps the kernel its capture used, for every later update.
+ * at most 8 query rows per KV head (q_len * group). For such a plan with automatic splits, an
+ * update whose batch fills the GPU without splitting a request selects a kernel that moves 16
+ * tokens of all 8 heads of a page in one copy (IGNIS_DECODE_PAGE_KERNEL=0 in the environment turns
+ * it off); other batches, shapes and the batch-invariant modes (disable_split_kv,
+ * fixed_split_size: a request must run the same kernel alone and in any batch) run the general
+ * kernel, with the same results up to rounding. A run captured into a CUDA graph keeps the kernel
+ * its capture used, for every later update.
  *
  * Batch decode is split in two, as in FlashInfer, so that the run is cheap and CUDA-graph safe:
  *   - ignis_decode_plan_create fixes what a captured graph may not change: device, head counts,

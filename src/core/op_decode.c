@@ -339,7 +339,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   const int64_t rows = (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
                        (config->num_qo_heads / config->num_kv_heads);
   int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype, rows);
-  int64_t page_wave = decode_page_wave(config, rows);
+  /* not in the batch-invariant modes: a request alone and inside a batch must run the same kernel
+   * (the page kernel takes only batches that fill the GPU) */
+  int64_t page_wave = (config->disable_split_kv || config->fixed_split_size > 0) && !page_kernel_always()
+                          ? 0
+                          : decode_page_wave(config, rows);
   ignis_decode_planner planner, page_planner;
   memset(&page_planner, 0, sizeof page_planner);
   if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,

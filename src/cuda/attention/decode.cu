@@ -52,8 +52,8 @@
  *
  * Page kernel (decode_page_kernel, sm_90; for 16-bit K/V at head dim 128 with 8 KV heads in NHD
  * order, pages of a multiple of 16 tokens, and rows for the transposed kernel: the common shape of
- * Llama-style models; taken when the plan chose it, i.e. for batches it need not split and that
- * fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for all 8 KV heads, one
+ * Llama-style models; taken when the plan chose it, i.e. with automatic splits for batches it need
+ * not split and that fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for all 8 KV heads, one
  * per SM, 8 consumer warps (a head each) and a producer warp. Each stage is 16 tokens of one page
  * for all 8 heads, which NHD keeps as one 32 KB run for K and one for V: two bulk copies
  * (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of bare copies

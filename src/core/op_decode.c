@@ -503,16 +503,17 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   void *image;
   IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
   plan->updated = 0;
-  /* the page kernel's schedule where it has no split and fills its waves, else the other kernel's */
+  /* the page kernel's schedule where it has no split and fills its waves, else the other kernel's.
+   * Unsplit, the items are the requests: a batch too small to fill the waves skips that planner. */
   size_t used = 0;
   int page = 0;
-  if (plan->has_page_planner) {
+  int64_t wave_items = plan->has_page_planner ? plan->page_planner.wave / c->num_kv_heads : 0;
+  int64_t waves = wave_items > 0 ? (batch_size + wave_items - 1) / wave_items : 0;
+  if (wave_items > 0 && (page_kernel_always() ||
+                         (batch_size > 0 &&
+                          (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
     used = ignis_decode_plan_batch(&plan->page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-    const ignis_decode_schedule_header *h = ignis_decode_schedule_header_of(image);
-    int64_t wave_items = plan->page_planner.wave / c->num_kv_heads;
-    int64_t waves = wave_items > 0 ? (h->num_work + wave_items - 1) / wave_items : 0;
-    page = page_kernel_always() || (h->num_partials == 0 && h->num_work > 0 &&
-                                    (double)h->num_work >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items));
+    page = page_kernel_always() || ignis_decode_schedule_header_of(image)->num_partials == 0;
   }
   if (!page)
     used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);

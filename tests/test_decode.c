@@ -1387,21 +1387,34 @@ static void test_workspace_claims(void) {
  * (outside the graph) with new lengths, page tables, batch size and q, and must match the
  * reference for the rows of its batch and leave the rows past it unwritten. */
 static void test_graph_replay(void) {
-  const int64_t Bmax = 8, P = 16, Hkv = 2, group = 4, H = Hkv * group, D = 128, max_kv_len = 4000;
-  for (int cfg = 0; cfg < 2; ++cfg) {
-    const ignis_dtype q_dtype = cfg ? IGNIS_F16 : IGNIS_BF16, kv_dtype = cfg ? IGNIS_F16 : IGNIS_FP8_E4M3;
-    const int64_t q_len = cfg ? 1 : 2;
-    attn_opts o = opts_for_kv(opts_variant(cfg ? 9 : 6), kv_dtype);
+  /* cfg 2: the page kernel's shape (CUDA on sm_90), captured for a 128-request batch of short
+   * requests it takes unsplit; the replays' smaller batches and longer requests split, so the
+   * captured page kernel runs split schedules (of either planner) and merges them itself */
+  enum { MAX_B = 128 };
+  for (int cfg = 0; cfg < 3; ++cfg) {
+    const int page = cfg == 2;
+    const int64_t Bmax = page ? MAX_B : 8, P = 16, Hkv = page ? 8 : 2, group = 4, H = Hkv * group, D = 128;
+    const int64_t max_kv_len = page ? 640 : 4000;
+    const ignis_dtype q_dtype = cfg == 1 ? IGNIS_F16 : IGNIS_BF16;
+    const ignis_dtype kv_dtype = cfg == 1 ? IGNIS_F16 : page ? IGNIS_BF16 : IGNIS_FP8_E4M3;
+    const int64_t q_len = cfg == 0 ? 2 : 1;
+    attn_opts o = opts_for_kv(opts_variant(cfg == 0 ? 6 : cfg == 1 ? 9 : 10), kv_dtype);
     h_case(
         "decode CUDA graph replay: max_batch=%lld q_len=%lld P=%lld Hkv=%lld group=%lld D=%lld q=%s kv=%s %s",
         (long long)Bmax, (long long)q_len, (long long)P, (long long)Hkv, (long long)group, (long long)D,
         ignis_dtype_name(q_dtype), ignis_dtype_name(kv_dtype), opts_text(&o));
     h_rng rng = h_rng_make(0x96a9 + (uint64_t)cfg);
-    int64_t full[8];
+    int64_t full[MAX_B];
     for (int64_t b = 0; b < Bmax; ++b)
       full[b] = max_kv_len;
     kv_batch c;
-    kv_make(&c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, full, 0, &o, &rng);
+    kv_make(&c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, full, 0, &o, &rng);
+    if (page) { /* captured on requests of 256 keys (no split), the pages' room kept for the replays */
+      int64_t capture_lens[MAX_B];
+      for (int64_t b = 0; b < Bmax; ++b)
+        capture_lens[b] = 256;
+      kv_tables(&c, Bmax, capture_lens, &rng);
+    }
     qo_set s;
     qo_make(&s, H_CUDA, q_dtype, 3, Bmax * q_len, H, D, 1, &rng, 1.5);
     extras_set x;
@@ -1429,10 +1442,10 @@ static void test_graph_replay(void) {
         ready = CHECKF(inst == cudaSuccess, "instantiate: %s", cudaGetErrorString(inst));
       }
     }
-    static const int64_t batches[] = {8, 3, 1, 6, 0, 8};
-    for (size_t rep = 0; ready && rep < sizeof batches / sizeof batches[0]; ++rep) {
-      const int64_t b = batches[rep];
-      int64_t lens[8];
+    static const int64_t small_batches[6] = {8, 3, 1, 6, 0, 8}, page_batches[6] = {MAX_B, 3, 1, 100, 0, MAX_B};
+    for (size_t rep = 0; ready && rep < 6; ++rep) {
+      const int64_t b = page ? page_batches[rep] : small_batches[rep];
+      int64_t lens[MAX_B];
       for (int64_t i = 0; i < b; ++i)
         lens[i] = i == 0 && rep % 2 == 0 ? max_kv_len
                   : i % 4 == 1           ? (int64_t)(rep % 2)

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
+#include <initializer_list>
 #include <cuda_runtime.h>
 #include <cuda.h>
 #include <stdint.h>
@@ -324,6 +325,19 @@ template <int NS> void run_page(const char *name, P p, int B, int reps) {
   printf("%-34s B%-3d L%-5d occ %d  %8.1f us  %6.0f GB/s\n", name, B, p.L, occ, t[t.size() / 2] * 1e3, bytes / (t[t.size() / 2] * 1e-3) / 1e9);
 }
 
+/* A 4-d bf16 tensor map of the cache (box dims given), or false with the driver's error printed. */
+static bool encode(CUtensorMap *map, void *cache, const cuuint64_t (&dims)[4], const cuuint64_t (&strides)[3],
+                   std::initializer_list<cuuint32_t> box_dims, CUtensorMapSwizzle swizzle) {
+  cuuint32_t box[4], es[4] = {1, 1, 1, 1};
+  std::copy(box_dims.begin(), box_dims.end(), box);
+  const CUresult r = cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, box, es,
+                                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    printf("tensor map (box %u x %u x %u): error %d\n", box[0], box[1], box[2], (int)r);
+  return r == CUDA_SUCCESS;
+}
+
 int main(int argc, char **argv) {
   const int B = argc > 1 ? atoi(argv[1]) : 64, L = argc > 2 ? atoi(argv[2]) : 4096;
   const int ppr = L / PS, npages = B * ppr;
@@ -341,43 +355,18 @@ int main(int argc, char **argv) {
   const int perm = argc > 3 ? atoi(argv[3]) : 1;
   if (!perm) { for (int i = 0; i < npages; ++i) h[i] = i; CK(cudaMemcpy(idx, h.data(), npages * 4, cudaMemcpyHostToDevice)); }
   printf("pages %s\n", perm ? "permuted" : "in order");
-  CUtensorMap tm4, tm5;
-  {
-    cuuint64_t dims[4] = {128, 8, 16, (cuuint64_t)npages * 2};
-    cuuint64_t strides[3] = {256, 2048, 32768};
-    cuuint32_t box4[4] = {64, 1, 16, 1}, box5[4] = {128, 1, 16, 1}, es[4] = {1, 1, 1, 1};
-    CUresult r = cuTensorMapEncodeTiled(&tm4, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, box4, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r) { printf("encode4 %d\n", (int)r); return 1; }
-    r = cuTensorMapEncodeTiled(&tm5, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, box5, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r) { printf("encode5 %d\n", (int)r); return 1; }
-  }
-  CUtensorMap tm8;
-  {
-    cuuint64_t dims[4] = {128, 16, 8, (cuuint64_t)npages * 2};
-    cuuint64_t strides[3] = {2048, 256, 32768};
-    cuuint32_t box[4] = {64, 16, 8, 1}, es[4] = {1, 1, 1, 1};
-    CUresult r = cuTensorMapEncodeTiled(&tm8, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, box, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    printf("encode8 (non-monotonic strides): %d\n", (int)r);
-    if (r) return 1;
-  }
-  CUtensorMap ta, tb, tc;
-  {
-    cuuint64_t dims[4] = {128, 16, 8, (cuuint64_t)npages * 2}, dimsc[4] = {128, 8, 16, (cuuint64_t)npages * 2};
-    cuuint64_t strides[3] = {2048, 256, 32768}, stridesc[3] = {256, 2048, 32768};
-    cuuint32_t boxa[4] = {136, 16, 8, 1}, boxb[4] = {128, 16, 8, 1}, boxc[4] = {128, 8, 16, 1}, es[4] = {1, 1, 1, 1};
-    CUresult r = cuTensorMapEncodeTiled(&ta, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, boxa, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    printf("encode a (padded box 136): %d\n", (int)r);
-    r = cuTensorMapEncodeTiled(&tb, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dims, strides, boxb, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    printf("encode b: %d\n", (int)r);
-    r = cuTensorMapEncodeTiled(&tc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, cache, dimsc, stridesc, boxc, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    printf("encode c: %d\n", (int)r);
-  }
+  /* tensor maps over the NHD cache [pages * 2][16 tokens][8 heads][128 dims]: dims innermost first */
+  const cuuint64_t kv_pages = (cuuint64_t)npages * 2;
+  const cuuint64_t head_major[4] = {128, 8, 16, kv_pages}, head_strides[3] = {256, 2048, 32768};
+  const cuuint64_t token_major[4] = {128, 16, 8, kv_pages}, token_strides[3] = {2048, 256, 32768};
+  CUtensorMap tm4, tm5, tm8, ta, tb, tc;
+  if (!encode(&tm4, cache, head_major, head_strides, {64, 1, 16, 1}, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&tm5, cache, head_major, head_strides, {128, 1, 16, 1}, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !encode(&tm8, cache, token_major, token_strides, {64, 16, 8, 1}, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&ta, cache, token_major, token_strides, {136, 16, 8, 1}, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !encode(&tb, cache, token_major, token_strides, {128, 16, 8, 1}, CU_TENSOR_MAP_SWIZZLE_NONE) ||
+      !encode(&tc, cache, head_major, head_strides, {128, 8, 16, 1}, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return 1;
   for (int hnd = 0; hnd < 2; ++hnd) {
     p.hnd = hnd;
     run<0, 32, 3, 128>("cp.async KS32 NS3", p, B, reps, tm4);

@@ -39,8 +39,7 @@ struct ignis_decode_plan {
   ignis_decode_planner planner;
   /* CUDA, shapes the page kernel takes (decode.cu): its planner, whose schedule an update keeps
    * when it has no split and fills its waves (page_kernel), else the planner above's */
-  ignis_decode_planner page_planner;
-  int has_page_planner;
+  ignis_decode_planner page_planner; /* wave 0: none */
   int page_kernel;
   int64_t max_work, max_partials; /* the larger of the two planners' */
   size_t schedule_bytes;
@@ -129,14 +128,19 @@ static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv
   return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype, rows);
 }
 
-/* IGNIS_DECODE_PAGE_KERNEL=always: every batch the page kernel takes runs it, split or not (tests
- * of its merge path; read once). */
-static int page_kernel_always(void) {
+/* IGNIS_DECODE_PAGE_KERNEL (read once): "0" never plans the page kernel (comparisons), "always"
+ * plans it for every batch of a shape it takes, split or not (tests of its merge path); otherwise
+ * PAGE_AUTO, the choice of ignis_decode_plan_update. */
+enum { PAGE_OFF = 0, PAGE_AUTO = 1, PAGE_ALWAYS = 2 };
+static int page_kernel_mode(void) {
   static atomic_int known = -1; /* any thread may be first: each stores the same answer */
   int value = atomic_load_explicit(&known, memory_order_relaxed);
   if (value < 0) {
     const char *text = getenv("IGNIS_DECODE_PAGE_KERNEL");
-    value = text != NULL && strcmp(text, "always") == 0;
+    value = text == NULL                  ? PAGE_AUTO
+            : strcmp(text, "0") == 0      ? PAGE_OFF
+            : strcmp(text, "always") == 0 ? PAGE_ALWAYS
+                                          : PAGE_AUTO;
     atomic_store_explicit(&known, value, memory_order_relaxed);
   }
   return value;
@@ -341,7 +345,9 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype, rows);
   /* not in the batch-invariant modes: a request alone and inside a batch must run the same kernel
    * (the page kernel takes only batches that fill the GPU) */
-  int64_t page_wave = (config->disable_split_kv || config->fixed_split_size > 0) && !page_kernel_always()
+  const int page_mode = page_kernel_mode();
+  int64_t page_wave = page_mode == PAGE_OFF ||
+                              (page_mode == PAGE_AUTO && (config->disable_split_kv || config->fixed_split_size > 0))
                           ? 0
                           : decode_page_wave(config, rows);
   ignis_decode_planner planner, page_planner;
@@ -367,12 +373,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->options = options;
   plan->planner = planner;
   plan->page_planner = page_planner;
-  plan->has_page_planner = page_wave > 0;
   /* room for either planner's schedules (same layout: both have max_batch) */
   plan->max_work = planner.max_work;
   plan->max_partials = planner.max_partials;
   plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
-  if (plan->has_page_planner) {
+  if (page_wave > 0) {
     plan->max_work = plan->max_work > page_planner.max_work ? plan->max_work : page_planner.max_work;
     plan->max_partials =
         plan->max_partials > page_planner.max_partials ? plan->max_partials : page_planner.max_partials;
@@ -507,13 +512,13 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
    * Unsplit, the items are the requests: a batch too small to fill the waves skips that planner. */
   size_t used = 0;
   int page = 0;
-  int64_t wave_items = plan->has_page_planner ? plan->page_planner.wave / c->num_kv_heads : 0;
+  const int always = page_kernel_mode() == PAGE_ALWAYS;
+  int64_t wave_items = plan->page_planner.wave / c->num_kv_heads;
   int64_t waves = wave_items > 0 ? (batch_size + wave_items - 1) / wave_items : 0;
-  if (wave_items > 0 && (page_kernel_always() ||
-                         (batch_size > 0 &&
-                          (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
+  if (wave_items > 0 &&
+      (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
     used = ignis_decode_plan_batch(&plan->page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-    page = page_kernel_always() || ignis_decode_schedule_header_of(image)->num_partials == 0;
+    page = always || ignis_decode_schedule_header_of(image)->num_partials == 0;
   }
   if (!page)
     used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);

@@ -53,10 +53,10 @@
  * Page kernel (decode_page_kernel, sm_90; for 16-bit K/V at head dim 128 with 8 KV heads in NHD
  * order, pages of a multiple of 16 tokens, and rows for the transposed kernel: the common shape of
  * Llama-style models; taken when the plan chose it, i.e. with automatic splits for batches it need
- * not split and that fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for all 8 KV heads, one
- * per SM, 8 consumer warps (a head each) and a producer warp. Each stage is 16 tokens of one page
- * for all 8 heads, which NHD keeps as one 32 KB run for K and one for V: two bulk copies
- * (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of bare copies
+ * not split and that fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for
+ * all 8 KV heads, one per SM, 8 consumer warps (a head each) and a producer warp. Each stage is 16
+ * tokens of one page for all 8 heads, which NHD keeps as one 32 KB run for K and one for V: two
+ * bulk copies (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of bare copies
  * on the H200 put the reason in numbers: 4 KB runs per head and page (what the kernel above
  * fetches, by cp.async or by bulk copies) stream at ~4.35 TB/s, 32 KB runs at ~4.5 TB/s, the rate
  * of contiguous K/V; tensor-map copies of the same boxes at ~4.1. In the ring a head's 16 rows
@@ -591,6 +591,35 @@ __device__ __forceinline__ float general_score(const ignis_decode_params &p, con
   return ok ? x : -CUDART_INF_F;
 }
 
+/* The transposed kernel's epilogue, one warp: sums l over the lanes of each row, then stores O
+ * (rows 2t, 2t + 1 of the lanes g; dims as transposed_dim) as f32 rows of o_stride into wo and the
+ * rows' m and l into wm, wl (store: false keeps only the sums, as an idle warp does). */
+template <bool FP8, int OTILES>
+__device__ __forceinline__ void store_transposed_rows(const float (&o)[OTILES][4], const float (&m)[2], float (&l)[2],
+                                                      bool store, float *wo, int o_stride, float *wm, float *wl) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 4);
+    l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 8);
+    l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 16);
+  }
+  if (!store)
+    return;
+#pragma unroll
+  for (int j = 0; j < OTILES; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      wo[(2 * t + (e & 1)) * o_stride + transposed_dim<FP8>(j, e, g)] = o[j][e];
+  if (g == 0) {
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      wm[2 * t + h2] = m[h2];
+      wl[2 * t + h2] = l[h2];
+    }
+  }
+}
+
 /* ---- 16 keys of the transposed kernel ----------------------------------------------------------- */
 /* One warp's S^T = K Q^T, online softmax and O^T += V^T P^T over keys key0 .. key0 + 15 of a K and
  * a V tile (rows of ROW_BYTES, 16-byte chunks XOR-swizzled by SWIZZLE); key_abs0: the position of
@@ -1053,26 +1082,7 @@ __global__ void __launch_bounds__(DECODE_THREADS)
     float *merge_m = merge_o + DECODE_WARPS * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
     float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
     if constexpr (TRANSPOSED) { /* rows 2t, 2t + 1 of the lanes g */
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 4);
-        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 8);
-        l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 16);
-      }
-      if (active) {
-#pragma unroll
-        for (int j = 0; j < OTILES; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            wo[(2 * t + (e & 1)) * tile::O_STRIDE + transposed_dim<FP8>(j, e, g)] = o[j][e];
-        if (g == 0) {
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            merge_m[warp * 16 + 2 * t + h2] = m[h2];
-            merge_l[warp * 16 + 2 * t + h2] = l[h2];
-          }
-        }
-      }
+      store_transposed_rows<FP8>(o, m, l, active, wo, tile::O_STRIDE, merge_m + warp * 16, merge_l + warp * 16);
     } else { /* rows g, g + 8 of the quads */
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
@@ -1270,27 +1280,9 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
 
     /* epilogue: O (rows 2t, 2t + 1 of the lanes g) through the private tiles, a lane per 8 dims of a
      * row; a whole request writes out (the sink joins there), a chunk its partial row */
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 4);
-      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 8);
-      l[h2] += __shfl_xor_sync(0xffffffffu, l[h2], 16);
-    }
-    const int g = lane >> 2, t = lane & 3;
     float *wo = reinterpret_cast<float *>(decode_smem + PAGE_PRIVATE_OFFSET + warp * 2 * PAGE_TILE_BYTES);
     float *wm = wo + DECODE_TRANSPOSED_ROWS * PAGE_O_STRIDE, *wl = wm + DECODE_TRANSPOSED_ROWS;
-#pragma unroll
-    for (int j = 0; j < HEAD_DIM / 16; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        wo[(2 * t + (e & 1)) * PAGE_O_STRIDE + transposed_dim<false>(j, e, g)] = o[j][e];
-    if (g == 0) {
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        wm[2 * t + h2] = m[h2];
-        wl[2 * t + h2] = l[h2];
-      }
-    }
+    store_transposed_rows<false>(o, m, l, true, wo, PAGE_O_STRIDE, wm, wl);
     __syncwarp();
     for (int idx = lane; idx < c.rows * (HEAD_DIM / 8); idx += 32) {
       const int row = idx / (HEAD_DIM / 8), d0 = (idx % (HEAD_DIM / 8)) * 8;
@@ -1411,15 +1403,12 @@ static decode_config make_config(const ignis_decode_params &p) {
 }
 
 /* Whether the page kernel can run on the current device: compiled for sm_90 (its body is empty
- * below), a device of compute capability >= 9.0, and IGNIS_DECODE_PAGE_KERNEL not "0" in the
- * environment (an opt-out for comparisons, read once). */
+ * below) and a device of compute capability >= 9.0. (IGNIS_DECODE_PAGE_KERNEL is the plan's,
+ * op_decode.c.) */
 static bool page_kernel_available() {
-  static const bool wanted = [] {
-    const char *value = getenv("IGNIS_DECODE_PAGE_KERNEL");
-    return (value == nullptr || strcmp(value, "0") != 0) && strstr(IGNIS_CUDA_TARGETS, "sm_90") != nullptr;
-  }();
+  static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90") != nullptr;
   int device = 0;
-  return wanted && cudaGetDevice(&device) == cudaSuccess && ignis_compute_capability(device) >= 90;
+  return compiled && cudaGetDevice(&device) == cudaSuccess && ignis_compute_capability(device) >= 90;
 }
 
 /* The call shapes the page kernel takes, as far as a plan knows them: 16-bit K/V at head dim 128,
@@ -1430,17 +1419,14 @@ static bool page_kernel_shape(int64_t head_dim, ignis_dtype kv_dtype, int64_t ro
          num_kv_heads == PAGE_HEADS && page_size > 0 && page_size % PAGE_TOKENS == 0;
 }
 
-/* And at run time: a planned paged batch for which the plan chose it (op_decode.c: unsplit and
- * filling its waves, where the split and merge of the other kernel cost less than the page kernel
- * gains) whose 16 tokens x 8 heads of K (and of V) are one contiguous run (head stride head_dim,
- * token stride 8 x head_dim elements: NHD with 8 heads). */
-static bool page_kernel_runs(const ignis_decode_params &p, const decode_config &c) {
+/* And at run time: the plan chose it for this batch (op_decode.c: a shape above, the kernel
+ * available, an unsplit batch filling its waves), and the cache's 16 tokens x 8 heads of K (and of
+ * V) are one contiguous run (head stride head_dim, token stride 8 x head_dim elements: NHD with 8
+ * heads), which only the run knows. */
+static bool page_kernel_runs(const ignis_decode_params &p) {
   const ignis_paged_kv_params &k = p.cache;
-  return p.page_kernel && p.work != nullptr && p.contiguous_kv_len == 0 && k.indptr != nullptr &&
-         page_kernel_shape(p.head_dim, k.dtype, c.rows, p.num_kv_heads, k.page_size) &&
-         k.k_stride_head == p.head_dim && k.v_stride_head == p.head_dim &&
-         k.k_stride_token == PAGE_HEADS * p.head_dim && k.v_stride_token == PAGE_HEADS * p.head_dim &&
-         page_kernel_available();
+  return p.page_kernel && k.k_stride_head == p.head_dim && k.v_stride_head == p.head_dim &&
+         k.k_stride_token == PAGE_HEADS * p.head_dim && k.v_stride_token == PAGE_HEADS * p.head_dim;
 }
 
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
@@ -1452,7 +1438,7 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   int64_t heads_per_block = 1, threads = DECODE_THREADS;
   bool page = false;
   if constexpr (HEAD_DIM == 128 && (KIND == KV_F16 || KIND == KV_BF16)) {
-    page = page_kernel_runs(p, c);
+    page = page_kernel_runs(p);
     if (page) {
       smem = PAGE_SMEM_BYTES;
       kernel = decode_page_kernel<QT, KIND, ROPE>;
@@ -1547,24 +1533,8 @@ template <typename QT> static ignis_status launch_kv(const ignis_decode_params &
  * registers), from the runtime once per device: single decode and plan creation ask every time. */
 template <typename QT, int KIND, int HEAD_DIM, bool TRANSPOSED> static int resident_blocks() {
   typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2, TRANSPOSED> tile;
-  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown */
-  int device = 0;
-  const bool cached = cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
-  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
-  if (blocks > 0)
-    return blocks;
-  void (*kernel)(const ignis_decode_params, const decode_config) =
-      decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>;
-  if (ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>>(tile::SMEM_BYTES) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, DECODE_THREADS, tile::SMEM_BYTES) != cudaSuccess)
-    blocks = 0;
-  (void)cudaGetLastError();
-  if (blocks <= 0)
-    return 1; /* not cached: asked again next time */
-  if (cached)
-    known[device].store(blocks, std::memory_order_relaxed);
-  return blocks;
+  return ignis_resident_blocks<decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>>(DECODE_THREADS,
+                                                                                            tile::SMEM_BYTES);
 }
 
 template <int KIND, bool TRANSPOSED> static int resident_blocks_for(int64_t head_dim) {
@@ -1599,26 +1569,6 @@ template <bool TRANSPOSED> static int resident_blocks_of(int64_t head_dim, ignis
   }
 }
 
-/* Resident blocks per SM of the page kernel on the current device (once per device). */
-static int page_resident_blocks() {
-  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown */
-  int device = 0;
-  const bool cached = cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
-  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
-  if (blocks > 0)
-    return blocks;
-  if (ignis_allow_dynamic_smem<decode_page_kernel<__nv_bfloat16, KV_BF16, false>>(PAGE_SMEM_BYTES) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decode_page_kernel<__nv_bfloat16, KV_BF16, false>,
-                                                    PAGE_THREADS, PAGE_SMEM_BYTES) != cudaSuccess)
-    blocks = 0;
-  (void)cudaGetLastError();
-  if (blocks <= 0)
-    return 1;
-  if (cached)
-    known[device].store(blocks, std::memory_order_relaxed);
-  return blocks;
-}
-
 extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
   return transposed_rows(rows) ? resident_blocks_of<true>(head_dim, kv_dtype)
                                : resident_blocks_of<false>(head_dim, kv_dtype);
@@ -1629,7 +1579,8 @@ extern "C" int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtyp
                                                     int64_t num_kv_heads, int64_t page_size) {
   if (!page_kernel_shape(head_dim, kv_dtype, rows, num_kv_heads, page_size) || !page_kernel_available())
     return 0;
-  return page_resident_blocks() * PAGE_HEADS;
+  return ignis_resident_blocks<decode_page_kernel<__nv_bfloat16, KV_BF16, false>>(PAGE_THREADS, PAGE_SMEM_BYTES) *
+         PAGE_HEADS;
 }
 
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {

@@ -354,6 +354,27 @@ template <auto Kernel> static inline cudaError_t ignis_allow_dynamic_smem(size_t
   return err;
 }
 
+/* Host: resident blocks per SM of Kernel at `threads` threads and `bytes` of dynamic shared memory
+ * on the current device (occupancy calculator; cached per device, once known). 1 when the runtime
+ * cannot tell (not cached: asked again next time). */
+template <auto Kernel> static inline int ignis_resident_blocks(int threads, size_t bytes) {
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES]; /* 0 unknown */
+  int device = 0;
+  const bool cached = cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
+  if (blocks > 0)
+    return blocks;
+  if (ignis_allow_dynamic_smem<Kernel>(bytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, bytes) != cudaSuccess)
+    blocks = 0;
+  (void)cudaGetLastError();
+  if (blocks <= 0)
+    return 1;
+  if (cached)
+    known[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
 /* Host: launch kernel<<<grid, block, smem, stream>>>(args...) with PDL where ignis_pdl_enabled();
  * returns the launch's error. The kernel must call ignis_pdl_wait() before any global access
  * (but reads of a plan's schedule, see above). */

@@ -1466,7 +1466,8 @@ static void test_graph_replay(void) {
       ignis_paged_kv_cache now = c.cache;
       now.indptr.shape[0] = b + 1;
       now.last_page_len.shape[0] = b;
-      ref_cache rc = {&now, &c.k, &c.v, &c.indptr, &c.indices, &c.last};
+      ref_cache rc = kv_ref(&c); /* (a combined cache's V lies in c.k) */
+      rc.cache = &now;
       qo_set sub = qo_sub(&s, b * q_len);
       ref_decode(&rc, &sub, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
       char what[64];

@@ -978,6 +978,14 @@ static void test_single(h_backend backend) {
 }
 
 /* ---- batch decode --------------------------------------------------------------------------- */
+/* The page kernel's test batches: PAGE_SHAPE_BATCH requests (enough to fill an H200 unsplit) of
+ * 0..256 keys, with empty, one-key, mid-page and full-page lengths among them. */
+enum { PAGE_SHAPE_BATCH = 128 };
+static void page_shape_lens(int64_t *lens) {
+  for (int i = 0; i < PAGE_SHAPE_BATCH; ++i)
+    lens[i] = (i * 37) % 257;
+}
+
 typedef struct batch_shape {
   int64_t B, P, Hkv, group, D, q_len, max_len;
   ignis_dtype q_dtype, kv_dtype;
@@ -1132,12 +1140,11 @@ static void test_batch(h_backend backend) {
    * with IGNIS_DECODE_PAGE_KERNEL=always): every option, page sizes 16, 32 and 64, groups 1, 4 and 8,
    * q_len 2, K and V in one tensor or two (padded rows here: the other kernel), empty and one-key
    * requests, lengths that end mid-page or at a page's end. */
-  int64_t page_lens[128];
-  for (int i = 0; i < 128; ++i)
-    page_lens[i] = (i * 37) % 257;
+  int64_t page_lens[PAGE_SHAPE_BATCH];
+  page_shape_lens(page_lens);
   for (int k = 0; k < NUM_VARIANTS; ++k) {
     static const int64_t group_of[4] = {4, 8, 1, 4};
-    batch_shape bs = {128,
+    batch_shape bs = {PAGE_SHAPE_BATCH,
                       16 << (k % 3),
                       8,
                       group_of[k % 4],
@@ -1322,11 +1329,10 @@ static void test_invariance_and_reuse(h_backend backend) {
       }
   /* The page kernel's shape in a batch that fills the GPU unsplit (CUDA): the batch-invariant modes
    * must not take it for the batch and the other kernel for the request alone. */
-  int64_t page_lens[128];
-  for (int i = 0; i < 128; ++i)
-    page_lens[i] = (i * 37) % 257;
+  int64_t page_lens[PAGE_SHAPE_BATCH];
+  page_shape_lens(page_lens);
   for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED; ++mode) {
-    inv_shape v = {128, 16, 8, 4, 1, IGNIS_BF16, IGNIS_BF16, 1, page_lens, 5, 250};
+    inv_shape v = {PAGE_SHAPE_BATCH, 16, 8, 4, 1, IGNIS_BF16, IGNIS_BF16, 1, page_lens, 5, 250};
     invariance_case(backend, &rng, &v, (split_mode)mode, opts_variant(1));
   }
 }

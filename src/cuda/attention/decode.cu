@@ -507,6 +507,8 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
           qf[h2][kk][e + 1] = two[1];
         }
     }
+    /* (the same frequencies as kfreq below, computed again there rather than kept live from here:
+     * reusing one table moved the RoPE instances' registers and stack, e.g. 232 -> 242) */
     float freq[KSTEPS / 2][4];
     if constexpr (ROPE) {
 #pragma unroll

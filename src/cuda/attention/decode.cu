@@ -62,9 +62,10 @@
  * of contiguous K/V; tensor-map copies of the same boxes at ~4.1. In the ring a head's 16 rows
  * lie 2 KB apart (one bank group), so each consumer warp first copies its head's K and V rows into
  * a private swizzled 16-key tile (zeroing the rows of masked keys), releases the slot (an empty
- * mbarrier of 8 arrivals), and runs the transposed kernel's 16-key step on it (transposed_keys16:
- * the same scores, options and softmax). Each warp owns its head's rows outright, so its epilogue
- * writes out or the partial row with no key-split merge; a split item (a CUDA-graph replay of a
+ * mbarrier of 256 arrivals: every consumer lane releases its own reads of the slot), and runs the
+ * transposed kernel's 16-key step on it (transposed_keys16: the same scores, options and softmax).
+ * Each warp owns its head's rows outright, so its epilogue writes out or the partial row with no
+ * key-split merge; a split item (a CUDA-graph replay of a
  * later plan, or IGNIS_DECODE_PAGE_KERNEL=always) merges inside the kernel for all 8 heads on head
  * 0's counters. Its planner counts the block as 8 (item, head) blocks.
  *
@@ -1193,7 +1194,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
   if (tid == 0) {
     for (int s = 0; s < PAGE_STAGES; ++s) {
       mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, PAGE_HEADS);
+      mbar_init(empty0 + 8 * s, PAGE_HEADS * 32); /* every consumer lane releases its own reads */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -1272,8 +1273,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
         store_shared16(v_tile + to, vx);
       }
       __syncwarp();
-      if (lane == 0)
-        mbar_arrive(empty0 + 8 * slot);
+      mbar_arrive(empty0 + 8 * slot);
       transposed_keys16<KIND, HEAD_DIM, ROPE, PAGE_ROW_BYTES, 7>(p, c, q, k_tile, v_tile, 0, s0 + s * PAGE_TOKENS,
                                                                   bits, row_masks, o, m, l, [] {});
       __syncwarp();

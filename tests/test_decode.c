@@ -1092,7 +1092,8 @@ static void test_batch(h_backend backend) {
   static const int64_t dims[] = {64, 128, 256};
   h_rng rng = h_rng_make(0xba7c4 + (uint64_t)backend);
   int variant = 0;
-  for (size_t pi = 0; pi < sizeof page_sizes / sizeof page_sizes[0]; ++pi)
+  const int general = h_selected("batch");
+  for (size_t pi = 0; pi < sizeof page_sizes / sizeof page_sizes[0] && general; ++pi)
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; ++gi, ++variant) {
       batch_shape bs;
       memset(&bs, 0, sizeof bs);
@@ -1113,7 +1114,7 @@ static void test_batch(h_backend backend) {
 
   /* Causal among the q_len tokens, with requests shorter than q_len (tokens that see no key). */
   static const int64_t short_lens[6] = {0, 1, 3, 6, 7, 12};
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 3 && general; ++k) {
     batch_shape bs = {6,
                       k == 0 ? 1 : 5,
                       2,
@@ -1142,7 +1143,7 @@ static void test_batch(h_backend backend) {
    * requests, lengths that end mid-page or at a page's end. */
   int64_t page_lens[PAGE_SHAPE_BATCH];
   page_shape_lens(page_lens);
-  for (int k = 0; k < NUM_VARIANTS; ++k) {
+  for (int k = 0; k < NUM_VARIANTS && h_selected("batch page shape"); ++k) {
     static const int64_t group_of[4] = {4, 8, 1, 4};
     batch_shape bs = {PAGE_SHAPE_BATCH,
                       16 << (k % 3),
@@ -1164,7 +1165,7 @@ static void test_batch(h_backend backend) {
   static const int64_t long_len[1] = {33001};
   batch_shape long_case = {1, 16, 1,       2, 128, 3, 33001, IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_NHD,
                            0, 1,  long_len};
-  if (h_quick())
+  if (h_quick() || !general)
     return;
   run_batch_case(backend, &long_case, opts_variant(6), &rng);
   if (backend == H_CUDA) { /* larger on the GPU: more heads, mixed lengths, every option set */
@@ -1320,7 +1321,7 @@ static void test_invariance_and_reuse(h_backend backend) {
   static const int64_t lens[5] = {2900, 17, 0, 700, 1500};
   static const ignis_dtype q_dtypes[3] = {IGNIS_BF16, IGNIS_F16, IGNIS_BF16};
   static const ignis_dtype kv_dtypes[3] = {IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_FP8_E5M2};
-  for (int cfg = 0; cfg < 3; ++cfg)
+  for (int cfg = 0; cfg < 3 && h_selected("invariance"); ++cfg)
     for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED; ++mode)
       for (int which = 0; which < 2; ++which) {
         inv_shape v = {5, 16, 2, 4, 1 + cfg, q_dtypes[cfg], kv_dtypes[cfg], 0, lens, 2, which ? 2345 : 300};
@@ -1331,7 +1332,7 @@ static void test_invariance_and_reuse(h_backend backend) {
    * must not take it for the batch and the other kernel for the request alone. */
   int64_t page_lens[PAGE_SHAPE_BATCH];
   page_shape_lens(page_lens);
-  for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED; ++mode) {
+  for (int mode = SPLIT_DISABLED; mode <= SPLIT_FIXED && h_selected("invariance page shape"); ++mode) {
     inv_shape v = {PAGE_SHAPE_BATCH, 16, 8, 4, 1, IGNIS_BF16, IGNIS_BF16, 1, page_lens, 5, 250};
     invariance_case(backend, &rng, &v, (split_mode)mode, opts_variant(1));
   }
@@ -1399,6 +1400,8 @@ static void test_graph_replay(void) {
   enum { MAX_B = 128 };
   for (int cfg = 0; cfg < 3; ++cfg) {
     const int page = cfg == 2;
+    if (!h_selected(page ? "graph replay page shape" : "graph replay"))
+      continue;
     const int64_t Bmax = page ? MAX_B : 8, P = 16, Hkv = page ? 8 : 2, group = 4, H = Hkv * group, D = 128;
     const int64_t max_kv_len = page ? 640 : 4000;
     const ignis_dtype q_dtype = cfg == 1 ? IGNIS_F16 : IGNIS_BF16;
@@ -1822,20 +1825,28 @@ static void test_bad_inputs(h_backend backend) {
 
 int main(void) {
   h_init("test_decode");
-  test_planner();
+  /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
+   * input", "graph replay", "workspace claims"; "page shape" the page kernel's cases of the batch,
+   * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
+   * IGNIS_DECODE_PAGE_KERNEL=always) */
+  if (h_selected("planner"))
+    test_planner();
   for (int b = 0; b < h_backend_count(); ++b) {
     h_backend backend = h_backend_at(b);
     if (h_quick() && backend == H_CPU && h_backend_count() > 1)
       continue; /* the sanitizer looks at the GPU cases */
-    test_single(backend);
+    if (h_selected("single"))
+      test_single(backend);
     test_batch(backend);
     test_invariance_and_reuse(backend);
-    test_bad_inputs(backend);
+    if (h_selected("bad input"))
+      test_bad_inputs(backend);
   }
 #ifdef IGNIS_HAVE_CUDA
   if (h_backend_count() > 1) {
     test_graph_replay();
-    test_workspace_claims();
+    if (h_selected("workspace claims"))
+      test_workspace_claims();
   }
 #endif
   return h_finish();

@@ -31,6 +31,7 @@
 #include "core/workspace.h"
 #include "ignis/decode.h"
 #include "sched/decode_plan.h"
+#include "sched/plan_math.h"
 
 
 struct ignis_decode_plan {
@@ -378,11 +379,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->max_partials = planner.max_partials;
   plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
   if (page_wave > 0) {
-    plan->max_work = plan->max_work > page_planner.max_work ? plan->max_work : page_planner.max_work;
-    plan->max_partials =
-        plan->max_partials > page_planner.max_partials ? plan->max_partials : page_planner.max_partials;
-    size_t page_bytes = ignis_decode_schedule_bytes(&page_planner);
-    plan->schedule_bytes = plan->schedule_bytes > page_bytes ? plan->schedule_bytes : page_bytes;
+    plan->max_work = max64(plan->max_work, page_planner.max_work);
+    plan->max_partials = max64(plan->max_partials, page_planner.max_partials);
+    const size_t page_bytes = ignis_decode_schedule_bytes(&page_planner);
+    if (page_bytes > plan->schedule_bytes)
+      plan->schedule_bytes = page_bytes;
   }
   ignis_status status = IGNIS_OK;
   if (cpu) {
@@ -514,7 +515,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   int page = 0;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
   int64_t wave_items = plan->page_planner.wave / c->num_kv_heads;
-  int64_t waves = wave_items > 0 ? (batch_size + wave_items - 1) / wave_items : 0;
+  int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
   if (wave_items > 0 &&
       (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
     used = ignis_decode_plan_batch(&plan->page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);

@@ -56,10 +56,10 @@
  * not split and that fill its waves, see op_decode.c and notes/PERF.md). A block is a work item for
  * all 8 KV heads, one per SM, 8 consumer warps (a head each) and a producer warp. Each stage is 16
  * tokens of one page for all 8 heads, which NHD keeps as one 32 KB run for K and one for V: two
- * bulk copies (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of bare copies
- * on the H200 put the reason in numbers: 4 KB runs per head and page (what the kernel above
- * fetches, by cp.async or by bulk copies) stream at ~4.35 TB/s, 32 KB runs at ~4.5 TB/s, the rate
- * of contiguous K/V; tensor-map copies of the same boxes at ~4.1. In the ring a head's 16 rows
+ * bulk copies (cp.async.bulk, completing on an mbarrier) into a 2-slot ring. A microbenchmark of
+ * bare copies on the H200 put the reason in numbers: 4 KB runs per head and page (what the kernel
+ * above fetches, by cp.async or by bulk copies) stream at ~4.35 TB/s, 32 KB runs at ~4.5 TB/s, the
+ * rate of contiguous K/V; tensor-map copies of the same boxes at ~4.1. In the ring a head's 16 rows
  * lie 2 KB apart (one bank group), so each consumer warp first copies its head's K and V rows into
  * a private swizzled 16-key tile (zeroing the rows of masked keys), releases the slot (an empty
  * mbarrier of 256 arrivals: every consumer lane releases its own reads of the slot), and runs the

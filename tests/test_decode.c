@@ -1339,6 +1339,49 @@ static void test_invariance_and_reuse(h_backend backend) {
 }
 
 /* ---- CUDA graph replay ------------------------------------------------------------------------- */
+/* ignis_decode_max_kv_len_for_workspace: the plan it allows fits the bytes and one key more does
+ * not (CUDA); the CPU needs no workspace, so only the schedule's item count bounds it. */
+static void test_workspace_bound(h_backend backend) {
+  h_case("decode max_kv_len for a workspace on %s", h_backend_name(backend));
+  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  config.device = h_backend_device(backend);
+  config.num_qo_heads = 32;
+  config.num_kv_heads = 8;
+  config.head_dim = 128;
+  config.page_size = 16;
+  config.max_batch_size = 64;
+  config.fixed_split_size = 4;
+  int64_t fits = 0;
+  CHECK_ERROR(ignis_decode_max_kv_len_for_workspace(&config, 1 << 20, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "max_kv_len is NULL");
+  CHECK_ERROR(ignis_decode_max_kv_len_for_workspace(NULL, 1 << 20, &fits), IGNIS_ERROR_INVALID_ARGUMENT,
+              "config is NULL");
+  if (backend == H_CPU) {
+    CHECK_STATUS(ignis_decode_max_kv_len_for_workspace(&config, 0, &fits), IGNIS_OK);
+    CHECKF(fits > (1 << 30), "CPU bound %lld", (long long)fits); /* only the item count limits it */
+    return;
+  }
+  CHECK_STATUS(ignis_decode_max_kv_len_for_workspace(&config, 0, &fits), IGNIS_OK);
+  CHECKF(fits == -1, "bound for 0 bytes %lld", (long long)fits);
+  const size_t budgets[] = {1 << 20, 48 << 20, 300 << 20};
+  for (int i = 0; i < 3; ++i) {
+    if (!CHECK_STATUS(ignis_decode_max_kv_len_for_workspace(&config, budgets[i], &fits), IGNIS_OK))
+      continue;
+    CHECKF(fits > 0 && fits < INT32_MAX, "bound for %zu bytes %lld", budgets[i], (long long)fits);
+    for (int more = 0; more < 2; ++more) {
+      config.max_kv_len = fits + more;
+      ignis_decode_plan *plan = NULL;
+      size_t bytes = 0;
+      if (!CHECK_STATUS(ignis_decode_plan_create(&config, &plan), IGNIS_OK))
+        continue;
+      CHECK_STATUS(ignis_decode_workspace_size(plan, &bytes), IGNIS_OK);
+      CHECKF(more ? bytes > budgets[i] : bytes <= budgets[i], "max_kv_len %lld needs %zu bytes of %zu",
+             (long long)config.max_kv_len, bytes, budgets[i]);
+      CHECK_STATUS(ignis_decode_plan_destroy(plan), IGNIS_OK);
+    }
+  }
+}
+
 #ifdef IGNIS_HAVE_CUDA
 /* Two plans given one workspace (each update leaves its schedule and merge counters there): a run
  * after the other plan's update fails naming the workspace and writes nothing; the other plan's
@@ -1826,7 +1869,7 @@ static void test_bad_inputs(h_backend backend) {
 int main(void) {
   h_init("test_decode");
   /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
-   * input", "graph replay", "workspace claims"; "page shape" the page kernel's cases of the batch,
+   * input", "workspace bound", "graph replay", "workspace claims"; "page shape" the page kernel's cases of the batch,
    * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
    * IGNIS_DECODE_PAGE_KERNEL=always) */
   if (h_selected("planner"))
@@ -1841,6 +1884,8 @@ int main(void) {
     test_invariance_and_reuse(backend);
     if (h_selected("bad input"))
       test_bad_inputs(backend);
+    if (h_selected("workspace bound"))
+      test_workspace_bound(backend);
   }
 #ifdef IGNIS_HAVE_CUDA
   if (h_backend_count() > 1) {

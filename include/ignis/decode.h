@@ -153,6 +153,15 @@ IGNIS_API ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan);
  * one stream, and CUDA-graph replays with or without an update between them, are fine. */
 IGNIS_API ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes);
 
+/* The largest max_kv_len (0..INT32_MAX) for which a plan of `config` (its max_kv_len ignored) can
+ * be created and needs at most workspace_bytes of workspace (ignis_decode_workspace_size of that
+ * plan); -1 when not even max_kv_len 0 fits. For callers whose workspace is fixed (a CUDA-graph
+ * buffer) and whose plans split into fixed chunks (fixed_split_size), where the bound sets the
+ * workspace: create the plan with the answer (or less). CPU plans need no workspace, so there only
+ * the schedule's int32 item count bounds the answer. */
+IGNIS_API ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_config *config,
+                                                             size_t workspace_bytes, int64_t *max_kv_len);
+
 /* Schedule a batch. kv_indptr_host [batch_size + 1] and kv_last_page_len_host [batch_size] are
  * host arrays describing the same batch the run will see (they are validated here: monotonic,
  * last_page_len in 1..page_size for requests with pages, lengths <= max_kv_len). The schedule is

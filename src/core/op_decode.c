@@ -333,14 +333,15 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
   return IGNIS_OK;
 }
 
-ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ignis_decode_plan **out_plan) {
-  static const char fn[] = "ignis_decode_plan_create";
-  ignis_clear_error();
-  if (!out_plan)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
-  ignis_attention_resolved options;
-  IGNIS_TRY(check_config(fn, config, &options));
-  int cpu = config->device.type == IGNIS_DEVICE_CPU;
+/* What a plan of this (checked) config holds before any update: its planners and the bounds of
+ * every schedule it can produce. Allocates nothing, so the workspace queries can ask it too. */
+typedef struct plan_bounds {
+  ignis_decode_planner planner, page_planner; /* page_planner.wave 0: no page kernel */
+  int64_t max_work, max_partials;             /* the larger of the two planners' */
+  size_t schedule_bytes;
+} plan_bounds;
+
+static ignis_status compute_plan_bounds(const char *fn, const ignis_decode_plan_config *config, plan_bounds *b) {
   const int64_t rows = (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
                        (config->num_qo_heads / config->num_kv_heads);
   int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype, rows);
@@ -351,12 +352,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
                               (page_mode == PAGE_AUTO && (config->disable_split_kv || config->fixed_split_size > 0))
                           ? 0
                           : decode_page_wave(config, rows);
-  ignis_decode_planner planner, page_planner;
-  memset(&page_planner, 0, sizeof page_planner);
-  if (ignis_decode_planner_init(&planner, config->max_batch_size, config->max_kv_len, config->page_size,
+  memset(b, 0, sizeof *b);
+  if (ignis_decode_planner_init(&b->planner, config->max_batch_size, config->max_kv_len, config->page_size,
                                 config->num_kv_heads, wave, 1,
                                 config->disable_split_kv, config->fixed_split_size) != 0 ||
-      (page_wave > 0 && ignis_decode_planner_init(&page_planner, config->max_batch_size, config->max_kv_len,
+      (page_wave > 0 && ignis_decode_planner_init(&b->page_planner, config->max_batch_size, config->max_kv_len,
                                                   config->page_size, config->num_kv_heads, page_wave, 1,
                                                   config->disable_split_kv, config->fixed_split_size) != 0))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
@@ -364,6 +364,30 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
                            " and config.fixed_split_size=%" PRId64 " need more than %d work items",
                            fn, config->max_batch_size, config->max_kv_len, config->fixed_split_size,
                            INT32_MAX);
+  /* room for either planner's schedules (same layout: both have max_batch) */
+  b->max_work = b->planner.max_work;
+  b->max_partials = b->planner.max_partials;
+  b->schedule_bytes = ignis_decode_schedule_bytes(&b->planner);
+  if (page_wave > 0) {
+    b->max_work = max64(b->max_work, b->page_planner.max_work);
+    b->max_partials = max64(b->max_partials, b->page_planner.max_partials);
+    const size_t page_bytes = ignis_decode_schedule_bytes(&b->page_planner);
+    if (page_bytes > b->schedule_bytes)
+      b->schedule_bytes = page_bytes;
+  }
+  return IGNIS_OK;
+}
+
+ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ignis_decode_plan **out_plan) {
+  static const char fn[] = "ignis_decode_plan_create";
+  ignis_clear_error();
+  if (!out_plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
+  ignis_attention_resolved options;
+  IGNIS_TRY(check_config(fn, config, &options));
+  int cpu = config->device.type == IGNIS_DEVICE_CPU;
+  plan_bounds bounds;
+  IGNIS_TRY(compute_plan_bounds(fn, config, &bounds));
   ignis_decode_plan *plan = calloc(1, sizeof *plan);
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
@@ -372,19 +396,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   if (plan->config.q_len_per_req == 0)
     plan->config.q_len_per_req = 1;
   plan->options = options;
-  plan->planner = planner;
-  plan->page_planner = page_planner;
-  /* room for either planner's schedules (same layout: both have max_batch) */
-  plan->max_work = planner.max_work;
-  plan->max_partials = planner.max_partials;
-  plan->schedule_bytes = ignis_decode_schedule_bytes(&planner);
-  if (page_wave > 0) {
-    plan->max_work = max64(plan->max_work, page_planner.max_work);
-    plan->max_partials = max64(plan->max_partials, page_planner.max_partials);
-    const size_t page_bytes = ignis_decode_schedule_bytes(&page_planner);
-    if (page_bytes > plan->schedule_bytes)
-      plan->schedule_bytes = page_bytes;
-  }
+  plan->planner = bounds.planner;
+  plan->page_planner = bounds.page_planner;
+  plan->max_work = bounds.max_work;
+  plan->max_partials = bounds.max_partials;
+  plan->schedule_bytes = bounds.schedule_bytes;
   ignis_status status = IGNIS_OK;
   if (cpu) {
     plan->host_schedule = malloc(plan->schedule_bytes);
@@ -411,12 +427,19 @@ typedef struct plan_pieces {
   float *partial_lse;
 } plan_pieces;
 
+/* The plan's workspace: the schedule image, then the partial rows of every split item. */
+static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, size_t schedule_bytes,
+                                         int64_t max_partials, const ignis_decode_plan_config *c,
+                                         plan_pieces *pieces) {
+  IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)schedule_bytes, 1, &pieces->schedule));
+  const int64_t q_len = c->q_len_per_req > 0 ? c->q_len_per_req : 1;
+  return carve_partials(ws, fn, max_partials * q_len, c->num_qo_heads, c->head_dim, &pieces->partial_out,
+                        &pieces->partial_lse);
+}
+
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
                                plan_pieces *pieces) {
-  IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)plan->schedule_bytes, 1, &pieces->schedule));
-  return carve_partials(ws, fn, plan->max_partials * plan->config.q_len_per_req,
-                        plan->config.num_qo_heads, plan->config.head_dim, &pieces->partial_out,
-                        &pieces->partial_lse);
+  return carve_plan_workspace(ws, fn, plan->schedule_bytes, plan->max_partials, &plan->config, pieces);
 }
 
 ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes) {
@@ -432,6 +455,53 @@ ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *
   plan_pieces pieces;
   IGNIS_TRY(carve_plan(&ws, fn, plan, &pieces));
   *bytes = ignis_attention_required_bytes(&ws);
+  return IGNIS_OK;
+}
+
+/* Workspace bytes a plan of config (checked) with this max_kv_len would need; 0 on the CPU. */
+static ignis_status bytes_for_max_kv_len(const char *fn, const ignis_decode_plan_config *config, int64_t max_kv_len,
+                                         size_t *bytes) {
+  ignis_decode_plan_config c = *config;
+  c.max_kv_len = max_kv_len;
+  plan_bounds bounds;
+  IGNIS_TRY(compute_plan_bounds(fn, &c, &bounds));
+  if (c.device.type == IGNIS_DEVICE_CPU) {
+    *bytes = 0;
+    return IGNIS_OK;
+  }
+  ignis_workspace ws = ignis_workspace_counting();
+  plan_pieces pieces;
+  IGNIS_TRY(carve_plan_workspace(&ws, fn, bounds.schedule_bytes, bounds.max_partials, &c, &pieces));
+  *bytes = ignis_attention_required_bytes(&ws);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_config *config, size_t workspace_bytes,
+                                                   int64_t *max_kv_len) {
+  static const char fn[] = "ignis_decode_max_kv_len_for_workspace";
+  ignis_clear_error();
+  if (!max_kv_len)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: max_kv_len is NULL", fn);
+  ignis_attention_resolved options;
+  IGNIS_TRY(check_config(fn, config, &options));
+  /* the bytes grow with max_kv_len: the largest that fits, by bisection over [0, INT32_MAX]; a
+   * bound whose planner does not fit the schedule's int32 fields counts as not fitting */
+  size_t bytes;
+  if (bytes_for_max_kv_len(fn, config, 0, &bytes) != IGNIS_OK || bytes > workspace_bytes) {
+    ignis_clear_error();
+    *max_kv_len = -1;
+    return IGNIS_OK;
+  }
+  int64_t fits = 0, fails = (int64_t)INT32_MAX + 1;
+  while (fails - fits > 1) {
+    int64_t mid = fits + (fails - fits) / 2;
+    if (bytes_for_max_kv_len(fn, config, mid, &bytes) == IGNIS_OK && bytes <= workspace_bytes)
+      fits = mid;
+    else
+      fails = mid;
+  }
+  ignis_clear_error();
+  *max_kv_len = fits;
   return IGNIS_OK;
 }
 

@@ -1,9 +1,10 @@
-/* Devices: which backend a call runs on, device facts, and the context object.
+/* Devices: the backend tables, which one a call runs on, device facts, and the context object.
  *
  * Dispatch rule: every tensor of a call must live on the host, or every tensor on the same CUDA
  * device; a mixture is an error naming the first tensor that disagrees. A tensor that says it
  * lives on a CUDA device has its pointer checked with the CUDA runtime, so a host pointer passed
- * as device memory (or the reverse, when a GPU is present) is caught before any launch. */
+ * as device memory (or the reverse, when a GPU is present) is caught before any launch. The
+ * resolved device's table (core/backend.h) is the one the front end calls. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,17 +13,42 @@
 #include "core/backend.h"
 #include "core/validate.h"
 
+extern const ignis_backend ignis_cpu_backend;
+#ifdef IGNIS_HAVE_CUDA
+extern const ignis_backend ignis_cuda_backend;
+#endif
+
+const ignis_backend *ignis_backend_for(ignis_device_type type) {
+  switch (type) {
+  case IGNIS_DEVICE_CPU:
+    return &ignis_cpu_backend;
+#ifdef IGNIS_HAVE_CUDA
+  case IGNIS_DEVICE_CUDA:
+    return &ignis_cuda_backend;
+#endif
+  default:
+    return NULL;
+  }
+}
+
 static const char *device_type_name(ignis_device_type type) {
   return type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
-/* Cached: 0 without a usable GPU. Racing first calls compute the same value. */
+/* Cached: 0 without a usable GPU (or without the CUDA backend). Racing first calls compute the
+ * same value. */
 static int cached_cuda_device_count = -1;
 
 int ignis_cuda_device_count(void) {
-  if (cached_cuda_device_count < 0)
-    cached_cuda_device_count = ignis_cuda_runtime_device_count();
+  if (cached_cuda_device_count < 0) {
+    const ignis_backend *cuda = ignis_backend_for(IGNIS_DEVICE_CUDA);
+    cached_cuda_device_count = cuda ? cuda->device_count() : 0;
+  }
   return cached_cuda_device_count;
+}
+
+const char *ignis_no_cuda_device_reason(void) {
+  return ignis_backend_for(IGNIS_DEVICE_CUDA) ? "no CUDA device is present" : "the CUDA backend is not built";
 }
 
 static ignis_status check_location(const char *fn, const char *name, const ignis_tensor *t) {
@@ -31,10 +57,8 @@ static ignis_status check_location(const char *fn, const char *name, const ignis
   int devices = ignis_cuda_device_count();
   if (t->device.type == IGNIS_DEVICE_CUDA) {
     if (devices == 0)
-      return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE,
-                             "%s: %s is on cuda:%d but %s", fn, name, t->device.id,
-                             ignis_cuda_compiled_targets()[0] ? "no CUDA device is present"
-                                                              : "the CUDA backend is not built");
+      return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: %s is on cuda:%d but %s", fn, name,
+                             t->device.id, ignis_no_cuda_device_reason());
     if (t->device.id < 0 || t->device.id >= devices)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.device.id=%d but %d CUDA devices exist",
                              fn, name, t->device.id, devices);
@@ -42,8 +66,8 @@ static ignis_status check_location(const char *fn, const char *name, const ignis
     return IGNIS_OK; /* no GPU: host memory is the only possibility */
   }
   ignis_device_type actual_type;
-  int32_t actual_id;
-  if (ignis_cuda_pointer_location(t->data, &actual_type, &actual_id) != IGNIS_OK)
+  int32_t actual_id; /* devices > 0: the CUDA backend is built */
+  if (ignis_backend_for(IGNIS_DEVICE_CUDA)->pointer_location(t->data, &actual_type, &actual_id) != IGNIS_OK)
     return IGNIS_OK; /* the runtime cannot tell: trust the descriptor */
   if (actual_type != t->device.type || (actual_type == IGNIS_DEVICE_CUDA && actual_id != t->device.id))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
@@ -54,8 +78,8 @@ static ignis_status check_location(const char *fn, const char *name, const ignis
   return IGNIS_OK;
 }
 
-ignis_status ignis_resolve_device(const char *fn, const ignis_tensor *const *tensors,
-                                  const char *const *names, int count, ignis_device *device) {
+ignis_status ignis_resolve_target(const char *fn, const ignis_tensor *const *tensors,
+                                  const char *const *names, int count, ignis_target *target) {
   int first = -1;
   for (int i = 0; i < count; ++i) {
     const ignis_tensor *t = tensors[i];
@@ -79,8 +103,12 @@ ignis_status ignis_resolve_device(const char *fn, const ignis_tensor *const *ten
   for (int i = 0; i < count; ++i)
     if (tensors[i])
       IGNIS_TRY(check_location(fn, names[i], tensors[i]));
-  device->type = tensors[first]->device.type;
-  device->id = device->type == IGNIS_DEVICE_CUDA ? tensors[first]->device.id : 0;
+  target->device.type = tensors[first]->device.type;
+  target->device.id = target->device.type == IGNIS_DEVICE_CUDA ? tensors[first]->device.id : 0;
+  target->backend = ignis_backend_for(target->device.type);
+  if (!target->backend) /* unreachable: check_location refused devices no backend serves */
+    return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: no backend for %s", fn,
+                           device_type_name(target->device.type));
   return IGNIS_OK;
 }
 
@@ -116,7 +144,7 @@ ignis_status ignis_get_device_info(ignis_device device, ignis_device_info *info)
     return ignis_set_error(devices == 0 ? IGNIS_ERROR_BACKEND_UNAVAILABLE : IGNIS_ERROR_INVALID_ARGUMENT,
                            "ignis_get_device_info: device.id=%d but %d CUDA devices exist", device.id,
                            devices);
-  return ignis_cuda_get_device_info(device.id, info);
+  return ignis_backend_for(IGNIS_DEVICE_CUDA)->device_info(device.id, info);
 }
 
 struct ignis_context {

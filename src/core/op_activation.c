@@ -27,8 +27,8 @@ static ignis_status gated(const char *fn, ignis_activation_kind kind, const igni
   IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "input", input));
   const ignis_tensor *tensors[] = {input, out};
   const char *names[] = {"input", "out"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 2, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 2, &target));
 
   ignis_activation_params p = {0};
   p.kind = kind;
@@ -41,9 +41,7 @@ static ignis_status gated(const char *fn, ignis_activation_kind kind, const igni
   p.out = out->data;
   if (p.num_rows_outer * p.num_rows_inner == 0 || p.hidden == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_activation(&p);
-  return ignis_cuda_activation(&p, device.id, stream);
+  return target.backend->activation(&p, target.device.id, stream);
 }
 
 ignis_status ignis_silu_and_mul(const ignis_tensor *input, ignis_tensor *out, void *stream) {

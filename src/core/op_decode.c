@@ -9,14 +9,13 @@
  *   single decode: partial_out [chunks, Hq, D] f32 | partial_lse [chunks, Hq] f32, chunks the most
  *                  any device uses for that length (none when it never splits)
  *
- * CUDA plans keep a staging ring (core/attention_common.h) of pinned host buffers, each with an event.
- * plan_update plans into the next slot (waiting for that slot's event only when its previous copy
- * has not run yet), copies the used part of the image into the workspace with one asynchronous
- * copy on the caller's stream and records the slot's event. The run only reads the workspace: it
- * allocates nothing, synchronizes nothing, and its launch shape depends only on the plan.
- * CPU plans keep the schedule in host memory (no workspace) and remember the planned lengths, which
- * the run checks against the cache's host index arrays. Single decode plans its split on the host
- * and passes it as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
+ * Where the schedule lives between update and run is the plan storage's business
+ * (core/attention_plan.h): device plans upload it into the workspace through a pinned staging
+ * ring, and the run only reads the workspace (it allocates nothing, synchronizes nothing, and its
+ * launch shape depends only on the plan); host-memory plans keep it on the host and need no
+ * workspace. Every plan remembers the planned lengths, which a run checks against the cache's
+ * index arrays where they are host memory. Single decode plans its split on the host and passes it
+ * as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -25,6 +24,7 @@
 #include <string.h>
 
 #include "core/attention_common.h"
+#include "core/attention_plan.h"
 #include "core/backend.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
@@ -44,17 +44,13 @@ struct ignis_decode_plan {
   int page_kernel;
   int64_t max_work, max_partials; /* the larger of the two planners' */
   size_t schedule_bytes;
-  ignis_staging_ring staging; /* CUDA */
-  /* CPU: the schedule and the planned lengths */
-  void *host_schedule;
-  int32_t *planned_kv_len;
+  ignis_plan_storage storage;
+  int32_t *planned_kv_len; /* [max_batch] */
   /* the last successful update */
   int updated;
   int64_t batch_size;
   int32_t num_work;     /* items of that batch */
   int32_t num_partials; /* partial rows of that batch (0: no request is split) */
-  const void *workspace;
-  uint64_t claim; /* CUDA: the workspace claim of that update (attention_common.h) */
 };
 
 static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
@@ -121,12 +117,9 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
                               (void **)partial_lse);
 }
 
-/* Attention blocks resident at once on the device: the planner's wave. The CPU backend plans as
- * for an H100/H200 running the CUDA kernel, so schedules (and split results) are alike. */
+/* Attention blocks resident at once on the device: the planner's wave (the backend's answer). */
 static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
-  if (device.type == IGNIS_DEVICE_CPU)
-    return IGNIS_DECODE_CPU_NOMINAL_SMS * IGNIS_DECODE_BLOCKS_PER_SM;
-  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_decode_blocks_per_sm(head_dim, kv_dtype, rows);
+  return ignis_backend_for(device.type)->decode_wave(device.id, head_dim, kv_dtype, rows);
 }
 
 /* IGNIS_DECODE_PAGE_KERNEL (read once): "0" never plans the page kernel (comparisons), "always"
@@ -147,12 +140,10 @@ static int page_kernel_mode(void) {
   return value;
 }
 
-/* The page kernel's wave (CUDA, in (item, KV head) blocks), 0 where it does not run. */
+/* The page kernel's wave (in (item, KV head) blocks), 0 where it does not run. */
 static int64_t decode_page_wave(const ignis_decode_plan_config *c, int64_t rows) {
-  if (c->device.type == IGNIS_DEVICE_CPU)
-    return 0;
-  return (int64_t)ignis_cuda_device_sm_count(c->device.id) *
-         ignis_cuda_decode_page_blocks_per_sm(c->head_dim, c->kv_dtype, rows, c->num_kv_heads, c->page_size);
+  return ignis_backend_for(c->device.type)
+      ->decode_page_wave(c->device.id, c->head_dim, c->kv_dtype, rows, c->num_kv_heads, c->page_size);
 }
 
 /* ---- single decode -------------------------------------------------------------------------- */
@@ -227,14 +218,14 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   IGNIS_TRY(check_extras(fn, extras, num_qo_heads, &p));
   const ignis_tensor *tensors[] = {q, k, v, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q", "k", "v", "out", "lse", "extras.sinks"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 6, &target));
 
-  int cpu = device.type == IGNIS_DEVICE_CPU;
-  int64_t chunk = ignis_decode_single_chunk_tokens(kv_len, num_kv_heads,
-                                                   decode_wave(device, head_dim, k->dtype, num_qo_heads / num_kv_heads));
+  const int scratch = !target.backend->host_memory; /* split partials in the workspace */
+  int64_t chunk = ignis_decode_single_chunk_tokens(
+      kv_len, num_kv_heads, decode_wave(target.device, head_dim, k->dtype, num_qo_heads / num_kv_heads));
   int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
-  if (!cpu) {
+  if (scratch) {
     ignis_workspace ws =
         workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
     float *partial_out, *partial_lse;
@@ -277,10 +268,9 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   p.max_work = items;
   p.max_batch = 1;
   p.implicit_chunk_tokens = chunk;
-  if (cpu)
-    return ignis_cpu_decode(&p);
-  ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
-  return ignis_cuda_decode(&p, device.id, stream);
+  if (scratch)
+    ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
+  return target.backend->decode(&p, target.device.id, stream);
 }
 
 /* ---- batch decode: plan ------------------------------------------------------------------------ */
@@ -325,9 +315,8 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
   ignis_clear_error();
   if (!plan)
     return IGNIS_OK;
-  ignis_staging_ring_destroy(&plan->staging);
+  ignis_plan_storage_destroy(&plan->storage);
   ignis_clear_error();
-  free(plan->host_schedule);
   free(plan->planned_kv_len);
   free(plan);
   return IGNIS_OK;
@@ -385,7 +374,6 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
   ignis_attention_resolved options;
   IGNIS_TRY(check_config(fn, config, &options));
-  int cpu = config->device.type == IGNIS_DEVICE_CPU;
   plan_bounds bounds;
   IGNIS_TRY(compute_plan_bounds(fn, config, &bounds));
   ignis_decode_plan *plan = calloc(1, sizeof *plan);
@@ -401,20 +389,15 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->max_work = bounds.max_work;
   plan->max_partials = bounds.max_partials;
   plan->schedule_bytes = bounds.schedule_bytes;
-  ignis_status status = IGNIS_OK;
-  if (cpu) {
-    plan->host_schedule = malloc(plan->schedule_bytes);
-    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
-    if (!plan->host_schedule || !plan->planned_kv_len)
-      status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
-  } else {
-    status = ignis_staging_ring_create(&plan->staging, config->device.id, plan->schedule_bytes);
-  }
+  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, plan->schedule_bytes);
+  plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
+  if (status == IGNIS_OK && !plan->planned_kv_len)
+    status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   if (status != IGNIS_OK) {
     char message[512];
     snprintf(message, sizeof message, "%s", ignis_last_error());
     ignis_decode_plan_destroy(plan);
-    return ignis_set_error(status, "%s: %s", fn, message);
+    return ignis_set_error(status, "%s", message);
   }
   *out_plan = plan;
   return IGNIS_OK;
@@ -447,7 +430,7 @@ ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *
   ignis_clear_error();
   if (!plan || !bytes)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, plan ? "bytes" : "plan");
-  if (plan->config.device.type == IGNIS_DEVICE_CPU) {
+  if (!ignis_plan_uses_workspace(&plan->storage)) {
     *bytes = 0;
     return IGNIS_OK;
   }
@@ -465,7 +448,7 @@ static ignis_status bytes_for_max_kv_len(const char *fn, const ignis_decode_plan
   c.max_kv_len = max_kv_len;
   plan_bounds bounds;
   IGNIS_TRY(compute_plan_bounds(fn, &c, &bounds));
-  if (c.device.type == IGNIS_DEVICE_CPU) {
+  if (ignis_backend_for(c.device.type)->host_memory) { /* its plans need no workspace */
     *bytes = 0;
     return IGNIS_OK;
   }
@@ -511,7 +494,7 @@ static int64_t planned_length(const int32_t *kv_indptr, const int32_t *kv_last_p
   return pages > 0 ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
 }
 
-/* The workspace of a CUDA plan: large enough, and device memory of the plan's device. */
+/* The workspace of a plan that uses one: large enough for its pieces. */
 static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                         size_t workspace_bytes, plan_pieces *pieces) {
   ignis_workspace ws =
@@ -520,12 +503,16 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan 
   return workspace ? IGNIS_OK : ignis_attention_missing_workspace(fn, &ws);
 }
 
-/* The workspace of a run (or of the index views): the buffer of the last update, opened. */
+/* The schedule a run (or the index views) reads, and the partial rows: the plan's host schedule,
+ * or the pieces of the last update's workspace, still claimed by it. */
 static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                        size_t workspace_bytes, plan_pieces *pieces) {
-  if (workspace != plan->workspace)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: workspace is not the buffer given to ignis_decode_plan_update", fn);
+  memset(pieces, 0, sizeof *pieces);
+  if (!ignis_plan_uses_workspace(&plan->storage)) {
+    pieces->schedule = plan->storage.host_schedule;
+    return IGNIS_OK;
+  }
+  IGNIS_TRY(ignis_plan_open_run(&plan->storage, fn, "ignis_decode_plan_update", workspace));
   return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
 }
 
@@ -560,24 +547,11 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
           fn, b, kv_len, c->max_kv_len);
   }
 
-  if (c->device.type == IGNIS_DEVICE_CPU) {
-    plan->updated = 0;
-    ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size,
-                            plan->host_schedule);
-    for (int64_t b = 0; b < batch_size; ++b)
-      plan->planned_kv_len[b] =
-          (int32_t)planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
-    plan->batch_size = batch_size;
-    plan->workspace = NULL;
-    plan->updated = 1;
-    return IGNIS_OK;
-  }
-
-  plan_pieces pieces;
-  IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-  IGNIS_TRY(ignis_check_plan_workspace(fn, c->device.id, workspace, plan->workspace));
+  plan_pieces pieces = {0};
+  if (ignis_plan_uses_workspace(&plan->storage))
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   void *image;
-  IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
+  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
   plan->updated = 0;
   /* the page kernel's schedule where it has no split and fills its waves, else the other kernel's.
    * Unsplit, the items are the requests: a batch too small to fill the waves skips that planner. */
@@ -594,13 +568,14 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   if (!page)
     used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
   plan->page_kernel = page;
-  IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
-  plan->claim = ignis_workspace_claim(workspace);
+  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
+  if (!ignis_plan_uses_workspace(&plan->storage)) /* its runs check host index arrays against these */
+    for (int64_t b = 0; b < batch_size; ++b)
+      plan->planned_kv_len[b] = (int32_t)planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
   plan->num_partials = header->num_partials;
   plan->batch_size = batch_size;
-  plan->workspace = workspace;
   plan->updated = 1;
   return IGNIS_OK;
 }
@@ -628,12 +603,9 @@ ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *
   if (!plan->updated)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
-  void *schedule = plan->host_schedule;
-  if (plan->config.device.type != IGNIS_DEVICE_CPU) {
-    plan_pieces pieces;
-    IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    schedule = pieces.schedule;
-  }
+  plan_pieces pieces;
+  IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+  void *schedule = pieces.schedule;
   *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->planner, schedule), plan->batch_size + 1,
                           plan->config.device);
   *kv_last_page_len = index_view(ignis_decode_schedule_last_page_len_of(&plan->planner, schedule),
@@ -696,16 +668,12 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
                                    &cache->last_page_len, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q",   "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices",
                          "cache.last_page_len", "out", "lse", "extras.sinks"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 9, &device));
-  if (device.type != c->device.type || (device.type == IGNIS_DEVICE_CUDA && device.id != c->device.id))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
-                           device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", device.id,
-                           c->device.type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu", c->device.id);
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 9, &target));
+  IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
 
   const ignis_attention_resolved *opt = &plan->options;
-  void *schedule;
-  if (device.type == IGNIS_DEVICE_CPU) {
+  if (!ignis_plan_uses_workspace(&plan->storage)) { /* host index arrays: their lengths are the planned ones */
     IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));
     for (int64_t b = 0; b < plan->batch_size; ++b) {
       int64_t kv_len = planned_length(p.cache.indptr, p.cache.last_page_len, b, c->page_size);
@@ -715,15 +683,12 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
                                " keys but it was planned with %d",
                                fn, b, kv_len, (int)plan->planned_kv_len[b]);
     }
-    schedule = plan->host_schedule;
-  } else {
-    plan_pieces pieces;
-    IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    IGNIS_TRY(ignis_check_workspace_claim(fn, workspace, plan->claim));
-    schedule = pieces.schedule;
-    p.partial_out = pieces.partial_out;
-    p.partial_lse = pieces.partial_lse;
   }
+  plan_pieces pieces;
+  IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+  void *schedule = pieces.schedule;
+  p.partial_out = pieces.partial_out;
+  p.partial_lse = pieces.partial_lse;
   if (plan->batch_size == 0)
     return IGNIS_OK;
 
@@ -751,11 +716,9 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   p.request_partials = ignis_decode_schedule_partials_of(schedule);
   p.batch_size = &header->batch_size;
   p.max_batch = plan->planner.max_batch;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_decode(&p);
   p.launch_work = plan->num_work;
   p.launch_batch = plan->batch_size;
   p.launch_merge = plan->num_partials > 0;
   p.page_kernel = plan->page_kernel;
-  return ignis_cuda_decode(&p, device.id, stream);
+  return target.backend->decode(&p, target.device.id, stream);
 }

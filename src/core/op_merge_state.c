@@ -79,12 +79,10 @@ static void set_pair_inputs(ignis_merge_state_params *p, const ignis_tensor *v_a
   p->s_b_layout = pair_layout(s_b);
 }
 
-static ignis_status dispatch(const ignis_merge_state_params *p, ignis_device device, void *stream) {
+static ignis_status dispatch(const ignis_merge_state_params *p, const ignis_target *target, void *stream) {
   if (p->seq_len == 0 || p->num_heads == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_merge_state(p);
-  return ignis_cuda_merge_state(p, device.id, stream);
+  return target->backend->merge_state(p, target->device.id, stream);
 }
 
 ignis_status ignis_merge_state(const ignis_tensor *v_a, const ignis_tensor *s_a, const ignis_tensor *v_b,
@@ -109,8 +107,8 @@ ignis_status ignis_merge_state(const ignis_tensor *v_a, const ignis_tensor *s_a,
     IGNIS_TRY(ignis_check_disjoint(fn, "s_out", s_out, "v_out", v_out));
   const ignis_tensor *tensors[] = {v_a, s_a, v_b, s_b, v_out, s_out};
   const char *names[] = {"v_a", "s_a", "v_b", "s_b", "v_out", "s_out"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 6, &target));
 
   set_pair_inputs(&p, v_a, s_a, v_b, s_b);
   p.v_out = v_out->data;
@@ -119,7 +117,7 @@ ignis_status ignis_merge_state(const ignis_tensor *v_a, const ignis_tensor *s_a,
     p.s_out = (float *)s_out->data;
     p.s_out_layout = pair_layout(s_out);
   }
-  return dispatch(&p, device, stream);
+  return dispatch(&p, &target, stream);
 }
 
 ignis_status ignis_merge_state_in_place(ignis_tensor *v, ignis_tensor *s, const ignis_tensor *v_other,
@@ -149,8 +147,8 @@ ignis_status ignis_merge_state_in_place(ignis_tensor *v, ignis_tensor *s, const 
     }
   const ignis_tensor *tensors[] = {v, s, v_other, s_other, mask};
   const char *names[] = {"v", "s", "v_other", "s_other", "mask"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 5, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 5, &target));
 
   set_pair_inputs(&p, v, s, v_other, s_other);
   p.v_out = v->data;
@@ -161,7 +159,7 @@ ignis_status ignis_merge_state_in_place(ignis_tensor *v, ignis_tensor *s, const 
     p.mask = (const uint8_t *)mask->data;
     p.mask_stride = mask->strides[0];
   }
-  return dispatch(&p, device, stream);
+  return dispatch(&p, &target, stream);
 }
 
 ignis_status ignis_merge_states(const ignis_tensor *v, const ignis_tensor *s, ignis_lse_base base,
@@ -188,8 +186,8 @@ ignis_status ignis_merge_states(const ignis_tensor *v, const ignis_tensor *s, ig
   }
   const ignis_tensor *tensors[] = {v, s, v_out, s_out};
   const char *names[] = {"v", "s", "v_out", "s_out"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 4, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 4, &target));
 
   p.seq_len = v->shape[0];
   p.num_states = v->shape[1];
@@ -207,5 +205,5 @@ ignis_status ignis_merge_states(const ignis_tensor *v, const ignis_tensor *s, ig
     p.s_out = (float *)s_out->data;
     p.s_out_layout = pair_layout(s_out);
   }
-  return dispatch(&p, device, stream);
+  return dispatch(&p, &target, stream);
 }

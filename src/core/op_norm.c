@@ -21,13 +21,11 @@ static ignis_status check_eps(const char *fn, double eps) {
   return IGNIS_OK;
 }
 
-static ignis_status dispatch(const char *fn, const ignis_norm_params *p, ignis_device device,
+static ignis_status dispatch(const char *fn, const ignis_norm_params *p, const ignis_target *target,
                              void *stream) {
   if (p->num_rows_outer * p->num_rows_inner == 0 || p->hidden == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_norm(p);
-  return ignis_cuda_norm(p, device.id, stream);
+  return target->backend->norm(p, target->device.id, stream);
 }
 
 /* The fields every norm shares: kind, scalars, dtypes, the input rows and the weight. */
@@ -69,15 +67,15 @@ static ignis_status norm_out_of_place(const char *fn, ignis_norm_kind kind, floa
   IGNIS_TRY(ignis_check_alias_or_disjoint(fn, "out", out, "input", input));
   const ignis_tensor *tensors[] = {input, weight, bias, out};
   const char *names[] = {"input", weight_name, "beta", "out"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 4, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 4, &target));
 
   ignis_norm_params p = norm_params(kind, eps, weight_offset, input, weight);
   int64_t outer, inner;
   ignis_row_view(out, &outer, &inner, &p.out_layout);
   p.out = out->data;
   p.bias = bias ? bias->data : NULL;
-  return dispatch(fn, &p, device, stream);
+  return dispatch(fn, &p, &target, stream);
 }
 
 static ignis_status fused_add(const char *fn, float weight_offset, ignis_tensor *input,
@@ -97,8 +95,8 @@ static ignis_status fused_add(const char *fn, float weight_offset, ignis_tensor 
   IGNIS_TRY(ignis_check_disjoint(fn, "residual", residual, "input", input));
   const ignis_tensor *tensors[] = {input, residual, weight};
   const char *names[] = {"input", "residual", "weight"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 3, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 3, &target));
 
   ignis_norm_params p = norm_params(IGNIS_NORM_RMS, eps, weight_offset, input, weight);
   p.out = input->data;
@@ -106,7 +104,7 @@ static ignis_status fused_add(const char *fn, float weight_offset, ignis_tensor 
   int64_t outer, inner;
   ignis_row_view(residual, &outer, &inner, &p.residual_layout);
   p.residual = residual->data;
-  return dispatch(fn, &p, device, stream);
+  return dispatch(fn, &p, &target, stream);
 }
 
 ignis_status ignis_rmsnorm(const ignis_tensor *input, const ignis_tensor *weight, double eps,

@@ -37,8 +37,8 @@ ignis_status ignis_append_paged_kv_cache(const ignis_tensor *append_key, const i
                                    &cache->last_page_len};
   const char *names[] = {"append_key",    "append_value",  "batch_indices", "positions",           "cache.k_cache",
                          "cache.v_cache", "cache.indptr", "cache.indices", "cache.last_page_len"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 9, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 9, &target));
 
   p.nnz = nnz;
   p.key = append_key->data;
@@ -50,7 +50,7 @@ ignis_status ignis_append_paged_kv_cache(const ignis_tensor *append_key, const i
   p.batch_indices = (const int32_t *)batch_indices->data;
   p.positions = (const int32_t *)positions->data;
 
-  if (device.type == IGNIS_DEVICE_CPU) {
+  if (target.backend->host_memory) {
     IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));
     for (int64_t t = 0; t < nnz; ++t) {
       int64_t b = p.batch_indices[t], pos = p.positions[t];
@@ -68,18 +68,14 @@ ignis_status ignis_append_paged_kv_cache(const ignis_tensor *append_key, const i
   }
   if (nnz == 0 || p.cache.num_kv_heads == 0 || p.cache.head_dim == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_append_paged_kv(&p);
-  return ignis_cuda_append_paged_kv(&p, device.id, stream);
+  return target.backend->append_paged_kv(&p, target.device.id, stream);
 }
 
-static ignis_status dispatch_index(const ignis_kv_index_params *p, ignis_device device, void *stream) {
+static ignis_status dispatch_index(const ignis_kv_index_params *p, const ignis_target *target, void *stream) {
   int64_t work = p->kind == IGNIS_KV_INDEX_SEQ_LENS ? p->batch_size : p->nnz;
   if (work == 0 || p->batch_size == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_kv_index(p);
-  return ignis_cuda_kv_index(p, device.id, stream);
+  return target->backend->kv_index(p, target->device.id, stream);
 }
 
 ignis_status ignis_get_batch_indices_positions(const ignis_tensor *append_indptr, const ignis_tensor *seq_lens,
@@ -100,8 +96,8 @@ ignis_status ignis_get_batch_indices_positions(const ignis_tensor *append_indptr
   IGNIS_TRY(ignis_check_disjoint(fn, "positions", positions, "seq_lens", seq_lens));
   const ignis_tensor *tensors[] = {append_indptr, seq_lens, batch_indices, positions};
   const char *names[] = {"append_indptr", "seq_lens", "batch_indices", "positions"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 4, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 4, &target));
 
   ignis_kv_index_params p = {0};
   p.kind = IGNIS_KV_INDEX_BATCH_POSITIONS;
@@ -111,7 +107,7 @@ ignis_status ignis_get_batch_indices_positions(const ignis_tensor *append_indptr
   p.seq_lens_in = (const int32_t *)seq_lens->data;
   p.batch_indices = (int32_t *)batch_indices->data;
   p.positions = (int32_t *)positions->data;
-  if (device.type == IGNIS_DEVICE_CPU) {
+  if (target.backend->host_memory) {
     IGNIS_TRY(ignis_check_indptr_contents(fn, "append_indptr", p.indptr, batch, nnz, "batch_indices.shape[0]"));
     for (int64_t b = 0; b < batch; ++b)
       if (p.indptr[b + 1] - p.indptr[b] > p.seq_lens_in[b])
@@ -119,7 +115,7 @@ ignis_status ignis_get_batch_indices_positions(const ignis_tensor *append_indptr
                                "%s: seq_lens[%" PRId64 "]=%d but request %" PRId64 " appends %d tokens", fn, b,
                                (int)p.seq_lens_in[b], b, (int)(p.indptr[b + 1] - p.indptr[b]));
   }
-  return dispatch_index(&p, device, stream);
+  return dispatch_index(&p, &target, stream);
 }
 
 ignis_status ignis_get_seq_lens(const ignis_tensor *kv_indptr, const ignis_tensor *kv_last_page_len,
@@ -135,8 +131,8 @@ ignis_status ignis_get_seq_lens(const ignis_tensor *kv_indptr, const ignis_tenso
   IGNIS_TRY(ignis_check_disjoint(fn, "seq_lens", seq_lens, "kv_last_page_len", kv_last_page_len));
   const ignis_tensor *tensors[] = {kv_indptr, kv_last_page_len, seq_lens};
   const char *names[] = {"kv_indptr", "kv_last_page_len", "seq_lens"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 3, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 3, &target));
 
   ignis_kv_index_params p = {0};
   p.kind = IGNIS_KV_INDEX_SEQ_LENS;
@@ -145,9 +141,9 @@ ignis_status ignis_get_seq_lens(const ignis_tensor *kv_indptr, const ignis_tenso
   p.indptr = (const int32_t *)kv_indptr->data;
   p.last_page_len = (const int32_t *)kv_last_page_len->data;
   p.seq_lens_out = (int32_t *)seq_lens->data;
-  if (device.type == IGNIS_DEVICE_CPU) {
+  if (target.backend->host_memory) {
     IGNIS_TRY(ignis_check_indptr_contents(fn, "kv_indptr", p.indptr, batch, INT32_MAX, "INT32_MAX"));
     IGNIS_TRY(ignis_check_last_page_len_contents(fn, "kv_last_page_len", p.indptr, p.last_page_len, batch, page_size));
   }
-  return dispatch_index(&p, device, stream);
+  return dispatch_index(&p, &target, stream);
 }

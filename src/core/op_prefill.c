@@ -8,17 +8,19 @@
  *                   q_tile_rows, head_dim_vo] f32 | partial_lse [max_partials * Hkv * q_tile_rows] f32
  *   single prefill: partial_out / partial_lse for the most slots any device uses (none when the
  *                   longest key length is never split)
- * CUDA plans upload their schedule through a staging ring (core/attention_common.h: pinned
- * buffers, one asynchronous copy per update, a wait only when a slot's previous copy has not run).
- * The run only reads the workspace. CPU plans keep the schedule in host memory and remember the
- * planned lengths, which the run checks against the tensors it gets. Single prefill plans its
- * split on the host and passes it as the implicit schedule (core/params.h). */
+ * The plan storage (core/attention_plan.h) keeps the schedule: device plans upload it through a
+ * staging ring (pinned buffers, one asynchronous copy per update, a wait only when a slot's
+ * previous copy has not run) and the run only reads the workspace; host-memory plans keep it on
+ * the host and remember the planned lengths, which the run checks against the index arrays it
+ * gets. Single prefill plans its split on the host and passes it as the implicit schedule
+ * (core/params.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/attention_common.h"
+#include "core/attention_plan.h"
 #include "core/backend.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
@@ -31,26 +33,19 @@ struct ignis_prefill_plan {
   ignis_attention_resolved options;
   ignis_prefill_planner planner;
   size_t schedule_bytes;
-  ignis_staging_ring staging; /* CUDA */
-  void *host_schedule; /* CPU */
-  int32_t *planned_kv_indptr;   /* CPU: [max_batch + 1] */
-  int32_t *planned_kv_len;      /* CPU: [max_batch] */
+  ignis_plan_storage storage;
+  int32_t *planned_kv_indptr; /* plans without a workspace: [max_batch + 1] */
+  int32_t *planned_kv_len;    /* and [max_batch] */
   /* the last successful update */
   int updated;
   int64_t batch_size;
   int64_t q_rows;     /* qo_indptr[B]: q / out need at least this many rows */
   int64_t kv_rows;    /* ragged: kv_indptr[B] */
   int64_t mask_bytes; /* custom mask bytes of the batch */
-  const void *workspace;
-  uint64_t claim; /* CUDA: the workspace claim of that update (attention_common.h) */
 };
 
 int64_t ignis_prefill_mask_bytes(int64_t q_len, int64_t kv_len) {
   return (q_len * kv_len + 7) / 8;
-}
-
-static const char *device_name(ignis_device_type type) {
-  return type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
 /* (64, 64), (128, 128), (256, 256), (192, 128). */
@@ -206,12 +201,9 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
 }
 
 /* Attention blocks resident at once for a call of this shape (dtypes, head dims, mask mode and
- * options: they pick the CUDA kernel); the CPU backend plans as for an H100/H200 running the
- * general kernel. */
+ * options: they pick the CUDA kernel), as the device's backend answers. */
 static int64_t prefill_wave(ignis_device device, ignis_dtype q_dtype, ignis_dtype kv_dtype, int64_t head_dim_qk,
                             int64_t head_dim_vo, ignis_mask_mode mask_mode, const ignis_attention_resolved *opt) {
-  if (device.type == IGNIS_DEVICE_CPU)
-    return IGNIS_PREFILL_CPU_NOMINAL_SMS * IGNIS_PREFILL_BLOCKS_PER_SM;
   ignis_prefill_params shape;
   memset(&shape, 0, sizeof shape);
   shape.dtype = q_dtype;
@@ -220,13 +212,7 @@ static int64_t prefill_wave(ignis_device device, ignis_dtype q_dtype, ignis_dtyp
   shape.head_dim_vo = head_dim_vo;
   shape.mask_mode = mask_mode;
   fill_options(&shape, opt);
-  return (int64_t)ignis_cuda_device_sm_count(device.id) * ignis_cuda_prefill_blocks_per_sm(&shape, device.id);
-}
-
-static ignis_status dispatch(const ignis_prefill_params *p, ignis_device device, void *stream) {
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_prefill(p);
-  return ignis_cuda_prefill(p, device.id, stream);
+  return ignis_backend_for(device.type)->prefill_wave(&shape, device.id);
 }
 
 /* ---- single prefill ------------------------------------------------------------------------- */
@@ -290,16 +276,17 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   IGNIS_TRY(ignis_check_attention_extras(fn, extras, num_qo_heads, &p.k_scale, &p.v_scale, &p.sinks));
   const ignis_tensor *tensors[] = {q, k, v, custom_mask, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q", "k", "v", "custom_mask", "out", "lse", "extras.sinks"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 7, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 7, &target));
+  const int scratch = !target.backend->host_memory; /* split partials in the workspace */
 
   int64_t group = num_qo_heads / num_kv_heads, tile = ignis_prefill_q_tile_rows(head_dim_qk, head_dim_vo);
   int64_t chunk = ignis_prefill_single_chunk_tokens(
       qo_len, kv_len, group, num_kv_heads, tile,
-      prefill_wave(device, q->dtype, k->dtype, head_dim_qk, head_dim_vo, mask_mode, &opt));
+      prefill_wave(target.device, q->dtype, k->dtype, head_dim_qk, head_dim_vo, mask_mode, &opt));
   int64_t tiles = ignis_prefill_implicit_tiles(qo_len, group, tile);
   int64_t chunks = ignis_prefill_implicit_chunks(kv_len, chunk);
-  if (device.type == IGNIS_DEVICE_CUDA) {
+  if (scratch) {
     ignis_workspace ws = workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
     float *partial_out, *partial_lse;
     IGNIS_TRY(carve_partials(&ws, fn, single_partial_rows(kv_len, num_kv_heads, head_dim_qk, head_dim_vo),
@@ -326,9 +313,9 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   p.contiguous_kv_len = kv_len;
   if (qo_len == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CUDA)
+  if (scratch)
     ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
-  return dispatch(&p, device, stream);
+  return target.backend->prefill(&p, target.device.id, stream);
 }
 
 /* ---- batch prefill: plan ---------------------------------------------------------------------- */
@@ -387,9 +374,8 @@ ignis_status ignis_prefill_plan_destroy(ignis_prefill_plan *plan) {
   ignis_clear_error();
   if (!plan)
     return IGNIS_OK;
-  ignis_staging_ring_destroy(&plan->staging);
+  ignis_plan_storage_destroy(&plan->storage);
   ignis_clear_error();
-  free(plan->host_schedule);
   free(plan->planned_kv_indptr);
   free(plan->planned_kv_len);
   free(plan);
@@ -429,21 +415,16 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   plan->options = options;
   plan->planner = planner;
   plan->schedule_bytes = ignis_prefill_schedule_bytes(&planner);
-  ignis_status status = IGNIS_OK;
-  if (c->device.type == IGNIS_DEVICE_CPU) {
-    plan->host_schedule = malloc(plan->schedule_bytes);
-    plan->planned_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c->max_batch_size + 1));
-    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)c->max_batch_size);
-    if (!plan->host_schedule || !plan->planned_kv_indptr || !plan->planned_kv_len)
-      status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
-  } else {
-    status = ignis_staging_ring_create(&plan->staging, c->device.id, plan->schedule_bytes);
-  }
+  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c->device, plan->schedule_bytes);
+  plan->planned_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c->max_batch_size + 1));
+  plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)c->max_batch_size);
+  if (status == IGNIS_OK && (!plan->planned_kv_indptr || !plan->planned_kv_len))
+    status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   if (status != IGNIS_OK) {
     char message[512];
     snprintf(message, sizeof message, "%s", ignis_last_error());
     ignis_prefill_plan_destroy(plan);
-    return ignis_set_error(status, "%s: %s", fn, message);
+    return ignis_set_error(status, "%s", message);
   }
   *out_plan = plan;
   return IGNIS_OK;
@@ -468,7 +449,7 @@ ignis_status ignis_prefill_workspace_size(const ignis_prefill_plan *plan, size_t
   ignis_clear_error();
   if (!plan || !bytes)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, plan ? "bytes" : "plan");
-  if (plan->config.device.type == IGNIS_DEVICE_CPU) {
+  if (!ignis_plan_uses_workspace(&plan->storage)) {
     *bytes = 0;
     return IGNIS_OK;
   }
@@ -548,27 +529,19 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
   IGNIS_TRY(check_update_arrays(fn, plan, qo_indptr_host, kv_indptr_host, kv_last_page_len_host, batch_size,
                                 &mask_bytes));
   const int32_t *last = c->kv_kind == IGNIS_PREFILL_PAGED ? kv_last_page_len_host : NULL;
-  void *image;
-  plan_pieces pieces;
-  if (c->device.type == IGNIS_DEVICE_CPU) {
-    image = plan->host_schedule;
-  } else {
+  plan_pieces pieces = {0};
+  if (ignis_plan_uses_workspace(&plan->storage))
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    IGNIS_TRY(ignis_check_plan_workspace(fn, c->device.id, workspace, plan->workspace));
-    IGNIS_TRY(ignis_staging_ring_acquire(&plan->staging, &image));
-  }
+  void *image;
+  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
   plan->updated = 0;
   size_t used = ignis_prefill_plan_batch(&plan->planner, qo_indptr_host, kv_indptr_host, last, batch_size, image);
-  if (c->device.type == IGNIS_DEVICE_CPU) {
+  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
+  if (!ignis_plan_uses_workspace(&plan->storage)) { /* its runs check host index arrays against these */
     for (int64_t b = 0; b <= batch_size; ++b)
       plan->planned_kv_indptr[b] = kv_indptr_host[b];
     for (int64_t b = 0; b < batch_size; ++b)
       plan->planned_kv_len[b] = (int32_t)planned_kv_len(plan, kv_indptr_host, last, b);
-    plan->workspace = NULL;
-  } else {
-    IGNIS_TRY(ignis_staging_ring_upload(&plan->staging, pieces.schedule, used, c->device.id, stream));
-    plan->claim = ignis_workspace_claim(workspace);
-    plan->workspace = workspace;
   }
   plan->batch_size = batch_size;
   plan->q_rows = qo_indptr_host[batch_size];
@@ -593,19 +566,12 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
   const ignis_tensor *tensors[] = {q, out, lse, custom_mask, extras ? extras->sinks : NULL, kv[0], kv[1], kv[2], kv[3], kv[4]};
   const char *names[] = {"q", "out", "lse", "custom_mask", "extras.sinks", kv_names[0], kv_names[1], kv_names[2],
                          kv_names[3], kv_names[4]};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 10, &device));
-  if (device.type != c->device.type || (device.type == IGNIS_DEVICE_CUDA && device.id != c->device.id))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
-                           device_name(device.type), device.id, device_name(c->device.type), c->device.id);
-  void *schedule;
-  if (device.type == IGNIS_DEVICE_CPU) {
-    schedule = plan->host_schedule;
-  } else {
-    if (workspace != plan->workspace)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: workspace is not the buffer given to ignis_prefill_plan_update", fn);
-    IGNIS_TRY(ignis_check_workspace_claim(fn, workspace, plan->claim));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 10, &target));
+  IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
+  void *schedule = plan->storage.host_schedule;
+  if (ignis_plan_uses_workspace(&plan->storage)) {
+    IGNIS_TRY(ignis_plan_open_run(&plan->storage, fn, "ignis_prefill_plan_update", workspace));
     plan_pieces pieces;
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
     schedule = pieces.schedule;
@@ -631,7 +597,7 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
   p->merge = ignis_prefill_schedule_merge_of(pl, schedule);
   p->num_merge = &header->num_merge;
   p->max_merge = pl->max_merge;
-  return dispatch(p, device, stream);
+  return target.backend->prefill(p, target.device.id, stream);
 }
 
 /* q: [rows >= the planned qo_indptr[B], num_qo_heads, head_dim_qk] of the plan's q dtype. */
@@ -696,8 +662,8 @@ static ignis_status check_run_cache(const char *fn, const ignis_prefill_plan *pl
                             "the plan's num_kv_heads"));
   IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim_qk, "the plan's head_dim_qk"));
   IGNIS_TRY(ignis_check_dim(fn, "cache.indptr", &cache->indptr, 0, plan->batch_size + 1, "the planned batch_size + 1"));
-  if (c->device.type != IGNIS_DEVICE_CPU || cache->k_cache.device.type != IGNIS_DEVICE_CPU)
-    return IGNIS_OK;
+  if (ignis_plan_uses_workspace(&plan->storage) || cache->k_cache.device.type != c->device.type)
+    return IGNIS_OK; /* device index arrays: not readable here */
   IGNIS_TRY(ignis_check_paged_kv_contents(fn, kv));
   for (int64_t b = 0; b < plan->batch_size; ++b) {
     int64_t kv_len = planned_kv_len(plan, kv->indptr, kv->last_page_len, b);

@@ -127,20 +127,15 @@ static ignis_status check_qk(const char *fn, const ignis_tensor *q, const ignis_
   return IGNIS_OK;
 }
 
-static ignis_status run(const char *fn, const ignis_rope_params *p, const ignis_tensor *const *tensors,
-                        const char *const *names, int count, void *stream) {
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, count, &device));
+static ignis_status dispatch(const ignis_rope_params *p, const ignis_target *target, void *stream) {
   if (p->nnz == 0 || (p->num_q_heads == 0 && p->num_k_heads == 0))
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_rope(p);
-  return ignis_cuda_rope(p, device.id, stream);
+  return target->backend->rope(p, target->device.id, stream);
 }
 
 static ignis_status check_host_positions(const char *fn, const char *name, const ignis_tensor *t,
-                                         int64_t limit) {
-  if (t->device.type != IGNIS_DEVICE_CPU)
+                                         const ignis_target *target, int64_t limit) {
+  if (!target->backend->host_memory)
     return IGNIS_OK;
   for (int64_t i = 0; i < t->shape[0]; ++i) {
     int64_t pos = index_at(t, i);
@@ -164,13 +159,13 @@ ignis_status ignis_apply_rope_pos_ids(const ignis_tensor *q, const ignis_tensor 
   IGNIS_TRY(ignis_check_vector(fn, "pos_ids", pos_ids, p.nnz));
   const ignis_tensor *tensors[] = {q, k, q_out, k_out, pos_ids};
   const char *names[] = {"q", "k", "q_out", "k_out", "pos_ids"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 5, &device));
-  IGNIS_TRY(check_host_positions(fn, "pos_ids", pos_ids, ROPE_MAX_POSITION));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 5, &target));
+  IGNIS_TRY(check_host_positions(fn, "pos_ids", pos_ids, &target, ROPE_MAX_POSITION));
   p.position_source = IGNIS_ROPE_POS_IDS;
   p.index_dtype = pos_ids->dtype;
   p.positions = pos_ids->data;
-  return run(fn, &p, tensors, names, 5, stream);
+  return dispatch(&p, &target, stream);
 }
 
 ignis_status ignis_apply_rope(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *indptr,
@@ -193,9 +188,9 @@ ignis_status ignis_apply_rope(const ignis_tensor *q, const ignis_tensor *k, cons
   IGNIS_TRY(ignis_check_vector(fn, "offsets", offsets, batch));
   const ignis_tensor *tensors[] = {q, k, q_out, k_out, indptr, offsets};
   const char *names[] = {"q", "k", "q_out", "k_out", "indptr", "offsets"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
-  if (indptr->device.type == IGNIS_DEVICE_CPU) {
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 6, &target));
+  if (target.backend->host_memory) {
     if (index_at(indptr, 0) != 0)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: indptr[0]=%lld but it must be 0", fn,
                              (long long)index_at(indptr, 0));
@@ -219,7 +214,7 @@ ignis_status ignis_apply_rope(const ignis_tensor *q, const ignis_tensor *k, cons
   p.indptr = indptr->data;
   p.offsets = offsets->data;
   p.batch_size = batch;
-  return run(fn, &p, tensors, names, 6, stream);
+  return dispatch(&p, &target, stream);
 }
 
 ignis_status ignis_apply_rope_with_cos_sin_cache(const ignis_tensor *positions, const ignis_tensor *q,
@@ -250,9 +245,9 @@ ignis_status ignis_apply_rope_with_cos_sin_cache(const ignis_tensor *positions, 
   IGNIS_TRY(ignis_check_vector(fn, "positions", positions, p.nnz));
   const ignis_tensor *tensors[] = {q, k, q_out, k_out, positions, cos_sin_cache};
   const char *names[] = {"q", "k", "q_out", "k_out", "positions", "cos_sin_cache"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 6, &device));
-  IGNIS_TRY(check_host_positions(fn, "positions", positions, cos_sin_cache->shape[0]));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 6, &target));
+  IGNIS_TRY(check_host_positions(fn, "positions", positions, &target, cos_sin_cache->shape[0]));
   p.rotary_dim = rotary_dim;
   p.interleave = is_neox ? 0 : 1;
   p.position_source = IGNIS_ROPE_POS_IDS;
@@ -261,5 +256,5 @@ ignis_status ignis_apply_rope_with_cos_sin_cache(const ignis_tensor *positions, 
   p.cos_sin_cache = (const float *)cos_sin_cache->data;
   p.cos_sin_cache_stride = cos_sin_cache->strides[0];
   p.max_position = cos_sin_cache->shape[0];
-  return run(fn, &p, tensors, names, 6, stream);
+  return dispatch(&p, &target, stream);
 }

@@ -189,8 +189,8 @@ static ignis_status run_sampling(const sampling_args *a) {
                                    a->top_p_arr, a->min_p_arr, call.seed_tensor, call.offset_tensor};
   const char *names[] = {a->input_name, "samples",   "indices", "top_k_arr",
                          "top_p_arr",   "min_p_arr", "seed",    "offset"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 8, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 8, &target));
 
   ignis_sampling_params p = {0};
   p.filter = a->filter;
@@ -216,9 +216,7 @@ static ignis_status run_sampling(const sampling_args *a) {
   p.samples_dtype = a->samples->dtype;
   if (batch == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_sampling(&p);
-  return ignis_cuda_sampling(&p, device.id, a->stream);
+  return target.backend->sampling(&p, target.device.id, a->stream);
 }
 
 static sampling_args sampling_base(const char *fn, const char *input_name, const ignis_tensor *input,
@@ -344,8 +342,8 @@ static ignis_status run_row_transform(const char *fn, const char *in_name, const
   IGNIS_TRY(ignis_check_alias_or_disjoint(fn, out_name, out, in_name, input));
   const ignis_tensor *tensors[] = {input, out, top_k_arr, top_p_arr};
   const char *names[] = {in_name, out_name, "top_k_arr", "top_p_arr"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 4, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 4, &target));
 
   ignis_sampling_params p = {0};
   p.filter = filter;
@@ -366,9 +364,7 @@ static ignis_status run_row_transform(const char *fn, const char *in_name, const
   p.out_row_stride = out->strides[0];
   if (rows == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_sampling(&p);
-  return ignis_cuda_sampling(&p, device.id, stream);
+  return target.backend->sampling(&p, target.device.id, stream);
 }
 
 ignis_status ignis_top_p_renorm_probs(const ignis_tensor *probs, const ignis_tensor *top_p_arr,
@@ -418,8 +414,8 @@ ignis_status ignis_softmax(const ignis_tensor *logits, const ignis_tensor *tempe
     IGNIS_TRY(ignis_check_disjoint(fn, "probs", probs, "logits", logits));
   const ignis_tensor *tensors[] = {logits, probs, temperature_arr};
   const char *names[] = {"logits", "probs", "temperature_arr"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 3, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 3, &target));
 
   ignis_softmax_params p = {0};
   p.num_rows = rows;
@@ -434,9 +430,7 @@ ignis_status ignis_softmax(const ignis_tensor *logits, const ignis_tensor *tempe
   p.temperature_val = (float)temperature_val;
   if (rows == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_softmax(&p);
-  return ignis_cuda_softmax(&p, device.id, stream);
+  return target.backend->softmax(&p, target.device.id, stream);
 }
 
 /* ---- chain speculative sampling ------------------------------------------------------------------ */
@@ -505,8 +499,8 @@ ignis_status ignis_chain_speculative_sampling(
                          "output_emitted_draft_token_num",
                          "seed",
                          "offset"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 8, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 8, &target));
 
   ignis_speculative_params p = {0};
   p.batch_size = batch;
@@ -534,9 +528,7 @@ ignis_status ignis_chain_speculative_sampling(
   p.rng = call.rng;
   if (batch == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_speculative(&p);
-  return ignis_cuda_speculative(&p, device.id, stream);
+  return target.backend->speculative(&p, target.device.id, stream);
 }
 
 /* ---- top-k selection ------------------------------------------------------------------------------- */
@@ -568,8 +560,8 @@ ignis_status ignis_top_k(const ignis_tensor *input, int64_t k, int sorted, ignis
   IGNIS_TRY(ignis_check_disjoint(fn, "indices", indices, "values", values));
   const ignis_tensor *tensors[] = {input, values, indices};
   const char *names[] = {"input", "values", "indices"};
-  ignis_device device;
-  IGNIS_TRY(ignis_resolve_device(fn, tensors, names, 3, &device));
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 3, &target));
 
   ignis_top_k_params p = {0};
   p.num_rows = rows;
@@ -586,7 +578,5 @@ ignis_status ignis_top_k(const ignis_tensor *input, int64_t k, int sorted, ignis
   p.indices_row_stride = indices->strides[0];
   if (rows == 0 || k == 0)
     return IGNIS_OK;
-  if (device.type == IGNIS_DEVICE_CPU)
-    return ignis_cpu_top_k(&p);
-  return ignis_cuda_top_k(&p, device.id, stream);
+  return target.backend->top_k(&p, target.device.id, stream);
 }

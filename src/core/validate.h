@@ -3,11 +3,12 @@
  * status. Typical use:
  *     IGNIS_TRY(ignis_check_tensor(fn, "input", input, 2, 3));
  *     IGNIS_TRY(ignis_check_float_dtype(fn, "input", input));
- * ignis_resolve_device decides which backend runs: all tensors on the host, or all on one CUDA
+ * ignis_resolve_target decides which backend runs: all tensors on the host, or all on one CUDA
  * device (pointer locations checked with the CUDA runtime where it can tell). */
 #ifndef IGNIS_CORE_VALIDATE_H
 #define IGNIS_CORE_VALIDATE_H
 
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/params.h"
 #include "ignis/core.h"
@@ -53,8 +54,10 @@ int ignis_same_view(const ignis_tensor *a, const ignis_tensor *b);
 void ignis_row_view(const ignis_tensor *t, int64_t *num_rows_outer, int64_t *num_rows_inner,
                     ignis_row_layout *layout);
 
-/* All tensors (NULL entries skipped) live on one device: sets *device. */
-ignis_status ignis_resolve_device(const char *fn, const ignis_tensor *const *tensors,
-                                  const char *const *names, int count, ignis_device *device);
+/* All tensors (NULL entries skipped) live on one device: sets target->device and its backend. */
+ignis_status ignis_resolve_target(const char *fn, const ignis_tensor *const *tensors,
+                                  const char *const *names, int count, ignis_target *target);
+/* Why no CUDA device can be used: "no CUDA device is present" or "the CUDA backend is not built". */
+const char *ignis_no_cuda_device_reason(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* CPU backend of the gated activations: out[h] = act(x[h]) * x[H + h] per row, in f32. */
 #include <math.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 
 static float activate(ignis_activation_kind kind, float a) {
@@ -20,7 +20,7 @@ static float activate(ignis_activation_kind kind, float a) {
 /* Rows in parallel; each row in chunks converted to f32 on the stack. */
 #define ACTIVATION_CHUNK 512
 
-ignis_status ignis_cpu_activation(const ignis_activation_params *p) {
+ignis_status ignis_cpu_activation(const ignis_activation_params *p, int32_t device, void *stream) {
   int64_t rows = p->num_rows_outer * p->num_rows_inner;
   int64_t n = p->hidden;
   IGNIS_CPU_PARALLEL_FOR(rows * n)

@@ -23,7 +23,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "cpu/attention_common.h"
 #include "ignis/decode.h"
@@ -123,7 +123,7 @@ static void merge_rows(const ignis_decode_params *p, int64_t b, int64_t i, int64
   store_result(p, b, -1, i, h, out_row, lse2, scratch);
 }
 
-ignis_status ignis_cpu_decode(const ignis_decode_params *p) {
+ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void *stream) {
   const int64_t H = p->num_qo_heads, Hkv = p->num_kv_heads, group = H / Hkv, q_len = p->q_len;
   const int64_t rows_per_head = q_len * group, block_rows = IGNIS_CPU_ATTENTION_ROW_BLOCK;
   const int64_t blocks_per_head = (rows_per_head + block_rows - 1) / block_rows;

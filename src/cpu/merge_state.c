@@ -7,7 +7,7 @@
  * the way in and back on the way out. Arithmetic is double (then rounded to the dtype). */
 #include <math.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 
 enum { CHUNK = 256 };
@@ -61,7 +61,7 @@ static void merge_row(const ignis_merge_state_params *p, int64_t seq, int64_t he
     p->s_out[seq * p->s_out_layout.stride_seq + head * p->s_out_layout.stride_head] = (float)(merged / scale);
 }
 
-ignis_status ignis_cpu_merge_state(const ignis_merge_state_params *p) {
+ignis_status ignis_cpu_merge_state(const ignis_merge_state_params *p, int32_t device, void *stream) {
   const int64_t rows = p->seq_len * p->num_heads;
   IGNIS_CPU_PARALLEL_FOR(rows * (p->head_dim + 1) * (p->num_states + 1))
   for (int64_t r = 0; r < rows; ++r) {

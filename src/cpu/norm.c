@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "cpu/cpu_common.h"
 
@@ -46,7 +46,7 @@ static void norm_row(const ignis_norm_params *p, int64_t outer, int64_t inner, f
   ignis_cpu_store_row(ignis_cpu_at_mut(p->out, p->dtype, out_off), p->dtype, n, x);
 }
 
-ignis_status ignis_cpu_norm(const ignis_norm_params *p) {
+ignis_status ignis_cpu_norm(const ignis_norm_params *p, int32_t device, void *stream) {
   int64_t rows = p->num_rows_outer * p->num_rows_inner;
   int failed = 0;
 #ifdef _OPENMP

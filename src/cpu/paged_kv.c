@@ -5,7 +5,7 @@
  * validated every index on the host; the bounds checks here are the same ones the CUDA kernel
  * makes, so both backends skip the same tokens should a caller bypass the front end.
  * get_batch_indices_positions and get_seq_lens: the formulas of the header, one loop each. */
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 
 /* Element offset of (page, slot) in the K or V cache, or -1 when token t's indices are out of range. */
@@ -22,7 +22,7 @@ static int64_t page_slot(const ignis_paged_kv_params *c, int64_t b, int64_t pos,
   return page;
 }
 
-ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p) {
+ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p, int32_t device, void *stream) {
   const ignis_paged_kv_params *c = &p->cache;
   const int64_t elem = (int64_t)ignis_dtype_size(c->dtype);
   const size_t row_bytes = (size_t)(c->head_dim * elem);
@@ -43,7 +43,7 @@ ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p) {
   return IGNIS_OK;
 }
 
-ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p) {
+ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p, int32_t device, void *stream) {
   if (p->kind == IGNIS_KV_INDEX_SEQ_LENS) {
     for (int64_t b = 0; b < p->batch_size; ++b) {
       int64_t pages = (int64_t)p->indptr[b + 1] - p->indptr[b];

@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "cpu/attention_common.h"
 #include "ignis/prefill.h"
@@ -165,7 +165,7 @@ static void run_schedule(const ignis_prefill_params *p, const cpu_schedule *s,
   }
 }
 
-ignis_status ignis_cpu_prefill(const ignis_prefill_params *p) {
+ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, void *stream) {
   const int64_t group = p->num_qo_heads / p->num_kv_heads;
   cpu_schedule s;
   ignis_prefill_request implicit_request;

@@ -3,7 +3,7 @@
  * copied when the output is not the input. The frequency formula is the one in params.h. */
 #include <math.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 
 static int64_t index_load(const void *base, ignis_dtype dtype, int64_t i) {
@@ -39,7 +39,7 @@ static void rotate_head(const ignis_rope_params *p, const void *in, void *out, c
       ignis_cpu_store(out, p->dtype, d, ignis_cpu_load(in, p->dtype, d));
 }
 
-ignis_status ignis_cpu_rope(const ignis_rope_params *p) {
+ignis_status ignis_cpu_rope(const ignis_rope_params *p, int32_t device, void *stream) {
   int64_t half = p->rotary_dim / 2;
   IGNIS_CPU_PARALLEL_FOR(p->nnz * (p->num_q_heads + p->num_k_heads) * p->head_dim)
   for (int64_t t = 0; t < p->nnz; ++t) {

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "cpu/cpu_common.h"
@@ -315,7 +315,7 @@ static void filter_row(const ignis_sampling_params *p, int64_t b, row_scratch *s
   store_index(p->samples, p->samples_dtype, b, token);
 }
 
-ignis_status ignis_cpu_sampling(const ignis_sampling_params *p) {
+ignis_status ignis_cpu_sampling(const ignis_sampling_params *p, int32_t device, void *stream) {
   int failed = 0;
 #ifdef _OPENMP
 #pragma omp parallel if (p->batch_size * p->vocab_size >= IGNIS_CPU_PARALLEL_MIN_ELEMENTS)
@@ -339,7 +339,7 @@ ignis_status ignis_cpu_sampling(const ignis_sampling_params *p) {
 }
 
 /* ---- softmax ------------------------------------------------------------------------------------- */
-ignis_status ignis_cpu_softmax(const ignis_softmax_params *p) {
+ignis_status ignis_cpu_softmax(const ignis_softmax_params *p, int32_t device, void *stream) {
   int failed = 0;
   const int64_t n = p->vocab_size;
 #ifdef _OPENMP
@@ -399,7 +399,7 @@ static float acceptance_uniform(uint64_t seed, uint64_t offset, int64_t row, int
   return ((float)(words.w[i & 3] >> 8) + 0.5f) * 0x1p-24f;
 }
 
-ignis_status ignis_cpu_speculative(const ignis_speculative_params *p) {
+ignis_status ignis_cpu_speculative(const ignis_speculative_params *p, int32_t device, void *stream) {
   const int64_t n = p->num_draft, vocab = p->vocab_size;
   int failed = 0;
 #ifdef _OPENMP
@@ -493,7 +493,7 @@ static int by_key_desc(const void *a, const void *b) {
   return x->index < y->index ? -1 : (x->index > y->index);
 }
 
-ignis_status ignis_cpu_top_k(const ignis_top_k_params *p) {
+ignis_status ignis_cpu_top_k(const ignis_top_k_params *p, int32_t device, void *stream) {
   const int64_t n = p->vocab_size, k = p->k;
   const size_t elem = ignis_dtype_size(p->dtype);
   int failed = 0;

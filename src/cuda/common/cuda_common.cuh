@@ -37,7 +37,7 @@
 
 #include <atomic>
 
-#include "core/backend.h"
+#include "cuda/cuda_backend.h"
 #include "core/error.h"
 
 /* ---- element conversion ------------------------------------------------------------------- */

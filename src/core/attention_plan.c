@@ -1,0 +1,220 @@
+/* The attention plans' shared machinery (see attention_plan.h): plan devices, workspace claims,
+ * the staging ring and the plan storage built from them. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/attention_plan.h"
+#include "core/validate.h"
+
+ignis_status ignis_check_plan_device(const char *fn, ignis_device device) {
+  if (device.type == IGNIS_DEVICE_CPU)
+    return IGNIS_OK;
+  if (device.type != IGNIS_DEVICE_CUDA)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.type=%d is not an ignis_device_type", fn,
+                           (int)device.type);
+  int devices = ignis_cuda_device_count();
+  if (devices == 0)
+    return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn, device.id,
+                           ignis_no_cuda_device_reason());
+  if (device.id < 0 || device.id >= devices)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.device.id=%d but %d CUDA devices exist", fn,
+                           device.id, devices);
+  return IGNIS_OK;
+}
+
+static const char *device_type_name(ignis_device_type type) {
+  const ignis_backend *backend = ignis_backend_for(type);
+  return backend ? backend->name : "?";
+}
+
+ignis_status ignis_check_run_device(const char *fn, ignis_device run, ignis_device plan) {
+  if (run.type == plan.type && (run.type == IGNIS_DEVICE_CPU || run.id == plan.id))
+    return IGNIS_OK;
+  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
+                         device_type_name(run.type), run.id, device_type_name(plan.type), plan.id);
+}
+
+/* ---- workspace claims ---- */
+static struct {
+  const void *buffer;
+  uint64_t claim; /* the current claim; 0: none */
+  uint64_t used;  /* when the entry was last touched */
+} claims[IGNIS_WORKSPACE_CLAIMS];
+static uint64_t claim_clock;
+static atomic_flag claims_lock = ATOMIC_FLAG_INIT;
+
+static void claims_enter(void) {
+  while (atomic_flag_test_and_set_explicit(&claims_lock, memory_order_acquire))
+    ;
+}
+static void claims_leave(void) {
+  atomic_flag_clear_explicit(&claims_lock, memory_order_release);
+}
+/* The entry of `buffer`, or -1. */
+static int claims_find(const void *buffer) {
+  for (int i = 0; i < IGNIS_WORKSPACE_CLAIMS; ++i)
+    if (claims[i].buffer == buffer && claims[i].used)
+      return i;
+  return -1;
+}
+
+uint64_t ignis_workspace_claim(const void *workspace) {
+  claims_enter();
+  int at = claims_find(workspace);
+  if (at < 0) { /* a free entry, else the least recently used one */
+    at = 0;
+    for (int i = 1; i < IGNIS_WORKSPACE_CLAIMS; ++i)
+      if (claims[i].used < claims[at].used)
+        at = i;
+    claims[at].buffer = workspace;
+  }
+  uint64_t claim = ++claim_clock;
+  claims[at].claim = claim;
+  claims[at].used = claim;
+  claims_leave();
+  return claim;
+}
+
+void ignis_workspace_release(const void *workspace) {
+  if (!workspace)
+    return;
+  claims_enter();
+  int at = claims_find(workspace);
+  if (at >= 0) {
+    claims[at].claim = 0;
+    claims[at].used = ++claim_clock;
+  }
+  claims_leave();
+}
+
+ignis_status ignis_check_workspace_claim(const char *fn, const void *workspace, uint64_t claim) {
+  claims_enter();
+  int at = claims_find(workspace);
+  int held = at < 0 || claims[at].claim == claim;
+  if (at >= 0)
+    claims[at].used = ++claim_clock;
+  claims_leave();
+  if (held)
+    return IGNIS_OK;
+  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                         "%s: workspace was used by another call (another plan's update or run, or a single "
+                         "decode / prefill) since this plan's last update, which may have overwritten the "
+                         "schedule the update left there: update the plan again, or give each plan its own "
+                         "workspace",
+                         fn);
+}
+
+/* ---- the staging ring ---- */
+static ignis_status staging_ring_create(ignis_staging_ring *ring, const ignis_backend *backend, int32_t device,
+                                        size_t bytes) {
+  ignis_status status = IGNIS_OK;
+  ring->backend = backend;
+  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i)
+    ring->buffers[i] = ring->events[i] = NULL;
+  ring->next = 0;
+  for (int i = 0; i < IGNIS_STAGING_SLOTS && status == IGNIS_OK; ++i) {
+    status = backend->pinned_alloc(bytes, &ring->buffers[i]);
+    if (status == IGNIS_OK)
+      status = backend->event_create(device, &ring->events[i]);
+  }
+  return status;
+}
+
+static void staging_ring_destroy(ignis_staging_ring *ring) {
+  if (!ring->backend)
+    return;
+  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i) {
+    if (ring->events[i])
+      ring->backend->event_synchronize(ring->events[i]); /* the slot's copy must have read its buffer */
+    ring->backend->event_destroy(ring->events[i]);
+    ring->backend->pinned_free(ring->buffers[i]);
+    ring->events[i] = ring->buffers[i] = NULL;
+  }
+}
+
+/* The next slot's buffer, once its previous copy has run. */
+static ignis_status staging_ring_acquire(ignis_staging_ring *ring, void **buffer) {
+  int complete = 0;
+  IGNIS_TRY(ring->backend->event_query(ring->events[ring->next], &complete));
+  if (!complete)
+    IGNIS_TRY(ring->backend->event_synchronize(ring->events[ring->next]));
+  *buffer = ring->buffers[ring->next];
+  return IGNIS_OK;
+}
+
+/* Copy `bytes` of the acquired buffer to `dst` on `stream`, record the slot's event, move on. */
+static ignis_status staging_ring_upload(ignis_staging_ring *ring, void *dst, size_t bytes, int32_t device,
+                                        void *stream) {
+  IGNIS_TRY(ring->backend->copy_to_device_async(dst, ring->buffers[ring->next], bytes, device, stream,
+                                                ring->events[ring->next]));
+  ring->next = (ring->next + 1) % IGNIS_STAGING_SLOTS;
+  return IGNIS_OK;
+}
+
+/* ---- plan storage ---- */
+ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *fn, ignis_device device,
+                                       size_t schedule_bytes) {
+  memset(storage, 0, sizeof *storage);
+  storage->backend = ignis_backend_for(device.type);
+  storage->device = device.id;
+  if (!storage->backend)
+    return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device has no backend in this build", fn);
+  ignis_status status;
+  if (storage->backend->host_memory) {
+    storage->host_schedule = malloc(schedule_bytes);
+    status = storage->host_schedule ? IGNIS_OK : ignis_set_error(IGNIS_ERROR_INTERNAL, "out of host memory");
+  } else {
+    status = staging_ring_create(&storage->staging, storage->backend, device.id, schedule_bytes);
+  }
+  if (status != IGNIS_OK) {
+    char message[512];
+    snprintf(message, sizeof message, "%s", ignis_last_error());
+    ignis_plan_storage_destroy(storage);
+    return ignis_set_error(status, "%s: %s", fn, message);
+  }
+  return IGNIS_OK;
+}
+
+void ignis_plan_storage_destroy(ignis_plan_storage *storage) {
+  staging_ring_destroy(&storage->staging);
+  free(storage->host_schedule);
+  storage->host_schedule = NULL;
+}
+
+ignis_status ignis_plan_begin_update(ignis_plan_storage *storage, const char *fn, const void *workspace,
+                                     void **image) {
+  if (storage->backend->host_memory) {
+    *image = storage->host_schedule;
+    return IGNIS_OK;
+  }
+  ignis_device_type type;
+  int32_t id;
+  if (workspace != storage->workspace &&
+      storage->backend->pointer_location(workspace, &type, &id) == IGNIS_OK &&
+      (type != storage->backend->type || id != storage->device))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of %s:%d (the plan's device)",
+                           fn, storage->backend->name, storage->device);
+  return staging_ring_acquire(&storage->staging, image);
+}
+
+ignis_status ignis_plan_finish_update(ignis_plan_storage *storage, void *workspace, void *schedule, size_t used,
+                                      void *stream) {
+  if (storage->backend->host_memory) {
+    storage->workspace = NULL;
+    return IGNIS_OK;
+  }
+  IGNIS_TRY(staging_ring_upload(&storage->staging, schedule, used, storage->device, stream));
+  storage->claim = ignis_workspace_claim(workspace);
+  storage->workspace = workspace;
+  return IGNIS_OK;
+}
+
+ignis_status ignis_plan_open_run(const ignis_plan_storage *storage, const char *fn, const char *update_fn,
+                                 const void *workspace) {
+  if (workspace != storage->workspace)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not the buffer given to %s", fn,
+                           update_fn);
+  return ignis_check_workspace_claim(fn, workspace, storage->claim);
+}

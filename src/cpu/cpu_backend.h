@@ -1,0 +1,22 @@
+/* The CPU backend's entry points, gathered in its table (cpu/backend.c). Each runs an op over
+ * validated params (core/params.h) in host memory, threaded where the op is large; `device` and
+ * `stream` are the table's uniform arguments and are ignored here. */
+#ifndef IGNIS_CPU_CPU_BACKEND_H
+#define IGNIS_CPU_CPU_BACKEND_H
+
+#include "core/backend.h"
+
+ignis_status ignis_cpu_norm(const ignis_norm_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_activation(const ignis_activation_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_rope(const ignis_rope_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_merge_state(const ignis_merge_state_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_sampling(const ignis_sampling_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_softmax(const ignis_softmax_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_speculative(const ignis_speculative_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_top_k(const ignis_top_k_params *p, int32_t device, void *stream);
+
+#endif

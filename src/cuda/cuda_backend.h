@@ -1,0 +1,57 @@
+/* The CUDA backend's entry points, gathered in its table (cuda/backend.c). Launchers take the
+ * validated params (core/params.h), the device ordinal the tensors live on and the stream, last;
+ * they make `device` current for the launch and restore the caller's current device. */
+#ifndef IGNIS_CUDA_CUDA_BACKEND_H
+#define IGNIS_CUDA_CUDA_BACKEND_H
+
+#include "core/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ops ---- */
+ignis_status ignis_cuda_norm(const ignis_norm_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
+
+/* ---- planning facts ---- */
+/* Decode attention blocks resident per SM for this head dim, K/V dtype and query rows per block
+ * (q_len * group: they pick the kernel). */
+int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows);
+/* The same for the page kernel (decode.cu) in (work item, KV head) units, i.e. its blocks per SM
+ * times its 8 heads; 0 when it does not take this shape or cannot run on the current device. */
+int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                                         int64_t num_kv_heads, int64_t page_size);
+/* Prefill attention blocks resident per SM on `device` for a call of this shape. */
+int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device);
+
+/* ---- the runtime (common/runtime.cu) ---- */
+int ignis_cuda_runtime_device_count(void);
+ignis_status ignis_cuda_pointer_location(const void *ptr, ignis_device_type *type, int32_t *device_id);
+ignis_status ignis_cuda_get_device_info(int32_t ordinal, ignis_device_info *info);
+const char *ignis_cuda_compiled_targets(void);
+/* Multiprocessors of CUDA device `device` (cached). */
+int ignis_cuda_device_sm_count(int32_t device);
+ignis_status ignis_cuda_pinned_alloc(size_t bytes, void **ptr);
+void ignis_cuda_pinned_free(void *ptr);
+ignis_status ignis_cuda_event_create(int32_t device, void **event);
+void ignis_cuda_event_destroy(void *event);
+ignis_status ignis_cuda_event_query(void *event, int *complete);
+ignis_status ignis_cuda_event_synchronize(void *event);
+ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
+                                             void *event);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

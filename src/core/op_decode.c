@@ -488,12 +488,6 @@ ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_confi
   return IGNIS_OK;
 }
 
-static int64_t planned_length(const int32_t *kv_indptr, const int32_t *kv_last_page_len, int64_t b,
-                              int64_t page_size) {
-  int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
-  return pages > 0 ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
-}
-
 /* The workspace of a plan that uses one: large enough for its pieces. */
 static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                         size_t workspace_bytes, plan_pieces *pieces) {
@@ -538,7 +532,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   IGNIS_TRY(ignis_check_last_page_len_contents(fn, "kv_last_page_len_host", kv_indptr_host,
                                                kv_last_page_len_host, batch_size, c->page_size));
   for (int64_t b = 0; b < batch_size; ++b) {
-    int64_t kv_len = planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
+    int64_t kv_len = ignis_paged_request_len(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
     if (kv_len > c->max_kv_len)
       return ignis_set_error(
           IGNIS_ERROR_INVALID_ARGUMENT,
@@ -571,7 +565,7 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
   if (!ignis_plan_uses_workspace(&plan->storage)) /* its runs check host index arrays against these */
     for (int64_t b = 0; b < batch_size; ++b)
-      plan->planned_kv_len[b] = (int32_t)planned_length(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
+      plan->planned_kv_len[b] = (int32_t)ignis_paged_request_len(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
   plan->num_partials = header->num_partials;
@@ -676,7 +670,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   if (!ignis_plan_uses_workspace(&plan->storage)) { /* host index arrays: their lengths are the planned ones */
     IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));
     for (int64_t b = 0; b < plan->batch_size; ++b) {
-      int64_t kv_len = planned_length(p.cache.indptr, p.cache.last_page_len, b, c->page_size);
+      int64_t kv_len = ignis_paged_request_len(p.cache.indptr, p.cache.last_page_len, b, c->page_size);
       if (kv_len != plan->planned_kv_len[b])
         return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                                "%s: cache.indptr / cache.last_page_len give request %" PRId64 " %" PRId64

@@ -469,10 +469,9 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_prefill_plan
 
 static int64_t planned_kv_len(const ignis_prefill_plan *plan, const int32_t *kv_indptr,
                               const int32_t *kv_last_page_len, int64_t b) {
-  int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
   if (plan->config.kv_kind == IGNIS_PREFILL_RAGGED)
-    return pages;
-  return pages > 0 ? (pages - 1) * plan->config.page_size + kv_last_page_len[b] : 0;
+    return (int64_t)kv_indptr[b + 1] - kv_indptr[b]; /* the rows are the keys */
+  return ignis_paged_request_len(kv_indptr, kv_last_page_len, b, plan->config.page_size);
 }
 
 /* Host index arrays of an update: shapes of the contents, and the plan's maxima. */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "ignis/core.h"
+#include "sched/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -183,15 +184,7 @@ typedef struct ignis_merge_state_params {
  * combines rows request_partials[b] .. request_partials[b + 1] into out / lse of request b.
  * The schedule lives in the workspace (written by plan_update); its sizes are fixed by the plan,
  * so the run's launch configuration never depends on the batch. */
-typedef struct ignis_decode_work {
-  int32_t request;
-  int32_t kv_start;          /* first key (token index within the request) */
-  int32_t kv_end;            /* one past the last key */
-  int32_t partial;           /* -1: writes out/lse; else a row of partial_out / partial_lse */
-} ignis_decode_work;
-
-#define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
-#define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
+/* The schedule types (ignis_decode_work, the merge groups) are in sched/schedule.h. */
 
 typedef struct ignis_decode_params {
   int64_t num_qo_heads;
@@ -352,28 +345,7 @@ typedef struct ignis_top_k_params {
  * slot p, KV head kvh, tile row t (0 <= t < q_tile_rows) is row (p * num_kv_heads + kvh) *
  * q_tile_rows + t of partial_out [.., head_dim_vo] and partial_lse. The host planner
  * (sched/prefill_plan.h) documents how the schedule is chosen and laid out. */
-typedef struct ignis_prefill_request {
-  int64_t mask_offset;        /* custom mask: byte offset of the request's bits in custom_mask */
-  int32_t q_start;            /* first row of q / out / lse */
-  int32_t q_len;              /* query tokens */
-  int32_t kv_start;           /* ragged: first row of k / v; paged: first entry of cache.indices */
-  int32_t kv_len;             /* keys */
-} ignis_prefill_request;
-
-typedef struct ignis_prefill_work {
-  int32_t request;
-  int32_t row_start;          /* first packed row of the tile (rows row_start .. +q_tile_rows, clipped) */
-  int32_t kv_start;           /* first key (token index within the request) */
-  int32_t kv_end;             /* one past the last key; kv_start == kv_end: no key */
-  int32_t partial;            /* -1: writes out / lse; else a partial slot */
-} ignis_prefill_work;
-
-typedef struct ignis_prefill_merge {
-  int32_t request;
-  int32_t row_start;          /* the tile (as its items' row_start) */
-  int32_t first_partial;
-  int32_t num_partials;       /* >= 2 */
-} ignis_prefill_merge;
+/* The schedule types (ignis_prefill_request, _work, _merge) are in sched/schedule.h. */
 
 typedef enum ignis_prefill_kv_source {
   IGNIS_PREFILL_KV_CONTIGUOUS = 0, /* one request's keys: k_cache + j * k_stride_token (single prefill) */

@@ -31,8 +31,7 @@
 static int64_t request_kv_len(const ignis_decode_params *p, int64_t b) {
   if (!p->cache.indptr)
     return p->contiguous_kv_len;
-  int64_t pages = (int64_t)p->cache.indptr[b + 1] - p->cache.indptr[b];
-  return pages > 0 ? (pages - 1) * p->cache.page_size + p->cache.last_page_len[b] : 0;
+  return ignis_paged_request_len(p->cache.indptr, p->cache.last_page_len, b, p->cache.page_size);
 }
 
 /* Element offsets of key / value j of request b, KV head kv_head, in the cache (K and V strides). */
@@ -137,13 +136,8 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
     implicit = malloc(sizeof(ignis_decode_work) * (size_t)num_items);
     if (!implicit)
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
-    for (int64_t i = 0; i < num_items; ++i) {
-      int64_t start = i * p->implicit_chunk_tokens, end = start + p->implicit_chunk_tokens;
-      ignis_decode_work w = {0, (int32_t)start,
-                             (int32_t)(end < p->contiguous_kv_len ? end : p->contiguous_kv_len),
-                             partials ? (int32_t)i : -1};
-      implicit[i] = w;
-    }
+    for (int64_t i = 0; i < num_items; ++i)
+      implicit[i] = ignis_decode_implicit_item(i, p->implicit_chunk_tokens, p->contiguous_kv_len, num_items);
     items = implicit;
   } else {
     num_items = *p->num_work;

@@ -46,8 +46,7 @@ ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p, int32_t 
 ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p, int32_t device, void *stream) {
   if (p->kind == IGNIS_KV_INDEX_SEQ_LENS) {
     for (int64_t b = 0; b < p->batch_size; ++b) {
-      int64_t pages = (int64_t)p->indptr[b + 1] - p->indptr[b];
-      p->seq_lens_out[b] = pages > 0 ? (int32_t)((pages - 1) * p->page_size + p->last_page_len[b]) : 0;
+      p->seq_lens_out[b] = (int32_t)ignis_paged_request_len(p->indptr, p->last_page_len, b, p->page_size);
     }
     return IGNIS_OK;
   }

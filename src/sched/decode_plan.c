@@ -167,7 +167,7 @@ size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, const int32_t *kv
   int32_t num_work = 0, num_partials = 0, any_split = 0;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t pages = request_pages(kv_indptr, b);
-    int64_t kv_len = pages > 0 ? (pages - 1) * pl->page_size + kv_last_page_len[b] : 0;
+    int64_t kv_len = ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size);
     int64_t items = chunk_pages > 0 ? max64(1, ceil_div(pages, chunk_pages)) : 1;
     partials[b] = num_partials;
     if (items == 1) {

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/params.h"
+#include "sched/schedule.h"
 
 #define IGNIS_DECODE_BLOCKS_PER_SM 2        /* CPU plans: attention blocks assumed resident per SM */
 #define IGNIS_DECODE_MIN_CHUNK_TOKENS 256   /* auto split: no chunk shorter (but a request's last) */

@@ -67,10 +67,9 @@ size_t ignis_prefill_schedule_bytes(const ignis_prefill_planner *pl) {
 
 static int64_t request_kv_len(const ignis_prefill_planner *pl, const int32_t *kv_indptr,
                               const int32_t *kv_last_page_len, int64_t b) {
-  int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
   if (!kv_last_page_len)
-    return pages;
-  return pages > 0 ? (pages - 1) * pl->page_size + kv_last_page_len[b] : 0;
+    return (int64_t)kv_indptr[b + 1] - kv_indptr[b]; /* ragged: the rows are the keys */
+  return ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size);
 }
 
 /* Keys [*lo, *hi) any row of the tile starting at packed row r0 may see. */

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/params.h"
+#include "sched/schedule.h"
 
 #define IGNIS_PREFILL_BLOCKS_PER_SM 2        /* the CPU backend's nominal blocks per SM (the general CUDA kernel fits 2) */
 #define IGNIS_PREFILL_MIN_CHUNK_TOKENS 512   /* auto split: no chunk shorter (but a range's ends) */

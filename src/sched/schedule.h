@@ -1,0 +1,69 @@
+/* The schedules the planners write and the attention kernels read: the ground floor both
+ * src/sched (the planners) and src/core/params.h (the kernels' params) stand on, so the planners
+ * include nothing above them. Also the two facts every layer needs of a schedule: a paged
+ * request's length, and the implicit schedule single decode / prefill pass instead of a list
+ * (usable from C and CUDA alike). params.h describes how the kernels use each field. */
+#ifndef IGNIS_SCHED_SCHEDULE_H
+#define IGNIS_SCHED_SCHEDULE_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define IGNIS_SCHED_INLINE __host__ __device__ __forceinline__
+#else
+#define IGNIS_SCHED_INLINE static inline
+#endif
+
+/* ---- decode ---- */
+typedef struct ignis_decode_work {
+  int32_t request;
+  int32_t kv_start;          /* first key (token index within the request) */
+  int32_t kv_end;            /* one past the last key */
+  int32_t partial;           /* -1: writes out/lse; else a row of partial_out / partial_lse */
+} ignis_decode_work;
+
+#define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
+#define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
+
+/* Item i of an implicit decode schedule (single decode: request 0 of kv_len keys cut into `items`
+ * chunks of chunk_tokens): keys [i * chunk_tokens, min((i + 1) * chunk_tokens, kv_len)), partial
+ * row i when the request is split. */
+IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int64_t i, int64_t chunk_tokens, int64_t kv_len,
+                                                                int64_t items) {
+  int64_t start = i * chunk_tokens, end = start + chunk_tokens;
+  ignis_decode_work w = {0, (int32_t)start, (int32_t)(end < kv_len ? end : kv_len), items > 1 ? (int32_t)i : -1};
+  return w;
+}
+
+/* ---- prefill ---- */
+typedef struct ignis_prefill_request {
+  int64_t mask_offset;        /* custom mask: byte offset of the request's bits in custom_mask */
+  int32_t q_start;            /* first row of q / out / lse */
+  int32_t q_len;              /* query tokens */
+  int32_t kv_start;           /* ragged: first row of k / v; paged: first entry of cache.indices */
+  int32_t kv_len;             /* keys */
+} ignis_prefill_request;
+
+typedef struct ignis_prefill_work {
+  int32_t request;
+  int32_t row_start;          /* first packed row of the tile (rows row_start .. +q_tile_rows, clipped) */
+  int32_t kv_start;           /* first key (token index within the request) */
+  int32_t kv_end;             /* one past the last key; kv_start == kv_end: no key */
+  int32_t partial;            /* -1: writes out / lse; else a partial slot */
+} ignis_prefill_work;
+
+typedef struct ignis_prefill_merge {
+  int32_t request;
+  int32_t row_start;          /* the tile (as its items' row_start) */
+  int32_t first_partial;
+  int32_t num_partials;       /* >= 2 */
+} ignis_prefill_merge;
+
+/* Keys of paged request b: (pages - 1) * page_size + last_page_len[b], 0 with no page. */
+IGNIS_SCHED_INLINE int64_t ignis_paged_request_len(const int32_t *kv_indptr, const int32_t *kv_last_page_len,
+                                                  int64_t b, int64_t page_size) {
+  int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+  return pages > 0 ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
+}
+
+#endif

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/env.h"
 #include "core/workspace.h"
 #include "cpu/cpu_common.h"
 #include "harness.h"
@@ -680,8 +681,27 @@ static void test_dispatch(void) {
   CHECK(memcmp(y, yy, sizeof y) == 0);
 }
 
+/* The environment table: every entry complete and named IGNIS_*, the ids of core/env.h reading
+ * the entry of their own name. */
+static void test_env_table(void) {
+  h_case("environment variable table");
+  int count = ignis_env_var_count();
+  CHECK(count == IGNIS_ENV_COUNT && count > 0);
+  for (int i = 0; i < count; ++i) {
+    const ignis_env_var *v = ignis_env_var_at(i);
+    if (!CHECKF(v && v->name && v->values && v->unset && v->meaning, "entry %d", i))
+      continue;
+    CHECKF(strncmp(v->name, "IGNIS_", 6) == 0 && v->values[0] && v->meaning[0], "entry %d: %s", i, v->name);
+  }
+  CHECK(ignis_env_var_at(-1) == NULL && ignis_env_var_at(count) == NULL);
+  CHECK(strcmp(ignis_env_var_at(IGNIS_ENV_DECODE_PAGE_KERNEL)->name, "IGNIS_DECODE_PAGE_KERNEL") == 0);
+  for (int i = 0; i < count; ++i)
+    CHECKF(ignis_env((ignis_env_id)i) == getenv(ignis_env_var_at(i)->name), "ignis_env(%d)", i);
+}
+
 int main(void) {
   h_init("test_core");
+  test_env_table();
   h_rng rng = h_rng_make(2024);
   test_status();
   test_last_error();

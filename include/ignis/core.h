@@ -133,6 +133,20 @@ IGNIS_API int ignis_tensor_is_contiguous(const ignis_tensor *tensor);
 /* Number of CUDA devices usable by this build (0 when the CUDA backend is not built or no GPU). */
 IGNIS_API int ignis_cuda_device_count(void);
 
+/* ---- environment ---------------------------------------------------------------------------- */
+/* The environment variables the library reads (each once, at its first use), for comparisons and
+ * debugging; none is needed in normal use. One table, from which `ignis info` and the README's
+ * list come: name, the values it takes, what applies when it is unset, and what it does. */
+typedef struct ignis_env_var {
+  const char *name;
+  const char *values;
+  const char *unset;
+  const char *meaning;
+} ignis_env_var;
+/* Entries of the table, and entry `index` (NULL outside 0..count-1); static storage. */
+IGNIS_API int ignis_env_var_count(void);
+IGNIS_API const ignis_env_var *ignis_env_var_at(int index);
+
 /* ---- context: per-device facts and handles ------------------------------------------------ */
 typedef struct ignis_device_info {
   size_t size; /* set to sizeof(ignis_device_info) by the caller (IGNIS_DEVICE_INFO_INIT) */

@@ -26,6 +26,7 @@
 #include "core/attention_common.h"
 #include "core/attention_plan.h"
 #include "core/backend.h"
+#include "core/env.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
 #include "core/workspace.h"
@@ -130,7 +131,7 @@ static int page_kernel_mode(void) {
   static atomic_int known = -1; /* any thread may be first: each stores the same answer */
   int value = atomic_load_explicit(&known, memory_order_relaxed);
   if (value < 0) {
-    const char *text = getenv("IGNIS_DECODE_PAGE_KERNEL");
+    const char *text = ignis_env(IGNIS_ENV_DECODE_PAGE_KERNEL);
     value = text == NULL                  ? PAGE_AUTO
             : strcmp(text, "0") == 0      ? PAGE_OFF
             : strcmp(text, "always") == 0 ? PAGE_ALWAYS

@@ -1,0 +1,36 @@
+/* The environment variables the library reads, in one table (src/core/env.c, public through
+ * ignis_env_var_at): every reader names its variable by id, so a knob cannot exist without its
+ * entry, its allowed values and its meaning. Readers parse the value themselves and cache it. */
+#ifndef IGNIS_CORE_ENV_H
+#define IGNIS_CORE_ENV_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(id, name, values, unset, meaning) */
+#define IGNIS_ENV_VARS(X)                                                                          \
+  X(IGNIS_ENV_DISABLE_PDL, "IGNIS_DISABLE_PDL", "1", "PDL on (Hopper)",                            \
+    "1 turns off programmatic dependent launch on Hopper")                                         \
+  X(IGNIS_ENV_PREFILL_WGMMA, "IGNIS_PREFILL_WGMMA", "0", "wgmma kernel where it applies",          \
+    "0 runs prefill on the mma.sync kernel instead of the Hopper wgmma one")                       \
+  X(IGNIS_ENV_DECODE_TRANSPOSED_ROWS, "IGNIS_DECODE_TRANSPOSED_ROWS", "0..8", "8",                 \
+    "the most query rows per block (q_len * group) for which decode takes its transposed kernel")  \
+  X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \
+    "0 never plans decode's page kernel; always plans it for every batch of a shape it takes, "    \
+    "split or not (tests of its merge path)")
+
+typedef enum ignis_env_id {
+#define IGNIS_ENV_ID(id, name, values, unset, meaning) id,
+  IGNIS_ENV_VARS(IGNIS_ENV_ID)
+#undef IGNIS_ENV_ID
+  IGNIS_ENV_COUNT
+} ignis_env_id;
+
+/* The variable's value, or NULL when it is not set. */
+const char *ignis_env(ignis_env_id id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/config.h"
 #include "core/env.h"
 #include "core/workspace.h"
 #include "cpu/cpu_common.h"
@@ -699,8 +700,64 @@ static void test_env_table(void) {
     CHECKF(ignis_env((ignis_env_id)i) == getenv(ignis_env_var_at(i)->name), "ignis_env(%d)", i);
 }
 
+/* Config structs read over their defaults (core/config.h): a caller compiled against an older,
+ * shorter layout (here v1, a prefix of v2) gets the defaults for the fields added since; sizes
+ * below the first layout or above the library's are refused. Then the public configs: a caller
+ * struct of exactly the first released size works, a larger one is refused as unsupported. */
+typedef struct config_v2 {
+  size_t size;
+  int32_t a;
+  double b;
+  int32_t added; /* new in "v2" */
+} config_v2;
+typedef struct config_v1 {
+  size_t size;
+  int32_t a;
+  double b;
+} config_v1;
+
+static void test_config_growth(void) {
+  h_case("config structs grow: older callers read over the defaults");
+  static const config_v2 defaults = {sizeof(config_v2), 1, 2.0, 77};
+  const size_t first = IGNIS_CONFIG_END(config_v2, b);
+  config_v1 old_caller = {sizeof(config_v1), 5, 6.5};
+  config_v2 read;
+  memset(&read, 0xff, sizeof read);
+  CHECK_STATUS(ignis_read_config("f", "config.size", "INIT", &read, &defaults, &old_caller, sizeof read, first),
+               IGNIS_OK);
+  CHECK(read.size == sizeof(config_v2) && read.a == 5 && read.b == 6.5 && read.added == 77);
+  config_v2 new_caller = {sizeof(config_v2), 8, 9.0, 10};
+  CHECK_STATUS(ignis_read_config("f", "config.size", "INIT", &read, &defaults, &new_caller, sizeof read, first),
+               IGNIS_OK);
+  CHECK(read.a == 8 && read.b == 9.0 && read.added == 10);
+  old_caller.size = first - 1;
+  CHECK_ERROR(ignis_read_config("f", "config.size", "INIT", &read, &defaults, &old_caller, sizeof read, first),
+              IGNIS_ERROR_INVALID_ARGUMENT, "config.size");
+  new_caller.size = sizeof(config_v2) + 8;
+  CHECK_ERROR(ignis_read_config("f", "config.size", "INIT", &read, &defaults, &new_caller, sizeof read, first),
+              IGNIS_ERROR_UNSUPPORTED, "newer ignis");
+
+  h_case("public configs at the first released size, and from a newer caller");
+  ignis_decode_plan_config decode = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  decode.num_qo_heads = 8;
+  decode.num_kv_heads = 2;
+  decode.head_dim = 128;
+  decode.page_size = 16;
+  decode.max_batch_size = 4;
+  decode.max_kv_len = 1024;
+  decode.size = IGNIS_CONFIG_END(ignis_decode_plan_config, options);
+  ignis_decode_plan *plan = NULL;
+  if (CHECK_STATUS(ignis_decode_plan_create(&decode, &plan), IGNIS_OK))
+    CHECK_STATUS(ignis_decode_plan_destroy(plan), IGNIS_OK);
+  decode.size = sizeof decode + 16;
+  CHECK_ERROR(ignis_decode_plan_create(&decode, &plan), IGNIS_ERROR_UNSUPPORTED, "config.size");
+  decode.size = sizeof(size_t);
+  CHECK_ERROR(ignis_decode_plan_create(&decode, &plan), IGNIS_ERROR_INVALID_ARGUMENT, "config.size");
+}
+
 int main(void) {
   h_init("test_core");
+  test_config_growth();
   test_env_table();
   h_rng rng = h_rng_make(2024);
   test_status();

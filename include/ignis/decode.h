@@ -84,7 +84,9 @@ typedef struct ignis_attention_options {
 } ignis_attention_options;
 
 #define IGNIS_ATTENTION_OPTIONS_INIT                                                               \
-  {sizeof(ignis_attention_options), 0.0, 0.0, -1, IGNIS_LSE_BASE2, IGNIS_POS_ENCODING_NONE, 1.0, 1e4}
+  {/* size */ sizeof(ignis_attention_options), /* sm_scale */ 0.0, /* logits_soft_cap */ 0.0,        \
+   /* window_left */ -1, /* lse_base */ IGNIS_LSE_BASE2, /* pos_encoding_mode */ IGNIS_POS_ENCODING_NONE, \
+   /* rope_scale */ 1.0, /* rope_theta */ 1e4}
 
 /* Per-call inputs of a run that are not part of the plan. size = sizeof(ignis_attention_extras)
  * (IGNIS_ATTENTION_EXTRAS_INIT); a NULL extras pointer means the defaults. */
@@ -96,7 +98,8 @@ typedef struct ignis_attention_extras {
                                 (natural log, in the units of x_j after sm_scale and soft cap) */
 } ignis_attention_extras;
 
-#define IGNIS_ATTENTION_EXTRAS_INIT {sizeof(ignis_attention_extras), 1.0, 1.0, NULL}
+#define IGNIS_ATTENTION_EXTRAS_INIT                                                                \
+  {/* size */ sizeof(ignis_attention_extras), /* k_scale */ 1.0, /* v_scale */ 1.0, /* sinks */ NULL}
 
 /* Single request, one query token, contiguous KV: k and v [kv_len, num_kv_heads, head_dim] (NHD)
  * or [num_kv_heads, kv_len, head_dim] (HND), any leading strides. workspace: device memory of at
@@ -131,8 +134,11 @@ typedef struct ignis_decode_plan_config {
 } ignis_decode_plan_config;
 
 #define IGNIS_DECODE_PLAN_CONFIG_INIT                                                              \
-  {sizeof(ignis_decode_plan_config), {IGNIS_DEVICE_CPU, 0}, 0, 0, 0, 0, IGNIS_BF16, IGNIS_BF16, 1, 0, \
-   0, 0, 0, IGNIS_ATTENTION_OPTIONS_INIT}
+  {/* size */ sizeof(ignis_decode_plan_config), /* device */ {IGNIS_DEVICE_CPU, 0},                   \
+   /* num_qo_heads */ 0, /* num_kv_heads */ 0, /* head_dim */ 0, /* page_size */ 0,                    \
+   /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* q_len_per_req */ 1, /* max_batch_size */ 0,  \
+   /* max_kv_len */ 0, /* disable_split_kv */ 0, /* fixed_split_size */ 0,                            \
+   /* options */ IGNIS_ATTENTION_OPTIONS_INIT}
 
 /* The most query tokens per request a decode plan takes (q_len_per_req). */
 #define IGNIS_DECODE_MAX_Q_LEN 16

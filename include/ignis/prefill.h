@@ -119,8 +119,12 @@ typedef struct ignis_prefill_plan_config {
 } ignis_prefill_plan_config;
 
 #define IGNIS_PREFILL_PLAN_CONFIG_INIT                                                             \
-  {sizeof(ignis_prefill_plan_config), {IGNIS_DEVICE_CPU, 0}, IGNIS_PREFILL_RAGGED, IGNIS_KV_LAYOUT_NHD, 0, 0, \
-   0, 0, 0, IGNIS_BF16, IGNIS_BF16, IGNIS_MASK_NONE, 0, 0, 0, 0, 0, IGNIS_ATTENTION_OPTIONS_INIT}
+  {/* size */ sizeof(ignis_prefill_plan_config), /* device */ {IGNIS_DEVICE_CPU, 0},                  \
+   /* kv_kind */ IGNIS_PREFILL_RAGGED, /* kv_layout */ IGNIS_KV_LAYOUT_NHD, /* num_qo_heads */ 0,       \
+   /* num_kv_heads */ 0, /* head_dim_qk */ 0, /* head_dim_vo */ 0, /* page_size */ 0,                  \
+   /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* mask_mode */ IGNIS_MASK_NONE,                \
+   /* max_batch_size */ 0, /* max_qo_tokens */ 0, /* max_kv_len */ 0, /* disable_split_kv */ 0,        \
+   /* fixed_split_size */ 0, /* options */ IGNIS_ATTENTION_OPTIONS_INIT}
 
 typedef struct ignis_prefill_plan ignis_prefill_plan;
 

@@ -1,9 +1,10 @@
 /* What the attention front ends share (see attention_common.h). */
 #include <inttypes.h>
 #include <math.h>
-#include <stdatomic.h>
+#include <stdio.h>
 
 #include "core/attention_common.h"
+#include "core/config.h"
 #include "core/backend.h"
 #include "core/validate.h"
 
@@ -24,13 +25,14 @@ static ignis_status non_negative_finite(const char *fn, const char *name, const 
 ignis_status ignis_check_attention_options(const char *fn, const char *name, const ignis_attention_options *o,
                                            int64_t head_dim, ignis_attention_resolved *r) {
   static const ignis_attention_options defaults = IGNIS_ATTENTION_OPTIONS_INIT;
-  if (!o)
-    o = &defaults;
-  if (o->size < sizeof(ignis_attention_options))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s.size=%zu but it must be sizeof(ignis_attention_options)=%zu "
-                           "(IGNIS_ATTENTION_OPTIONS_INIT)",
-                           fn, name, o->size, sizeof(ignis_attention_options));
+  ignis_attention_options read = defaults;
+  if (o) {
+    char size_field[64];
+    snprintf(size_field, sizeof size_field, "%s.size", name);
+    IGNIS_TRY(ignis_read_config(fn, size_field, "IGNIS_ATTENTION_OPTIONS_INIT", &read, &defaults, o, sizeof read,
+                                IGNIS_CONFIG_END(ignis_attention_options, rope_theta)));
+  }
+  o = &read;
   IGNIS_TRY(non_negative_finite(fn, name, "sm_scale", o->sm_scale));
   IGNIS_TRY(non_negative_finite(fn, name, "logits_soft_cap", o->logits_soft_cap));
   if (o->window_left < -1)
@@ -91,13 +93,11 @@ ignis_status ignis_check_attention_kv_dtype(const char *fn, const char *name, ig
 ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
                                           float *k_scale, float *v_scale, const float **sinks) {
   static const ignis_attention_extras defaults = IGNIS_ATTENTION_EXTRAS_INIT;
-  if (!e)
-    e = &defaults;
-  if (e->size < sizeof(ignis_attention_extras))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: extras.size=%zu but it must be sizeof(ignis_attention_extras)=%zu "
-                           "(IGNIS_ATTENTION_EXTRAS_INIT)",
-                           fn, e->size, sizeof(ignis_attention_extras));
+  ignis_attention_extras read = defaults;
+  if (e)
+    IGNIS_TRY(ignis_read_config(fn, "extras.size", "IGNIS_ATTENTION_EXTRAS_INIT", &read, &defaults, e, sizeof read,
+                                IGNIS_CONFIG_END(ignis_attention_extras, sinks)));
+  e = &read;
   IGNIS_TRY(positive_finite(fn, "extras", "k_scale", e->k_scale));
   IGNIS_TRY(positive_finite(fn, "extras", "v_scale", e->v_scale));
   *k_scale = (float)e->k_scale;

@@ -26,6 +26,7 @@
 #include "core/attention_common.h"
 #include "core/attention_plan.h"
 #include "core/backend.h"
+#include "core/config.h"
 #include "core/env.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
@@ -275,14 +276,13 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
 }
 
 /* ---- batch decode: plan ------------------------------------------------------------------------ */
-static ignis_status check_config(const char *fn, const ignis_decode_plan_config *c, ignis_attention_resolved *opt) {
-  if (!c)
+/* The caller's config read over the defaults into *c (core/config.h), then checked. */
+static ignis_status check_config(const char *fn, const ignis_decode_plan_config *caller, ignis_decode_plan_config *c, ignis_attention_resolved *opt) {
+  static const ignis_decode_plan_config defaults = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  if (!caller)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
-  if (c->size < sizeof(ignis_decode_plan_config))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.size=%zu but it must be sizeof(ignis_decode_plan_config)=%zu "
-                           "(IGNIS_DECODE_PLAN_CONFIG_INIT)",
-                           fn, c->size, sizeof(ignis_decode_plan_config));
+  IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_DECODE_PLAN_CONFIG_INIT", c, &defaults, caller, sizeof *c,
+                              IGNIS_CONFIG_END(ignis_decode_plan_config, options)));
   IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   IGNIS_TRY(ignis_check_attention_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
@@ -374,7 +374,9 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   if (!out_plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
   ignis_attention_resolved options;
-  IGNIS_TRY(check_config(fn, config, &options));
+  ignis_decode_plan_config read;
+  IGNIS_TRY(check_config(fn, config, &read, &options));
+  config = &read;
   plan_bounds bounds;
   IGNIS_TRY(compute_plan_bounds(fn, config, &bounds));
   ignis_decode_plan *plan = calloc(1, sizeof *plan);
@@ -467,7 +469,9 @@ ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_confi
   if (!max_kv_len)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: max_kv_len is NULL", fn);
   ignis_attention_resolved options;
-  IGNIS_TRY(check_config(fn, config, &options));
+  ignis_decode_plan_config read;
+  IGNIS_TRY(check_config(fn, config, &read, &options));
+  config = &read;
   /* the bytes grow with max_kv_len: the largest that fits, by bisection over [0, INT32_MAX]; a
    * bound whose planner does not fit the schedule's int32 fields counts as not fitting */
   size_t bytes;

@@ -22,6 +22,7 @@
 #include "core/attention_common.h"
 #include "core/attention_plan.h"
 #include "core/backend.h"
+#include "core/config.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
 #include "core/workspace.h"
@@ -319,14 +320,13 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
 }
 
 /* ---- batch prefill: plan ---------------------------------------------------------------------- */
-static ignis_status check_config(const char *fn, const ignis_prefill_plan_config *c, ignis_attention_resolved *opt) {
-  if (!c)
+/* The caller's config read over the defaults into *c (core/config.h), then checked. */
+static ignis_status check_config(const char *fn, const ignis_prefill_plan_config *caller, ignis_prefill_plan_config *c, ignis_attention_resolved *opt) {
+  static const ignis_prefill_plan_config defaults = IGNIS_PREFILL_PLAN_CONFIG_INIT;
+  if (!caller)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
-  if (c->size < sizeof(ignis_prefill_plan_config))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.size=%zu but it must be sizeof(ignis_prefill_plan_config)=%zu "
-                           "(IGNIS_PREFILL_PLAN_CONFIG_INIT)",
-                           fn, c->size, sizeof(ignis_prefill_plan_config));
+  IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_PREFILL_PLAN_CONFIG_INIT", c, &defaults, caller, sizeof *c,
+                              IGNIS_CONFIG_END(ignis_prefill_plan_config, options)));
   IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   if (c->kv_kind != IGNIS_PREFILL_RAGGED && c->kv_kind != IGNIS_PREFILL_PAGED)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.kv_kind=%d is not an ignis_prefill_kv_kind", fn,
@@ -388,7 +388,9 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   if (!out_plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out_plan is NULL", fn);
   ignis_attention_resolved options;
-  IGNIS_TRY(check_config(fn, config, &options));
+  ignis_prefill_plan_config read;
+  IGNIS_TRY(check_config(fn, config, &read, &options));
+  config = &read;
   const ignis_prefill_plan_config *c = config;
   int64_t head_dim_vo = c->head_dim_vo ? c->head_dim_vo : c->head_dim_qk;
   int64_t page_size = c->kv_kind == IGNIS_PREFILL_PAGED ? c->page_size : 1;

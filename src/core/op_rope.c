@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "core/backend.h"
+#include "core/config.h"
 #include "ignis/rope.h"
 #include "core/validate.h"
 
@@ -47,10 +48,11 @@ static ignis_status check_config(const char *fn, const ignis_rope_config *c, int
                                  ignis_rope_params *p) {
   if (!c)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
-  if (c->size < sizeof(ignis_rope_config))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config->size=%zu but this library needs %zu (use IGNIS_ROPE_CONFIG_INIT)",
-                           fn, c->size, sizeof(ignis_rope_config));
+  static const ignis_rope_config defaults = IGNIS_ROPE_CONFIG_INIT;
+  ignis_rope_config read;
+  IGNIS_TRY(ignis_read_config(fn, "config->size", "IGNIS_ROPE_CONFIG_INIT", &read, &defaults, c, sizeof read,
+                              IGNIS_CONFIG_END(ignis_rope_config, old_context_len)));
+  c = &read;
   int64_t rotary_dim = c->rotary_dim == 0 ? head_dim : c->rotary_dim;
   if (rotary_dim < 2 || rotary_dim > head_dim || rotary_dim % 2 != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,

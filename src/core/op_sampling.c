@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "core/backend.h"
+#include "core/config.h"
 #include "core/validate.h"
 #include "ignis/sampling.h"
 
@@ -81,11 +82,11 @@ static ignis_status read_options(const char *fn, const ignis_sampling_options *o
   call->rng = rng;
   if (!options)
     return IGNIS_OK;
-  if (options->size < sizeof(ignis_sampling_options))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: options.size=%zu but it must be sizeof(ignis_sampling_options)=%zu "
-                           "(IGNIS_SAMPLING_OPTIONS_INIT)",
-                           fn, options->size, sizeof(ignis_sampling_options));
+  static const ignis_sampling_options defaults = IGNIS_SAMPLING_OPTIONS_INIT;
+  ignis_sampling_options read;
+  IGNIS_TRY(ignis_read_config(fn, "options.size", "IGNIS_SAMPLING_OPTIONS_INIT", &read, &defaults, options, sizeof read,
+                              IGNIS_CONFIG_END(ignis_sampling_options, deterministic)));
+  options = &read;
   call->indices = options->indices;
   call->seed_tensor = options->seed_tensor;
   call->offset_tensor = options->offset_tensor;

@@ -3,6 +3,7 @@
  * index vectors) and, when the index tensors live on the host, their contents. */
 #include <inttypes.h>
 
+#include "core/config.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
 
@@ -76,11 +77,11 @@ ignis_status ignis_check_paged_kv_cache(const char *fn, const ignis_paged_kv_cac
                                         ignis_paged_kv_params *p) {
   if (!cache)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  if (cache->size < sizeof(ignis_paged_kv_cache))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: cache.size=%zu but it must be sizeof(ignis_paged_kv_cache)=%zu "
-                           "(IGNIS_PAGED_KV_CACHE_INIT)",
-                           fn, cache->size, sizeof(ignis_paged_kv_cache));
+  static const ignis_paged_kv_cache defaults = IGNIS_PAGED_KV_CACHE_INIT;
+  ignis_paged_kv_cache read;
+  IGNIS_TRY(ignis_read_config(fn, "cache.size", "IGNIS_PAGED_KV_CACHE_INIT", &read, &defaults, cache, sizeof read,
+                              IGNIS_CONFIG_END(ignis_paged_kv_cache, last_page_len)));
+  cache = &read;
   if (cache->layout != IGNIS_KV_LAYOUT_NHD && cache->layout != IGNIS_KV_LAYOUT_HND)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.layout=%d is not an ignis_kv_layout", fn,
                            (int)cache->layout);

@@ -175,19 +175,26 @@ ignis_status ignis_single_decode_workspace_size(int64_t num_qo_heads, int64_t he
   return IGNIS_OK;
 }
 
-ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
+/* What validation of a single decode call settles, for the params. */
+typedef struct single_call {
+  ignis_target target;
+  ignis_attention_resolved opt;
+  int64_t num_qo_heads, num_kv_heads, head_dim, kv_len;
+  int token_dim, head_dim_index; /* k / v: the token and head dimensions of the layout */
+} single_call;
+
+static ignis_status check_single(const char *fn, const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
                                  ignis_kv_layout layout, const ignis_attention_options *options,
-                                 const ignis_attention_extras *extras, ignis_tensor *out, ignis_tensor *lse,
-                                 void *workspace, size_t workspace_bytes, void *stream) {
-  static const char fn[] = "ignis_single_decode";
-  ignis_clear_error();
+                                 const ignis_attention_extras *extras, const ignis_tensor *out, const ignis_tensor *lse,
+                                 single_call *call, ignis_decode_params *p) {
   IGNIS_TRY(ignis_check_tensor(fn, "q", q, 2, 2));
   IGNIS_TRY(ignis_check_attention_dtype(fn, "q.dtype", q->dtype));
   if (layout != IGNIS_KV_LAYOUT_NHD && layout != IGNIS_KV_LAYOUT_HND)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: layout=%d is not an ignis_kv_layout", fn,
                            (int)layout);
   int nhd = layout == IGNIS_KV_LAYOUT_NHD;
-  int token_dim = nhd ? 0 : 1, head_dim_index = nhd ? 1 : 0;
+  call->token_dim = nhd ? 0 : 1;
+  call->head_dim_index = nhd ? 1 : 0;
   IGNIS_TRY(ignis_check_tensor(fn, "k", k, 3, 3));
   IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "k.dtype", k->dtype, "q.dtype", q->dtype));
   IGNIS_TRY(ignis_check_tensor(fn, "v", v, 3, 3));
@@ -195,15 +202,18 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   IGNIS_TRY(ignis_check_same_shape(fn, "v", v, "k", k));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "k", k));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "v", v));
-  int64_t num_qo_heads = q->shape[0], head_dim = q->shape[1];
-  int64_t num_kv_heads = k->shape[head_dim_index], kv_len = k->shape[token_dim];
-  IGNIS_TRY(ignis_check_dim(fn, "k", k, 2, head_dim, "q.shape[1] (head_dim)"));
-  IGNIS_TRY(ignis_check_attention_heads(fn, "q.shape[0] (num_qo_heads)", num_qo_heads,
-                        nhd ? "k.shape[1] (num_kv_heads)" : "k.shape[0] (num_kv_heads)", num_kv_heads));
-  if (kv_len > INT32_MAX)
+  call->num_qo_heads = q->shape[0];
+  call->head_dim = q->shape[1];
+  call->num_kv_heads = k->shape[call->head_dim_index];
+  call->kv_len = k->shape[call->token_dim];
+  IGNIS_TRY(ignis_check_dim(fn, "k", k, 2, call->head_dim, "q.shape[1] (head_dim)"));
+  IGNIS_TRY(ignis_check_attention_heads(fn, "q.shape[0] (num_qo_heads)", call->num_qo_heads,
+                                        nhd ? "k.shape[1] (num_kv_heads)" : "k.shape[0] (num_kv_heads)",
+                                        call->num_kv_heads));
+  if (call->kv_len > INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: k.shape[%d]=%" PRId64 " keys but at most %d are taken", fn, token_dim, kv_len,
-                           INT32_MAX);
+                           "%s: k.shape[%d]=%" PRId64 " keys but at most %d are taken", fn, call->token_dim,
+                           call->kv_len, INT32_MAX);
   IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 2));
   const ignis_tensor *kv[] = {k, v};
   const char *kv_names[] = {"k", "v"};
@@ -212,67 +222,85 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
     if (lse)
       IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
   }
-  ignis_attention_resolved opt;
-  IGNIS_TRY(ignis_check_attention_options(fn, "options", options, head_dim, &opt));
-  IGNIS_TRY(check_head_dim(fn, "q.shape[1] (head_dim)", head_dim));
-  ignis_decode_params p;
-  memset(&p, 0, sizeof p);
-  IGNIS_TRY(check_extras(fn, extras, num_qo_heads, &p));
+  IGNIS_TRY(ignis_check_attention_options(fn, "options", options, call->head_dim, &call->opt));
+  IGNIS_TRY(check_head_dim(fn, "q.shape[1] (head_dim)", call->head_dim));
+  IGNIS_TRY(check_extras(fn, extras, call->num_qo_heads, p));
   const ignis_tensor *tensors[] = {q, k, v, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q", "k", "v", "out", "lse", "extras.sinks"};
-  ignis_target target;
-  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 6, &target));
+  return ignis_resolve_target(fn, tensors, names, 6, &call->target);
+}
 
-  const int scratch = !target.backend->host_memory; /* split partials in the workspace */
+/* The params of a checked call: one request over contiguous K/V, split as the backend's wave says,
+ * its partial rows carved from the workspace where the backend needs one. */
+static ignis_status fill_single_params(const char *fn, const single_call *call, const ignis_tensor *q,
+                                       const ignis_tensor *k, const ignis_tensor *v, ignis_tensor *out,
+                                       ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                                       ignis_decode_params *p) {
+  const int64_t kv_len = call->kv_len;
   int64_t chunk = ignis_decode_single_chunk_tokens(
-      kv_len, num_kv_heads, decode_wave(target.device, head_dim, k->dtype, num_qo_heads / num_kv_heads));
+      kv_len, call->num_kv_heads,
+      decode_wave(call->target.device, call->head_dim, k->dtype, call->num_qo_heads / call->num_kv_heads));
   int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
-  if (scratch) {
+  if (!call->target.backend->host_memory) { /* split partials in the workspace */
     ignis_workspace ws =
         workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
     float *partial_out, *partial_lse;
-    IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(kv_len), num_qo_heads, head_dim, &partial_out,
+    IGNIS_TRY(carve_partials(&ws, fn, single_chunk_rows(kv_len), call->num_qo_heads, call->head_dim, &partial_out,
                              &partial_lse));
     if (!workspace && ws.offset)
       return ignis_attention_missing_workspace(fn, &ws);
     if (items > 1) {
-      p.partial_out = partial_out;
-      p.partial_lse = partial_lse;
+      p->partial_out = partial_out;
+      p->partial_lse = partial_lse;
     }
   }
-  p.num_qo_heads = num_qo_heads;
-  p.num_kv_heads = num_kv_heads;
-  p.head_dim = head_dim;
-  p.dtype = q->dtype;
-  p.q_len = 1;
-  p.q = q->data;
-  p.q_stride_head = q->strides[0];
-  p.out = out->data;
-  p.out_stride_head = out->strides[0];
+  p->num_qo_heads = call->num_qo_heads;
+  p->num_kv_heads = call->num_kv_heads;
+  p->head_dim = call->head_dim;
+  p->dtype = q->dtype;
+  p->q_len = 1;
+  p->q = q->data;
+  p->q_stride_head = q->strides[0];
+  p->out = out->data;
+  p->out_stride_head = out->strides[0];
   if (lse) {
-    p.lse = (float *)lse->data;
-    p.lse_stride_head = lse->strides[0];
+    p->lse = (float *)lse->data;
+    p->lse_stride_head = lse->strides[0];
   }
-  fill_options(&p, &opt);
-  p.cache.num_pages = 1;
-  p.cache.page_size = kv_len;
-  p.cache.num_kv_heads = num_kv_heads;
-  p.cache.head_dim = head_dim;
-  p.cache.batch_size = 1;
-  p.cache.dtype = k->dtype;
-  p.cache.k_cache = k->data;
-  p.cache.k_stride_token = k->strides[token_dim];
-  p.cache.k_stride_head = k->strides[head_dim_index];
-  p.cache.v_cache = v->data;
-  p.cache.v_stride_token = v->strides[token_dim];
-  p.cache.v_stride_head = v->strides[head_dim_index];
-  p.contiguous_kv_len = kv_len;
-  p.max_work = items;
-  p.max_batch = 1;
-  p.implicit_chunk_tokens = chunk;
-  if (scratch)
+  fill_options(p, &call->opt);
+  p->cache.num_pages = 1;
+  p->cache.page_size = kv_len;
+  p->cache.num_kv_heads = call->num_kv_heads;
+  p->cache.head_dim = call->head_dim;
+  p->cache.batch_size = 1;
+  p->cache.dtype = k->dtype;
+  p->cache.k_cache = k->data;
+  p->cache.k_stride_token = k->strides[call->token_dim];
+  p->cache.k_stride_head = k->strides[call->head_dim_index];
+  p->cache.v_cache = v->data;
+  p->cache.v_stride_token = v->strides[call->token_dim];
+  p->cache.v_stride_head = v->strides[call->head_dim_index];
+  p->contiguous_kv_len = kv_len;
+  p->max_work = items;
+  p->max_batch = 1;
+  p->implicit_chunk_tokens = chunk;
+  return IGNIS_OK;
+}
+
+ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, const ignis_tensor *v,
+                                 ignis_kv_layout layout, const ignis_attention_options *options,
+                                 const ignis_attention_extras *extras, ignis_tensor *out, ignis_tensor *lse,
+                                 void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_single_decode";
+  ignis_clear_error();
+  ignis_decode_params p;
+  memset(&p, 0, sizeof p);
+  single_call call;
+  IGNIS_TRY(check_single(fn, q, k, v, layout, options, extras, out, lse, &call, &p));
+  IGNIS_TRY(fill_single_params(fn, &call, q, k, v, out, lse, workspace, workspace_bytes, &p));
+  if (!call.target.backend->host_memory)
     ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
-  return target.backend->decode(&p, target.device.id, stream);
+  return call.target.backend->decode(&p, call.target.device.id, stream);
 }
 
 /* ---- batch decode: plan ------------------------------------------------------------------------ */
@@ -515,11 +543,9 @@ static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *
   return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
 }
 
-ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
-                                      const int32_t *kv_last_page_len_host, int64_t batch_size,
-                                      void *workspace, size_t workspace_bytes, void *stream) {
-  static const char fn[] = "ignis_decode_plan_update";
-  ignis_clear_error();
+/* An update's host arrays: batch within the plan's maxima, contents valid, no request too long. */
+static ignis_status check_update(const char *fn, const ignis_decode_plan *plan, const int32_t *kv_indptr_host,
+                                 const int32_t *kv_last_page_len_host, int64_t batch_size) {
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
   const ignis_decode_plan_config *c = &plan->config;
@@ -545,19 +571,18 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
           " keys (kv_indptr_host, kv_last_page_len_host) but the plan's max_kv_len=%" PRId64,
           fn, b, kv_len, c->max_kv_len);
   }
+  return IGNIS_OK;
+}
 
-  plan_pieces pieces = {0};
-  if (ignis_plan_uses_workspace(&plan->storage))
-    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-  void *image;
-  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
-  plan->updated = 0;
-  /* the page kernel's schedule where it has no split and fills its waves, else the other kernel's.
-   * Unsplit, the items are the requests: a batch too small to fill the waves skips that planner. */
+/* Plan the batch into image: the page kernel's schedule where it has no split and fills its waves,
+ * else the other kernel's (plan->page_kernel says which). Unsplit, the items are the requests: a
+ * batch too small to fill the waves skips that planner. Returns the bytes of the image used. */
+static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
+                         const int32_t *kv_last_page_len_host, int64_t batch_size, void *image) {
   size_t used = 0;
   int page = 0;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
-  int64_t wave_items = plan->page_planner.wave / c->num_kv_heads;
+  int64_t wave_items = plan->page_planner.wave / plan->config.num_kv_heads;
   int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
   if (wave_items > 0 &&
       (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
@@ -567,10 +592,27 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   if (!page)
     used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
   plan->page_kernel = page;
+  return used;
+}
+
+ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
+                                      const int32_t *kv_last_page_len_host, int64_t batch_size,
+                                      void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_decode_plan_update";
+  ignis_clear_error();
+  IGNIS_TRY(check_update(fn, plan, kv_indptr_host, kv_last_page_len_host, batch_size));
+  plan_pieces pieces = {0};
+  if (ignis_plan_uses_workspace(&plan->storage))
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+  void *image;
+  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
+  plan->updated = 0;
+  size_t used = plan_batch(plan, kv_indptr_host, kv_last_page_len_host, batch_size, image);
   IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
   if (!ignis_plan_uses_workspace(&plan->storage)) /* its runs check host index arrays against these */
     for (int64_t b = 0; b < batch_size; ++b)
-      plan->planned_kv_len[b] = (int32_t)ignis_paged_request_len(kv_indptr_host, kv_last_page_len_host, b, c->page_size);
+      plan->planned_kv_len[b] =
+          (int32_t)ignis_paged_request_len(kv_indptr_host, kv_last_page_len_host, b, plan->config.page_size);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
   plan->num_partials = header->num_partials;
@@ -631,12 +673,12 @@ static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *pla
   return IGNIS_OK;
 }
 
-ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,
+/* A run's arguments against its plan: q, out, lse, the cache (into p->cache) and the extras; the
+ * target, the plan's device; host index arrays against the planned lengths. */
+static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *q,
                               const ignis_paged_kv_cache *cache, const ignis_attention_extras *extras,
-                              ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes,
-                              void *stream) {
-  static const char fn[] = "ignis_decode_run";
-  ignis_clear_error();
+                              const ignis_tensor *out, const ignis_tensor *lse, ignis_target *target,
+                              ignis_decode_params *p) {
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
   if (!plan->updated)
@@ -652,9 +694,7 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
   IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3));
-  ignis_decode_params p;
-  memset(&p, 0, sizeof p);
-  IGNIS_TRY(check_run_cache(fn, plan, q, cache, &p.cache));
+  IGNIS_TRY(check_run_cache(fn, plan, q, cache, &p->cache));
   const ignis_tensor *kv[] = {&cache->k_cache, &cache->v_cache};
   const char *kv_names[] = {"cache.k_cache", "cache.v_cache"};
   for (int i = 0; i < 2; ++i) {
@@ -662,62 +702,79 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
     if (lse)
       IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
   }
-  IGNIS_TRY(check_extras(fn, extras, c->num_qo_heads, &p));
+  IGNIS_TRY(check_extras(fn, extras, c->num_qo_heads, p));
   const ignis_tensor *tensors[] = {q,   &cache->k_cache,  &cache->v_cache, &cache->indptr, &cache->indices,
                                    &cache->last_page_len, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q",   "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices",
                          "cache.last_page_len", "out", "lse", "extras.sinks"};
-  ignis_target target;
-  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 9, &target));
-  IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
-
-  const ignis_attention_resolved *opt = &plan->options;
-  if (!ignis_plan_uses_workspace(&plan->storage)) { /* host index arrays: their lengths are the planned ones */
-    IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p.cache));
-    for (int64_t b = 0; b < plan->batch_size; ++b) {
-      int64_t kv_len = ignis_paged_request_len(p.cache.indptr, p.cache.last_page_len, b, c->page_size);
-      if (kv_len != plan->planned_kv_len[b])
-        return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                               "%s: cache.indptr / cache.last_page_len give request %" PRId64 " %" PRId64
-                               " keys but it was planned with %d",
-                               fn, b, kv_len, (int)plan->planned_kv_len[b]);
-    }
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 9, target));
+  IGNIS_TRY(ignis_check_run_device(fn, target->device, c->device));
+  if (ignis_plan_uses_workspace(&plan->storage))
+    return IGNIS_OK;
+  IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p->cache)); /* host index arrays: the planned lengths */
+  for (int64_t b = 0; b < plan->batch_size; ++b) {
+    int64_t kv_len = ignis_paged_request_len(p->cache.indptr, p->cache.last_page_len, b, c->page_size);
+    if (kv_len != plan->planned_kv_len[b])
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: cache.indptr / cache.last_page_len give request %" PRId64 " %" PRId64
+                             " keys but it was planned with %d",
+                             fn, b, kv_len, (int)plan->planned_kv_len[b]);
   }
+  return IGNIS_OK;
+}
+
+/* The params of a checked run: q / out / lse, the options, and the schedule (the plan's host copy
+ * or the workspace's) with the launch shape the last update recorded. */
+static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pieces, const ignis_tensor *q,
+                            ignis_tensor *out, ignis_tensor *lse, ignis_decode_params *p) {
+  const ignis_decode_plan_config *c = &plan->config;
+  p->partial_out = pieces->partial_out;
+  p->partial_lse = pieces->partial_lse;
+  p->num_qo_heads = c->num_qo_heads;
+  p->num_kv_heads = c->num_kv_heads;
+  p->head_dim = c->head_dim;
+  p->dtype = q->dtype;
+  p->q_len = (int32_t)c->q_len_per_req;
+  p->q = q->data;
+  p->q_stride_batch = q->strides[0];
+  p->q_stride_head = q->strides[1];
+  p->out = out->data;
+  p->out_stride_batch = out->strides[0];
+  p->out_stride_head = out->strides[1];
+  if (lse) {
+    p->lse = (float *)lse->data;
+    p->lse_stride_batch = lse->strides[0];
+    p->lse_stride_head = lse->strides[1];
+  }
+  fill_options(p, &plan->options);
+  void *schedule = pieces->schedule;
+  ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
+  p->work = ignis_decode_schedule_work_of(&plan->planner, schedule);
+  p->num_work = &header->num_work;
+  p->max_work = plan->max_work;
+  p->request_partials = ignis_decode_schedule_partials_of(schedule);
+  p->batch_size = &header->batch_size;
+  p->max_batch = plan->planner.max_batch;
+  p->launch_work = plan->num_work;
+  p->launch_batch = plan->batch_size;
+  p->launch_merge = plan->num_partials > 0;
+  p->page_kernel = plan->page_kernel;
+}
+
+ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,
+                              const ignis_paged_kv_cache *cache, const ignis_attention_extras *extras,
+                              ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                              void *stream) {
+  static const char fn[] = "ignis_decode_run";
+  ignis_clear_error();
+  ignis_decode_params p;
+  memset(&p, 0, sizeof p);
+  ignis_target target;
+  IGNIS_TRY(check_run(fn, plan, q, cache, extras, out, lse, &target, &p));
   plan_pieces pieces;
   IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-  void *schedule = pieces.schedule;
-  p.partial_out = pieces.partial_out;
-  p.partial_lse = pieces.partial_lse;
   if (plan->batch_size == 0)
     return IGNIS_OK;
-
-  p.num_qo_heads = c->num_qo_heads;
-  p.num_kv_heads = c->num_kv_heads;
-  p.head_dim = c->head_dim;
-  p.dtype = q->dtype;
-  p.q_len = (int32_t)c->q_len_per_req;
-  p.q = q->data;
-  p.q_stride_batch = q->strides[0];
-  p.q_stride_head = q->strides[1];
-  p.out = out->data;
-  p.out_stride_batch = out->strides[0];
-  p.out_stride_head = out->strides[1];
-  if (lse) {
-    p.lse = (float *)lse->data;
-    p.lse_stride_batch = lse->strides[0];
-    p.lse_stride_head = lse->strides[1];
-  }
-  fill_options(&p, opt);
-  ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
-  p.work = ignis_decode_schedule_work_of(&plan->planner, schedule);
-  p.num_work = &header->num_work;
-  p.max_work = plan->max_work;
-  p.request_partials = ignis_decode_schedule_partials_of(schedule);
-  p.batch_size = &header->batch_size;
-  p.max_batch = plan->planner.max_batch;
-  p.launch_work = plan->num_work;
-  p.launch_batch = plan->batch_size;
-  p.launch_merge = plan->num_partials > 0;
-  p.page_kernel = plan->page_kernel;
+  fill_run_params(plan, &pieces, q, out, lse, &p);
   return target.backend->decode(&p, target.device.id, stream);
 }

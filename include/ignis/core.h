@@ -147,7 +147,7 @@ typedef struct ignis_env_var {
 IGNIS_API int ignis_env_var_count(void);
 IGNIS_API const ignis_env_var *ignis_env_var_at(int index);
 
-/* ---- context: per-device facts and handles ------------------------------------------------ */
+/* ---- device facts --------------------------------------------------------------------------- */
 typedef struct ignis_device_info {
   size_t size; /* set to sizeof(ignis_device_info) by the caller (IGNIS_DEVICE_INFO_INIT) */
   ignis_device device;
@@ -160,15 +160,8 @@ typedef struct ignis_device_info {
 } ignis_device_info;
 #define IGNIS_DEVICE_INFO_INIT {sizeof(ignis_device_info), {IGNIS_DEVICE_CPU, 0}, {0}, 0, 0, 0, 0, 0}
 
-typedef struct ignis_context ignis_context;
-
-/* Create a context for one device; it caches the device's facts. Later ops (plan/run wrappers)
- * take a context; the stateless ops of this header do not need one. */
-IGNIS_API ignis_status ignis_context_create(ignis_device device, ignis_context **out_context);
-IGNIS_API ignis_status ignis_context_destroy(ignis_context *context);
-IGNIS_API ignis_status ignis_context_device_info(const ignis_context *context, ignis_device_info *info);
-
-/* Facts of one device without creating a context. info->size must be set. */
+/* Facts of one device. info->size must be set (IGNIS_DEVICE_INFO_INIT); a caller built against an
+ * older, shorter struct gets only the fields it has written. */
 IGNIS_API ignis_status ignis_get_device_info(ignis_device device, ignis_device_info *info);
 
 #ifdef __cplusplus

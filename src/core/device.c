@@ -1,4 +1,4 @@
-/* Devices: the backend tables, which one a call runs on, device facts, and the context object.
+/* Devices: the backend tables, which one a call runs on, and device facts.
  *
  * Dispatch rule: every tensor of a call must live on the host, or every tensor on the same CUDA
  * device; a mixture is an error naming the first tensor that disagrees. A tensor that says it
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/config.h"
 #include "core/validate.h"
 
 extern const ignis_backend ignis_cpu_backend;
@@ -121,18 +122,10 @@ static ignis_status cpu_device_info(ignis_device_info *info) {
   return IGNIS_OK;
 }
 
-ignis_status ignis_get_device_info(ignis_device device, ignis_device_info *info) {
-  ignis_clear_error();
-  if (!info)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_get_device_info: info is NULL");
-  if (info->size < sizeof(ignis_device_info))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "ignis_get_device_info: info->size=%zu but this library needs %zu "
-                           "(initialize with IGNIS_DEVICE_INFO_INIT)",
-                           info->size, sizeof(ignis_device_info));
-  size_t size = info->size;
+/* The facts of `device` into a full struct of this library's layout. */
+static ignis_status device_info(ignis_device device, ignis_device_info *info) {
   memset(info, 0, sizeof *info);
-  info->size = size;
+  info->size = sizeof *info;
   info->device = device;
   if (device.type == IGNIS_DEVICE_CPU)
     return cpu_device_info(info);
@@ -147,37 +140,21 @@ ignis_status ignis_get_device_info(ignis_device device, ignis_device_info *info)
   return ignis_backend_for(IGNIS_DEVICE_CUDA)->device_info(device.id, info);
 }
 
-struct ignis_context {
-  ignis_device_info info;
-};
-
-ignis_status ignis_context_create(ignis_device device, ignis_context **out_context) {
+ignis_status ignis_get_device_info(ignis_device device, ignis_device_info *info) {
   ignis_clear_error();
-  if (!out_context)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_context_create: out_context is NULL");
-  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
-  IGNIS_TRY(ignis_get_device_info(device, &info));
-  ignis_context *context = calloc(1, sizeof *context);
-  if (!context)
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_context_create: out of host memory");
-  context->info = info;
-  *out_context = context;
-  return IGNIS_OK;
-}
-
-ignis_status ignis_context_destroy(ignis_context *context) {
-  ignis_clear_error();
-  free(context);
-  return IGNIS_OK;
-}
-
-ignis_status ignis_context_device_info(const ignis_context *context, ignis_device_info *info) {
-  ignis_clear_error();
-  if (!context)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_context_device_info: context is NULL");
-  if (!info || info->size < sizeof(ignis_device_info))
+  if (!info)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_get_device_info: info is NULL");
+  /* an output struct grows too: a caller's shorter layout gets the fields it has (core/config.h) */
+  const size_t first = IGNIS_CONFIG_END(ignis_device_info, global_memory_bytes);
+  if (info->size < first || info->size > sizeof *info)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "ignis_context_device_info: info is NULL or info->size is too small");
-  *info = context->info;
+                           "ignis_get_device_info: info->size=%zu but it must be %zu..%zu "
+                           "(initialize with IGNIS_DEVICE_INFO_INIT)",
+                           info->size, first, sizeof *info);
+  ignis_device_info full;
+  IGNIS_TRY(device_info(device, &full));
+  size_t size = info->size;
+  full.size = size;
+  memcpy(info, &full, size);
   return IGNIS_OK;
 }

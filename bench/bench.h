@@ -143,8 +143,13 @@ typedef struct bench_shape {
   bench_case c;
 } bench_shape;
 
-/* A suite list: the shapes given, then the end marker. */
+/* A suite list: the shapes given, then the end marker. A shape of a group: designated
+ * initializers of bench_case (the dims and the dtype). The dims of a tiny case likewise. */
 #define BENCH_SUITE(...) ((const bench_shape[]){__VA_ARGS__, {0}})
+/* clang-format off */
+#define BENCH_SHAPE(group, ...) {(group), {__VA_ARGS__}}
+#define BENCH_DIMS(...) {__VA_ARGS__}
+/* clang-format on */
 
 typedef struct bench_family {
   const char *name;

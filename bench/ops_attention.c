@@ -358,130 +358,77 @@ static void shape_prefill(const bench_case *c, char *text, size_t size) {
 #define DECODE_DIMS (BENCH_DIM_KV_LEN | BENCH_DIM_Q_HEADS | BENCH_DIM_K_HEADS | BENCH_DIM_HEAD_DIM)
 #define PREFILL_DIMS (BENCH_DIM_TOKENS | DECODE_DIMS | BENCH_DIM_CAUSAL)
 #define DECODE_SHAPE(group, b, l)                                                                            \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .batch = (b), .kv_len = (l), .q_heads = 32, .k_heads = 8, .head_dim = 128,        \
-      .page_size = 16                                                                                        \
-    }                                                                                                        \
-  }
+  BENCH_SHAPE(group, .dtype = IGNIS_BF16, .batch = (b), .kv_len = (l), .q_heads = 32, .k_heads = 8,          \
+              .head_dim = 128, .page_size = 16)
 #define PREFILL_SHAPE(group, b, t, l)                                                                        \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .batch = (b), .tokens = (t), .kv_len = (l), .q_heads = 32, .k_heads = 8,          \
-      .head_dim = 128, .page_size = 16, .causal = 1                                                          \
-    }                                                                                                        \
-  }
-#define TINY_ATTENTION                                                                                       \
-  {                                                                                                          \
-    .batch = 2, .tokens = 5, .kv_len = 20, .q_heads = 4, .k_heads = 2, .head_dim = 128, .page_size = 16,     \
-    .causal = 1                                                                                              \
-  }
+  BENCH_SHAPE(group, .dtype = IGNIS_BF16, .batch = (b), .tokens = (t), .kv_len = (l), .q_heads = 32,         \
+              .k_heads = 8, .head_dim = 128, .page_size = 16, .causal = 1)
 #define DECODE_BYTES "K + V (B*L*Hk*D*es each, the tokens held) + q + out (B*Hq*D*es each)"
 #define PREFILL_BYTES "q + out (B*T*Hq*D*es each) + K + V (B*L*Hk*D*es each)"
-#define PREFILL_FLOPS                                                                                        \
-  "4*Hq*D per visible query-key pair, per request: T*L without a mask, T*(L-T) + T*(T+1)/2 causal"
+
+/* What every entry of a family shares. */
+#define TINY_ATTENTION                                                                                       \
+  BENCH_DIMS(.batch = 2, .tokens = 5, .kv_len = 20, .q_heads = 4, .k_heads = 2, .head_dim = 128,             \
+             .page_size = 16, .causal = 1)
+#define DECODE_ENTRY                                                                                         \
+  .family = &bench_family_decode, .dtypes = BENCH_DTYPES_HALF, .tiny = TINY_ATTENTION, .release = release_plan
+#define PREFILL_ENTRY                                                                                        \
+  .family = &bench_family_prefill, .dtypes = BENCH_DTYPES_HALF, .tiny = TINY_ATTENTION,                      \
+  .release = release_plan, .flops = prefill_flops,                                                           \
+  .flops_rule = "4*Hq*D per visible query-key pair, per request: T*L without a mask, T*(L-T) + "             \
+                "T*(T+1)/2 causal"
 
 static const bench_routine decode_routines[] = {
-    {.name = "single_decode",
-     .family = &bench_family_decode,
-     .summary = "one query token against contiguous K/V (NHD)",
-     .functions = "ignis_single_decode_workspace_size ignis_single_decode",
-     .dims = DECODE_DIMS,
-     .dtypes = BENCH_DTYPES_HALF,
+    {DECODE_ENTRY, .name = "single_decode", .summary = "one query token against contiguous K/V (NHD)",
+     .functions = "ignis_single_decode_workspace_size ignis_single_decode", .dims = DECODE_DIMS,
      .bytes_rule = DECODE_BYTES,
-     .tiny = TINY_ATTENTION,
      .gpu_suite = BENCH_SUITE(DECODE_SHAPE(4, 1, 32768), DECODE_SHAPE(4, 1, 4096)),
-     .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 1, 4096)),
-     .describe = describe_single_decode,
-     .prepare = prepare_single_decode,
-     .release = release_plan,
-     .call = call_single_decode},
-    {.name = "batch_decode",
-     .family = &bench_family_decode,
+     .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 1, 4096)), .describe = describe_single_decode,
+     .prepare = prepare_single_decode, .call = call_single_decode},
+    {DECODE_ENTRY, .name = "batch_decode",
      .summary = "paged batch decode: plan once, update once, time the run (index views for the page table)",
      .functions =
          "ignis_decode_plan_create ignis_decode_workspace_size ignis_decode_max_kv_len_for_workspace "
          "ignis_decode_plan_update ignis_decode_plan_index_views ignis_decode_run ignis_decode_plan_destroy",
      .dims = DECODE_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
-     .dtypes = BENCH_DTYPES_HALF,
      .bytes_rule = DECODE_BYTES " + kv_indices (pages*4)",
-     .tiny = TINY_ATTENTION,
      .gpu_suite = BENCH_SUITE(DECODE_SHAPE(4, 64, 4096), DECODE_SHAPE(4, 256, 2048),
                               DECODE_SHAPE(4, 128, 8192), DECODE_SHAPE(4, 1, 32768)),
-     .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 4, 1024)),
-     .describe = describe_batch_decode,
-     .prepare = prepare_batch_decode,
-     .release = release_plan,
-     .call = call_batch_decode},
+     .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 4, 1024)), .describe = describe_batch_decode,
+     .prepare = prepare_batch_decode, .call = call_batch_decode},
 };
 
 static const bench_routine prefill_routines[] = {
-    {.name = "single_prefill",
-     .family = &bench_family_prefill,
-     .summary = "one request, contiguous K/V (NHD)",
-     .functions = "ignis_single_prefill_workspace_size ignis_single_prefill",
-     .dims = PREFILL_DIMS,
-     .dtypes = BENCH_DTYPES_HALF,
+    {PREFILL_ENTRY, .name = "single_prefill", .summary = "one request, contiguous K/V (NHD)",
+     .functions = "ignis_single_prefill_workspace_size ignis_single_prefill", .dims = PREFILL_DIMS,
      .bytes_rule = PREFILL_BYTES,
-     .flops_rule = PREFILL_FLOPS,
-     .flops = prefill_flops,
-     .tiny = TINY_ATTENTION,
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 4096, 4096), PREFILL_SHAPE(4, 1, 16384, 16384)),
-     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 128, 128)),
-     .describe = describe_ragged_prefill,
-     .prepare = prepare_single_prefill,
-     .release = release_plan,
-     .call = call_single_prefill},
-    {.name = "single_prefill_mask",
-     .family = &bench_family_prefill,
+     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 128, 128)), .describe = describe_ragged_prefill,
+     .prepare = prepare_single_prefill, .call = call_single_prefill},
+    {PREFILL_ENTRY, .name = "single_prefill_mask",
      .summary = "single prefill with a bit-packed custom mask holding the causal (or full) pattern",
      .functions = "ignis_prefill_mask_bytes ignis_single_prefill_workspace_size ignis_single_prefill",
-     .dims = PREFILL_DIMS,
-     .dtypes = BENCH_DTYPES_HALF,
-     .bytes_rule = PREFILL_BYTES " + custom_mask (T*L/8)",
-     .flops_rule = PREFILL_FLOPS,
-     .flops = prefill_flops,
-     .tiny = TINY_ATTENTION,
+     .dims = PREFILL_DIMS, .bytes_rule = PREFILL_BYTES " + custom_mask (T*L/8)",
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 4096, 4096)),
-     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 128, 128)),
-     .describe = describe_masked_prefill,
-     .prepare = prepare_single_prefill,
-     .release = release_plan,
-     .call = call_masked_prefill},
-    {.name = "batch_prefill_ragged",
-     .family = &bench_family_prefill,
+     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 1, 128, 128)), .describe = describe_masked_prefill,
+     .prepare = prepare_single_prefill, .call = call_masked_prefill},
+    {PREFILL_ENTRY, .name = "batch_prefill_ragged",
      .summary = "batch prefill over ragged K/V: plan once, update once, time the run",
      .functions = "ignis_prefill_plan_create ignis_prefill_workspace_size ignis_prefill_plan_update "
                   "ignis_prefill_ragged_run ignis_prefill_plan_destroy",
-     .dims = PREFILL_DIMS | BENCH_DIM_BATCH,
-     .dtypes = BENCH_DTYPES_HALF,
-     .bytes_rule = PREFILL_BYTES,
-     .flops_rule = PREFILL_FLOPS,
-     .flops = prefill_flops,
-     .tiny = TINY_ATTENTION,
+     .dims = PREFILL_DIMS | BENCH_DIM_BATCH, .bytes_rule = PREFILL_BYTES,
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096), PREFILL_SHAPE(4, 1, 512, 16384)),
-     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)),
-     .describe = describe_ragged_prefill,
-     .prepare = prepare_ragged_prefill,
-     .release = release_plan,
-     .call = call_ragged_prefill},
-    {.name = "batch_prefill_paged",
-     .family = &bench_family_prefill,
+     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_ragged_prefill,
+     .prepare = prepare_ragged_prefill, .call = call_ragged_prefill},
+    {PREFILL_ENTRY, .name = "batch_prefill_paged",
      .summary = "batch prefill over a paged cache: plan once, update once, time the run",
      .functions = "ignis_prefill_plan_create ignis_prefill_workspace_size ignis_prefill_plan_update "
                   "ignis_prefill_paged_run ignis_prefill_plan_destroy",
      .dims = PREFILL_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
-     .dtypes = BENCH_DTYPES_HALF,
      .bytes_rule = PREFILL_BYTES " + page table (at its size)",
-     .flops_rule = PREFILL_FLOPS,
-     .flops = prefill_flops,
-     .tiny = TINY_ATTENTION,
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096)),
-     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)),
-     .describe = describe_paged_prefill,
-     .prepare = prepare_paged_prefill,
-     .release = release_plan,
-     .call = call_paged_prefill},
+     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_paged_prefill,
+     .prepare = prepare_paged_prefill, .call = call_paged_prefill},
 };
 
 const bench_family bench_family_decode = {"decode", shape_decode, complete_attention,

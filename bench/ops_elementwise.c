@@ -209,23 +209,10 @@ static void complete_rope(bench_case *c) {
 #define ACT_BYTES "input (T*2H*es) + out (T*H*es); shape quoted is the output's [T, H]"
 #define ROPE_BYTES_QK "q and k read and written (2*T*(Hq+Hk)*D*es, in place or not)"
 
-#define TINY_NORM                                                                                            \
-  { .tokens = 3, .hidden = 96 }
-#define TINY_ROPE                                                                                            \
-  { .tokens = 3, .q_heads = 2, .k_heads = 1, .head_dim = 64, .batch = 2 }
-#define NORM_SHAPE(group, t, h)                                                                              \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .tokens = (t), .hidden = (h)                                                      \
-    }                                                                                                        \
-  }
+#define NORM_SHAPE(group, t, h) BENCH_SHAPE(group, .dtype = IGNIS_BF16, .tokens = (t), .hidden = (h))
 #define ROPE_SHAPE(group, t, in_place)                                                                       \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .tokens = (t), .q_heads = 32, .k_heads = 8, .head_dim = 128,                      \
-      .inplace = (in_place)                                                                                  \
-    }                                                                                                        \
-  }
+  BENCH_SHAPE(group, .dtype = IGNIS_BF16, .tokens = (t), .q_heads = 32, .k_heads = 8, .head_dim = 128,       \
+              .inplace = (in_place))
 #define GPU_NORM_LARGE NORM_SHAPE(1, 16384, 8192)
 #define GPU_NORM_ALL                                                                                         \
   BENCH_SUITE(GPU_NORM_LARGE, NORM_SHAPE(2, 4096, 4096), NORM_SHAPE(3, 128, 4096), NORM_SHAPE(3, 16, 4096),  \
@@ -234,160 +221,76 @@ static void complete_rope(bench_case *c) {
 #define HOST_NORM_LARGE NORM_SHAPE(1, 512, 4096)
 #define HOST_NORM_ALL BENCH_SUITE(HOST_NORM_LARGE, NORM_SHAPE(3, 16, 4096), NORM_SHAPE(3, 1, 4096))
 
+/* What every entry of a family shares. */
+#define NORM_ENTRY                                                                                           \
+  .family = &bench_family_norm, .dims = NORM_DIMS, .dtypes = BENCH_DTYPES_FLOAT,                             \
+  .tiny = BENCH_DIMS(.tokens = 3, .hidden = 96)
+#define ACTIVATION_ENTRY                                                                                     \
+  .family = &bench_family_activation, .dims = NORM_DIMS, .dtypes = BENCH_DTYPES_FLOAT,                       \
+  .tiny = BENCH_DIMS(.tokens = 3, .hidden = 96), .bytes_rule = ACT_BYTES, .describe = describe_activation
+#define ROPE_ENTRY                                                                                           \
+  .family = &bench_family_rope, .dtypes = BENCH_DTYPES_FLOAT,                                                \
+  .tiny = BENCH_DIMS(.tokens = 3, .q_heads = 2, .k_heads = 1, .head_dim = 64, .batch = 2)
+
 static const bench_routine norm_routines[] = {
-    {.name = "rmsnorm",
-     .family = &bench_family_norm,
-     .summary = "out = x / rms(x) * w",
-     .functions = "ignis_rmsnorm",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = NORM_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = GPU_NORM_ALL,
-     .host_suite = HOST_NORM_ALL,
-     .describe = describe_norm,
-     .call = call_rmsnorm},
-    {.name = "gemma_rmsnorm",
-     .family = &bench_family_norm,
-     .summary = "out = x / rms(x) * (1 + w)",
-     .functions = "ignis_gemma_rmsnorm",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = NORM_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
-     .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
-     .describe = describe_norm,
-     .call = call_gemma_rmsnorm},
-    {.name = "fused_add_rmsnorm",
-     .family = &bench_family_norm,
-     .summary = "residual += x; x = rmsnorm(residual)",
-     .functions = "ignis_fused_add_rmsnorm",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = FUSED_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = GPU_NORM_ALL,
-     .host_suite = HOST_NORM_ALL,
-     .describe = describe_fused_add,
-     .call = call_fused_add_rmsnorm},
-    {.name = "gemma_fused_add_rmsnorm",
-     .family = &bench_family_norm,
-     .summary = "residual += x; x = gemma_rmsnorm(residual)",
-     .functions = "ignis_gemma_fused_add_rmsnorm",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = FUSED_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
-     .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
-     .describe = describe_fused_add,
-     .call = call_gemma_fused_add_rmsnorm},
-    {.name = "layernorm",
-     .family = &bench_family_norm,
-     .summary = "out = (x - mean) / std * gamma + beta (gamma, beta f32)",
-     .functions = "ignis_layernorm",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = "input + out (T*H*es each) + gamma + beta (H*4 each)",
-     .tiny = TINY_NORM,
-     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
-     .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
-     .describe = describe_layernorm,
-     .call = call_layernorm},
+    {NORM_ENTRY, .name = "rmsnorm", .summary = "out = x / rms(x) * w", .functions = "ignis_rmsnorm",
+     .bytes_rule = NORM_BYTES, .gpu_suite = GPU_NORM_ALL, .host_suite = HOST_NORM_ALL,
+     .describe = describe_norm, .call = call_rmsnorm},
+    {NORM_ENTRY, .name = "gemma_rmsnorm", .summary = "out = x / rms(x) * (1 + w)",
+     .functions = "ignis_gemma_rmsnorm", .bytes_rule = NORM_BYTES, .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
+     .host_suite = BENCH_SUITE(HOST_NORM_LARGE), .describe = describe_norm, .call = call_gemma_rmsnorm},
+    {NORM_ENTRY, .name = "fused_add_rmsnorm", .summary = "residual += x; x = rmsnorm(residual)",
+     .functions = "ignis_fused_add_rmsnorm", .bytes_rule = FUSED_BYTES, .gpu_suite = GPU_NORM_ALL,
+     .host_suite = HOST_NORM_ALL, .describe = describe_fused_add, .call = call_fused_add_rmsnorm},
+    {NORM_ENTRY, .name = "gemma_fused_add_rmsnorm", .summary = "residual += x; x = gemma_rmsnorm(residual)",
+     .functions = "ignis_gemma_fused_add_rmsnorm", .bytes_rule = FUSED_BYTES,
+     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE), .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
+     .describe = describe_fused_add, .call = call_gemma_fused_add_rmsnorm},
+    {NORM_ENTRY, .name = "layernorm", .summary = "out = (x - mean) / std * gamma + beta (gamma, beta f32)",
+     .functions = "ignis_layernorm", .bytes_rule = "input + out (T*H*es each) + gamma + beta (H*4 each)",
+     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE), .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
+     .describe = describe_layernorm, .call = call_layernorm},
 };
 
 static const bench_routine activation_routines[] = {
-    {.name = "silu_and_mul",
-     .family = &bench_family_activation,
-     .summary = "out = silu(x[:, :H]) * x[:, H:]",
-     .functions = "ignis_silu_and_mul",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = ACT_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = GPU_NORM_ALL,
-     .host_suite = HOST_NORM_ALL,
-     .describe = describe_activation,
+    {ACTIVATION_ENTRY, .name = "silu_and_mul", .summary = "out = silu(x[:, :H]) * x[:, H:]",
+     .functions = "ignis_silu_and_mul", .gpu_suite = GPU_NORM_ALL, .host_suite = HOST_NORM_ALL,
      .call = call_silu_and_mul},
-    {.name = "gelu_and_mul",
-     .family = &bench_family_activation,
-     .summary = "out = gelu(x[:, :H]) * x[:, H:]",
-     .functions = "ignis_gelu_and_mul",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = ACT_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
-     .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
-     .describe = describe_activation,
-     .call = call_gelu_and_mul},
-    {.name = "gelu_tanh_and_mul",
-     .family = &bench_family_activation,
-     .summary = "out = gelu_tanh(x[:, :H]) * x[:, H:]",
-     .functions = "ignis_gelu_tanh_and_mul",
-     .dims = NORM_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = ACT_BYTES,
-     .tiny = TINY_NORM,
-     .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
-     .host_suite = BENCH_SUITE(HOST_NORM_LARGE),
-     .describe = describe_activation,
-     .call = call_gelu_tanh_and_mul},
+    {ACTIVATION_ENTRY, .name = "gelu_and_mul", .summary = "out = gelu(x[:, :H]) * x[:, H:]",
+     .functions = "ignis_gelu_and_mul", .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
+     .host_suite = BENCH_SUITE(HOST_NORM_LARGE), .call = call_gelu_and_mul},
+    {ACTIVATION_ENTRY, .name = "gelu_tanh_and_mul", .summary = "out = gelu_tanh(x[:, :H]) * x[:, H:]",
+     .functions = "ignis_gelu_tanh_and_mul", .gpu_suite = BENCH_SUITE(GPU_NORM_LARGE),
+     .host_suite = BENCH_SUITE(HOST_NORM_LARGE), .call = call_gelu_tanh_and_mul},
 };
 
 static const bench_routine rope_routines[] = {
-    {.name = "rope_pos_ids",
-     .family = &bench_family_rope,
-     .summary = "RoPE, positions from pos_ids (i32), theta 1e4",
-     .functions = "ignis_apply_rope_pos_ids",
-     .dims = ROPE_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
+    {ROPE_ENTRY, .name = "rope_pos_ids", .summary = "RoPE, positions from pos_ids (i32), theta 1e4",
+     .functions = "ignis_apply_rope_pos_ids", .dims = ROPE_DIMS,
      .bytes_rule = ROPE_BYTES_QK " + pos_ids (T*4)",
-     .tiny = TINY_ROPE,
      .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 0), ROPE_SHAPE(2, 16384, 1), ROPE_SHAPE(3, 128, 1),
                               ROPE_SHAPE(3, 16, 1), ROPE_SHAPE(3, 1, 1)),
      .host_suite =
          BENCH_SUITE(ROPE_SHAPE(1, 512, 0), ROPE_SHAPE(1, 512, 1), ROPE_SHAPE(3, 16, 1), ROPE_SHAPE(3, 1, 1)),
-     .describe = describe_rope_pos_ids,
-     .call = call_rope_pos_ids},
-    {.name = "rope",
-     .family = &bench_family_rope,
-     .summary = "RoPE, positions from indptr/offsets (i32), theta 1e4",
-     .functions = "ignis_apply_rope",
-     .dims = ROPE_DIMS | BENCH_DIM_BATCH,
-     .dtypes = BENCH_DTYPES_FLOAT,
+     .describe = describe_rope_pos_ids, .call = call_rope_pos_ids},
+    {ROPE_ENTRY, .name = "rope", .summary = "RoPE, positions from indptr/offsets (i32), theta 1e4",
+     .functions = "ignis_apply_rope", .dims = ROPE_DIMS | BENCH_DIM_BATCH,
      .bytes_rule = ROPE_BYTES_QK " + indptr ((B+1)*4) + offsets (B*4)",
-     .tiny = TINY_ROPE,
-     .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 1)),
-     .host_suite = BENCH_SUITE(ROPE_SHAPE(1, 512, 1)),
-     .describe = describe_rope_indptr,
-     .call = call_rope_indptr},
-    {.name = "rope_llama31",
-     .family = &bench_family_rope,
-     .summary = "RoPE with Llama 3.1 frequency scaling, pos_ids (i32)",
-     .functions = "ignis_apply_rope_pos_ids",
-     .dims = ROPE_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = ROPE_BYTES_QK " + pos_ids (T*4)",
-     .tiny = TINY_ROPE,
-     .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 1)),
-     .host_suite = BENCH_SUITE(ROPE_SHAPE(1, 512, 1)),
-     .describe = describe_rope_pos_ids,
+     .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 1)), .host_suite = BENCH_SUITE(ROPE_SHAPE(1, 512, 1)),
+     .describe = describe_rope_indptr, .call = call_rope_indptr},
+    {ROPE_ENTRY, .name = "rope_llama31", .summary = "RoPE with Llama 3.1 frequency scaling, pos_ids (i32)",
+     .functions = "ignis_apply_rope_pos_ids", .dims = ROPE_DIMS,
+     .bytes_rule = ROPE_BYTES_QK " + pos_ids (T*4)", .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 1)),
+     .host_suite = BENCH_SUITE(ROPE_SHAPE(1, 512, 1)), .describe = describe_rope_pos_ids,
      .call = call_rope_llama31},
-    {.name = "rope_cos_sin_cache",
-     .family = &bench_family_rope,
+    {ROPE_ENTRY, .name = "rope_cos_sin_cache",
      .summary = "vLLM-style RoPE from an f32 cos/sin cache, i64 positions",
-     .functions = "ignis_apply_rope_with_cos_sin_cache",
-     .dims = ROPE_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
+     .functions = "ignis_apply_rope_with_cos_sin_cache", .dims = ROPE_DIMS,
      .bytes_rule = ROPE_BYTES_QK " + positions (T*8) + gathered cache rows (T*D*4)",
-     .tiny = TINY_ROPE,
      .gpu_suite = BENCH_SUITE(ROPE_SHAPE(2, 16384, 1), ROPE_SHAPE(3, 128, 1), ROPE_SHAPE(3, 16, 1),
                               ROPE_SHAPE(3, 1, 1)),
      .host_suite = BENCH_SUITE(ROPE_SHAPE(1, 512, 1), ROPE_SHAPE(3, 1, 1)),
-     .describe = describe_rope_cos_sin_cache,
-     .call = call_rope_cos_sin_cache},
+     .describe = describe_rope_cos_sin_cache, .call = call_rope_cos_sin_cache},
 };
 
 const bench_family bench_family_norm = {"norm", shape_norm, NULL, BENCH_TABLE(norm_routines)};

@@ -126,103 +126,62 @@ static void shape_merge(const bench_case *c, char *text, size_t size) {
 }
 
 /* ---- the entries ------------------------------------------------------------------------------ */
-#define APPEND_SHAPE(group, b, l)                                                                            \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .batch = (b), .kv_len = (l), .k_heads = 8, .head_dim = 128, .page_size = 16       \
-    }                                                                                                        \
-  }
-#define TINY_PAGED                                                                                           \
-  { .batch = 2, .kv_len = 20, .k_heads = 2, .head_dim = 64, .page_size = 16 }
+#define PAGED_SHAPE(group, b, l)                                                                             \
+  BENCH_SHAPE(group, .dtype = IGNIS_BF16, .batch = (b), .kv_len = (l), .k_heads = 8, .head_dim = 128,        \
+              .page_size = 16)
 #define MERGE_DIMS (BENCH_DIM_TOKENS | BENCH_DIM_Q_HEADS | BENCH_DIM_HEAD_DIM)
 #define MERGE_SHAPE(group, t, st)                                                                            \
-  {                                                                                                          \
-    group, {                                                                                                 \
-      .dtype = IGNIS_BF16, .tokens = (t), .q_heads = 32, .head_dim = 128, .states = (st)                     \
-    }                                                                                                        \
-  }
-#define TINY_MERGE                                                                                           \
-  { .tokens = 3, .q_heads = 2, .head_dim = 64, .states = 3 }
+  BENCH_SHAPE(group, .dtype = IGNIS_BF16, .tokens = (t), .q_heads = 32, .head_dim = 128, .states = (st))
 #define MERGE_BYTES "v_a, v_b, v_out (T*H*D*es each) + s_a, s_b, s_out (T*H*4 each)"
 
+/* What every entry of a family shares. */
+#define PAGED_KV_ENTRY                                                                                       \
+  .family = &bench_family_paged_kv, .dtypes = BENCH_DTYPES_FLOAT,                                            \
+  .tiny = BENCH_DIMS(.batch = 2, .kv_len = 20, .k_heads = 2, .head_dim = 64, .page_size = 16)
+#define MERGE_ENTRY                                                                                          \
+  .family = &bench_family_merge, .dtypes = BENCH_DTYPES_FLOAT,                                               \
+  .tiny = BENCH_DIMS(.tokens = 3, .q_heads = 2, .head_dim = 64, .states = 3)
+
 static const bench_routine paged_kv_routines[] = {
-    {.name = "append_paged_kv_cache",
-     .family = &bench_family_paged_kv,
+    {PAGED_KV_ENTRY, .name = "append_paged_kv_cache",
      .summary = "write appended K/V tokens into their pages (NHD)",
      .functions = "ignis_append_paged_kv_cache",
      .dims =
          BENCH_DIM_BATCH | BENCH_DIM_KV_LEN | BENCH_DIM_K_HEADS | BENCH_DIM_HEAD_DIM | BENCH_DIM_PAGE_SIZE,
-     .dtypes = BENCH_DTYPES_FLOAT,
      .bytes_rule = "append_key/value read and written into the cache (4*T*Hk*D*es, T = B*L) + batch_indices, "
                    "positions (T*4 each) + page table (at its size)",
-     .tiny = TINY_PAGED,
-     .gpu_suite = BENCH_SUITE(APPEND_SHAPE(4, 4, 4096), APPEND_SHAPE(4, 64, 16)),
-     .host_suite = BENCH_SUITE(APPEND_SHAPE(4, 2, 1024)),
-     .describe = describe_append,
-     .call = call_append},
-    {.name = "batch_indices_positions",
-     .family = &bench_family_paged_kv,
+     .gpu_suite = BENCH_SUITE(PAGED_SHAPE(4, 4, 4096), PAGED_SHAPE(4, 64, 16)),
+     .host_suite = BENCH_SUITE(PAGED_SHAPE(4, 2, 1024)), .describe = describe_append, .call = call_append},
+    {PAGED_KV_ENTRY, .name = "batch_indices_positions",
      .summary = "request and position of every appended token (i32; the dtype does not apply)",
-     .functions = "ignis_get_batch_indices_positions",
-     .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN,
-     .dtypes = BENCH_DTYPES_FLOAT,
+     .functions = "ignis_get_batch_indices_positions", .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN,
      .bytes_rule = "append_indptr ((B+1)*4) + seq_lens (B*4) + batch_indices, positions (T*4 each)",
-     .tiny = TINY_PAGED,
-     .gpu_suite = BENCH_SUITE({4, {.dtype = IGNIS_BF16, .batch = 64, .kv_len = 256}}),
-     .host_suite = BENCH_SUITE({4, {.dtype = IGNIS_BF16, .batch = 16, .kv_len = 256}}),
-     .describe = describe_batch_indices_positions,
-     .call = call_batch_indices_positions},
-    {.name = "get_seq_lens",
-     .family = &bench_family_paged_kv,
+     .gpu_suite = BENCH_SUITE(PAGED_SHAPE(4, 64, 256)), .host_suite = BENCH_SUITE(PAGED_SHAPE(4, 16, 256)),
+     .describe = describe_batch_indices_positions, .call = call_batch_indices_positions},
+    {PAGED_KV_ENTRY, .name = "get_seq_lens",
      .summary = "request lengths from the page table (i32; the dtype does not apply)",
-     .functions = "ignis_get_seq_lens",
-     .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN | BENCH_DIM_PAGE_SIZE,
-     .dtypes = BENCH_DTYPES_FLOAT,
+     .functions = "ignis_get_seq_lens", .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN | BENCH_DIM_PAGE_SIZE,
      .bytes_rule = "kv_indptr ((B+1)*4) + kv_last_page_len, seq_lens (B*4 each)",
-     .tiny = TINY_PAGED,
-     .gpu_suite = BENCH_SUITE(APPEND_SHAPE(4, 256, 4096)),
-     .host_suite = BENCH_SUITE(APPEND_SHAPE(4, 64, 1024)),
-     .describe = describe_seq_lens,
-     .call = call_seq_lens},
+     .gpu_suite = BENCH_SUITE(PAGED_SHAPE(4, 256, 4096)), .host_suite = BENCH_SUITE(PAGED_SHAPE(4, 64, 1024)),
+     .describe = describe_seq_lens, .call = call_seq_lens},
 };
 
 static const bench_routine merge_routines[] = {
-    {.name = "merge_state",
-     .family = &bench_family_merge,
-     .summary = "merge two attention states (LSE base 2)",
-     .functions = "ignis_merge_state",
-     .dims = MERGE_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
-     .bytes_rule = MERGE_BYTES,
-     .tiny = TINY_MERGE,
+    {MERGE_ENTRY, .name = "merge_state", .summary = "merge two attention states (LSE base 2)",
+     .functions = "ignis_merge_state", .dims = MERGE_DIMS, .bytes_rule = MERGE_BYTES,
      .gpu_suite = BENCH_SUITE(MERGE_SHAPE(4, 4096, 0), MERGE_SHAPE(4, 128, 0)),
-     .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 512, 0)),
-     .describe = describe_merge_state,
+     .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 512, 0)), .describe = describe_merge_state,
      .call = call_merge_state},
-    {.name = "merge_state_in_place",
-     .family = &bench_family_merge,
-     .summary = "merge a state into (v, s) in place, every row",
-     .functions = "ignis_merge_state_in_place",
-     .dims = MERGE_DIMS,
-     .dtypes = BENCH_DTYPES_FLOAT,
+    {MERGE_ENTRY, .name = "merge_state_in_place", .summary = "merge a state into (v, s) in place, every row",
+     .functions = "ignis_merge_state_in_place", .dims = MERGE_DIMS,
      .bytes_rule = "v, s read and written (2*T*H*(D*es+4)) + v_other, s_other (T*H*(D*es+4))",
-     .tiny = TINY_MERGE,
-     .gpu_suite = BENCH_SUITE(MERGE_SHAPE(4, 4096, 0)),
-     .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 512, 0)),
-     .describe = describe_merge_state_in_place,
-     .call = call_merge_state_in_place},
-    {.name = "merge_states",
-     .family = &bench_family_merge,
-     .summary = "merge `states` attention states per row",
-     .functions = "ignis_merge_states",
-     .dims = MERGE_DIMS | BENCH_DIM_STATES,
-     .dtypes = BENCH_DTYPES_FLOAT,
+     .gpu_suite = BENCH_SUITE(MERGE_SHAPE(4, 4096, 0)), .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 512, 0)),
+     .describe = describe_merge_state_in_place, .call = call_merge_state_in_place},
+    {MERGE_ENTRY, .name = "merge_states", .summary = "merge `states` attention states per row",
+     .functions = "ignis_merge_states", .dims = MERGE_DIMS | BENCH_DIM_STATES,
      .bytes_rule = "v (T*S*H*D*es) + s (T*S*H*4) + v_out (T*H*D*es) + s_out (T*H*4)",
-     .tiny = TINY_MERGE,
-     .gpu_suite = BENCH_SUITE(MERGE_SHAPE(4, 1024, 8)),
-     .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 128, 4)),
-     .describe = describe_merge_states,
-     .call = call_merge_states},
+     .gpu_suite = BENCH_SUITE(MERGE_SHAPE(4, 1024, 8)), .host_suite = BENCH_SUITE(MERGE_SHAPE(4, 128, 4)),
+     .describe = describe_merge_states, .call = call_merge_states},
 };
 
 const bench_family bench_family_paged_kv = {"paged_kv", shape_paged_kv, complete_paged_kv,

@@ -1,6 +1,7 @@
 /* `ignis bench [ROUTINE] [flags]`: time one routine at one shape, or with no routine the default
- * suite on the default device (CUDA when a GPU is present, else the host). Prints an aligned
- * table, or one JSON object per line with --json.
+ * suite on the default device (CUDA when a GPU is present, else the host): every shape the
+ * registry's entries list for that device, group by group (bench.h), one progress line per case on
+ * stderr. Prints an aligned table, or one JSON object per line with --json.
  *
  * Method (see bench.h for the input sets and the byte counts):
  *   - the copy ceiling of the device is measured once per run; every row quotes its fraction;
@@ -10,9 +11,13 @@
  *   - GPU calls that move 64 MiB or more are timed one launch at a time between events (mode
  *     direct); smaller ones are captured, 100 calls per CUDA graph, each call on the next input
  *     set, and the graphs replayed back to back (mode graph, time per call);
+ *   - a routine's plan, workspace and page tables are made once before timing (prepare): only
+ *     the calls are timed;
  *   - the time quoted is the median of the samples (min and p90 too with --json);
- *     GB/s = bytes per call / median time. */
+ *     GB/s = bytes per call / median time; FLOP-counted routines (prefill) quote GFLOP per call
+ *     and TFLOP/s = FLOPs per call / median time instead, under their own column header. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +39,9 @@ typedef struct options {
   ignis_device device;
   int device_given;
   ignis_dtype dtype;
-  int64_t tokens, hidden, q_heads, k_heads, head_dim, batch; /* 0: the default */
-  int inplace;
+  int dtype_given;
+  bench_case dims;     /* the shape flags given */
+  unsigned dims_given; /* BENCH_DIM_* of the shape flags given */
   int json;
   const char *json_file;
   int iters;
@@ -48,6 +54,7 @@ typedef struct result {
   bench_case c;
   const char *mode;
   int64_t bytes;
+  int64_t flops; /* 0 for byte-counted routines */
   int64_t sets;
   int64_t working_set;
   int graphs;
@@ -56,24 +63,32 @@ typedef struct result {
   double median_us, min_us, p90_us;
 } result;
 
+typedef enum table_unit { TABLE_NONE = 0, TABLE_BYTES = 1, TABLE_FLOPS = 2 } table_unit;
+
 typedef struct output {
   int json;
   FILE *json_file;
   double ceiling_gbps;
   int rows;
+  table_unit header; /* the column header printed last */
 } output;
 
 static void usage(FILE *to) {
   fprintf(to, "usage: ignis bench [ROUTINE] [flags]\n"
               "  With no ROUTINE: the default suite on the default device (cuda when a GPU is present).\n"
-              "  ROUTINE: one of `ignis bench --list`.\n"
-              "shape flags:\n"
-              "  --tokens N          rows / tokens\n"
+              "  ROUTINE: one of `ignis bench --list` (which also gives the shape flags each takes).\n"
+              "shape flags (a routine's default shape is the first of its suite on the device):\n"
+              "  --tokens N          rows / tokens (prefill: query tokens per request)\n"
               "  --hidden N          hidden size (norms; for activations H of the output, input is 2H)\n"
-              "  --q-heads N --k-heads N --head-dim N   RoPE heads (default 32/8/128)\n"
-              "  --batch N           requests of the indptr/offsets form `rope`\n"
-              "  --inplace           RoPE outputs overwrite q and k\n"
-              "  --dtype bf16|f16|f32 (default bf16)\n"
+              "  --q-heads N --k-heads N --head-dim N   attention and RoPE heads\n"
+              "  --batch N           requests (RoPE: of the indptr/offsets form `rope`)\n"
+              "  --kv-len N          keys per request (paged-KV ops: tokens per request)\n"
+              "  --page-size N       tokens per page of a paged KV cache\n"
+              "  --vocab N           vocabulary of the sampling ops\n"
+              "  --states N          states merged per row (merge_states), draft tokens (chain_speculative)\n"
+              "  --mask causal|none  prefill mask\n"
+              "  --inplace           RoPE outputs overwrite q and k (default out of place)\n"
+              "  --dtype bf16|f16|f32 (default: the shape's, bf16; sampling f32)\n"
               "other flags:\n"
               "  --device cpu|cuda|cuda:N   (default: cuda when ignis_cuda_device_count() > 0)\n"
               "  --iters N           timed samples (default 30 direct, 20 graph, 10 host)\n"
@@ -81,9 +96,7 @@ static void usage(FILE *to) {
               "  --graph-calls N     calls captured per CUDA graph (default 100)\n"
               "  --json              one JSON object per line instead of the table\n"
               "  --json-file PATH    also write the JSON lines to PATH\n"
-              "  --list              list the routines and how their bytes are counted\n"
-              "defaults without shape flags: 16384x8192 (GPU) or 512x4096 (host); RoPE 16384 (GPU) or 512\n"
-              "(host) tokens x 32/8 heads x 128.\n");
+              "  --list              list the routines, the C functions each calls and what each counts\n");
 }
 
 /* ---- argument parsing ------------------------------------------------------------------------ */
@@ -155,22 +168,65 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag, i
   return argv[++*i];
 }
 
+typedef struct size_flag {
+  const char *flag;
+  const char *json; /* the field of the JSON record */
+  bench_dim dim;
+  size_t offset; /* of the int64_t field of bench_case */
+} size_flag;
+
+static const size_flag size_flags[] = {
+    {"--tokens", "tokens", BENCH_DIM_TOKENS, offsetof(bench_case, tokens)},
+    {"--hidden", "hidden", BENCH_DIM_HIDDEN, offsetof(bench_case, hidden)},
+    {"--q-heads", "q_heads", BENCH_DIM_Q_HEADS, offsetof(bench_case, q_heads)},
+    {"--k-heads", "k_heads", BENCH_DIM_K_HEADS, offsetof(bench_case, k_heads)},
+    {"--head-dim", "head_dim", BENCH_DIM_HEAD_DIM, offsetof(bench_case, head_dim)},
+    {"--batch", "batch", BENCH_DIM_BATCH, offsetof(bench_case, batch)},
+    {"--kv-len", "kv_len", BENCH_DIM_KV_LEN, offsetof(bench_case, kv_len)},
+    {"--page-size", "page_size", BENCH_DIM_PAGE_SIZE, offsetof(bench_case, page_size)},
+    {"--vocab", "vocab", BENCH_DIM_VOCAB, offsetof(bench_case, vocab)},
+    {"--states", "states", BENCH_DIM_STATES, offsetof(bench_case, states)},
+};
+#define SIZE_FLAG_COUNT (sizeof size_flags / sizeof size_flags[0])
+
+static int64_t *dim_field(bench_case *c, const size_flag *f) {
+  return (int64_t *)((char *)c + f->offset);
+}
+
+static int64_t dim_value(const bench_case *c, const size_flag *f) {
+  return *(const int64_t *)((const char *)c + f->offset);
+}
+
+/* The flag of a dim, for messages and --list. */
+static const char *flag_of(bench_dim dim) {
+  for (size_t i = 0; i < SIZE_FLAG_COUNT; ++i)
+    if (size_flags[i].dim == dim)
+      return size_flags[i].flag;
+  return dim == BENCH_DIM_INPLACE ? "--inplace" : "--mask";
+}
+
+/* "--tokens --hidden": the shape flags of a routine. */
+static void flags_text(unsigned dims, char *text, size_t size) {
+  text[0] = '\0';
+  for (unsigned bit = 1; bit <= BENCH_DIM_CAUSAL; bit <<= 1)
+    if (dims & bit) {
+      size_t used = strlen(text);
+      snprintf(text + used, size - used, "%s%s", used ? " " : "", flag_of((bench_dim)bit));
+    }
+}
+
 static int parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
   o->dtype = IGNIS_BF16;
   o->graph_calls = DEFAULT_GRAPH_CALLS;
-  struct {
-    const char *flag;
-    int64_t *value;
-  } sizes[] = {{"--tokens", &o->tokens},   {"--hidden", &o->hidden},     {"--q-heads", &o->q_heads},
-               {"--k-heads", &o->k_heads}, {"--head-dim", &o->head_dim}, {"--batch", &o->batch}};
   for (int i = 1; i < argc; ++i) {
     const char *arg = argv[i], *value;
     int missing = 0, matched = 0;
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !matched; ++s) {
-      if ((value = flag_value(argc, argv, &i, sizes[s].flag, &missing)) != NULL) {
-        if (parse_positive(sizes[s].flag, value, sizes[s].value) != 0)
+    for (size_t s = 0; s < SIZE_FLAG_COUNT && !matched; ++s) {
+      if ((value = flag_value(argc, argv, &i, size_flags[s].flag, &missing)) != NULL) {
+        if (parse_positive(size_flags[s].flag, value, dim_field(&o->dims, &size_flags[s])) != 0)
           return -1;
+        o->dims_given |= size_flags[s].dim;
         matched = 1;
       }
     }
@@ -179,6 +235,14 @@ static int parse_options(int argc, char **argv, options *o) {
     if ((value = flag_value(argc, argv, &i, "--dtype", &missing)) != NULL) {
       if (parse_dtype(value, &o->dtype) != 0)
         return -1;
+      o->dtype_given = 1;
+    } else if ((value = flag_value(argc, argv, &i, "--mask", &missing)) != NULL) {
+      if (strcmp(value, "causal") != 0 && strcmp(value, "none") != 0) {
+        fprintf(stderr, "ignis bench: --mask must be causal or none, got '%s'\n", value);
+        return -1;
+      }
+      o->dims.causal = strcmp(value, "causal") == 0;
+      o->dims_given |= BENCH_DIM_CAUSAL;
     } else if ((value = flag_value(argc, argv, &i, "--device", &missing)) != NULL) {
       if (bench_parse_device(value, &o->device) != 0) {
         fprintf(stderr, "ignis bench: --device must be cpu, cuda or cuda:N, got '%s'\n", value);
@@ -212,7 +276,8 @@ static int parse_options(int argc, char **argv, options *o) {
       fprintf(stderr, "ignis bench: %s needs a value\n", arg);
       return -1;
     } else if (strcmp(arg, "--inplace") == 0) {
-      o->inplace = 1;
+      o->dims.inplace = 1;
+      o->dims_given |= BENCH_DIM_INPLACE;
     } else if (strcmp(arg, "--json") == 0) {
       o->json = 1;
     } else if (strcmp(arg, "--list") == 0) {
@@ -230,128 +295,96 @@ static int parse_options(int argc, char **argv, options *o) {
   return 0;
 }
 
-/* Shape flags must fit the routine's family; the suite takes none. */
+/* Shape flags must be ones the routine takes; the suite takes none. */
 static int check_shape_flags(const options *o, const bench_routine *routine) {
-  const char *rope_flag = o->q_heads    ? "--q-heads"
-                          : o->k_heads  ? "--k-heads"
-                          : o->head_dim ? "--head-dim"
-                          : o->batch    ? "--batch"
-                          : o->inplace  ? "--inplace"
-                                        : NULL;
   if (!routine) {
-    if (o->tokens || o->hidden || rope_flag) {
+    if (o->dims_given) {
       fprintf(stderr, "ignis bench: shape flags need a ROUTINE (the default suite has its own shapes)\n");
       return -1;
     }
     return 0;
   }
-  if (routine->family == BENCH_FAMILY_ROPE && o->hidden) {
-    fprintf(stderr, "ignis bench: --hidden does not apply to %s (use --q-heads/--k-heads/--head-dim)\n",
-            routine->name);
-    return -1;
-  }
-  if (routine->family != BENCH_FAMILY_ROPE && rope_flag) {
-    fprintf(stderr, "ignis bench: %s does not apply to %s\n", rope_flag, routine->name);
+  unsigned foreign = o->dims_given & ~routine->dims;
+  if (foreign) {
+    char takes[256];
+    flags_text(routine->dims, takes, sizeof takes);
+    fprintf(stderr, "ignis bench: %s does not apply to %s (it takes %s)\n",
+            flag_of((bench_dim)(foreign & -foreign)), routine->name, takes);
     return -1;
   }
   return 0;
 }
 
-static int64_t default_batch(int64_t tokens) {
-  return tokens <= 256 ? tokens : (tokens + 4095) / 4096;
+static const bench_shape *suite_of(const bench_routine *routine, int gpu) {
+  return gpu ? routine->gpu_suite : routine->host_suite;
 }
 
-static bench_case make_case(const bench_routine *routine, ignis_device device, ignis_dtype dtype,
-                            int64_t tokens, int64_t hidden, int inplace) {
-  bench_case c;
-  memset(&c, 0, sizeof c);
-  c.routine = routine;
-  c.device = device;
-  c.dtype = dtype;
-  c.tokens = tokens;
-  c.hidden = hidden;
-  c.q_heads = 32;
-  c.k_heads = 8;
-  c.head_dim = 128;
-  c.batch = default_batch(tokens);
-  c.inplace = inplace;
-  return c;
+/* One routine: the first shape of its suite on the device, with the flags given replacing its
+ * dims (in place only with --inplace, as it always was). */
+static bench_case single_case(const options *o, const bench_routine *routine, int gpu) {
+  bench_case dims = suite_of(routine, gpu)[0].c;
+  for (size_t s = 0; s < SIZE_FLAG_COUNT; ++s)
+    if (o->dims_given & size_flags[s].dim)
+      *dim_field(&dims, &size_flags[s]) = dim_value(&o->dims, &size_flags[s]);
+  dims.inplace = o->dims.inplace;
+  if (o->dims_given & BENCH_DIM_CAUSAL)
+    dims.causal = o->dims.causal;
+  return bench_make_case(routine, &dims, o->device, o->dtype_given ? o->dtype : dims.dtype);
 }
 
-/* ---- the default suites --------------------------------------------------------------------- */
-typedef struct suite_entry {
-  const char *routine;
-  int64_t tokens;
-  int64_t hidden; /* ignored by RoPE */
-  int inplace;
-} suite_entry;
-
-static const suite_entry gpu_suite[] = {
-    {"rmsnorm", 16384, 8192, 0},
-    {"gemma_rmsnorm", 16384, 8192, 0},
-    {"fused_add_rmsnorm", 16384, 8192, 0},
-    {"gemma_fused_add_rmsnorm", 16384, 8192, 0},
-    {"layernorm", 16384, 8192, 0},
-    {"silu_and_mul", 16384, 8192, 0},
-    {"gelu_and_mul", 16384, 8192, 0},
-    {"gelu_tanh_and_mul", 16384, 8192, 0},
-    {"rmsnorm", 4096, 4096, 0},
-    {"fused_add_rmsnorm", 4096, 4096, 0},
-    {"silu_and_mul", 4096, 4096, 0},
-    {"rope_pos_ids", 16384, 0, 0},
-    {"rope_pos_ids", 16384, 0, 1},
-    {"rope", 16384, 0, 1},
-    {"rope_llama31", 16384, 0, 1},
-    {"rope_cos_sin_cache", 16384, 0, 1},
-    {"rmsnorm", 128, 4096, 0},
-    {"rmsnorm", 16, 4096, 0},
-    {"rmsnorm", 1, 4096, 0},
-    {"fused_add_rmsnorm", 128, 4096, 0},
-    {"fused_add_rmsnorm", 16, 4096, 0},
-    {"fused_add_rmsnorm", 1, 4096, 0},
-    {"silu_and_mul", 128, 4096, 0},
-    {"silu_and_mul", 16, 4096, 0},
-    {"silu_and_mul", 1, 4096, 0},
-    {"rope_pos_ids", 128, 0, 1},
-    {"rope_pos_ids", 16, 0, 1},
-    {"rope_pos_ids", 1, 0, 1},
-    {"rope_cos_sin_cache", 128, 0, 1},
-    {"rope_cos_sin_cache", 16, 0, 1},
-    {"rope_cos_sin_cache", 1, 0, 1},
-};
-
-/* The host suite stays short (CI runs it): 512 rows stand in for the large shapes. */
-static const suite_entry host_suite[] = {
-    {"rmsnorm", 512, 4096, 0},
-    {"gemma_rmsnorm", 512, 4096, 0},
-    {"fused_add_rmsnorm", 512, 4096, 0},
-    {"gemma_fused_add_rmsnorm", 512, 4096, 0},
-    {"layernorm", 512, 4096, 0},
-    {"silu_and_mul", 512, 4096, 0},
-    {"gelu_and_mul", 512, 4096, 0},
-    {"gelu_tanh_and_mul", 512, 4096, 0},
-    {"rope_pos_ids", 512, 0, 0},
-    {"rope_pos_ids", 512, 0, 1},
-    {"rope", 512, 0, 1},
-    {"rope_llama31", 512, 0, 1},
-    {"rope_cos_sin_cache", 512, 0, 1},
-    {"rmsnorm", 16, 4096, 0},
-    {"rmsnorm", 1, 4096, 0},
-    {"fused_add_rmsnorm", 16, 4096, 0},
-    {"fused_add_rmsnorm", 1, 4096, 0},
-    {"silu_and_mul", 16, 4096, 0},
-    {"silu_and_mul", 1, 4096, 0},
-    {"rope_pos_ids", 16, 0, 1},
-    {"rope_pos_ids", 1, 0, 1},
-    {"rope_cos_sin_cache", 1, 0, 1},
-};
+/* The suite: group 1 of every routine in registry order, then group 2, ... Returns the case count
+ * (cases may be NULL to count). */
+static int suite_cases(const options *o, int gpu, bench_case *cases) {
+  int last_group = 0;
+  for (int r = 0; r < bench_routine_count(); ++r)
+    for (const bench_shape *s = suite_of(bench_routine_at(r), gpu); s->group; ++s)
+      last_group = s->group > last_group ? s->group : last_group;
+  int count = 0;
+  for (int group = 1; group <= last_group; ++group)
+    for (int r = 0; r < bench_routine_count(); ++r) {
+      const bench_routine *routine = bench_routine_at(r);
+      for (const bench_shape *s = suite_of(routine, gpu); s->group; ++s)
+        if (s->group == group) {
+          if (cases)
+            cases[count] = bench_make_case(routine, &s->c, o->device, o->dtype_given ? o->dtype : s->c.dtype);
+          ++count;
+        }
+    }
+  return count;
+}
 
 /* ---- running one case ----------------------------------------------------------------------- */
+/* What every timed call of a case gets: its input sets and the state its routine prepared. */
+typedef struct call_context {
+  const bench_sets *sets;
+  void *state;
+} call_context;
+
 static int call_set(void *context, int64_t index, void *stream) {
-  const bench_sets *sets = context;
+  const call_context *call = context;
+  const bench_case *c = &call->sets->c;
   ignis_tensor tensors[BENCH_MAX_TENSORS];
-  bench_sets_tensors(sets, index, tensors);
-  return bench_check_status(sets->c.routine->call(&sets->c, tensors, stream), sets->c.routine->name);
+  bench_sets_tensors(call->sets, index, tensors);
+  return bench_check_status(c->routine->call(c, tensors, call->state, stream), c->routine->name);
+}
+
+/* Time the calls of a case on its sets, its routine's state prepared around them. */
+static int time_calls(const bench_case *c, const bench_sets *sets, const result *r, double *us) {
+  void *stream = NULL;
+  call_context call = {sets, NULL};
+  if (bench_device_stream(c->device, &stream) != 0 ||
+      (c->routine->prepare && c->routine->prepare(c, stream, &call.state) != 0))
+    return -1;
+  int rc;
+  if (strcmp(r->mode, "host") == 0)
+    rc = bench_time_host(call_set, &call, 2, r->samples, us);
+  else if (strcmp(r->mode, "graph") == 0)
+    rc = bench_time_graph(c->device, call_set, &call, r->graphs, r->calls_per_graph, r->samples, us);
+  else
+    rc = bench_time_direct(c->device, call_set, &call, 3, r->samples, us);
+  if (c->routine->prepare)
+    c->routine->release(c, call.state);
+  return rc;
 }
 
 static int default_samples(const char *mode) {
@@ -362,6 +395,7 @@ static int run_case(const bench_case *c, const options *o, const ignis_device_in
   memset(r, 0, sizeof *r);
   r->c = *c;
   r->bytes = bench_case_bytes(c);
+  r->flops = c->routine->flops ? c->routine->flops(c) : 0;
   int64_t set_bytes = bench_case_set_bytes(c);
   int64_t target = 2 * info->l2_cache_bytes;
   if (c->device.type == IGNIS_DEVICE_CPU) {
@@ -397,13 +431,7 @@ static int run_case(const bench_case *c, const options *o, const ignis_device_in
     bench_sets_destroy(&sets);
     return bench_fail("out of host memory for %d samples", r->samples);
   }
-  int rc;
-  if (strcmp(r->mode, "host") == 0)
-    rc = bench_time_host(call_set, &sets, 2, r->samples, us);
-  else if (strcmp(r->mode, "graph") == 0)
-    rc = bench_time_graph(c->device, call_set, &sets, r->graphs, r->calls_per_graph, r->samples, us);
-  else
-    rc = bench_time_direct(c->device, call_set, &sets, 3, r->samples, us);
+  int rc = time_calls(c, &sets, r, us);
   bench_sets_destroy(&sets);
   if (rc == 0) {
     bench_sort_samples(us, r->samples);
@@ -474,22 +502,27 @@ static void write_result_json(FILE *to, const void *data) {
   bench_device_name(c->device, device, sizeof device);
   bench_case_shape(c, shape, sizeof shape);
   double gbps = (double)r->bytes / (r->median_us * 1e-6) / 1e9;
-  fprintf(to, "{\"record\":\"bench\",\"routine\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\",\"shape\":",
-          c->routine->name, device, ignis_dtype_name(c->dtype));
+  fprintf(to,
+          "{\"record\":\"bench\",\"routine\":\"%s\",\"family\":\"%s\",\"device\":\"%s\",\"dtype\":\"%s\","
+          "\"shape\":",
+          c->routine->name, c->routine->family->name, device, ignis_dtype_name(c->dtype));
   json_string(to, shape);
-  fprintf(to, ",\"tokens\":%lld", (long long)c->tokens);
-  if (c->routine->family == BENCH_FAMILY_ROPE)
-    fprintf(to, ",\"q_heads\":%lld,\"k_heads\":%lld,\"head_dim\":%lld,\"batch\":%lld,\"inplace\":%s",
-            (long long)c->q_heads, (long long)c->k_heads, (long long)c->head_dim, (long long)c->batch,
-            c->inplace ? "true" : "false");
-  else
-    fprintf(to, ",\"hidden\":%lld", (long long)c->hidden);
+  for (size_t s = 0; s < SIZE_FLAG_COUNT; ++s)
+    if (c->routine->dims & size_flags[s].dim)
+      fprintf(to, ",\"%s\":%lld", size_flags[s].json, (long long)dim_value(c, &size_flags[s]));
+  if (c->routine->dims & BENCH_DIM_INPLACE)
+    fprintf(to, ",\"inplace\":%s", c->inplace ? "true" : "false");
+  if (c->routine->dims & BENCH_DIM_CAUSAL)
+    fprintf(to, ",\"causal\":%s", c->causal ? "true" : "false");
   fprintf(to,
           ",\"mode\":\"%s\",\"sets\":%lld,\"working_set_bytes\":%lld,\"graphs\":%d,\"calls_per_graph\":%d,"
           "\"samples\":%d,\"bytes\":%lld,\"median_us\":%.3f,\"min_us\":%.3f,\"p90_us\":%.3f,"
           "\"gbps\":%.1f",
           r->mode, (long long)r->sets, (long long)r->working_set, r->graphs, r->calls_per_graph, r->samples,
           (long long)r->bytes, r->median_us, r->min_us, r->p90_us, gbps);
+  if (r->flops)
+    fprintf(to, ",\"flops\":%lld,\"tflops\":%.6g", (long long)r->flops,
+            (double)r->flops / (r->median_us * 1e-6) / 1e12);
   if (rec->ceiling_gbps > 0)
     fprintf(to, ",\"ceiling_gbps\":%.1f,\"fraction_of_ceiling\":%.4f", rec->ceiling_gbps,
             gbps / rec->ceiling_gbps);
@@ -515,6 +548,8 @@ static void write_error_json(FILE *to, const void *data) {
 }
 
 #define TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s %6s\n"
+/* FLOP-counted rows: GFLOP/call and TFLOP/s in the columns of MB/call and GB/s, no ceiling. */
+#define FLOP_TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s\n"
 
 static void print_header(const output *out, ignis_device device, const ignis_device_info *info,
                          const bench_ceiling *ceiling, int ceiling_ok) {
@@ -538,8 +573,24 @@ static void print_header(const output *out, ignis_device device, const ignis_dev
       "# time per call = median of the samples; direct: events around each launch; graph: calls\n"
       "# captured in CUDA graphs replayed back to back, time / calls; host: monotonic clock per call.\n"
       "# inputs rotate over `sets` copies larger together than 2x the L2 (host: 2x the LLC, <= 64 MiB).\n");
-  printf(TABLE_FORMAT, "routine", "shape", "dtype", "mode", "sets", "MB/call", "median_us", "p90_us", "GB/s",
-         "%ceil");
+}
+
+/* The column header of the rows that follow, when it is not the one printed last. */
+static void print_columns(output *out, table_unit unit) {
+  if (out->json || out->header == unit)
+    return;
+  if (unit == TABLE_BYTES)
+    printf(TABLE_FORMAT, "routine", "shape", "dtype", "mode", "sets", "MB/call", "median_us", "p90_us",
+           "GB/s", "%ceil");
+  else
+    printf("# FLOP-counted routines: TFLOP/s = FLOPs per call / median time (no ceiling "
+           "quoted)\n" FLOP_TABLE_FORMAT,
+           "routine", "shape", "dtype", "mode", "sets", "GFLOP/call", "median_us", "p90_us", "TFLOP/s");
+  out->header = unit;
+}
+
+static table_unit unit_of(const bench_routine *routine) {
+  return routine->flops ? TABLE_FLOPS : TABLE_BYTES;
 }
 
 static void print_row(output *out, const result *r) {
@@ -548,18 +599,26 @@ static void print_row(output *out, const result *r) {
   ++out->rows;
   if (out->json)
     return;
-  char shape[96], sets[24], mb[24], median[24], p90[24], gbps_text[24], fraction[24] = "";
+  print_columns(out, unit_of(r->c.routine));
+  char shape[96], sets[24], work[24], median[24], p90[24], rate[24], fraction[24] = "";
   bench_case_shape(&r->c, shape, sizeof shape);
-  double gbps = (double)r->bytes / (r->median_us * 1e-6) / 1e9;
   snprintf(sets, sizeof sets, "%lld", (long long)r->sets);
-  snprintf(mb, sizeof mb, "%.3f", (double)r->bytes / 1e6);
   snprintf(median, sizeof median, "%.2f", r->median_us);
   snprintf(p90, sizeof p90, "%.2f", r->p90_us);
-  snprintf(gbps_text, sizeof gbps_text, "%.1f", gbps);
-  if (out->ceiling_gbps > 0)
-    snprintf(fraction, sizeof fraction, "%.1f%%", 100.0 * gbps / out->ceiling_gbps);
-  printf(TABLE_FORMAT, r->c.routine->name, shape, ignis_dtype_name(r->c.dtype), r->mode, sets, mb, median,
-         p90, gbps_text, fraction);
+  if (r->flops) {
+    snprintf(work, sizeof work, "%.3f", (double)r->flops / 1e9);
+    snprintf(rate, sizeof rate, "%.4g", (double)r->flops / (r->median_us * 1e-6) / 1e12);
+    printf(FLOP_TABLE_FORMAT, r->c.routine->name, shape, ignis_dtype_name(r->c.dtype), r->mode, sets, work,
+           median, p90, rate);
+  } else {
+    double gbps = (double)r->bytes / (r->median_us * 1e-6) / 1e9;
+    snprintf(work, sizeof work, "%.3f", (double)r->bytes / 1e6);
+    snprintf(rate, sizeof rate, "%.1f", gbps);
+    if (out->ceiling_gbps > 0)
+      snprintf(fraction, sizeof fraction, "%.1f%%", 100.0 * gbps / out->ceiling_gbps);
+    printf(TABLE_FORMAT, r->c.routine->name, shape, ignis_dtype_name(r->c.dtype), r->mode, sets, work, median,
+           p90, rate, fraction);
+  }
   fflush(stdout);
 }
 
@@ -570,30 +629,47 @@ static void print_error(output *out, const bench_case *c, const char *message) {
           message);
   error_record record = {c, message};
   emit_json(out, write_error_json, &record);
-  if (!out->json)
-    printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "",
-           "");
+  if (out->json)
+    return;
+  print_columns(out, unit_of(c->routine));
+  printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "", "");
+}
+
+/* The counting rule of every routine the cases used, of one unit. */
+static void print_rules(const bench_case *cases, int count, table_unit unit, const char *title) {
+  int printed = 0;
+  for (int i = 0; i < bench_routine_count(); ++i) {
+    const bench_routine *routine = bench_routine_at(i);
+    int used = 0;
+    for (int j = 0; j < count && !used; ++j)
+      used = cases[j].routine == routine;
+    if (!used || unit_of(routine) != unit)
+      continue;
+    if (!printed++)
+      printf("%s", title);
+    printf("#   %-24s %s\n", routine->name, unit == TABLE_FLOPS ? routine->flops_rule : routine->bytes_rule);
+  }
 }
 
 static void print_legend(const output *out, const bench_case *cases, int count) {
   if (out->json)
     return;
-  printf("# bytes per call (each input read once, each output written once; es = element size):\n");
-  for (int i = 0; i < bench_routine_count; ++i) {
-    int used = 0;
-    for (int j = 0; j < count && !used; ++j)
-      used = cases[j].routine == &bench_routines[i];
-    if (used)
-      printf("#   %-24s %s\n", bench_routines[i].name, bench_routines[i].bytes_rule);
-  }
+  print_rules(cases, count, TABLE_BYTES,
+              "# bytes per call (each input read once, each output written once; es = element size):\n");
+  print_rules(cases, count, TABLE_FLOPS, "# FLOPs per call:\n");
 }
 
 static void list_routines(void) {
-  printf("%-24s %-11s %s\n", "routine", "flags", "what / bytes counted per call");
-  const char *families[] = {"norm", "activation", "rope"};
-  for (int i = 0; i < bench_routine_count; ++i) {
-    const bench_routine *r = &bench_routines[i];
-    printf("%-24s %-11s %s\n%-36s bytes: %s\n", r->name, families[r->family], r->summary, "", r->bytes_rule);
+  printf("%-24s %-11s %s\n", "routine", "family", "what / C functions called / counted per call");
+  for (int i = 0; i < bench_routine_count(); ++i) {
+    const bench_routine *r = bench_routine_at(i);
+    char flags[256];
+    flags_text(r->dims, flags, sizeof flags);
+    printf("%-24s %-11s %s\n", r->name, r->family->name, r->summary);
+    printf("%-36s calls: %s\n%-36s flags: %s\n", "", r->functions, "", flags);
+    if (r->flops_rule)
+      printf("%-36s FLOPs: %s\n", "", r->flops_rule);
+    printf("%-36s bytes: %s\n", "", r->bytes_rule);
   }
 }
 
@@ -630,37 +706,16 @@ int bench_command_bench(int argc, char **argv) {
   int gpu = o.device.type == IGNIS_DEVICE_CUDA;
 
   /* The cases: one routine at one shape, or the suite. */
-  int count = 0;
-  bench_case *cases;
-  if (routine) {
-    cases = calloc(1, sizeof *cases);
-    if (!cases)
-      return 1;
-    int64_t tokens = o.tokens ? o.tokens : gpu ? 16384 : 512;
-    int64_t hidden = o.hidden ? o.hidden : gpu ? 8192 : 4096;
-    cases[0] = make_case(routine, o.device, o.dtype, tokens, hidden, o.inplace);
-    if (o.q_heads)
-      cases[0].q_heads = o.q_heads;
-    if (o.k_heads)
-      cases[0].k_heads = o.k_heads;
-    if (o.head_dim)
-      cases[0].head_dim = o.head_dim;
-    if (o.batch)
-      cases[0].batch = o.batch > tokens ? tokens : o.batch;
-    count = 1;
-  } else {
-    const suite_entry *suite = gpu ? gpu_suite : host_suite;
-    int n =
-        gpu ? (int)(sizeof gpu_suite / sizeof gpu_suite[0]) : (int)(sizeof host_suite / sizeof host_suite[0]);
-    cases = calloc((size_t)n, sizeof *cases);
-    if (!cases)
-      return 1;
-    for (int i = 0; i < n; ++i)
-      cases[count++] = make_case(bench_find_routine(suite[i].routine), o.device, o.dtype, suite[i].tokens,
-                                 suite[i].hidden, suite[i].inplace);
-  }
+  int count = routine ? 1 : suite_cases(&o, gpu, NULL);
+  bench_case *cases = calloc((size_t)count, sizeof *cases);
+  if (!cases)
+    return 1;
+  if (routine)
+    cases[0] = single_case(&o, routine, gpu);
+  else
+    suite_cases(&o, gpu, cases);
 
-  output out = {o.json, NULL, 0.0, 0};
+  output out = {o.json, NULL, 0.0, 0, TABLE_NONE};
   if (o.json_file && !(out.json_file = fopen(o.json_file, "w"))) {
     fprintf(stderr, "ignis bench: cannot write %s\n", o.json_file);
     free(cases);

@@ -1,11 +1,11 @@
 /* Rotated input sets: every tensor of a case gets one pool holding `sets` copies end to end
  * (256-byte aligned), shared tensors one copy. Pools are filled once, before timing.
  *
- * Random fills are generated on the host as one block of at most 16 MiB (uniform values in
- * [-1, 1) converted to the tensor's dtype), uploaded to the head of the pool and then doubled in
- * place with device-to-device copies until the pool is full: gigabytes are filled in
- * milliseconds, and no byte is left zero. Index tensors (positions, indptr, offsets) and the
- * cos/sin cache are computed exactly on the host for every set and uploaded. */
+ * Random fills (uniform, normal, softmax weights) are generated on the host as one block of at
+ * most 16 MiB in the tensor's dtype, uploaded to the head of the pool and then doubled in place
+ * with device-to-device copies until the pool is full: gigabytes are filled in milliseconds, and
+ * no byte is left zero. Index tensors (positions, indptr, offsets, page tables, token ids), the
+ * cos/sin cache and custom masks are computed exactly on the host for every set and uploaded. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,24 @@ static int64_t random_below(uint64_t *state, int64_t bound) {
   return bound <= 1 ? 0 : (int64_t)(splitmix64(state) % (uint64_t)bound);
 }
 
+/* Standard normal (Box-Muller). */
+static float random_normal(uint64_t *state) {
+  double u = ((double)(splitmix64(state) >> 11) + 0.5) / 9007199254740992.0;
+  double v = (double)(splitmix64(state) >> 11) / 9007199254740992.0;
+  return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static float random_value(bench_fill fill, uint64_t *state) {
+  switch (fill) {
+  case BENCH_FILL_NORMAL:
+    return random_normal(state);
+  case BENCH_FILL_PROBS:
+    return expf(random_normal(state));
+  default:
+    return random_unit(state);
+  }
+}
+
 /* Random fills are only asked for in the float dtypes (f32, f16, bf16). */
 static void store_float(void *dst, int64_t i, ignis_dtype dtype, float value) {
   if (dtype == IGNIS_F32)
@@ -52,7 +70,12 @@ static void store_index(void *dst, int64_t i, ignis_dtype dtype, int64_t value) 
     ((int32_t *)dst)[i] = (int32_t)value;
 }
 
-int bench_fill_random(ignis_device device, void *pool, int64_t bytes, ignis_dtype dtype, uint64_t seed) {
+static int is_tiled(bench_fill fill) {
+  return fill == BENCH_FILL_RANDOM || fill == BENCH_FILL_NORMAL || fill == BENCH_FILL_PROBS;
+}
+
+static int fill_tiled(ignis_device device, void *pool, int64_t bytes, ignis_dtype dtype, bench_fill fill,
+                      uint64_t seed) {
   int64_t element = (int64_t)ignis_dtype_size(dtype);
   int64_t block = bytes < RANDOM_BLOCK_BYTES ? bytes : RANDOM_BLOCK_BYTES;
   block -= block % element;
@@ -63,7 +86,7 @@ int bench_fill_random(ignis_device device, void *pool, int64_t bytes, ignis_dtyp
     return bench_fail("out of host memory for a %lld-byte random block", (long long)block);
   uint64_t state = seed;
   for (int64_t i = 0; i < block / element; ++i)
-    store_float(host, i, dtype, random_unit(&state));
+    store_float(host, i, dtype, random_value(fill, &state));
   int rc = bench_device_upload(device, pool, host, (size_t)block);
   free(host);
   int64_t filled = block;
@@ -75,7 +98,34 @@ int bench_fill_random(ignis_device device, void *pool, int64_t bytes, ignis_dtyp
   return rc;
 }
 
-/* Index tensors and the cos/sin cache: computed per set on the host, uploaded in one copy. */
+int bench_fill_random(ignis_device device, void *pool, int64_t bytes, ignis_dtype dtype, uint64_t seed) {
+  return fill_tiled(device, pool, bytes, dtype, BENCH_FILL_RANDOM, seed);
+}
+
+/* The mask of one request: token i sees key j in the causal pattern aligned to the end of the keys
+ * (j <= kv_len - tokens + i), or every key when the case is not causal. */
+static void fill_mask_bits(const bench_case *c, unsigned char *mask) {
+  for (int64_t i = 0; i < c->tokens; ++i)
+    for (int64_t j = 0; j < c->kv_len; ++j)
+      if (!c->causal || j <= c->kv_len - c->tokens + i) {
+        int64_t bit = i * c->kv_len + j;
+        mask[bit / 8] |= (unsigned char)(1u << (bit % 8));
+      }
+}
+
+/* The pages 0 .. count-1 in a random order (Fisher-Yates); page tables are i32. */
+static void fill_permutation(int32_t *pages, int64_t count, uint64_t *state) {
+  for (int64_t i = 0; i < count; ++i)
+    pages[i] = (int32_t)i;
+  for (int64_t i = count - 1; i > 0; --i) {
+    int64_t j = random_below(state, i + 1);
+    int32_t swap = pages[i];
+    pages[i] = pages[j];
+    pages[j] = swap;
+  }
+}
+
+/* Index tensors, the cos/sin cache and masks: computed per set on the host, uploaded in one copy. */
 static int fill_exact(const bench_case *c, const bench_tensor_spec *spec, void *pool, int64_t copies,
                       int64_t stride, uint64_t seed) {
   int64_t pool_bytes = copies * stride;
@@ -113,7 +163,43 @@ static int fill_exact(const bench_case *c, const bench_tensor_spec *spec, void *
       }
       break;
     }
+    case BENCH_FILL_PAGE_INDPTR:
+      for (int64_t b = 0; b < spec->shape[0]; ++b)
+        store_index(dst, b, spec->dtype, b * bench_pages_per_request(c));
+      break;
+    case BENCH_FILL_PAGE_INDICES:
+      fill_permutation(dst, spec->shape[0], &state);
+      break;
+    case BENCH_FILL_LAST_PAGE_LEN:
+      for (int64_t b = 0; b < spec->shape[0]; ++b)
+        store_index(dst, b, spec->dtype, bench_last_page_len(c));
+      break;
+    case BENCH_FILL_APPEND_BATCH:
+      for (int64_t t = 0; t < spec->shape[0]; ++t)
+        store_index(dst, t, spec->dtype, t / c->kv_len);
+      break;
+    case BENCH_FILL_APPEND_POSITION:
+      for (int64_t t = 0; t < spec->shape[0]; ++t)
+        store_index(dst, t, spec->dtype, t % c->kv_len);
+      break;
+    case BENCH_FILL_SEQ_LENS:
+      for (int64_t b = 0; b < spec->shape[0]; ++b)
+        store_index(dst, b, spec->dtype, c->kv_len);
+      break;
+    case BENCH_FILL_TOKEN_IDS: {
+      int64_t count = 1;
+      for (int d = 0; d < spec->ndim; ++d)
+        count *= spec->shape[d];
+      for (int64_t i = 0; i < count; ++i)
+        store_index(dst, i, spec->dtype, random_below(&state, c->vocab));
+      break;
+    }
+    case BENCH_FILL_MASK_BITS:
+      fill_mask_bits(c, dst);
+      break;
     case BENCH_FILL_RANDOM:
+    case BENCH_FILL_NORMAL:
+    case BENCH_FILL_PROBS:
       break;
     }
   }
@@ -161,9 +247,9 @@ int bench_sets_create(const bench_case *c, int64_t sets, bench_sets *out) {
       return -1;
     }
     out->total_bytes += pool_bytes;
-    int rc = spec->fill == BENCH_FILL_RANDOM
-                 ? bench_fill_random(c->device, out->pools[i], pool_bytes, spec->dtype,
-                                     seed + 7919ull * (uint64_t)i)
+    int rc = is_tiled(spec->fill)
+                 ? fill_tiled(c->device, out->pools[i], pool_bytes, spec->dtype, spec->fill,
+                              seed + 7919ull * (uint64_t)i)
                  : fill_exact(c, spec, out->pools[i], copies, stride, seed + 7919ull * (uint64_t)i);
     if (rc != 0) {
       bench_sets_destroy(out);

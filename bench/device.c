@@ -24,8 +24,10 @@
 #include "bench.h"
 
 static char error_message[2048];
+static ignis_status failed_status;
 
 int bench_fail(const char *format, ...) {
+  failed_status = IGNIS_OK;
   va_list args;
   va_start(args, format);
   vsnprintf(error_message, sizeof error_message, format, args);
@@ -40,7 +42,13 @@ const char *bench_error(void) {
 int bench_check_status(ignis_status status, const char *what) {
   if (status == IGNIS_OK)
     return 0;
-  return bench_fail("%s: %s: %s", what, ignis_status_string(status), ignis_last_error());
+  bench_fail("%s: %s: %s", what, ignis_status_string(status), ignis_last_error());
+  failed_status = status;
+  return -1;
+}
+
+ignis_status bench_failed_status(void) {
+  return failed_status;
 }
 
 static double host_now_us(void) {
@@ -218,17 +226,27 @@ void bench_device_free(ignis_device device, void *ptr) {
   }
 }
 
-int bench_device_upload(ignis_device device, void *dst, const void *src, size_t bytes) {
+/* A copy between the host and the device on the device's stream, waited for: the host buffer is
+ * pageable and the caller frees or reads it right after. */
+static int copy_and_wait(ignis_device device, void *dst, const void *src, size_t bytes,
+                         enum cudaMemcpyKind kind) {
   if (device.type == IGNIS_DEVICE_CPU) {
     memcpy(dst, src, bytes);
     return 0;
   }
   if (use_device(device) != 0)
     return -1;
-  /* The host buffer is pageable and freed by the caller right after: wait for the copy. */
-  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, streams[device.id]));
+  CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, streams[device.id]));
   CUDA_TRY(cudaStreamSynchronize(streams[device.id]));
   return 0;
+}
+
+int bench_device_upload(ignis_device device, void *dst, const void *src, size_t bytes) {
+  return copy_and_wait(device, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+int bench_device_download(ignis_device device, void *dst, const void *src, size_t bytes) {
+  return copy_and_wait(device, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 int bench_device_copy(ignis_device device, void *dst, const void *src, size_t bytes) {
@@ -488,6 +506,10 @@ int bench_device_upload(ignis_device device, void *dst, const void *src, size_t 
     return no_cuda();
   memcpy(dst, src, bytes);
   return 0;
+}
+
+int bench_device_download(ignis_device device, void *dst, const void *src, size_t bytes) {
+  return bench_device_upload(device, dst, src, bytes);
 }
 
 int bench_device_copy(ignis_device device, void *dst, const void *src, size_t bytes) {

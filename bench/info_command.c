@@ -2,9 +2,11 @@
  * the header this program was built with matches the library), the build line, the compiled CUDA
  * targets, the devices seen (the host, and every CUDA device with its name, compute capability,
  * SMs, L2 and memory), and which ops run on which device in which dtype. The op table is not
- * guessed: every routine of `ignis bench` is called once on a tiny random input in each dtype on
- * each device, and the table shows the dtypes whose call succeeded; the reasons of the other
- * calls are listed below it. `--no-probe` skips those calls. */
+ * guessed: every entry of the registry makes its tiny call (bench_probe_routine: outputs poisoned,
+ * then checked) in each dtype on each device, and the table shows the dtypes whose call succeeded
+ * and wrote valid outputs. A dtype the entry does not take shows as '.' when its call was refused;
+ * the failures of the dtypes it does take are listed below the table. `--no-probe` skips the
+ * calls. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,46 +74,6 @@ static void print_devices(int cuda_count) {
     printf("  (no CUDA device seen)\n");
 }
 
-/* One call of the routine on a tiny case; returns the library status, or IGNIS_ERROR_INTERNAL
- * with the message in *detail when the probe itself could not run. */
-static ignis_status probe(const bench_routine *routine, ignis_device device, ignis_dtype dtype, char *detail,
-                          size_t size) {
-  bench_case c;
-  memset(&c, 0, sizeof c);
-  c.routine = routine;
-  c.device = device;
-  c.dtype = dtype;
-  c.tokens = 3;
-  c.hidden = 96;
-  c.q_heads = 2;
-  c.k_heads = 1;
-  c.head_dim = 64;
-  c.batch = 2;
-  detail[0] = '\0';
-  bench_sets sets;
-  if (bench_sets_create(&c, 1, &sets) != 0) {
-    snprintf(detail, size, "%s", bench_error());
-    return IGNIS_ERROR_INTERNAL;
-  }
-  void *stream = NULL;
-  ignis_status status = IGNIS_ERROR_INTERNAL;
-  if (bench_device_stream(device, &stream) == 0) {
-    ignis_tensor tensors[BENCH_MAX_TENSORS];
-    bench_sets_tensors(&sets, 0, tensors);
-    status = routine->call(&c, tensors, stream);
-    if (status != IGNIS_OK)
-      snprintf(detail, size, "%s", ignis_last_error());
-    else if (bench_device_sync(device) != 0) {
-      status = IGNIS_ERROR_CUDA;
-      snprintf(detail, size, "%s", bench_error());
-    }
-  } else {
-    snprintf(detail, size, "%s", bench_error());
-  }
-  bench_sets_destroy(&sets);
-  return status;
-}
-
 static void print_ops(int cuda_count) {
   ignis_device devices[MAX_PROBE_DEVICES] = {{IGNIS_DEVICE_CPU, 0}};
   int device_count = 1;
@@ -120,7 +82,10 @@ static void print_ops(int cuda_count) {
     devices[device_count++].id = d;
   }
   const ignis_dtype dtypes[] = {IGNIS_F32, IGNIS_F16, IGNIS_BF16};
-  printf("ops (dtypes whose probe call on a tiny random input succeeded):\n  %-24s", "routine");
+  printf(
+      "ops (dtypes whose tiny call succeeded and wrote valid outputs; '.': a dtype the op does not take):\n"
+      "  %-24s %-11s",
+      "routine", "family");
   for (int d = 0; d < device_count; ++d) {
     char name[32];
     bench_device_name(devices[d], name, sizeof name);
@@ -129,24 +94,28 @@ static void print_ops(int cuda_count) {
   printf("\n");
   char notes[64][600];
   int note_count = 0, notes_dropped = 0;
-  for (int r = 0; r < bench_routine_count; ++r) {
-    const bench_routine *routine = &bench_routines[r];
-    printf("  %-24s", routine->name);
+  for (int r = 0; r < bench_routine_count(); ++r) {
+    const bench_routine *routine = bench_routine_at(r);
+    printf("  %-24s %-11s", routine->name, routine->family->name);
     for (int d = 0; d < device_count; ++d) {
       char cell[64] = "";
       for (int t = 0; t < 3; ++t) {
-        char detail[512];
-        ignis_status status = probe(routine, devices[d], dtypes[t], detail, sizeof detail);
+        bench_probe probe;
+        if (bench_probe_routine(routine, devices[d], dtypes[t], &probe) != 0)
+          snprintf(probe.detail, sizeof probe.detail, "the probe could not run: %s", bench_error());
+        int taken = (routine->dtypes & BENCH_DTYPE_BIT(dtypes[t])) != 0;
         size_t used = strlen(cell);
         snprintf(cell + used, sizeof cell - used, "%s%s", used ? " " : "",
-                 status == IGNIS_OK ? ignis_dtype_name(dtypes[t]) : "-");
-        if (status == IGNIS_OK)
+                 probe.written ? ignis_dtype_name(dtypes[t])
+                 : taken       ? "-"
+                               : ".");
+        if (probe.written || !taken)
           continue;
         char name[32];
         bench_device_name(devices[d], name, sizeof name);
         if (note_count < 64)
           snprintf(notes[note_count++], sizeof notes[0], "%s on %s %s: %s: %s", routine->name, name,
-                   ignis_dtype_name(dtypes[t]), ignis_status_string(status), detail);
+                   ignis_dtype_name(dtypes[t]), ignis_status_string(probe.status), probe.detail);
         else
           ++notes_dropped;
       }
@@ -158,6 +127,17 @@ static void print_ops(int cuda_count) {
     printf("  note: %s\n", notes[i]);
   if (notes_dropped)
     printf("  note: %d more probe failures not shown\n", notes_dropped);
+}
+
+/* The library's table of environment variables, with what this process has set. */
+static void print_environment(void) {
+  printf("environment variables the library reads:\n");
+  for (int i = 0; i < ignis_env_var_count(); ++i) {
+    const ignis_env_var *v = ignis_env_var_at(i);
+    const char *value = getenv(v->name);
+    printf("  %-30s %-12s %s (values: %s; unset: %s)\n", v->name, value ? value : "(unset)", v->meaning, v->values,
+           v->unset);
+  }
 }
 
 int bench_command_info(int argc, char **argv) {
@@ -188,6 +168,7 @@ int bench_command_info(int argc, char **argv) {
   }
   int cuda_count = ignis_cuda_device_count();
   print_devices(cuda_count);
+  print_environment();
   if (run_probe)
     print_ops(cuda_count);
   return 0;

@@ -3,7 +3,8 @@
  * head dim 128, bf16, pages in random order) through a shared-memory ring, by copy method, with no
  * attention math (the consumers read every byte of a stage once). Standalone, not part of the
  * library or CI; on an H100 / H200:
- *     nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o paged_stream bench/paged_stream.cu -lcuda
+ *     nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o paged_stream \
+ *         bench/micro/paged_stream.cu -lcuda
  *     ./paged_stream [batch=64] [kv_len=4096] [permuted pages=1]
  * Prints GB/s of K+V per method (median of 30 launches, events). Methods (template MODE):
  *   0  cp.async 16 B per thread from per-(request, head) rows (the general decode kernel's loads)

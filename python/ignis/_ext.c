@@ -34,14 +34,10 @@
  *
  * Outputs (writable arguments) must be writable: a read-only or copied versioned export, and JAX
  * arrays (immutable, exported through the legacy capsule that cannot say so), are refused. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_ext.h"
 
 #include <stdarg.h>
-#include <stdint.h>
 #include <string.h>
-
-#include "ignis/ignis.h"
 
 /* ---- DLPack ABI (the layouts of the DLPack specification, v1.x) ------------------------------ */
 enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3 };
@@ -137,19 +133,17 @@ static int type_cache_len;
 static PyObject *torch_tensor_type, *cupy_ndarray_type, *jax_array_type;
 
 /* ---- errors ------------------------------------------------------------------------------- */
-static PyObject *status_class(ignis_status status, PyObject *fallback) {
+PyObject *status_class(ignis_status status, PyObject *fallback) {
   PyObject *cls =
       status > IGNIS_OK && status <= IGNIS_ERROR_BACKEND_UNAVAILABLE ? error_by_status[status] : NULL;
   return cls ? cls : fallback;
 }
 
-#define INVALID_ARGUMENT_ERROR status_class(IGNIS_ERROR_INVALID_ARGUMENT, PyExc_ValueError)
-#define UNSUPPORTED_ERROR status_class(IGNIS_ERROR_UNSUPPORTED, PyExc_NotImplementedError)
 #define ARGUMENT_TYPE_ERROR (argument_type_error ? argument_type_error : PyExc_TypeError)
 #define DTYPE_ERROR (dtype_error ? dtype_error : PyExc_TypeError)
 
 /* Raise ARGUMENT_TYPE_ERROR (a Python-level argument problem); returns -1. */
-static int raise_type(const char *format, ...) {
+int raise_type(const char *format, ...) {
   va_list args;
   va_start(args, format);
   PyErr_FormatV(ARGUMENT_TYPE_ERROR, format, args);
@@ -157,7 +151,7 @@ static int raise_type(const char *format, ...) {
   return -1;
 }
 
-static int raise_status(ignis_status status, const char *message) {
+int raise_status(ignis_status status, const char *message) {
   PyObject *cls = status == IGNIS_ERROR_INVALID_ARGUMENT && strstr(message, "dtype")
                       ? DTYPE_ERROR
                       : status_class(status, PyExc_RuntimeError);
@@ -342,7 +336,7 @@ static int framework_current_stream(PyObject *obj, int32_t device_id, void **str
 }
 
 /* ---- arguments ---------------------------------------------------------------------------- */
-static int parse_stream(const char *fn, PyObject *arg, void **stream) {
+int parse_stream(const char *fn, PyObject *arg, void **stream) {
   PyObject *value;
   if (PyLong_Check(arg)) {
     value = arg;
@@ -372,7 +366,7 @@ static int parse_stream(const char *fn, PyObject *arg, void **stream) {
   return 0;
 }
 
-static int parse_double(const char *fn, const char *name, PyObject *arg, double *out) {
+int parse_double(const char *fn, const char *name, PyObject *arg, double *out) {
   *out = PyFloat_AsDouble(arg);
   if (*out == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -381,7 +375,7 @@ static int parse_double(const char *fn, const char *name, PyObject *arg, double 
   return 0;
 }
 
-static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
+int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
   if (PyFloat_Check(arg))
     return raise_type("%s: %s must be an int, not float", fn, name);
   long long v = PyLong_AsLongLong(arg);
@@ -399,7 +393,7 @@ static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t 
 }
 
 /* args[0 .. count-1] as integers named names[i] (the configuration arguments of the plan bindings). */
-static int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
+int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
                             int64_t *out) {
   for (int i = 0; i < count; ++i)
     if (parse_int64(fn, names[i], args[i], &out[i]) < 0)
@@ -408,7 +402,7 @@ static int parse_int64_args(const char *fn, PyObject *const *args, const char *c
 }
 
 /* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
-static PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
+PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   if (status != IGNIS_OK) {
     raise_status(status, ignis_last_error());
     return NULL;
@@ -417,23 +411,6 @@ static PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
 }
 
 /* ---- tensors ------------------------------------------------------------------------------ */
-#define MAX_TENSORS 10
-
-typedef struct {
-  void *managed; /* exported capsule contents to release, or NULL */
-  int versioned;
-  uint64_t flags; /* DLPack flags of a versioned export */
-  int legacy;     /* exported through the legacy capsule (cannot signal read-only) */
-} export_slot;
-
-typedef struct {
-  const char *fn;
-  int count;
-  ignis_tensor tensors[MAX_TENSORS];
-  export_slot slots[MAX_TENSORS];
-  void *stream;
-} op_call;
-
 /* DLPack (code, bits) -> ignis dtype, lanes 1. */
 static const struct {
   uint8_t code, bits;
@@ -522,7 +499,7 @@ static void release_slot(export_slot *s) {
 }
 
 /* Release every export, keeping any pending exception intact across the producers' deleters. */
-static void op_call_release(op_call *c) {
+void op_call_release(op_call *c) {
   PyObject *pending = take_exception();
   for (int i = 0; i < c->count; ++i)
     release_slot(&c->slots[i]);
@@ -606,7 +583,7 @@ static int check_writable(op_call *c, int i, PyObject *obj, const char *name) {
 
 /* Read objs[0..count) into c->tensors and choose c->stream. Bit i of writable marks an output.
  * On failure everything taken is released and an exception is set. */
-static int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
+int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
                          int count, unsigned writable, PyObject *stream_arg) {
   type_facts scratch[MAX_TENSORS];
   type_facts *facts[MAX_TENSORS];
@@ -768,7 +745,7 @@ fail:
 }
 
 /* After the C call: release the exports, then return None or raise the status. */
-static PyObject *op_call_finish(op_call *c, ignis_status status) {
+PyObject *op_call_finish(op_call *c, ignis_status status) {
   char message[1024];
   if (status != IGNIS_OK)
     snprintf(message, sizeof message, "%s", ignis_last_error());
@@ -780,7 +757,7 @@ static PyObject *op_call_finish(op_call *c, ignis_status status) {
   Py_RETURN_NONE;
 }
 
-static int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected) {
+int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected) {
   if (nargs == expected)
     return 0;
   return raise_type("%s: expected %zd arguments, got %zd", fn, expected, nargs);
@@ -1125,7 +1102,7 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
  * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
 #define ATTENTION_OPTION_ARGS 7
 
-static int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
+int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
   ignis_attention_options init = IGNIS_ATTENTION_OPTIONS_INIT;
   *o = init;
   int64_t window_left, base, pos_encoding;
@@ -1148,7 +1125,7 @@ static int parse_attention_options(const char *fn, PyObject *const *a, ignis_att
 }
 
 /* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
-static int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e) {
+int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e) {
   ignis_attention_extras init = IGNIS_ATTENTION_EXTRAS_INIT;
   *e = init;
   return parse_double(fn, "k_scale", a[0], &e->k_scale) < 0 ||
@@ -1157,15 +1134,8 @@ static int parse_attention_scales(const char *fn, PyObject *const *a, ignis_atte
              : 0;
 }
 
-/* The objects of one call, some optional (None is left out), each remembering its slot. */
-typedef struct {
-  PyObject *objs[MAX_TENSORS];
-  const char *names[MAX_TENSORS];
-  int count;
-} tensor_list;
-
 /* Append obj (unless None); returns its slot, or -1 for None. */
-static int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
+int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   if (obj == Py_None)
     return -1;
   l->objs[l->count] = obj;
@@ -1173,13 +1143,9 @@ static int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   return l->count++;
 }
 
-static unsigned slot_bit(int slot) {
-  return slot >= 0 ? 1u << slot : 0u;
-}
-
 /* K/V handed over as a uint8 view (NumPy arrays of ml_dtypes' fp8 types, which DLPack cannot
  * carry): read them as `view` (an fp8 ignis_dtype value; -1: no view). */
-static int parse_kv_view(const char *fn, PyObject *arg, int64_t *view) {
+int parse_kv_view(const char *fn, PyObject *arg, int64_t *view) {
   if (parse_int64(fn, "kv_view", arg, view) < 0)
     return -1;
   if (*view != -1 && *view != IGNIS_FP8_E4M3 && *view != IGNIS_FP8_E5M2) {
@@ -1201,7 +1167,7 @@ static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const ch
 }
 
 /* Bytes of a contiguous workspace tensor (0 for None). */
-static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes) {
+int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes) {
   if (!ignis_tensor_is_contiguous(t)) {
     PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: the workspace buffer must be contiguous", fn);
     return -1;
@@ -1213,7 +1179,7 @@ static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size
 
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
-static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
+int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
                           size_t *ws_bytes) {
   *ws = NULL;
   *ws_bytes = 0;
@@ -1228,7 +1194,7 @@ static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view
 
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
                             int combined, ignis_paged_kv_cache *cache) {
   if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
@@ -1307,7 +1273,7 @@ static void decode_plan_capsule_destroy(PyObject *capsule) {
 }
 
 /* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
-static void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
+void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
   void *ptr = PyCapsule_IsValid(obj, name) ? PyCapsule_GetPointer(obj, name) : NULL;
   if (!ptr)
     raise_type("%s: plan must be a %s", fn, what);
@@ -1379,16 +1345,7 @@ static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args
   return bytes_or_raise(ignis_decode_workspace_size(handle->plan, &bytes), &bytes);
 }
 
-/* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
- * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */
-typedef struct {
-  int32_t *data;
-  int64_t len;
-  Py_buffer buffer;
-  int has_buffer;
-} host_i32;
-
-static void host_i32_release(host_i32 *a) {
+void host_i32_release(host_i32 *a) {
   if (a->has_buffer)
     PyBuffer_Release(&a->buffer);
   a->has_buffer = 0;
@@ -1405,7 +1362,7 @@ static int is_native_i32_format(const char *format, Py_ssize_t itemsize) {
 
 /* 1: read into *a; 0: obj is not such an array (another device, dtype, shape or type: the caller
  * converts it). */
-static int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
+int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
   type_facts scratch;
   type_facts *facts = facts_of(Py_TYPE(obj), &scratch);
   a->has_buffer = 0;
@@ -1611,14 +1568,6 @@ static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-#define FASTCALL(name, doc)                                                                                  \
-  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
-
-/* Sampling and prefill bindings live in their own files (IGNIS_SAMPLING_METHODS,
- * IGNIS_PREFILL_METHODS: their method-table entries). */
-#include "_ext_sampling.c"
-#include "_ext_prefill.c"
-
 static PyMethodDef ext_methods[] = {
     FASTCALL(rmsnorm, "rmsnorm(input, weight, eps, out, stream)"),
     FASTCALL(gemma_rmsnorm, "gemma_rmsnorm(input, weight, eps, out, stream)"),
@@ -1664,8 +1613,6 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
                          "kv_last_page_len, layout, out, lse, workspace, k_scale, v_scale, sinks, kv_view, "
                          "stream)"),
-    IGNIS_SAMPLING_METHODS
-    IGNIS_PREFILL_METHODS
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},
@@ -1701,5 +1648,9 @@ PyMODINIT_FUNC PyInit__ext(void) {
   }
   if (intern_all() < 0)
     return NULL;
-  return PyModule_Create(&ext_module);
+  PyObject *module = PyModule_Create(&ext_module);
+  if (module && (PyModule_AddFunctions(module, ext_sampling_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_prefill_methods) < 0))
+    Py_CLEAR(module);
+  return module;
 }

@@ -1,7 +1,8 @@
-/* Python bindings of prefill attention (include/ignis/prefill.h), included by _ext.c after its
- * argument helpers (op_call, tensor_list, parse_attention_options, host_i32, ...). prefill.py
- * gives them FlashInfer's names. A prefill plan travels as a capsule, as a decode plan does.
- * IGNIS_PREFILL_METHODS lists the method-table entries. */
+/* Python bindings of prefill attention (include/ignis/prefill.h), with the argument helpers of
+ * _ext.h (op_call, tensor_list, parse_attention_options, host_i32, ...). prefill.py gives them
+ * FlashInfer's names. A prefill plan travels as a capsule, as a decode plan does.
+ * ext_prefill_methods is the method table the module adds. */
+#include "_ext.h"
 
 /* (num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, max_qo_len, max_kv_len) -> bytes */
 static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -293,21 +294,22 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
   return op_call_finish(&c, status);
 }
 
-#define IGNIS_PREFILL_METHODS                                                                                \
-  FASTCALL(single_prefill_workspace_size, "single_prefill_workspace_size(num_qo_heads, num_kv_heads, "       \
-                                          "head_dim_qk, head_dim_vo, max_qo_len, max_kv_len)"),              \
-      FASTCALL(single_prefill, "single_prefill(q, k, v, layout, mask_mode, custom_mask, sm_scale, "          \
-                               "logits_soft_cap, window_left, lse_base, pos_encoding_mode, rope_scale, "     \
-                               "rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, workspace, stream)"), \
-      FASTCALL(prefill_plan_create, "prefill_plan_create(device_type, device_id, kv_kind, kv_layout, "       \
-                                    "num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, "      \
-                                    "q_dtype, kv_dtype, mask_mode, max_batch_size, max_qo_tokens, "          \
-                                    "max_kv_len, disable_split_kv, fixed_split_size, <7 options>)"),         \
-      FASTCALL(prefill_workspace_size, "prefill_workspace_size(plan)"),                                      \
-      FASTCALL(prefill_plan_update, "prefill_plan_update(plan, qo_indptr, kv_indptr, kv_last_page_len, "     \
-                                    "workspace, stream) -> batch size"),                                     \
-      FASTCALL(prefill_ragged_run, "prefill_ragged_run(plan, q, k, v, custom_mask, out, lse, workspace, "    \
-                                   "k_scale, v_scale, sinks, kv_view, stream)"),                             \
-      FASTCALL(prefill_paged_run, "prefill_paged_run(plan, q, k_cache, v_cache, kv_indptr, kv_indices, "     \
-                                  "kv_last_page_len, layout, custom_mask, out, lse, workspace, k_scale, "    \
-                                  "v_scale, sinks, kv_view, stream)"),
+PyMethodDef ext_prefill_methods[] = {
+    FASTCALL(single_prefill_workspace_size, "single_prefill_workspace_size(num_qo_heads, num_kv_heads, "
+             "head_dim_qk, head_dim_vo, max_qo_len, max_kv_len)"),
+    FASTCALL(single_prefill, "single_prefill(q, k, v, layout, mask_mode, custom_mask, sm_scale, "
+             "logits_soft_cap, window_left, lse_base, pos_encoding_mode, rope_scale, "
+             "rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, workspace, stream)"),
+    FASTCALL(prefill_plan_create, "prefill_plan_create(device_type, device_id, kv_kind, kv_layout, "
+             "num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, "
+             "q_dtype, kv_dtype, mask_mode, max_batch_size, max_qo_tokens, "
+             "max_kv_len, disable_split_kv, fixed_split_size, <7 options>)"),
+    FASTCALL(prefill_workspace_size, "prefill_workspace_size(plan)"),
+    FASTCALL(prefill_plan_update, "prefill_plan_update(plan, qo_indptr, kv_indptr, kv_last_page_len, "
+             "workspace, stream) -> batch size"),
+    FASTCALL(prefill_ragged_run, "prefill_ragged_run(plan, q, k, v, custom_mask, out, lse, workspace, "
+             "k_scale, v_scale, sinks, kv_view, stream)"),
+    FASTCALL(prefill_paged_run, "prefill_paged_run(plan, q, k_cache, v_cache, kv_indptr, kv_indices, "
+             "kv_last_page_len, layout, custom_mask, out, lse, workspace, k_scale, "
+             "v_scale, sinks, kv_view, stream)"),
+    {NULL, NULL, 0, NULL}};

@@ -1,8 +1,9 @@
-/* Python bindings of the sampling ops (include/ignis/sampling.h), included by _ext.c after its
- * argument helpers (op_call, parse_*), whose conventions they follow: positional arguments in the
- * order sampling.py passes them, tensors through DLPack, None for an absent optional tensor, the
- * stream last. A seed or offset is an int (a value) or a tensor (read by the kernel).
- * IGNIS_SAMPLING_METHODS lists the method-table entries. */
+/* Python bindings of the sampling ops (include/ignis/sampling.h), with the argument helpers of
+ * _ext.h (op_call, parse_*), whose conventions they follow: positional arguments in the order
+ * sampling.py passes them, tensors through DLPack, None for an absent optional tensor, the stream
+ * last. A seed or offset is an int (a value) or a tensor (read by the kernel).
+ * ext_sampling_methods is the method table the module adds. */
+#include "_ext.h"
 
 /* The tensors of one call, optional ones skipped when None; key -> slot in the op_call. */
 typedef struct {
@@ -211,14 +212,15 @@ static PyObject *ext_top_k(PyObject *self, PyObject *const *args, Py_ssize_t nar
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-#define IGNIS_SAMPLING_METHODS                                                                               \
-  FASTCALL(sampling,                                                                                         \
-           "sampling(kind, input, samples, indices, top_k_arr, top_k, top_p_arr, top_p, min_p_arr, "         \
-           "min_p, joint, seed, offset, stream)"),                                                           \
-      FASTCALL(sampling_transform, "sampling_transform(kind, input, arr, value, out, stream)"),              \
-      FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),                     \
-      FASTCALL(chain_speculative_sampling,                                                                   \
-               "chain_speculative_sampling(draft_probs, draft_token_ids, "                                   \
-               "target_probs, output_token_ids, accepted, emitted, seed, offset, "                           \
-               "stream)"),                                                                                   \
-      FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
+PyMethodDef ext_sampling_methods[] = {
+    FASTCALL(sampling,
+             "sampling(kind, input, samples, indices, top_k_arr, top_k, top_p_arr, top_p, min_p_arr, "
+             "min_p, joint, seed, offset, stream)"),
+    FASTCALL(sampling_transform, "sampling_transform(kind, input, arr, value, out, stream)"),
+    FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),
+    FASTCALL(chain_speculative_sampling,
+             "chain_speculative_sampling(draft_probs, draft_token_ids, "
+             "target_probs, output_token_ids, accepted, emitted, seed, offset, "
+             "stream)"),
+    FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
+    {NULL, NULL, 0, NULL}};

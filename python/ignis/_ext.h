@@ -1,0 +1,129 @@
+/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module and
+ * the norm, activation, RoPE, paged-cache, merge and decode bindings), _ext_prefill.c and
+ * _ext_sampling.c. Internal to the extension (never installed); every name here has hidden
+ * visibility, so nothing leaks out of the module but PyInit__ext.
+ *
+ * A binding reads its tensors through one op_call (op_call_begin: DLPack in, stream chosen),
+ * calls the C API with the GIL released, and returns op_call_finish (None, or the status raised as
+ * the matching ignis.Error). Each binding file ends with its method table, which the module adds
+ * at import. */
+#ifndef IGNIS_PYTHON_EXT_H
+#define IGNIS_PYTHON_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "ignis/ignis.h"
+
+/* ---- errors ------------------------------------------------------------------------------- */
+/* The ignis.Error subclass registered for status (fallback before ignis/__init__.py ran). */
+PyObject *status_class(ignis_status status, PyObject *fallback);
+
+#define INVALID_ARGUMENT_ERROR status_class(IGNIS_ERROR_INVALID_ARGUMENT, PyExc_ValueError)
+#define UNSUPPORTED_ERROR status_class(IGNIS_ERROR_UNSUPPORTED, PyExc_NotImplementedError)
+
+/* Raise ignis.ArgumentTypeError (a Python-level argument problem) from a printf format; -1. */
+int raise_type(const char *format, ...);
+/* Raise the class of a failed status with the message (a dtype problem as DtypeError); -1. */
+int raise_status(ignis_status status, const char *message);
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected);
+int parse_stream(const char *fn, PyObject *arg, void **stream);
+int parse_double(const char *fn, const char *name, PyObject *arg, double *out);
+int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out);
+/* args[0 .. count-1] as integers named names[i]. */
+int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count, int64_t *out);
+/* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
+PyObject *bytes_or_raise(ignis_status status, const size_t *bytes);
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+#define MAX_TENSORS 10
+
+typedef struct {
+  void *managed; /* exported capsule contents to release, or NULL */
+  int versioned;
+  uint64_t flags; /* DLPack flags of a versioned export */
+  int legacy;     /* exported through the legacy capsule (cannot signal read-only) */
+} export_slot;
+
+/* The tensors of one call, read through DLPack, and the stream it launches on. */
+typedef struct {
+  const char *fn;
+  int count;
+  ignis_tensor tensors[MAX_TENSORS];
+  export_slot slots[MAX_TENSORS];
+  void *stream;
+} op_call;
+
+/* Read objs[0..count) into c->tensors and choose c->stream (stream_arg: None or the caller's
+ * stream=). Bit i of writable marks an output. On failure everything taken is released and an
+ * exception is set. */
+int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names, int count,
+                  unsigned writable, PyObject *stream_arg);
+/* Release every export, keeping any pending exception intact across the producers' deleters. */
+void op_call_release(op_call *c);
+/* After the C call: release the exports, then return None or raise the status. */
+PyObject *op_call_finish(op_call *c, ignis_status status);
+
+/* The objects of one call, some optional (None is left out), each remembering its slot. */
+typedef struct {
+  PyObject *objs[MAX_TENSORS];
+  const char *names[MAX_TENSORS];
+  int count;
+} tensor_list;
+
+/* Append obj (unless None); returns its slot, or -1 for None. */
+int tensor_list_add(tensor_list *l, PyObject *obj, const char *name);
+
+static inline unsigned slot_bit(int slot) {
+  return slot >= 0 ? 1u << slot : 0u;
+}
+
+/* Bytes of a contiguous workspace tensor. */
+int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes);
+
+/* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
+ * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */
+typedef struct {
+  int32_t *data;
+  int64_t len;
+  Py_buffer buffer;
+  int has_buffer;
+} host_i32;
+
+/* 1: obj read into *a; 0: obj is not such an array (the caller converts it). */
+int read_host_i32(PyObject *obj, int writable, host_i32 *a);
+void host_i32_release(host_i32 *a);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+/* The options travel as ATTENTION_OPTION_ARGS positional values: (sm_scale, logits_soft_cap,
+ * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
+#define ATTENTION_OPTION_ARGS 7
+int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o);
+/* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
+int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e);
+/* K/V handed over as a uint8 view of fp8 data: `view` is the fp8 ignis_dtype to read them as, -1 none. */
+int parse_kv_view(const char *fn, PyObject *arg, int64_t *view);
+/* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
+ * k and v. On error the call is released and -1 returned. */
+int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
+                   size_t *ws_bytes);
+/* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
+ * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
+                     int combined, ignis_paged_kv_cache *cache);
+/* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
+void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what);
+
+/* ---- method tables ------------------------------------------------------------------------ */
+#define FASTCALL(name, doc)                                                                                  \
+  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
+
+/* NULL-terminated; added to the module by PyInit__ext. */
+extern PyMethodDef ext_prefill_methods[];
+extern PyMethodDef ext_sampling_methods[];
+
+#endif

@@ -1546,20 +1546,35 @@ static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
   return PyLong_FromLong(ignis_cuda_device_count());
 }
 
-/* _set_error_classes(by_status, argument_type_error, dtype_error): by_status[s] is the class
- * raised for status s (index 0, IGNIS_OK, is unused). */
+/* The status value of a C status name ("IGNIS_ERROR_CUDA"), or -1. */
+static int status_named(const char *name) {
+#define STATUS_NAMED(status, value, message)                                                               \
+  if (strcmp(name, #status) == 0)                                                                            \
+    return status;
+  IGNIS_STATUS_MAP(STATUS_NAMED)
+#undef STATUS_NAMED
+  return -1;
+}
+
+/* _set_error_classes(classes, argument_type_error, dtype_error): each class in the tuple is raised
+ * for the status its `status` attribute names (ignis/_errors.py). */
 static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
-  PyObject *by_status, *arg_error, *dt_error;
-  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &by_status, &arg_error, &dt_error))
+  PyObject *classes, *arg_error, *dt_error;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &classes, &arg_error, &dt_error))
     return NULL;
-  if (PyTuple_GET_SIZE(by_status) != IGNIS_ERROR_BACKEND_UNAVAILABLE + 1) {
-    PyErr_Format(PyExc_ValueError, "by_status must have %d entries", IGNIS_ERROR_BACKEND_UNAVAILABLE + 1);
-    return NULL;
-  }
-  for (int s = 0; s <= IGNIS_ERROR_BACKEND_UNAVAILABLE; ++s) {
-    PyObject *cls = PyTuple_GET_ITEM(by_status, s);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); ++i) {
+    PyObject *cls = PyTuple_GET_ITEM(classes, i);
+    PyObject *name = PyObject_GetAttrString(cls, "status");
+    const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    int status = text ? status_named(text) : -1;
+    Py_XDECREF(name);
+    if (status <= IGNIS_OK || status > IGNIS_ERROR_BACKEND_UNAVAILABLE) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "%R.status must name an IGNIS_ERROR_* status", cls);
+      return NULL;
+    }
     Py_INCREF(cls);
-    Py_XSETREF(error_by_status[s], cls);
+    Py_XSETREF(error_by_status[status], cls);
   }
   Py_INCREF(arg_error);
   Py_XSETREF(argument_type_error, arg_error);
@@ -1640,6 +1655,39 @@ static int intern_all(void) {
              : -1;
 }
 
+/* The C enum values the Python modules pass, under their C names, so that Python never restates
+ * a value (ignis/_common.py maps FlashInfer's strings onto them); DLPACK_CUDA is DLPack's kDLCUDA,
+ * the device type __dlpack_device__ reports for CUDA memory. */
+static int add_constants(PyObject *module) {
+#define ADD_CONSTANT(name)                                                                                   \
+  if (PyModule_AddIntConstant(module, #name, name) < 0)                                                    \
+    return -1;
+#define ADD_STATUS(name, value, message) ADD_CONSTANT(name)
+#define ADD_DTYPE(name, value, text, bytes) ADD_CONSTANT(name)
+  IGNIS_STATUS_MAP(ADD_STATUS)
+  IGNIS_DTYPE_MAP(ADD_DTYPE)
+  ADD_CONSTANT(IGNIS_DEVICE_CPU)
+  ADD_CONSTANT(IGNIS_DEVICE_CUDA)
+  ADD_CONSTANT(IGNIS_KV_LAYOUT_NHD)
+  ADD_CONSTANT(IGNIS_KV_LAYOUT_HND)
+  ADD_CONSTANT(IGNIS_LSE_BASE2)
+  ADD_CONSTANT(IGNIS_LSE_NATURAL)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_NONE)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_ROPE_LLAMA)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_ALIBI)
+  ADD_CONSTANT(IGNIS_MASK_NONE)
+  ADD_CONSTANT(IGNIS_MASK_CAUSAL)
+  ADD_CONSTANT(IGNIS_MASK_CUSTOM)
+  ADD_CONSTANT(IGNIS_PREFILL_RAGGED)
+  ADD_CONSTANT(IGNIS_PREFILL_PAGED)
+  ADD_CONSTANT(IGNIS_FILTER_TOP_K_FIRST)
+  ADD_CONSTANT(IGNIS_FILTER_JOINT)
+#undef ADD_DTYPE
+#undef ADD_STATUS
+#undef ADD_CONSTANT
+  return PyModule_AddIntConstant(module, "DLPACK_CUDA", DL_CUDA);
+}
+
 PyMODINIT_FUNC PyInit__ext(void) {
   if (ignis_version() != IGNIS_VERSION_NUMBER) {
     PyErr_Format(PyExc_ImportError, "ignis._ext was built against ignis %s but loaded libignis %s",
@@ -1650,7 +1698,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
     return NULL;
   PyObject *module = PyModule_Create(&ext_module);
   if (module && (PyModule_AddFunctions(module, ext_sampling_methods) < 0 ||
-                 PyModule_AddFunctions(module, ext_prefill_methods) < 0))
+                 PyModule_AddFunctions(module, ext_prefill_methods) < 0 || add_constants(module) < 0))
     Py_CLEAR(module);
   return module;
 }

@@ -25,7 +25,7 @@ from ._errors import InvalidArgumentError
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
 
-_BASES = {"2": 0, "ln": 1}
+_BASES = {"2": _ext.IGNIS_LSE_BASE2, "ln": _ext.IGNIS_LSE_NATURAL}
 
 
 def _base(lse_base):
@@ -65,7 +65,7 @@ def merge_states(v, s, *, lse_base="2", stream=None):
 def _level_workspaces(buffer, levels):
     """Equal byte slices of a CUDA workspace (the whole host buffer, unused, on the CPU)."""
     device = getattr(buffer, "__dlpack_device__", None)
-    if buffer is None or device is None or device()[0] != 2:
+    if buffer is None or device is None or device()[0] != _ext.DLPACK_CUDA:
         return [buffer] * levels
     flat = buffer.reshape(-1).view(dtype=buffer.dtype)
     size = flat.shape[0] // levels // 256 * 256

@@ -64,10 +64,11 @@ from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
 
-_LAYOUTS = {"NHD": 0, "HND": 1}
-_BASES = {"2": 0, "ln": 1}
-_POS_ENCODINGS = {"NONE": 0, "ROPE_LLAMA": 1, "ALIBI": 2}
-_F16, _BF16, _E4M3, _E5M2 = 1, 2, 3, 4
+_LAYOUTS = {"NHD": _ext.IGNIS_KV_LAYOUT_NHD, "HND": _ext.IGNIS_KV_LAYOUT_HND}
+_BASES = {"2": _ext.IGNIS_LSE_BASE2, "ln": _ext.IGNIS_LSE_NATURAL}
+_POS_ENCODINGS = {"NONE": _ext.IGNIS_POS_ENCODING_NONE, "ROPE_LLAMA": _ext.IGNIS_POS_ENCODING_ROPE_LLAMA,
+                  "ALIBI": _ext.IGNIS_POS_ENCODING_ALIBI}
+_F16, _BF16, _E4M3, _E5M2 = _ext.IGNIS_F16, _ext.IGNIS_BF16, _ext.IGNIS_FP8_E4M3, _ext.IGNIS_FP8_E5M2
 _DTYPES = {
     "float16": _F16, "half": _F16, "f16": _F16,
     "bfloat16": _BF16, "bf16": _BF16,
@@ -75,7 +76,7 @@ _DTYPES = {
     "float8_e5m2": _E5M2, "fp8_e5m2": _E5M2, "e5m2": _E5M2,
 }
 _FP8_NUMPY = {"float8_e4m3fn": _E4M3, "float8_e5m2": _E5M2}  # ml_dtypes names; passed as uint8 views
-_DL_CUDA = 2
+_DL_CUDA = _ext.DLPACK_CUDA
 _INT32_MAX = 2**31 - 1
 _MIN_MAX_BATCH = 64
 _MIN_MAX_KV_LEN = 4096
@@ -254,7 +255,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     k, v, kv_view = _kv_views(fn, k, v, "k", "v")
     workspace = None
     if _on_cuda(q):
-        kv_len = k.shape[0] if layout == 0 else k.shape[1]
+        kv_len = k.shape[0] if layout == _ext.IGNIS_KV_LAYOUT_NHD else k.shape[1]
         workspace = _single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
     lse = _new_f32(q, (q.shape[0],)) if return_lse else None
@@ -511,7 +512,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         rope_scale, rope_theta = _rope(rope_scale, rope_theta)
         self._key = None
         self._indexes = None
-        self._head = [1 if self._cuda else 0, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size,
+        self._head = [_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size,
                       q_code, kv_code, q_len_per_req]
         self._tail = [bool(disable_split_kv), fixed_split_size or 0, 0.0 if sm_scale is None else sm_scale,
                       logits_soft_cap or 0.0, window_left, _base(lse_base), _pos_encoding(fn, pos_encoding_mode),

@@ -17,7 +17,7 @@ from ._errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
 
-_LAYOUTS = {"NHD": 0, "HND": 1}
+_LAYOUTS = {"NHD": _ext.IGNIS_KV_LAYOUT_NHD, "HND": _ext.IGNIS_KV_LAYOUT_HND}
 
 
 def _layout(kv_layout):

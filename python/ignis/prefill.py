@@ -44,8 +44,6 @@ from .quantization import packbits, segment_packbits
 __all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_lse",
            "BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"]
 
-_NONE, _CAUSAL, _CUSTOM = 0, 1, 2
-_RAGGED, _PAGED = 0, 1
 
 
 def _new_output(q, shape):
@@ -57,8 +55,8 @@ def _new_output(q, shape):
 
 def _mask_mode(causal, custom_mask, packed_custom_mask):
     if custom_mask is not None or packed_custom_mask is not None:
-        return _CUSTOM
-    return _CAUSAL if causal else _NONE
+        return _ext.IGNIS_MASK_CUSTOM
+    return _ext.IGNIS_MASK_CAUSAL if causal else _ext.IGNIS_MASK_NONE
 
 
 def _scales(fn, q_scale, k_scale, v_scale):
@@ -94,8 +92,8 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     head_dim_vo = v.shape[-1]
     workspace = None
     if _on_cuda(q):
-        kv_len = k.shape[0] if layout == 0 else k.shape[1]
-        kv_heads = k.shape[1] if layout == 0 else k.shape[0]
+        nhd = layout == _ext.IGNIS_KV_LAYOUT_NHD
+        kv_len, kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
         workspace = _single_workspace(q, _ext.single_prefill_workspace_size(
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
@@ -113,7 +111,7 @@ single_prefill_with_kv_cache_return_lse = functools.partial(single_prefill_with_
 class _BatchPrefillWrapper:
     """What the ragged and paged wrappers share: the workspace, the C plan and its maxima."""
 
-    _kind = _RAGGED
+    _kind = _ext.IGNIS_PREFILL_RAGGED
     _name = ""
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, backend="auto", **unused):
@@ -133,10 +131,16 @@ class _BatchPrefillWrapper:
         self._workspace = float_workspace_buffer
         self._planned = False
 
+    def _cuda_workspace(self):
+        """The workspace when the plans run on CUDA (their schedule lives there), else None."""
+        workspace = self._workspace
+        return workspace if workspace is not None and _on_cuda(workspace) else None
+
     def _device(self):
-        if self._workspace is not None and _on_cuda(self._workspace):
-            return 1, self._workspace.__dlpack_device__()[1]
-        return 0, 0
+        workspace = self._cuda_workspace()
+        if workspace is None:
+            return _ext.IGNIS_DEVICE_CPU, 0
+        return _ext.IGNIS_DEVICE_CUDA, workspace.__dlpack_device__()[1]
 
     def _configure(self, fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
                    kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs):
@@ -185,7 +189,7 @@ class _BatchPrefillWrapper:
             packed_custom_mask, _ = segment_packbits(custom_mask, numpy.asarray(bits, dtype=numpy.int64),
                                                      bitorder="little")
         self._mask = packed_custom_mask
-        workspace = self._workspace if self._device()[0] else None
+        workspace = self._cuda_workspace()
         _ext.prefill_plan_update(self._plan, qo, kv, last, workspace, stream)
         self._planned = True
 
@@ -212,7 +216,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
     """Batch prefill over ragged q / k / v: request b owns rows ``qo_indptr[b]:qo_indptr[b+1]`` of
     ``q`` / ``out`` and ``kv_indptr[b]:kv_indptr[b+1]`` of ``k`` / ``v``."""
 
-    _kind = _RAGGED
+    _kind = _ext.IGNIS_PREFILL_RAGGED
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
              custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
@@ -236,7 +240,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
         k, v, kv_view = _kv_views(fn, k, v, "k", "v")
         k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
-        workspace = self._workspace if self._device()[0] else None
+        workspace = self._cuda_workspace()
         _ext.prefill_ragged_run(self._plan, q, k, v, self._mask, out, lse, workspace, k_value, v_value, sinks,
                                 kv_view, stream)
         if finish is not None:
@@ -248,7 +252,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
     """Batch prefill over a paged KV cache (one ``[num_pages, 2, ...]`` tensor or a
     ``(k_cache, v_cache)`` tuple in the wrapper's layout); ``qo_indptr`` describes ragged q."""
 
-    _kind = _PAGED
+    _kind = _ext.IGNIS_PREFILL_PAGED
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
              num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None,
@@ -269,7 +273,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
     begin_forward = plan
 
     def _on_workspace_device(self, x, name):
-        if not self._device()[0]:
+        if self._cuda_workspace() is None:
             return _host_i32(x, name)
         if _on_cuda(x):
             return x
@@ -290,7 +294,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
             k_cache, v_cache = paged_kv_cache, None
         k_cache, v_cache, kv_view = _kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
         k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
-        workspace = self._workspace if self._device()[0] else None
+        workspace = self._cuda_workspace()
         indptr, indices, last = self._indexes
         _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, self._mask, out,
                                lse, workspace, k_value, v_value, sinks, kv_view, stream)

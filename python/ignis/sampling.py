@@ -128,7 +128,7 @@ def _sample(kind, input, indices, generator, check_nan, seed, offset, stream, to
     m_arr, m_val = _threshold(min_p, 0.0)
     seed, offset = _seed_offset(generator, seed, offset)
     _ext.sampling(_KIND[kind], input, samples, indices, k_arr, k_val, p_arr, p_val, m_arr, m_val,
-                  1 if filter_apply_order == "joint" else 0, seed, offset, stream)
+                  _ext.IGNIS_FILTER_JOINT if filter_apply_order == "joint" else _ext.IGNIS_FILTER_TOP_K_FIRST, seed, offset, stream)
     return samples
 
 

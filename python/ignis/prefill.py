@@ -36,9 +36,9 @@ import functools
 
 from . import _ext
 from ._alloc import _pick
+from ._common import (dtype_code, host_i32, kv_caches, kv_views, layout_code, lse_base_code, new_f32, next_pow2,
+                      on_cuda, pos_encoding_code, rope, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
-from .decode import (_base, _dtype_code, _host_i32, _key_scale, _kv_views, _layout, _new_f32, _next_pow2, _on_cuda,
-                     _pos_encoding, _rope, _scale, _single_workspace)
 from .quantization import packbits, segment_packbits
 
 __all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_lse",
@@ -59,14 +59,9 @@ def _mask_mode(causal, custom_mask, packed_custom_mask):
     return _ext.IGNIS_MASK_CAUSAL if causal else _ext.IGNIS_MASK_NONE
 
 
-def _scales(fn, q_scale, k_scale, v_scale):
-    k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
-    return k_value, 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
-
-
 def _options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale, rope_theta):
-    rope_scale, rope_theta = _rope(rope_scale, rope_theta)
-    return (0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left, _base(lse_base),
+    rope_scale, rope_theta = rope(rope_scale, rope_theta)
+    return (0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left, lse_base_code(lse_base),
             pos_encoding, rope_scale, rope_theta)
 
 
@@ -80,24 +75,24 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     in base ``lse_base``). ``custom_mask``: booleans ``[qo_len, kv_len]``; ``packed_custom_mask``:
     their little-endian bit-packing (uint8)."""
     fn = "ignis.single_prefill_with_kv_cache"
-    layout = _layout(kv_layout)
-    pos_encoding = _pos_encoding(fn, pos_encoding_mode)
+    layout = layout_code(kv_layout)
+    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
-    k_value, v_value = _scales(fn, scale_q, scale_k, scale_v)
+    k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
     mode = _mask_mode(causal, custom_mask, packed_custom_mask)
     if packed_custom_mask is None and custom_mask is not None:
         packed_custom_mask = packbits(custom_mask, bitorder="little")
-    k, v, kv_view = _kv_views(fn, k, v, "k", "v")
+    k, v, kv_view = kv_views(fn, k, v, "k", "v")
     head_dim_vo = v.shape[-1]
     workspace = None
-    if _on_cuda(q):
+    if on_cuda(q):
         nhd = layout == _ext.IGNIS_KV_LAYOUT_NHD
         kv_len, kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
-        workspace = _single_workspace(q, _ext.single_prefill_workspace_size(
+        workspace = single_workspace(q, _ext.single_prefill_workspace_size(
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
-    lse = _new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
+    lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
     _ext.single_prefill(q, k, v, layout, mode, packed_custom_mask,
                         *_options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale,
                                   rope_theta),
@@ -115,7 +110,7 @@ class _BatchPrefillWrapper:
     _name = ""
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, backend="auto", **unused):
-        self._layout = _layout(kv_layout)
+        self._layout = layout_code(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = use_cuda_graph
         self._plan = None
@@ -134,7 +129,7 @@ class _BatchPrefillWrapper:
     def _cuda_workspace(self):
         """The workspace when the plans run on CUDA (their schedule lives there), else None."""
         workspace = self._workspace
-        return workspace if workspace is not None and _on_cuda(workspace) else None
+        return workspace if workspace is not None and on_cuda(workspace) else None
 
     def _device(self):
         workspace = self._cuda_workspace()
@@ -144,8 +139,8 @@ class _BatchPrefillWrapper:
 
     def _configure(self, fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
                    kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs):
-        q_code = _dtype_code(fn, "q_data_type", q_data_type)
-        kv_code = q_code if kv_data_type is None else _dtype_code(fn, "kv_data_type", kv_data_type)
+        q_code = dtype_code(fn, "q_data_type", q_data_type)
+        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
         device = self._device()
         key = (device, self._layout, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo or head_dim_qk, page_size,
                q_code, kv_code, mode, int(bool(disable_split_kv)), fixed_split_size or 0, options)
@@ -154,7 +149,7 @@ class _BatchPrefillWrapper:
         if self._use_cuda_graph and self._key is not None:
             raise InvalidArgumentError("%s: with use_cuda_graph=True the plan is fixed by the first plan() call; "
                                        "this batch needs another one (make a new wrapper)" % fn)
-        maxima = (_next_pow2(needs[0], 64), _next_pow2(needs[1], 4096), _next_pow2(needs[2], 4096))
+        maxima = (next_pow2(needs[0], 64), next_pow2(needs[1], 4096), next_pow2(needs[2], 4096))
         self._plan = _ext.prefill_plan_create(device[0], device[1], self._kind, self._layout, *key[2:10], *maxima,
                                               *key[10:12], *options)
         self._key, self._maxima = key, maxima
@@ -163,9 +158,9 @@ class _BatchPrefillWrapper:
                   head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, pos_encoding_mode, window_left,
                   logits_soft_cap, sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type, disable_split_kv,
                   fixed_split_size, lse_base, stream):
-        qo = _host_i32(qo_indptr, "qo_indptr")
-        kv = _host_i32(kv_indptr, "kv_indptr")
-        last = None if kv_last_page_len is None else _host_i32(kv_last_page_len, "kv_last_page_len")
+        qo = host_i32(qo_indptr, "qo_indptr")
+        kv = host_i32(kv_indptr, "kv_indptr")
+        last = None if kv_last_page_len is None else host_i32(kv_last_page_len, "kv_last_page_len")
         if qo.size < 1 or kv.size != qo.size:
             raise InvalidArgumentError("%s: qo_indptr has %d entries and kv_indptr %d: they must describe the same "
                                        "batch" % (fn, qo.size, kv.size))
@@ -174,7 +169,7 @@ class _BatchPrefillWrapper:
             lengths = (lengths - 1) * page_size + last
             lengths[kv[1:] == kv[:-1]] = 0
         mode = _mask_mode(causal, custom_mask, packed_custom_mask)
-        options = _options(sm_scale, logits_soft_cap, window_left, lse_base, _pos_encoding(fn, pos_encoding_mode),
+        options = _options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding_code(fn, pos_encoding_mode),
                            rope_scale, rope_theta)
         needs = (qo.size - 1, max(1, int(qo[-1] - qo[0])), int(lengths.max()) if lengths.size else 0)
         self._configure(fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
@@ -200,7 +195,7 @@ class _BatchPrefillWrapper:
         if out is None:
             out, finish = _new_output(q, (q.shape[0], q.shape[1], self._key[5]))
         if return_lse and lse is None:
-            lse = _new_f32(q, (q.shape[0], q.shape[1]))
+            lse = new_f32(q, (q.shape[0], q.shape[1]))
         return out, finish, lse
 
     def run_return_lse(self, *args, **kwargs):
@@ -238,8 +233,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         if args:
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
-        k, v, kv_view = _kv_views(fn, k, v, "k", "v")
-        k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
+        k, v, kv_view = kv_views(fn, k, v, "k", "v")
+        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
         _ext.prefill_ragged_run(self._plan, q, k, v, self._mask, out, lse, workspace, k_value, v_value, sinks,
                                 kv_view, stream)
@@ -274,12 +269,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
 
     def _on_workspace_device(self, x, name):
         if self._cuda_workspace() is None:
-            return _host_i32(x, name)
-        if _on_cuda(x):
+            return host_i32(x, name)
+        if on_cuda(x):
             return x
         import torch
 
-        return torch.from_numpy(_host_i32(x, name)).to(self._workspace.device)
+        return torch.from_numpy(host_i32(x, name)).to(self._workspace.device)
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, sinks=None, enable_pdl=None, stream=None):
@@ -288,12 +283,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         if args:
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
-        if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
-            k_cache, v_cache = paged_kv_cache
-        else:
-            k_cache, v_cache = paged_kv_cache, None
-        k_cache, v_cache, kv_view = _kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
-        k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
+        k_cache, v_cache = kv_caches(paged_kv_cache)
+        k_cache, v_cache, kv_view = kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
+        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
         indptr, indices, last = self._indexes
         _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, self._mask, out,

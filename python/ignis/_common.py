@@ -67,8 +67,14 @@ def dtype_code(fn, name, dtype):
     return code
 
 
-def rope(rope_scale, rope_theta):
-    return 1.0 if rope_scale is None else rope_scale, 1e4 if rope_theta is None else rope_theta
+def attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                      rope_theta):
+    """FlashInfer's attention arguments as the fields of ignis_attention_options, by name (the
+    extension's keywords); a None keeps the C default (sm_scale 1/sqrt(head_dim), no soft cap,
+    rope_scale 1, rope_theta 1e4)."""
+    return {"window_left": window_left, "logits_soft_cap": logits_soft_cap, "sm_scale": sm_scale,
+            "lse_base": lse_base_code(lse_base), "pos_encoding_mode": pos_encoding_code(fn, pos_encoding_mode),
+            "rope_scale": rope_scale, "rope_theta": rope_theta}
 
 
 def _host_number(fn, name, value):
@@ -111,13 +117,13 @@ def scales(fn, q_scale, k_scale, v_scale):
 
 
 def _fp8_numpy_view(x):
-    """(x, -1), or for a NumPy array of ml_dtypes' fp8 types (which DLPack cannot carry) its uint8
-    view and the ignis dtype to read it as."""
+    """(x, None), or for a NumPy array of ml_dtypes' fp8 types (which DLPack cannot carry) its uint8
+    view and the ignis dtype to read it as (the extension's kv_view)."""
     numpy = sys.modules.get("numpy")
     if numpy is None or x.__class__ is not numpy.ndarray:
-        return x, -1
+        return x, None
     code = _FP8_NUMPY.get(x.dtype.name)
-    return (x, -1) if code is None else (x.view(numpy.uint8), code)
+    return (x, None) if code is None else (x.view(numpy.uint8), code)
 
 
 def kv_views(fn, k, v, k_name, v_name):

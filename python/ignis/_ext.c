@@ -410,6 +410,110 @@ PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   return PyLong_FromSize_t(*bytes);
 }
 
+/* The interned names of a spec table, made at its first use (single-phase module, under the GIL). */
+static int intern_spec(arg_spec *spec, int count) {
+  for (int i = 0; i < count; ++i)
+    if (!spec[i].key && !(spec[i].key = PyUnicode_InternFromString(spec[i].name)))
+      return -1;
+  return 0;
+}
+
+/* The spec entry named `key`: by pointer first (call sites' keywords are interned constants). */
+static int spec_index(const arg_spec *spec, int count, PyObject *key) {
+  for (int i = 0; i < count; ++i)
+    if (spec[i].key == key)
+      return i;
+  for (int i = 0; i < count; ++i)
+    if (PyUnicode_Compare(spec[i].key, key) == 0)
+      return i;
+  return -1;
+}
+
+static int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
+  char *at = (char *)dst + a->offset;
+  if (a->kind == ARG_OBJECT || a->kind == ARG_REQUIRED) {
+    if (a->kind == ARG_REQUIRED && value == Py_None)
+      return raise_type("%s: %s must not be None", fn, a->name);
+    memcpy(at, &value, sizeof value);
+    return 0;
+  }
+  if (value == Py_None) /* a scalar given as None keeps its default */
+    return 0;
+  int64_t i64;
+  switch (a->kind) {
+  case ARG_DOUBLE: {
+    double d;
+    if (parse_double(fn, a->name, value, &d) < 0)
+      return -1;
+    memcpy(at, &d, sizeof d);
+    return 0;
+  }
+  case ARG_BOOL: {
+    int32_t flag = PyObject_IsTrue(value);
+    if (flag < 0)
+      return -1;
+    memcpy(at, &flag, sizeof flag);
+    return 0;
+  }
+  case ARG_INT64:
+    if (parse_int64(fn, a->name, value, &i64) < 0)
+      return -1;
+    memcpy(at, &i64, sizeof i64);
+    return 0;
+  default: /* ARG_INT32, ARG_ENUM, ARG_POSITIVE: a C int */
+    if (parse_int64(fn, a->name, value, &i64) < 0)
+      return -1;
+    if (a->kind == ARG_POSITIVE && i64 < 1) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld must be positive (or None)", fn, a->name, (long long)i64);
+      return -1;
+    }
+    if (i64 < INT32_MIN || i64 > INT32_MAX) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld is out of range", fn, a->name, (long long)i64);
+      return -1;
+    }
+    int32_t i32 = (int32_t)i64;
+    memcpy(at, &i32, sizeof i32);
+    return 0;
+  }
+}
+
+int parse_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, void *dst) {
+  uint64_t given = 0;
+  if (count > 64 || (!spec[0].key && intern_spec(spec, count) < 0))
+    return -1;
+  if (nargs > count)
+    return raise_type("%s: expected at most %d arguments, got %zd", fn, count, nargs);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (store_arg(fn, &spec[i], args[i], dst) < 0)
+      return -1;
+    given |= UINT64_C(1) << i;
+  }
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+    int i = spec_index(spec, count, key);
+    if (i < 0)
+      return raise_type("%s: unexpected argument %U", fn, key);
+    if (given >> i & 1)
+      return raise_type("%s: argument %s given twice", fn, spec[i].name);
+    if (store_arg(fn, &spec[i], args[nargs + k], dst) < 0)
+      return -1;
+    given |= UINT64_C(1) << i;
+  }
+  for (int i = 0; i < count; ++i) {
+    if (given >> i & 1)
+      continue;
+    if (spec[i].kind == ARG_REQUIRED)
+      return raise_type("%s: missing argument %s", fn, spec[i].name);
+    if (spec[i].kind == ARG_OBJECT) {
+      PyObject *none = Py_None;
+      memcpy((char *)dst + spec[i].offset, &none, sizeof none);
+    }
+  }
+  return 0;
+}
+
 /* ---- tensors ------------------------------------------------------------------------------ */
 /* DLPack (code, bits) -> ignis dtype, lanes 1. */
 static const struct {
@@ -1098,40 +1202,19 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 /* ---- decode attention ------------------------------------------------------------------------ */
-/* The options travel as ATTENTION_OPTION_ARGS positional values: (sm_scale, logits_soft_cap,
- * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
-#define ATTENTION_OPTION_ARGS 7
+_Static_assert(sizeof(ignis_dtype) == sizeof(int32_t) && sizeof(ignis_device_type) == sizeof(int32_t) &&
+                   sizeof(ignis_kv_layout) == sizeof(int32_t) && sizeof(ignis_lse_base) == sizeof(int32_t) &&
+                   sizeof(ignis_pos_encoding) == sizeof(int32_t) && sizeof(ignis_mask_mode) == sizeof(int32_t) &&
+                   sizeof(ignis_prefill_kv_kind) == sizeof(int32_t) &&
+                   sizeof(ignis_filter_apply_order) == sizeof(int32_t),
+               "ARG_ENUM stores an int32_t");
 
-int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
-  ignis_attention_options init = IGNIS_ATTENTION_OPTIONS_INIT;
-  *o = init;
-  int64_t window_left, base, pos_encoding;
-  if (parse_double(fn, "sm_scale", a[0], &o->sm_scale) < 0 ||
-      parse_double(fn, "logits_soft_cap", a[1], &o->logits_soft_cap) < 0 ||
-      parse_int64(fn, "window_left", a[2], &window_left) < 0 ||
-      parse_int64(fn, "lse_base", a[3], &base) < 0 ||
-      parse_int64(fn, "pos_encoding_mode", a[4], &pos_encoding) < 0 ||
-      parse_double(fn, "rope_scale", a[5], &o->rope_scale) < 0 ||
-      parse_double(fn, "rope_theta", a[6], &o->rope_theta) < 0)
-    return -1;
-  if (window_left < INT32_MIN || window_left > INT32_MAX) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: window_left=%lld is out of range", fn, (long long)window_left);
-    return -1;
-  }
-  o->window_left = (int32_t)window_left;
-  o->lse_base = (ignis_lse_base)base;
-  o->pos_encoding_mode = (ignis_pos_encoding)pos_encoding;
-  return 0;
-}
-
-/* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
-int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e) {
-  ignis_attention_extras init = IGNIS_ATTENTION_EXTRAS_INIT;
-  *e = init;
-  return parse_double(fn, "k_scale", a[0], &e->k_scale) < 0 ||
-                 parse_double(fn, "v_scale", a[1], &e->v_scale) < 0
-             ? -1
-             : 0;
+void attention_args_init(attention_args *a) {
+  ignis_attention_options options = IGNIS_ATTENTION_OPTIONS_INIT;
+  ignis_attention_extras extras = IGNIS_ATTENTION_EXTRAS_INIT;
+  PyObject *none = Py_None;
+  *a = (attention_args){none, none, none, none, none, none, none, none, none, none, none, none, none,
+                        IGNIS_KV_LAYOUT_NHD, IGNIS_MASK_NONE, -1, options, extras};
 }
 
 /* Append obj (unless None); returns its slot, or -1 for None. */
@@ -1143,13 +1226,9 @@ int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   return l->count++;
 }
 
-/* K/V handed over as a uint8 view (NumPy arrays of ml_dtypes' fp8 types, which DLPack cannot
- * carry): read them as `view` (an fp8 ignis_dtype value; -1: no view). */
-int parse_kv_view(const char *fn, PyObject *arg, int64_t *view) {
-  if (parse_int64(fn, "kv_view", arg, view) < 0)
-    return -1;
-  if (*view != -1 && *view != IGNIS_FP8_E4M3 && *view != IGNIS_FP8_E5M2) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be -1 or an fp8 dtype", fn, (long long)*view);
+int check_kv_view(const char *fn, int64_t view) {
+  if (view != -1 && view != IGNIS_FP8_E4M3 && view != IGNIS_FP8_E5M2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be None or an fp8 dtype", fn, (long long)view);
     return -1;
   }
   return 0;
@@ -1217,37 +1296,39 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
   return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
 }
 
-/* (q, k, v, layout, <7 options>, k_scale, v_scale, sinks_or_None, kv_view, out, lse_or_None,
- *  workspace_or_None, stream) */
-static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static arg_spec single_decode_args[] = {
+    ARG(attention_args, q, ARG_REQUIRED),         ARG(attention_args, k, ARG_REQUIRED),
+    ARG(attention_args, v, ARG_REQUIRED),         ARG(attention_args, out, ARG_REQUIRED),
+    ARG(attention_args, lse, ARG_OBJECT),         ARG(attention_args, workspace, ARG_OBJECT),
+    ARG(attention_args, kv_layout, ARG_ENUM),     ATTENTION_OPTION_ARGS(attention_args, options),
+    ATTENTION_EXTRA_ARGS};
+
+static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
-  enum { EXTRAS = 4 + ATTENTION_OPTION_ARGS, OUT = EXTRAS + 4 };
-  int64_t layout, kv_view;
-  ignis_attention_options options;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, OUT + 4) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
-      parse_attention_options(fn, args + 4, &options) < 0 ||
-      parse_attention_scales(fn, args + EXTRAS, &extras) < 0 ||
-      parse_kv_view(fn, args[EXTRAS + 3], &kv_view) < 0)
+  attention_args a;
+  attention_args_init(&a);
+  if (parse_args(fn, single_decode_args, sizeof single_decode_args / sizeof single_decode_args[0], args, nargs,
+                 kwnames, &a) < 0 ||
+      check_kv_view(fn, a.kv_view) < 0)
     return NULL;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[0], "q"), k_at = tensor_list_add(&l, args[1], "k");
-  int v_at = tensor_list_add(&l, args[2], "v"), out_at = tensor_list_add(&l, args[OUT], "out");
-  int lse_at = tensor_list_add(&l, args[OUT + 1], "lse");
-  int ws_at = tensor_list_add(&l, args[OUT + 2], "workspace");
-  int sinks_at = tensor_list_add(&l, args[EXTRAS + 2], "sinks");
+  int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
+  int v_at = tensor_list_add(&l, a.v, "v"), out_at = tensor_list_add(&l, a.out, "out");
+  int lse_at = tensor_list_add(&l, a.lse, "lse");
+  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
+  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
     return NULL;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_inputs(fn, &c, ws_at, a.kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
     return NULL;
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], (ignis_kv_layout)layout, &options, &extras,
-      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], a.kv_layout, &a.options, &a.extras, &c.tensors[out_at],
+      lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1284,35 +1365,37 @@ static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
   return plan_capsule_of(fn, obj, DECODE_PLAN_CAPSULE, "decode plan made by decode_plan_create");
 }
 
-/* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, kv_dtype,
- *  q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, fixed_split_size, <7 options>)
- *  -> plan capsule; device_type 0 CPU, 1 CUDA; the dtypes ignis_dtype values. */
-static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The fields of ignis_decode_plan_config, by their names in decode.h. */
+static arg_spec decode_plan_args[] = {
+    DEVICE_ARGS(ignis_decode_plan_config, device),
+    ARG(ignis_decode_plan_config, num_qo_heads, ARG_INT64),
+    ARG(ignis_decode_plan_config, num_kv_heads, ARG_INT64),
+    ARG(ignis_decode_plan_config, head_dim, ARG_INT64),
+    ARG(ignis_decode_plan_config, page_size, ARG_INT64),
+    ARG(ignis_decode_plan_config, q_dtype, ARG_ENUM),
+    ARG(ignis_decode_plan_config, kv_dtype, ARG_ENUM),
+    ARG(ignis_decode_plan_config, q_len_per_req, ARG_INT64),
+    ARG(ignis_decode_plan_config, max_batch_size, ARG_INT64),
+    ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
+    ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
+    ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
+    ATTENTION_OPTION_ARGS(ignis_decode_plan_config, options)};
+
+/* A decode plan config from keywords (fields not given keep IGNIS_DECODE_PLAN_CONFIG_INIT's values). */
+static int parse_decode_plan_config(const char *fn, PyObject *const *kwargs, PyObject *kwnames,
+                                    ignis_decode_plan_config *config) {
+  ignis_decode_plan_config init = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  *config = init;
+  return parse_args(fn, decode_plan_args, sizeof decode_plan_args / sizeof decode_plan_args[0], kwargs, 0, kwnames,
+                    config);
+}
+
+/* (**config) -> plan capsule */
+static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const names[] = {"device_type",     "device_id",      "num_qo_heads", "num_kv_heads",
-                                      "head_dim",        "page_size",      "q_data_type",  "kv_data_type",
-                                      "q_len_per_req",   "max_batch_size", "max_kv_len",   "disable_split_kv",
-                                      "fixed_split_size"};
-  enum { COUNT = sizeof names / sizeof names[0] };
-  int64_t v[COUNT];
-  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0 || parse_int64_args(fn, args, names, COUNT, v) < 0)
+  ignis_decode_plan_config config;
+  if (check_nargs(fn, nargs, 0) < 0 || parse_decode_plan_config(fn, args, kwnames, &config) < 0)
     return NULL;
-  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
-  if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
-    return NULL;
-  config.device.type = v[0] ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
-  config.device.id = (int32_t)v[1];
-  config.num_qo_heads = v[2];
-  config.num_kv_heads = v[3];
-  config.head_dim = v[4];
-  config.page_size = v[5];
-  config.q_dtype = (ignis_dtype)v[6];
-  config.kv_dtype = (ignis_dtype)v[7];
-  config.q_len_per_req = v[8];
-  config.max_batch_size = v[9];
-  config.max_kv_len = v[10];
-  config.disable_split_kv = v[11] != 0;
-  config.fixed_split_size = v[12];
   decode_plan_handle *handle = PyMem_RawCalloc(1, sizeof *handle);
   if (!handle)
     return PyErr_NoMemory();
@@ -1331,6 +1414,27 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
     PyMem_RawFree(handle);
   }
   return capsule;
+}
+
+/* (workspace_bytes, **config) -> the largest max_kv_len whose plan fits (-1: none) */
+static PyObject *ext_decode_max_kv_len_for_workspace(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                                     PyObject *kwnames) {
+  static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
+  ignis_decode_plan_config config;
+  int64_t bytes = 0, max_kv_len = 0;
+  if (check_nargs(fn, nargs, 1) < 0 || parse_int64(fn, "workspace_bytes", args[0], &bytes) < 0 ||
+      parse_decode_plan_config(fn, args + 1, kwnames, &config) < 0)
+    return NULL;
+  if (bytes < 0) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: workspace_bytes=%lld must be >= 0", fn, (long long)bytes);
+    return NULL;
+  }
+  ignis_status status = ignis_decode_max_kv_len_for_workspace(&config, (size_t)bytes, &max_kv_len);
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return PyLong_FromLongLong(max_kv_len);
 }
 
 /* (plan) -> workspace bytes */
@@ -1480,38 +1584,53 @@ done:
   return result;
 }
 
-/* (plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, kv_last_page_len, layout,
- *  out, lse_or_None, workspace, k_scale, v_scale, sinks_or_None, kv_view, stream) */
-static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* k_cache is the combined [pages, 2, ...] cache when v_cache is None; kv_indptr and
+ * kv_last_page_len None: the plan's copies in the workspace, uploaded with the schedule. */
+static arg_spec decode_run_args[] = {
+    ARG(attention_args, plan, ARG_REQUIRED),
+    ARG(attention_args, q, ARG_REQUIRED),
+    ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+    ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+    ARG(attention_args, out, ARG_REQUIRED),
+    ARG(attention_args, kv_indices, ARG_REQUIRED),
+    ARG(attention_args, kv_indptr, ARG_OBJECT),
+    ARG(attention_args, kv_last_page_len, ARG_OBJECT),
+    ARG(attention_args, lse, ARG_OBJECT),
+    ARG(attention_args, workspace, ARG_OBJECT),
+    ARG(attention_args, kv_layout, ARG_ENUM),
+    ATTENTION_EXTRA_ARGS};
+
+static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
-  int64_t layout, kv_view;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, 16) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0 ||
-      parse_attention_scales(fn, args + 11, &extras) < 0 || parse_kv_view(fn, args[14], &kv_view) < 0)
+  attention_args a;
+  attention_args_init(&a);
+  if (parse_args(fn, decode_run_args, sizeof decode_run_args / sizeof decode_run_args[0], args, nargs, kwnames,
+                 &a) < 0 ||
+      check_kv_view(fn, a.kv_view) < 0)
     return NULL;
-  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
+  decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  int combined = args[3] == Py_None;
+  int combined = a.v == Py_None;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[1], "q");
-  int k_at = tensor_list_add(&l, args[2], combined ? "paged_kv_cache" : "k_cache");
-  int v_at = tensor_list_add(&l, args[3], "v_cache");
-  int indptr_at = tensor_list_add(&l, args[4], "kv_indptr");
-  int indices_at = tensor_list_add(&l, args[5], "kv_indices");
-  int last_at = tensor_list_add(&l, args[6], "kv_last_page_len");
-  int out_at = tensor_list_add(&l, args[8], "out");
-  int lse_at = tensor_list_add(&l, args[9], "lse");
-  int ws_at = tensor_list_add(&l, args[10], "workspace");
-  int sinks_at = tensor_list_add(&l, args[13], "sinks");
+  int q_at = tensor_list_add(&l, a.q, "q");
+  int k_at = tensor_list_add(&l, a.k, combined ? "paged_kv_cache" : "k_cache");
+  int v_at = tensor_list_add(&l, a.v, "v_cache");
+  int indptr_at = tensor_list_add(&l, a.kv_indptr, "kv_indptr");
+  int indices_at = tensor_list_add(&l, a.kv_indices, "kv_indices");
+  int last_at = tensor_list_add(&l, a.kv_last_page_len, "kv_last_page_len");
+  int out_at = tensor_list_add(&l, a.out, "out");
+  int lse_at = tensor_list_add(&l, a.lse, "lse");
+  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
+  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[15]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
     return NULL;
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = (ignis_kv_layout)layout;
+  cache.layout = a.kv_layout;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  if (paged_kv_tensors(fn, &c, kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0 ||
+  if (paged_kv_tensors(fn, &c, a.kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0 ||
       (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
     op_call_release(&c);
     return NULL;
@@ -1521,14 +1640,14 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   if (indptr_at >= 0 && last_at >= 0) {
     cache.indptr = c.tensors[indptr_at];
     cache.last_page_len = c.tensors[last_at];
-  } else { /* None: the plan's copies in the workspace, uploaded with the schedule */
+  } else {
     status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
   }
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   if (status != IGNIS_OK)
     return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &extras, &c.tensors[out_at],
+      ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &a.extras, &c.tensors[out_at],
                        lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
@@ -1612,22 +1731,18 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(merge_states, "merge_states(v, s, lse_base, v_out, s_out, stream)"),
     FASTCALL(single_decode_workspace_size,
              "single_decode_workspace_size(num_qo_heads, head_dim, max_kv_len)"),
-    FASTCALL(single_decode,
-             "single_decode(q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, "
-             "pos_encoding_mode, rope_scale, rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, "
-             "workspace, stream)"),
-    FASTCALL(decode_plan_create,
-             "decode_plan_create(device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, "
-             "q_dtype, kv_dtype, q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, "
-             "fixed_split_size, sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding_mode, "
-             "rope_scale, rope_theta)"),
+    FASTCALL_KW(single_decode, "single_decode(q, k, v, out, **arguments): ignis_single_decode (single_decode_args)"),
+    FASTCALL_KW(decode_plan_create,
+                "decode_plan_create(**config) -> plan: the fields of ignis_decode_plan_config by name"),
+    FASTCALL_KW(decode_max_kv_len_for_workspace,
+                "decode_max_kv_len_for_workspace(workspace_bytes, **config): "
+                "ignis_decode_max_kv_len_for_workspace (config as for decode_plan_create)"),
     FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
     FASTCALL(decode_plan_update,
              "decode_plan_update(plan, kv_indptr, kv_last_page_len, workspace, staging, stream) -> batch "
              "size, False (not host int32 arrays) or (batch size, longest kv_len) past the plan's maxima"),
-    FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
-                         "kv_last_page_len, layout, out, lse, workspace, k_scale, v_scale, sinks, kv_view, "
-                         "stream)"),
+    FASTCALL_KW(decode_run, "decode_run(plan, q, k_cache, v_cache, out, **arguments): ignis_decode_run "
+                            "(decode_run_args)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

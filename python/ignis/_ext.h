@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ignis/ignis.h"
@@ -36,6 +37,38 @@ int parse_double(const char *fn, const char *name, PyObject *arg, double *out);
 int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out);
 /* args[0 .. count-1] as integers named names[i]. */
 int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count, int64_t *out);
+/* Arguments by name: a binding describes its arguments once, in a spec table (name, kind, offset of
+ * the field it fills), and parse_args fills a struct from positional arguments (in table order)
+ * and keywords. The Python modules pass every argument past the obvious first few by keyword, so
+ * no order is written twice; a config struct (ignis_decode_plan_config, ...) is filled in place
+ * over its _INIT defaults, its fields named as in the header. */
+typedef enum {
+  ARG_REQUIRED, /* PyObject * (borrowed), must be given and not None */
+  ARG_OBJECT,   /* PyObject * (borrowed), None when not given */
+  ARG_DOUBLE,   /* double */
+  ARG_INT64,    /* int64_t */
+  ARG_INT32,    /* int32_t */
+  ARG_ENUM,     /* an ignis enum (int-sized), passed as its _ext constant */
+  ARG_POSITIVE, /* int32_t >= 1 */
+  ARG_BOOL      /* int32_t 0 or 1, from any truth value */
+} arg_kind;
+
+typedef struct {
+  const char *name;
+  arg_kind kind;
+  size_t offset; /* of the field in the struct parse_args fills */
+  PyObject *key; /* name, interned at the table's first use */
+} arg_spec;
+
+#define ARG(type, field, kind) {#field, kind, offsetof(type, field), NULL}
+#define ARG_NAMED(name, type, field, kind) {name, kind, offsetof(type, field), NULL}
+
+/* Fill dst from args[0..nargs) (in spec order) and kwnames (FASTCALL keywords, values after the
+ * positional ones). A scalar not given, or given as None, keeps dst's value: its default. An
+ * unknown, repeated or missing required argument is an ArgumentTypeError. count <= 64. */
+int parse_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, void *dst);
+
 /* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
 PyObject *bytes_or_raise(ignis_status status, const size_t *bytes);
 
@@ -99,14 +132,44 @@ int read_host_i32(PyObject *obj, int writable, host_i32 *a);
 void host_i32_release(host_i32 *a);
 
 /* ---- attention ---------------------------------------------------------------------------- */
-/* The options travel as ATTENTION_OPTION_ARGS positional values: (sm_scale, logits_soft_cap,
- * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
-#define ATTENTION_OPTION_ARGS 7
-int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o);
-/* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
-int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e);
-/* K/V handed over as a uint8 view of fp8 data: `view` is the fp8 ignis_dtype to read them as, -1 none. */
-int parse_kv_view(const char *fn, PyObject *arg, int64_t *view);
+/* The arguments of the attention bindings (single decode and prefill, the batch runs), by name;
+ * each binding's spec table says which it takes. */
+typedef struct {
+  PyObject *plan, *q, *k, *v, *out, *lse, *workspace, *custom_mask, *kv_indptr, *kv_indices, *kv_last_page_len;
+  PyObject *sinks, *stream;
+  ignis_kv_layout kv_layout;
+  ignis_mask_mode mask_mode;
+  int64_t kv_view; /* K / V are uint8 views of fp8 data (NumPy arrays of ml_dtypes' types, which
+                      DLPack cannot carry): the ignis_dtype to read them as; -1: no view */
+  ignis_attention_options options;
+  ignis_attention_extras extras; /* k_scale, v_scale; sinks attached once read */
+} attention_args;
+
+/* The C defaults: every object None, the _INIT options and extras, NHD, no mask, no view. */
+void attention_args_init(attention_args *a);
+
+/* The ignis_attention_options fields of `member` (a struct's options), named as in decode.h. */
+#define ATTENTION_OPTION_ARGS(type, member)                                                                   \
+  ARG_NAMED("sm_scale", type, member.sm_scale, ARG_DOUBLE),                                                  \
+      ARG_NAMED("logits_soft_cap", type, member.logits_soft_cap, ARG_DOUBLE),                                \
+      ARG_NAMED("window_left", type, member.window_left, ARG_INT32),                                         \
+      ARG_NAMED("lse_base", type, member.lse_base, ARG_ENUM),                                                \
+      ARG_NAMED("pos_encoding_mode", type, member.pos_encoding_mode, ARG_ENUM),                              \
+      ARG_NAMED("rope_scale", type, member.rope_scale, ARG_DOUBLE),                                          \
+      ARG_NAMED("rope_theta", type, member.rope_theta, ARG_DOUBLE)
+
+/* The per-call arguments every attention binding ends with. */
+#define ATTENTION_EXTRA_ARGS                                                                                  \
+  ARG_NAMED("k_scale", attention_args, extras.k_scale, ARG_DOUBLE),                                          \
+      ARG_NAMED("v_scale", attention_args, extras.v_scale, ARG_DOUBLE), ARG(attention_args, sinks, ARG_OBJECT), \
+      ARG(attention_args, kv_view, ARG_INT64), ARG(attention_args, stream, ARG_OBJECT)
+
+/* The device fields (ignis_device `member`) of a plan config, as device_type and device_id. */
+#define DEVICE_ARGS(config, member)                                                                           \
+  ARG_NAMED("device_type", config, member.type, ARG_ENUM), ARG_NAMED("device_id", config, member.id, ARG_INT32)
+
+/* -1 with the error set unless view is -1 or an fp8 dtype. */
+int check_kv_view(const char *fn, int64_t view);
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
 int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
@@ -121,6 +184,9 @@ void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const cha
 /* ---- method tables ------------------------------------------------------------------------ */
 #define FASTCALL(name, doc)                                                                                  \
   { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
+/* A binding that takes keywords (parse_args). */
+#define FASTCALL_KW(name, doc)                                                                               \
+  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL | METH_KEYWORDS, doc }
 
 /* NULL-terminated; added to the module by PyInit__ext. */
 extern PyMethodDef ext_prefill_methods[];

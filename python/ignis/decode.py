@@ -59,8 +59,8 @@ import sys
 
 from . import _ext
 from ._alloc import new_output
-from ._common import (INT32_MAX, Q_DTYPES, dtype_code, host_i32, is_cuda, kv_caches, kv_views, layout_code,
-                      lse_base_code, new_f32, next_pow2, on_cuda, pos_encoding_code, rope, scales, single_workspace)
+from ._common import (INT32_MAX, Q_DTYPES, attention_options, dtype_code, host_i32, is_cuda, kv_caches, kv_views,
+                      layout_code, new_f32, next_pow2, on_cuda, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
@@ -82,7 +82,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
     layout = layout_code(kv_layout)
-    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
     k, v, kv_view = kv_views(fn, k, v, "k", "v")
     workspace = None
@@ -91,10 +92,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         workspace = single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
     lse = new_f32(q, (q.shape[0],)) if return_lse else None
-    rope_scale, rope_theta = rope(rope_scale, rope_theta)
-    _ext.single_decode(q, k, v, layout, 0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left,
-                       lse_base_code(lse_base), pos_encoding, rope_scale, rope_theta, k_value, v_value, sinks, kv_view, out,
-                       lse, workspace, stream)
+    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, k_scale=k_value, v_scale=v_value,
+                       sinks=sinks, kv_view=kv_view, stream=stream, **options)
     return (finish(out), lse) if return_lse else finish(out)
 
 
@@ -320,14 +319,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                    % (fn, o_data_type, q_data_type))
         if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
-        rope_scale, rope_theta = rope(rope_scale, rope_theta)
         self._key = None
         self._indexes = None
-        self._head = [_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size,
-                      q_code, kv_code, q_len_per_req]
-        self._tail = [bool(disable_split_kv), fixed_split_size or 0, 0.0 if sm_scale is None else sm_scale,
-                      logits_soft_cap or 0.0, window_left, lse_base_code(lse_base), pos_encoding_code(fn, pos_encoding_mode),
-                      rope_scale, rope_theta]
+        # ignis_decode_plan_config by field name, but the maxima (_build sets them)
+        self._config = dict(
+            device_type=_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, device_id=self._device_id,
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+            q_dtype=q_code, kv_dtype=kv_code, q_len_per_req=q_len_per_req, disable_split_kv=bool(disable_split_kv),
+            fixed_split_size=fixed_split_size or 0,
+            **attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta))
         self._explicit = (max_batch_size, max_kv_len)
         self._build(self._max_batch_seen, self._longest_seen)
         self._key = key
@@ -343,38 +344,22 @@ class BatchDecodeWithPagedKVCacheWrapper:
             max_batch = explicit_batch
         else:
             max_batch = next_pow2(batch, _MIN_MAX_BATCH)
-        fixed_split_pages = self._tail[1]
+        config = self._config
         if explicit_kv_len is not None:
-            plan = self._create(max_batch, explicit_kv_len)
-        elif not fixed_split_pages or self._tail[0]:
-            plan = self._create(max_batch, INT32_MAX)  # the workspace does not grow with it
+            max_kv_len = explicit_kv_len
+        elif not config["fixed_split_size"] or config["disable_split_kv"]:
+            max_kv_len = INT32_MAX  # the workspace does not grow with it
         elif self._cuda and self._graph_buffers is not None:
-            plan = self._fixed_split_plan(max_batch, longest, fixed_split_pages)
+            # the longest KV length whose fixed splits fit the CUDA-graph workspace, or the longest request
+            bound = _ext.decode_max_kv_len_for_workspace(self._workspace.nbytes, max_batch_size=max_batch, **config)
+            max_kv_len = max(longest, bound)
         else:  # the grid grows with the bound: keep it within twice the longest request seen
-            plan = self._create(max_batch, next_pow2(longest, _MIN_MAX_KV_LEN))
+            max_kv_len = next_pow2(longest, _MIN_MAX_KV_LEN)
+        plan = _ext.decode_plan_create(max_batch_size=max_batch, max_kv_len=max_kv_len, **config)
+        self._max_batch, self._max_kv_len = max_batch, max_kv_len
         if self._cuda and (self._uploader is None or self._uploader.staging.shape[0] < 2 * max_batch + 1):
             self._uploader = _IndexUploader(self._workspace, max_batch, self._graph_buffers)
         self._plan = plan
-
-    def _create(self, max_batch, max_kv_len):
-        self._max_batch, self._max_kv_len = max_batch, max_kv_len
-        return _ext.decode_plan_create(*self._head, max_batch, max_kv_len, *self._tail)
-
-    def _fixed_split_plan(self, max_batch, longest, fixed_split_pages):
-        """A CUDA plan with fixed splits for the longest KV length whose schedule and partial rows
-        fit the workspace (estimated, then checked against the plan's own size query)."""
-        num_qo_heads, head_dim, page_size, q_len = self._head[2], self._head[4], self._head[5], self._head[8]
-        workspace_bytes = self._workspace.nbytes
-        per_item = 16 + 4 * q_len * num_qo_heads * (head_dim + 1)  # a work item and its f32 partial rows
-        items = max(1, (workspace_bytes - 16 * (max_batch + 64)) // (per_item * max_batch))
-        max_kv_len = max(longest, min(INT32_MAX, items * fixed_split_pages * page_size))
-        while True:
-            plan = self._create(max_batch, max_kv_len)
-            if max_kv_len <= max(longest, fixed_split_pages * page_size):
-                return plan
-            if _ext.decode_workspace_size(plan) <= workspace_bytes:
-                return plan
-            max_kv_len = max(longest, max_kv_len // 2)
 
     def _update_slow(self, indptr, last_page_len, result, stream):
         """plan_update when the fast path declined: index arrays not on the host as int32 (copied
@@ -403,7 +388,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             if result.__class__ is not int:
                 raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d "
                                            "keys with fixed_split_size=%d" % (fn, self._workspace.nbytes, longest,
-                                                                              self._tail[1]))
+                                                                              self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
     def _update(self, indptr, last_page_len, stream):
@@ -444,8 +429,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if return_lse and lse is None:
             lse = new_f32(q, (q.shape[0], q.shape[1]))
         indptr, indices, last = self._indexes
-        _ext.decode_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, out, lse,
-                        self._workspace, k_value, v_value, sinks, kv_view, stream)
+        _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr, kv_last_page_len=last,
+                        lse=lse, workspace=self._workspace, kv_layout=self._layout, k_scale=k_value, v_scale=v_value,
+                        sinks=sinks, kv_view=kv_view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

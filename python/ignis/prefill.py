@@ -36,8 +36,8 @@ import functools
 
 from . import _ext
 from ._alloc import _pick
-from ._common import (dtype_code, host_i32, kv_caches, kv_views, layout_code, lse_base_code, new_f32, next_pow2,
-                      on_cuda, pos_encoding_code, rope, scales, single_workspace)
+from ._common import (attention_options, dtype_code, host_i32, kv_caches, kv_views, layout_code, new_f32, next_pow2,
+                      on_cuda, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
@@ -59,12 +59,6 @@ def _mask_mode(causal, custom_mask, packed_custom_mask):
     return _ext.IGNIS_MASK_CAUSAL if causal else _ext.IGNIS_MASK_NONE
 
 
-def _options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale, rope_theta):
-    rope_scale, rope_theta = rope(rope_scale, rope_theta)
-    return (0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left, lse_base_code(lse_base),
-            pos_encoding, rope_scale, rope_theta)
-
-
 def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None, o_dtype=None, custom_mask=None,
                                  packed_custom_mask=None, causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1, logits_soft_cap=None,
@@ -76,7 +70,8 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     their little-endian bit-packing (uint8)."""
     fn = "ignis.single_prefill_with_kv_cache"
     layout = layout_code(kv_layout)
-    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
     k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
@@ -93,10 +88,9 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
     lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
-    _ext.single_prefill(q, k, v, layout, mode, packed_custom_mask,
-                        *_options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale,
-                                  rope_theta),
-                        k_value, v_value, sinks, kv_view, out, lse, workspace, stream)
+    _ext.single_prefill(q, k, v, out, lse=lse, workspace=workspace, custom_mask=packed_custom_mask, kv_layout=layout,
+                        mask_mode=mode, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream,
+                        **options)
     return (finish(out), lse) if return_lse else finish(out)
 
 
@@ -114,7 +108,7 @@ class _BatchPrefillWrapper:
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = use_cuda_graph
         self._plan = None
-        self._key = None
+        self._config = None  # ignis_prefill_plan_config by field name, but the maxima
         self._maxima = None
         self._planned = False
 
@@ -141,18 +135,21 @@ class _BatchPrefillWrapper:
                    kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs):
         q_code = dtype_code(fn, "q_data_type", q_data_type)
         kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
-        device = self._device()
-        key = (device, self._layout, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo or head_dim_qk, page_size,
-               q_code, kv_code, mode, int(bool(disable_split_kv)), fixed_split_size or 0, options)
-        if key == self._key and all(n <= m for n, m in zip(needs, self._maxima)):
+        device_type, device_id = self._device()
+        config = dict(device_type=device_type, device_id=device_id, kv_kind=self._kind, kv_layout=self._layout,
+                      num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
+                      head_dim_vo=head_dim_vo or head_dim_qk, page_size=page_size, q_dtype=q_code, kv_dtype=kv_code,
+                      mask_mode=mode, disable_split_kv=bool(disable_split_kv), fixed_split_size=fixed_split_size or 0,
+                      **options)
+        if config == self._config and all(n <= m for n, m in zip(needs, self._maxima)):
             return
-        if self._use_cuda_graph and self._key is not None:
+        if self._use_cuda_graph and self._config is not None:
             raise InvalidArgumentError("%s: with use_cuda_graph=True the plan is fixed by the first plan() call; "
                                        "this batch needs another one (make a new wrapper)" % fn)
         maxima = (next_pow2(needs[0], 64), next_pow2(needs[1], 4096), next_pow2(needs[2], 4096))
-        self._plan = _ext.prefill_plan_create(device[0], device[1], self._kind, self._layout, *key[2:10], *maxima,
-                                              *key[10:12], *options)
-        self._key, self._maxima = key, maxima
+        self._plan = _ext.prefill_plan_create(max_batch_size=maxima[0], max_qo_tokens=maxima[1], max_kv_len=maxima[2],
+                                              **config)
+        self._config, self._maxima = config, maxima
 
     def _schedule(self, fn, qo_indptr, kv_indptr, kv_last_page_len, page_size, num_qo_heads, num_kv_heads,
                   head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, pos_encoding_mode, window_left,
@@ -169,8 +166,8 @@ class _BatchPrefillWrapper:
             lengths = (lengths - 1) * page_size + last
             lengths[kv[1:] == kv[:-1]] = 0
         mode = _mask_mode(causal, custom_mask, packed_custom_mask)
-        options = _options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding_code(fn, pos_encoding_mode),
-                           rope_scale, rope_theta)
+        options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                    rope_theta)
         needs = (qo.size - 1, max(1, int(qo[-1] - qo[0])), int(lengths.max()) if lengths.size else 0)
         self._configure(fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
                         kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs)
@@ -193,7 +190,7 @@ class _BatchPrefillWrapper:
             raise InvalidArgumentError("%s: call plan first" % fn)
         finish = None
         if out is None:
-            out, finish = _new_output(q, (q.shape[0], q.shape[1], self._key[5]))
+            out, finish = _new_output(q, (q.shape[0], q.shape[1], self._config["head_dim_vo"]))
         if return_lse and lse is None:
             lse = new_f32(q, (q.shape[0], q.shape[1]))
         return out, finish, lse
@@ -236,8 +233,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         k, v, kv_view = kv_views(fn, k, v, "k", "v")
         k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
-        _ext.prefill_ragged_run(self._plan, q, k, v, self._mask, out, lse, workspace, k_value, v_value, sinks,
-                                kv_view, stream)
+        _ext.prefill_ragged_run(self._plan, q, k, v, out, custom_mask=self._mask, lse=lse, workspace=workspace,
+                                k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out
@@ -288,8 +285,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
         indptr, indices, last = self._indexes
-        _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, self._mask, out,
-                               lse, workspace, k_value, v_value, sinks, kv_view, stream)
+        _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, out, kv_indptr=indptr, kv_indices=indices,
+                               kv_last_page_len=last, kv_layout=self._layout, custom_mask=self._mask, lse=lse,
+                               workspace=workspace, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view,
+                               stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

@@ -429,9 +429,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if return_lse and lse is None:
             lse = new_f32(q, (q.shape[0], q.shape[1]))
         indptr, indices, last = self._indexes
-        _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr, kv_last_page_len=last,
-                        lse=lse, workspace=self._workspace, kv_layout=self._layout, k_scale=k_value, v_scale=v_value,
-                        sinks=sinks, kv_view=kv_view, stream=stream)
+        _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr,
+                        kv_last_page_len=last, lse=lse, workspace=self._workspace, kv_layout=self._layout,
+                        k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

@@ -1501,13 +1501,48 @@ int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
   return 1;
 }
 
+/* What decode_plan_update answers when it did nothing: _ext.PlanUpdateDeclined(host_copy_needed,
+ * batch_size, longest_kv_len). host_copy_needed: an index array is not a contiguous int32 host
+ * array (convert it and call again; the sizes are -1, unread); else the batch is past the plan's
+ * maxima (make a larger plan). Planned batches answer a plain int, so that plan()'s fast path
+ * tests one type. */
+static PyTypeObject *plan_update_declined_type;
+
+static PyStructSequence_Field plan_update_declined_fields[] = {
+    {"host_copy_needed", "an index array must first be copied to the host as int32"},
+    {"batch_size", "the batch's requests (-1 with host_copy_needed)"},
+    {"longest_kv_len", "the batch's longest request in keys (-1 with host_copy_needed)"},
+    {NULL, NULL}};
+
+static PyStructSequence_Desc plan_update_declined_desc = {"ignis._ext.PlanUpdateDeclined",
+                                                          "Why decode_plan_update planned nothing.",
+                                                          plan_update_declined_fields, 3};
+
+static PyObject *plan_update_declined(int host_copy_needed, int64_t batch, int64_t longest) {
+  PyObject *result = PyStructSequence_New(plan_update_declined_type);
+  if (!result)
+    return NULL;
+  PyObject *flag = PyBool_FromLong(host_copy_needed), *b = PyLong_FromLongLong(batch);
+  PyObject *l = PyLong_FromLongLong(longest);
+  if (!b || !l) {
+    Py_XDECREF(b);
+    Py_XDECREF(l);
+    Py_DECREF(flag);
+    Py_DECREF(result);
+    return NULL;
+  }
+  PyStructSequence_SetItem(result, 0, flag);
+  PyStructSequence_SetItem(result, 1, b);
+  PyStructSequence_SetItem(result, 2, l);
+  return result;
+}
+
 /* (plan, kv_indptr, kv_last_page_len, workspace_or_None, staging_or_None, stream): plan_update
  * straight from host arrays (the fast path of plan()). kv_indptr and kv_last_page_len are read in
  * place when they are 1-D contiguous int32 host arrays; `staging`, a writable int32 host array of
  * at least 2 * batch + 1 entries, receives [kv_indptr | kv_last_page_len] for the caller's one
- * copy to the device. Returns the batch size when planned; False when an index array is not such
- * a host array (nothing done: convert and call again); (batch_size, longest kv_len) when the batch
- * is past the plan's maxima (nothing done: build a larger plan). */
+ * copy to the device. Returns the batch size when planned, else a PlanUpdateDeclined (nothing
+ * done). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
   static const char *const ws_name[] = {"float_workspace_buffer"};
@@ -1517,13 +1552,11 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
   if (!handle)
     return NULL;
   host_i32 indptr, last, staging;
-  int r = read_host_i32(args[1], 0, &indptr);
-  if (r == 0)
-    Py_RETURN_FALSE;
-  r = read_host_i32(args[2], 0, &last);
-  if (r == 0) {
+  if (!read_host_i32(args[1], 0, &indptr))
+    return plan_update_declined(1, -1, -1);
+  if (!read_host_i32(args[2], 0, &last)) {
     host_i32_release(&indptr);
-    Py_RETURN_FALSE;
+    return plan_update_declined(1, -1, -1);
   }
   PyObject *result = NULL;
   int64_t batch = indptr.len - 1;
@@ -1541,7 +1574,7 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
     longest = kv_len > longest ? kv_len : longest;
   }
   if (batch > handle->max_batch_size || longest > handle->max_kv_len) {
-    result = Py_BuildValue("(LL)", (long long)batch, (long long)longest);
+    result = plan_update_declined(0, batch, longest);
     goto done;
   }
   if (args[4] != Py_None) {
@@ -1740,7 +1773,7 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
     FASTCALL(decode_plan_update,
              "decode_plan_update(plan, kv_indptr, kv_last_page_len, workspace, staging, stream) -> batch "
-             "size, False (not host int32 arrays) or (batch size, longest kv_len) past the plan's maxima"),
+             "size, or PlanUpdateDeclined"),
     FASTCALL_KW(decode_run, "decode_run(plan, q, k_cache, v_cache, out, **arguments): ignis_decode_run "
                             "(decode_run_args)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
@@ -1803,6 +1836,18 @@ static int add_constants(PyObject *module) {
   return PyModule_AddIntConstant(module, "DLPACK_CUDA", DL_CUDA);
 }
 
+static int add_plan_update_declined(PyObject *module) {
+  plan_update_declined_type = PyStructSequence_NewType(&plan_update_declined_desc);
+  if (!plan_update_declined_type)
+    return -1;
+  Py_INCREF(plan_update_declined_type); /* the module's reference; ours is kept for the process */
+  if (PyModule_AddObject(module, "PlanUpdateDeclined", (PyObject *)plan_update_declined_type) < 0) {
+    Py_DECREF(plan_update_declined_type);
+    return -1;
+  }
+  return 0;
+}
+
 PyMODINIT_FUNC PyInit__ext(void) {
   if (ignis_version() != IGNIS_VERSION_NUMBER) {
     PyErr_Format(PyExc_ImportError, "ignis._ext was built against ignis %s but loaded libignis %s",
@@ -1813,7 +1858,8 @@ PyMODINIT_FUNC PyInit__ext(void) {
     return NULL;
   PyObject *module = PyModule_Create(&ext_module);
   if (module && (PyModule_AddFunctions(module, ext_sampling_methods) < 0 ||
-                 PyModule_AddFunctions(module, ext_prefill_methods) < 0 || add_constants(module) < 0))
+                 PyModule_AddFunctions(module, ext_prefill_methods) < 0 || add_constants(module) < 0 ||
+                 add_plan_update_declined(module) < 0))
     Py_CLEAR(module);
   return module;
 }

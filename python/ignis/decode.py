@@ -361,34 +361,34 @@ class BatchDecodeWithPagedKVCacheWrapper:
             self._uploader = _IndexUploader(self._workspace, max_batch, self._graph_buffers)
         self._plan = plan
 
-    def _update_slow(self, indptr, last_page_len, result, stream):
-        """plan_update when the fast path declined: index arrays not on the host as int32 (copied
-        there), or a batch past the plan's maxima (a larger plan)."""
+    def _update_slow(self, indptr, last_page_len, declined, stream):
+        """plan_update when the fast path declined (an _ext.PlanUpdateDeclined): index arrays not on
+        the host as int32 (copied there), or a batch past the plan's maxima (a larger plan)."""
         fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
-        if result is False:
+        if declined.host_copy_needed:
             indptr, last_page_len = host_i32(indptr, "indptr"), host_i32(last_page_len, "last_page_len")
-            result = self._update(indptr, last_page_len, stream)
-        if result.__class__ is tuple:
-            batch, longest = result
-            explicit_batch, explicit_kv_len = self._explicit
-            if batch > self._max_batch:
-                if self._graph_buffers is not None:
-                    raise InvalidArgumentError("%s: the batch has %d requests but the CUDA-graph buffers hold %d"
-                                               % (fn, batch, self._max_batch))
-                if explicit_batch is not None:
-                    raise InvalidArgumentError("%s: the batch has %d requests but max_batch_size=%d"
-                                               % (fn, batch, explicit_batch))
-            if longest > self._max_kv_len and explicit_kv_len is not None:
-                raise InvalidArgumentError("%s: a request has %d keys but max_kv_len=%d"
-                                           % (fn, longest, explicit_kv_len))
-            self._max_batch_seen = max(self._max_batch_seen, batch)
-            self._longest_seen = max(self._longest_seen, longest)
-            self._build(self._max_batch_seen, self._longest_seen)
-            result = self._update(indptr, last_page_len, stream)
-            if result.__class__ is not int:
-                raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d "
-                                           "keys with fixed_split_size=%d" % (fn, self._workspace.nbytes, longest,
-                                                                              self._config["fixed_split_size"]))
+            declined = self._update(indptr, last_page_len, stream)
+            if declined.__class__ is int:
+                return indptr, last_page_len, declined
+        batch, longest = declined.batch_size, declined.longest_kv_len
+        explicit_batch, explicit_kv_len = self._explicit
+        if batch > self._max_batch:
+            if self._graph_buffers is not None:
+                raise InvalidArgumentError("%s: the batch has %d requests but the CUDA-graph buffers hold %d"
+                                           % (fn, batch, self._max_batch))
+            if explicit_batch is not None:
+                raise InvalidArgumentError("%s: the batch has %d requests but max_batch_size=%d"
+                                           % (fn, batch, explicit_batch))
+        if longest > self._max_kv_len and explicit_kv_len is not None:
+            raise InvalidArgumentError("%s: a request has %d keys but max_kv_len=%d" % (fn, longest, explicit_kv_len))
+        self._max_batch_seen = max(self._max_batch_seen, batch)
+        self._longest_seen = max(self._longest_seen, longest)
+        self._build(self._max_batch_seen, self._longest_seen)
+        result = self._update(indptr, last_page_len, stream)
+        if result.__class__ is not int:
+            raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d keys "
+                                       "with fixed_split_size=%d"
+                                       % (fn, self._workspace.nbytes, longest, self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
     def _update(self, indptr, last_page_len, stream):

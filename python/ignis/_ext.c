@@ -962,66 +962,73 @@ static PyObject *ext_gelu_tanh_and_mul(PyObject *self, PyObject *const *args, Py
 }
 
 /* ---- rope ---------------------------------------------------------------------------------- */
-/* (rotary_dim, interleave, rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor,
- *  old_context_len) -> config */
-static int parse_rope_config(const char *fn, PyObject *const *a, ignis_rope_config *config) {
+/* The arguments of the RoPE bindings, by name: the tensors, then ignis_rope_config's fields
+ * (rotary_dim None: the head dim), then the stream. */
+typedef struct {
+  PyObject *q, *k, *indptr, *offsets, *pos_ids, *q_out, *k_out, *stream;
+  ignis_rope_config config;
+} rope_args;
+
+#define ROPE_CONFIG_ARGS                                                                                      \
+  ARG_NAMED("rotary_dim", rope_args, config.rotary_dim, ARG_POSITIVE),                                        \
+      ARG_NAMED("interleave", rope_args, config.interleave, ARG_BOOL),                                        \
+      ARG_NAMED("rope_scale", rope_args, config.rope_scale, ARG_DOUBLE),                                      \
+      ARG_NAMED("rope_theta", rope_args, config.rope_theta, ARG_DOUBLE),                                      \
+      ARG_NAMED("llama31", rope_args, config.llama31, ARG_BOOL),                                              \
+      ARG_NAMED("low_freq_factor", rope_args, config.low_freq_factor, ARG_DOUBLE),                            \
+      ARG_NAMED("high_freq_factor", rope_args, config.high_freq_factor, ARG_DOUBLE),                          \
+      ARG_NAMED("old_context_len", rope_args, config.old_context_len, ARG_DOUBLE), ARG(rope_args, stream, ARG_OBJECT)
+
+static arg_spec apply_rope_args[] = {
+    ARG(rope_args, q, ARG_REQUIRED),       ARG(rope_args, k, ARG_REQUIRED),     ARG(rope_args, indptr, ARG_REQUIRED),
+    ARG(rope_args, offsets, ARG_REQUIRED), ARG(rope_args, q_out, ARG_REQUIRED), ARG(rope_args, k_out, ARG_REQUIRED),
+    ROPE_CONFIG_ARGS};
+
+static arg_spec apply_rope_pos_ids_args[] = {
+    ARG(rope_args, q, ARG_REQUIRED),     ARG(rope_args, k, ARG_REQUIRED),     ARG(rope_args, pos_ids, ARG_REQUIRED),
+    ARG(rope_args, q_out, ARG_REQUIRED), ARG(rope_args, k_out, ARG_REQUIRED), ROPE_CONFIG_ARGS};
+
+/* The tensors of a RoPE call read into c (indptr and offsets, or pos_ids), and the config. */
+static int rope_call_begin(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames, rope_args *a, op_call *c) {
   ignis_rope_config init = IGNIS_ROPE_CONFIG_INIT;
-  *config = init;
-  if (a[0] != Py_None) {
-    int64_t rotary_dim;
-    if (parse_int64(fn, "rotary_dim", a[0], &rotary_dim) < 0)
-      return -1;
-    if (rotary_dim < 1 || rotary_dim > INT32_MAX) {
-      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: rotary_dim=%lld must be positive (or None)", fn,
-                   (long long)rotary_dim);
-      return -1;
-    }
-    config->rotary_dim = (int32_t)rotary_dim;
-  }
-  int interleave = PyObject_IsTrue(a[1]);
-  int llama31 = PyObject_IsTrue(a[4]);
-  if (interleave < 0 || llama31 < 0)
+  a->config = init;
+  a->pos_ids = a->indptr = a->offsets = Py_None;
+  if (parse_args(fn, spec, count, args, nargs, kwnames, a) < 0)
     return -1;
-  config->interleave = interleave;
-  config->llama31 = llama31;
-  if (parse_double(fn, "rope_scale", a[2], &config->rope_scale) < 0 ||
-      parse_double(fn, "rope_theta", a[3], &config->rope_theta) < 0 ||
-      parse_double(fn, "low_freq_factor", a[5], &config->low_freq_factor) < 0 ||
-      parse_double(fn, "high_freq_factor", a[6], &config->high_freq_factor) < 0 ||
-      parse_double(fn, "old_context_len", a[7], &config->old_context_len) < 0)
-    return -1;
-  return 0;
+  tensor_list l = {.count = 0};
+  tensor_list_add(&l, a->q, "q");
+  tensor_list_add(&l, a->k, "k");
+  tensor_list_add(&l, a->indptr, "indptr");
+  tensor_list_add(&l, a->offsets, "offsets");
+  tensor_list_add(&l, a->pos_ids, "pos_ids");
+  int q_out_at = tensor_list_add(&l, a->q_out, "q_out"), k_out_at = tensor_list_add(&l, a->k_out, "k_out");
+  return op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(q_out_at) | slot_bit(k_out_at), a->stream);
 }
 
-/* (q, k, indptr, offsets, q_out, k_out, <8 config values>, stream) */
-static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.apply_rope";
-  static const char *const names[] = {"q", "k", "indptr", "offsets", "q_out", "k_out"};
-  ignis_rope_config config;
-  if (check_nargs(fn, nargs, 15) < 0 || parse_rope_config(fn, args + 6, &config) < 0)
-    return NULL;
+  rope_args a;
   op_call c;
-  if (op_call_begin(&c, fn, args, names, 6, 1u << 4 | 1u << 5, args[14]) < 0)
+  if (rope_call_begin(fn, apply_rope_args, sizeof apply_rope_args / sizeof apply_rope_args[0], args, nargs, kwnames,
+                      &a, &c) < 0)
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
-                                                   &config, &c.tensors[4], &c.tensors[5], c.stream);
+                                                   &a.config, &c.tensors[4], &c.tensors[5], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (q, k, pos_ids, q_out, k_out, <8 config values>, stream) */
-static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.apply_rope_pos_ids";
-  static const char *const names[] = {"q", "k", "pos_ids", "q_out", "k_out"};
-  ignis_rope_config config;
-  if (check_nargs(fn, nargs, 14) < 0 || parse_rope_config(fn, args + 5, &config) < 0)
-    return NULL;
+  rope_args a;
   op_call c;
-  if (op_call_begin(&c, fn, args, names, 5, 1u << 3 | 1u << 4, args[13]) < 0)
+  if (rope_call_begin(fn, apply_rope_pos_ids_args, sizeof apply_rope_pos_ids_args / sizeof apply_rope_pos_ids_args[0],
+                      args, nargs, kwnames, &a, &c) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2],
-                                                           &config, &c.tensors[3], &c.tensors[4], c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2], &a.config,
+                                                           &c.tensors[3], &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1744,12 +1751,10 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(silu_and_mul, "silu_and_mul(input, out, stream)"),
     FASTCALL(gelu_and_mul, "gelu_and_mul(input, out, stream)"),
     FASTCALL(gelu_tanh_and_mul, "gelu_tanh_and_mul(input, out, stream)"),
-    FASTCALL(apply_rope, "apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim, interleave, "
-                         "rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor, "
-                         "old_context_len, stream)"),
-    FASTCALL(apply_rope_pos_ids, "apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim, "
-                                 "interleave, rope_scale, rope_theta, llama31, low_freq_factor, "
-                                 "high_freq_factor, old_context_len, stream)"),
+    FASTCALL_KW(apply_rope, "apply_rope(q, k, indptr, offsets, q_out, k_out, **config): ignis_apply_rope, "
+                            "the fields of ignis_rope_config by name"),
+    FASTCALL_KW(apply_rope_pos_ids, "apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, **config): "
+                                    "ignis_apply_rope_pos_ids, the fields of ignis_rope_config by name"),
     FASTCALL(apply_rope_with_cos_sin_cache,
              "apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, "
              "is_neox, query_out, key_out, stream)"),

@@ -60,7 +60,8 @@ import sys
 from . import _ext
 from ._alloc import new_output
 from ._common import (INT32_MAX, Q_DTYPES, attention_options, dtype_code, host_i32, is_cuda, kv_caches, kv_views,
-                      layout_code, new_f32, next_pow2, on_cuda, scales, single_workspace)
+                      layout_code, lse_base_code, new_f32, next_pow2, on_cuda, pos_encoding_code, scales,
+                      single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
@@ -82,8 +83,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
     layout = layout_code(kv_layout)
-    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
-                                rope_theta)
+    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
     k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
     k, v, kv_view = kv_views(fn, k, v, "k", "v")
     workspace = None
@@ -92,8 +92,11 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         workspace = single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
     lse = new_f32(q, (q.shape[0],)) if return_lse else None
-    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, k_scale=k_value, v_scale=v_value,
-                       sinks=sinks, kv_view=kv_view, stream=stream, **options)
+    # the options by name, not through attention_options: a dict splat per call costs about a microsecond
+    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, sm_scale=sm_scale,
+                       logits_soft_cap=logits_soft_cap, window_left=window_left, lse_base=lse_base_code(lse_base),
+                       pos_encoding_mode=pos_encoding, rope_scale=rope_scale, rope_theta=rope_theta, k_scale=k_value,
+                       v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
 
 

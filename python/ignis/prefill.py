@@ -36,8 +36,8 @@ import functools
 
 from . import _ext
 from ._alloc import _pick
-from ._common import (attention_options, dtype_code, host_i32, kv_caches, kv_views, layout_code, new_f32, next_pow2,
-                      on_cuda, scales, single_workspace)
+from ._common import (attention_options, dtype_code, host_i32, kv_caches, kv_views, layout_code, lse_base_code,
+                      new_f32, next_pow2, on_cuda, pos_encoding_code, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
@@ -70,8 +70,7 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     their little-endian bit-packing (uint8)."""
     fn = "ignis.single_prefill_with_kv_cache"
     layout = layout_code(kv_layout)
-    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
-                                rope_theta)
+    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
     k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
@@ -88,9 +87,12 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
     lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
+    # the options by name, not through attention_options: a dict splat per call costs about a microsecond
     _ext.single_prefill(q, k, v, out, lse=lse, workspace=workspace, custom_mask=packed_custom_mask, kv_layout=layout,
-                        mask_mode=mode, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream,
-                        **options)
+                        mask_mode=mode, sm_scale=sm_scale, logits_soft_cap=logits_soft_cap, window_left=window_left,
+                        lse_base=lse_base_code(lse_base), pos_encoding_mode=pos_encoding, rope_scale=rope_scale,
+                        rope_theta=rope_theta, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view,
+                        stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
 
 

@@ -1,10 +1,16 @@
-/* ignis._ext: the CPython extension behind the ignis package.
+/* ignis._ext: the CPython extension behind the ignis package (this file: DLPack, arguments, errors,
+ * the module, and the norm, activation, RoPE, paged-cache, merge and decode bindings; prefill and
+ * sampling have their own files, sharing _ext.h).
  *
- * Each op function takes its arguments positionally (norm.py, activation.py, rope.py, page.py,
- * cascade.py and decode.py give them FlashInfer's names and defaults; a decode plan travels as a
- * capsule that destroys the plan with it), turns every tensor argument into an ignis_tensor through
- * DLPack, picks the CUDA stream, calls the C API with the GIL released, and turns a failed status
- * into the matching ignis.Error subclass carrying ignis_last_error().
+ * Each op function takes its arguments positionally when there are a few, and by name past the
+ * first tensors when there are many (parse_args: a spec table per binding, so the order is
+ * written once; a plan config is filled field by field as the header names them). norm.py,
+ * activation.py, rope.py, page.py, cascade.py, decode.py, prefill.py and sampling.py give them
+ * FlashInfer's names and defaults; a plan travels as a capsule that destroys the plan with it.
+ * A binding turns every tensor argument into an ignis_tensor through DLPack, picks the CUDA
+ * stream, calls the C API with the GIL released, and turns a failed status into the matching
+ * ignis.Error subclass carrying ignis_last_error(). The C enums the Python modules pass are
+ * module constants under their C names (add_constants), so Python never writes their values.
  *
  * How a tensor is read, fastest first:
  *   1. The type publishes DLPack's C exchange table (type.__dlpack_c_exchange_api__, a capsule
@@ -394,7 +400,7 @@ int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
 
 /* args[0 .. count-1] as integers named names[i] (the configuration arguments of the plan bindings). */
 int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
-                            int64_t *out) {
+                     int64_t *out) {
   for (int i = 0; i < count; ++i)
     if (parse_int64(fn, names[i], args[i], &out[i]) < 0)
       return -1;
@@ -464,7 +470,8 @@ static int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *d
     if (parse_int64(fn, a->name, value, &i64) < 0)
       return -1;
     if (a->kind == ARG_POSITIVE && i64 < 1) {
-      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld must be positive (or None)", fn, a->name, (long long)i64);
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld must be positive (or None)", fn, a->name,
+                   (long long)i64);
       return -1;
     }
     if (i64 < INT32_MIN || i64 > INT32_MAX) {
@@ -529,14 +536,14 @@ static const struct {
                    {DL_UINT, 8, IGNIS_U8}};
 
 static int map_dtype(const char *fn, const char *name, dl_dtype t, ignis_dtype *out) {
-  for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; ++i)
+  for (size_t i = 0; i < ARG_COUNT(dtype_table); ++i)
     if (t.lanes == 1 && t.code == dtype_table[i].code && t.bits == dtype_table[i].bits) {
       *out = dtype_table[i].dtype;
       return 0;
     }
   static const char *const kinds[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
   char described[64];
-  if (t.code < sizeof kinds / sizeof kinds[0])
+  if (t.code < ARG_COUNT(kinds))
     snprintf(described, sizeof described, "%s%d", kinds[t.code], (int)t.bits);
   else
     snprintf(described, sizeof described, "DLPack type code %d (%d bits)", (int)t.code, (int)t.bits);
@@ -687,8 +694,8 @@ static int check_writable(op_call *c, int i, PyObject *obj, const char *name) {
 
 /* Read objs[0..count) into c->tensors and choose c->stream. Bit i of writable marks an output.
  * On failure everything taken is released and an exception is set. */
-int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
-                         int count, unsigned writable, PyObject *stream_arg) {
+int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names, int count,
+                  unsigned writable, PyObject *stream_arg) {
   type_facts scratch[MAX_TENSORS];
   type_facts *facts[MAX_TENSORS];
   int done[MAX_TENSORS] = {0};
@@ -969,24 +976,29 @@ typedef struct {
   ignis_rope_config config;
 } rope_args;
 
-#define ROPE_CONFIG_ARGS                                                                                      \
-  ARG_NAMED("rotary_dim", rope_args, config.rotary_dim, ARG_POSITIVE),                                        \
-      ARG_NAMED("interleave", rope_args, config.interleave, ARG_BOOL),                                        \
-      ARG_NAMED("rope_scale", rope_args, config.rope_scale, ARG_DOUBLE),                                      \
-      ARG_NAMED("rope_theta", rope_args, config.rope_theta, ARG_DOUBLE),                                      \
-      ARG_NAMED("llama31", rope_args, config.llama31, ARG_BOOL),                                              \
-      ARG_NAMED("low_freq_factor", rope_args, config.low_freq_factor, ARG_DOUBLE),                            \
-      ARG_NAMED("high_freq_factor", rope_args, config.high_freq_factor, ARG_DOUBLE),                          \
-      ARG_NAMED("old_context_len", rope_args, config.old_context_len, ARG_DOUBLE), ARG(rope_args, stream, ARG_OBJECT)
+#define ROPE_CONFIG_ARGS                                                                                     \
+  ARG_NAMED("rotary_dim", rope_args, config.rotary_dim, ARG_POSITIVE),                                       \
+      ARG_NAMED("interleave", rope_args, config.interleave, ARG_BOOL),                                       \
+      ARG_NAMED("rope_scale", rope_args, config.rope_scale, ARG_DOUBLE),                                     \
+      ARG_NAMED("rope_theta", rope_args, config.rope_theta, ARG_DOUBLE),                                     \
+      ARG_NAMED("llama31", rope_args, config.llama31, ARG_BOOL),                                             \
+      ARG_NAMED("low_freq_factor", rope_args, config.low_freq_factor, ARG_DOUBLE),                           \
+      ARG_NAMED("high_freq_factor", rope_args, config.high_freq_factor, ARG_DOUBLE),                         \
+      ARG_NAMED("old_context_len", rope_args, config.old_context_len, ARG_DOUBLE),                           \
+      ARG(rope_args, stream, ARG_OBJECT)
 
-static arg_spec apply_rope_args[] = {
-    ARG(rope_args, q, ARG_REQUIRED),       ARG(rope_args, k, ARG_REQUIRED),     ARG(rope_args, indptr, ARG_REQUIRED),
-    ARG(rope_args, offsets, ARG_REQUIRED), ARG(rope_args, q_out, ARG_REQUIRED), ARG(rope_args, k_out, ARG_REQUIRED),
-    ROPE_CONFIG_ARGS};
+static arg_spec apply_rope_args[] = {ARG(rope_args, q, ARG_REQUIRED),
+                                     ARG(rope_args, k, ARG_REQUIRED),
+                                     ARG(rope_args, indptr, ARG_REQUIRED),
+                                     ARG(rope_args, offsets, ARG_REQUIRED),
+                                     ARG(rope_args, q_out, ARG_REQUIRED),
+                                     ARG(rope_args, k_out, ARG_REQUIRED),
+                                     ROPE_CONFIG_ARGS};
 
 static arg_spec apply_rope_pos_ids_args[] = {
-    ARG(rope_args, q, ARG_REQUIRED),     ARG(rope_args, k, ARG_REQUIRED),     ARG(rope_args, pos_ids, ARG_REQUIRED),
-    ARG(rope_args, q_out, ARG_REQUIRED), ARG(rope_args, k_out, ARG_REQUIRED), ROPE_CONFIG_ARGS};
+    ARG(rope_args, q, ARG_REQUIRED),       ARG(rope_args, k, ARG_REQUIRED),
+    ARG(rope_args, pos_ids, ARG_REQUIRED), ARG(rope_args, q_out, ARG_REQUIRED),
+    ARG(rope_args, k_out, ARG_REQUIRED),   ROPE_CONFIG_ARGS};
 
 /* The tensors of a RoPE call read into c (indptr and offsets, or pos_ids), and the config. */
 static int rope_call_begin(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
@@ -1010,8 +1022,7 @@ static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_
   static const char *const fn = "ignis.apply_rope";
   rope_args a;
   op_call c;
-  if (rope_call_begin(fn, apply_rope_args, sizeof apply_rope_args / sizeof apply_rope_args[0], args, nargs, kwnames,
-                      &a, &c) < 0)
+  if (rope_call_begin(fn, apply_rope_args, ARG_COUNT(apply_rope_args), args, nargs, kwnames, &a, &c) < 0)
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
@@ -1019,16 +1030,17 @@ static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.apply_rope_pos_ids";
   rope_args a;
   op_call c;
-  if (rope_call_begin(fn, apply_rope_pos_ids_args, sizeof apply_rope_pos_ids_args / sizeof apply_rope_pos_ids_args[0],
-                      args, nargs, kwnames, &a, &c) < 0)
+  if (rope_call_begin(fn, apply_rope_pos_ids_args, ARG_COUNT(apply_rope_pos_ids_args), args, nargs, kwnames,
+                      &a, &c) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2], &a.config,
-                                                           &c.tensors[3], &c.tensors[4], c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2],
+                                                           &a.config, &c.tensors[3], &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1211,17 +1223,32 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
 /* ---- decode attention ------------------------------------------------------------------------ */
 _Static_assert(sizeof(ignis_dtype) == sizeof(int32_t) && sizeof(ignis_device_type) == sizeof(int32_t) &&
                    sizeof(ignis_kv_layout) == sizeof(int32_t) && sizeof(ignis_lse_base) == sizeof(int32_t) &&
-                   sizeof(ignis_pos_encoding) == sizeof(int32_t) && sizeof(ignis_mask_mode) == sizeof(int32_t) &&
+                   sizeof(ignis_pos_encoding) == sizeof(int32_t) &&
+                   sizeof(ignis_mask_mode) == sizeof(int32_t) &&
                    sizeof(ignis_prefill_kv_kind) == sizeof(int32_t) &&
                    sizeof(ignis_filter_apply_order) == sizeof(int32_t),
                "ARG_ENUM stores an int32_t");
 
-void attention_args_init(attention_args *a) {
+/* K/V handed over as a uint8 view of fp8 data: the view must be an fp8 dtype (-1: none). */
+static int check_kv_view(const char *fn, int64_t view) {
+  if (view != -1 && view != IGNIS_FP8_E4M3 && view != IGNIS_FP8_E5M2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be None or an fp8 dtype", fn,
+                 (long long)view);
+    return -1;
+  }
+  return 0;
+}
+
+int parse_attention_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, attention_args *a) {
   ignis_attention_options options = IGNIS_ATTENTION_OPTIONS_INIT;
   ignis_attention_extras extras = IGNIS_ATTENTION_EXTRAS_INIT;
-  PyObject *none = Py_None;
-  *a = (attention_args){none, none, none, none, none, none, none, none, none, none, none, none, none,
-                        IGNIS_KV_LAYOUT_NHD, IGNIS_MASK_NONE, -1, options, extras};
+  /* objects outside the binding's spec stay NULL: the binding never reads them */
+  *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD, .mask_mode = IGNIS_MASK_NONE, .kv_view = -1,
+                        .options = options, .extras = extras};
+  if (parse_args(fn, spec, count, args, nargs, kwnames, a) < 0)
+    return -1;
+  return check_kv_view(fn, a->kv_view);
 }
 
 /* Append obj (unless None); returns its slot, or -1 for None. */
@@ -1231,14 +1258,6 @@ int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   l->objs[l->count] = obj;
   l->names[l->count] = name;
   return l->count++;
-}
-
-int check_kv_view(const char *fn, int64_t view) {
-  if (view != -1 && view != IGNIS_FP8_E4M3 && view != IGNIS_FP8_E5M2) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be None or an fp8 dtype", fn, (long long)view);
-    return -1;
-  }
-  return 0;
 }
 
 static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
@@ -1266,7 +1285,7 @@ int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *byt
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
 int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
-                          size_t *ws_bytes) {
+                   size_t *ws_bytes) {
   *ws = NULL;
   *ws_bytes = 0;
   if ((ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0) ||
@@ -1278,10 +1297,25 @@ int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k
   return 0;
 }
 
+paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
+  paged_run_slots s;
+  s.combined = a->v == Py_None;
+  s.q = tensor_list_add(l, a->q, "q");
+  s.k = tensor_list_add(l, a->k, s.combined ? "paged_kv_cache" : "k_cache");
+  s.v = tensor_list_add(l, a->v, "v_cache");
+  s.indptr = tensor_list_add(l, a->kv_indptr, "kv_indptr");
+  s.indices = tensor_list_add(l, a->kv_indices, "kv_indices");
+  s.last_page_len = tensor_list_add(l, a->kv_last_page_len, "kv_last_page_len");
+  s.out = tensor_list_add(l, a->out, "out");
+  s.lse = tensor_list_add(l, a->lse, "lse");
+  s.sinks = tensor_list_add(l, a->sinks, "sinks");
+  return s;
+}
+
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
 int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
-                            int combined, ignis_paged_kv_cache *cache) {
+                     int combined, ignis_paged_kv_cache *cache) {
   if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;
@@ -1303,20 +1337,22 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
   return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
 }
 
-static arg_spec single_decode_args[] = {
-    ARG(attention_args, q, ARG_REQUIRED),         ARG(attention_args, k, ARG_REQUIRED),
-    ARG(attention_args, v, ARG_REQUIRED),         ARG(attention_args, out, ARG_REQUIRED),
-    ARG(attention_args, lse, ARG_OBJECT),         ARG(attention_args, workspace, ARG_OBJECT),
-    ARG(attention_args, kv_layout, ARG_ENUM),     ATTENTION_OPTION_ARGS(attention_args, options),
-    ATTENTION_EXTRA_ARGS};
+static arg_spec single_decode_args[] = {ARG(attention_args, q, ARG_REQUIRED),
+                                        ARG(attention_args, k, ARG_REQUIRED),
+                                        ARG(attention_args, v, ARG_REQUIRED),
+                                        ARG(attention_args, out, ARG_REQUIRED),
+                                        ARG(attention_args, lse, ARG_OBJECT),
+                                        ARG(attention_args, workspace, ARG_OBJECT),
+                                        ARG(attention_args, kv_layout, ARG_ENUM),
+                                        ATTENTION_OPTION_ARGS(attention_args, options),
+                                        ATTENTION_EXTRA_ARGS};
 
-static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
   attention_args a;
-  attention_args_init(&a);
-  if (parse_args(fn, single_decode_args, sizeof single_decode_args / sizeof single_decode_args[0], args, nargs,
-                 kwnames, &a) < 0 ||
-      check_kv_view(fn, a.kv_view) < 0)
+  if (parse_attention_args(fn, single_decode_args, ARG_COUNT(single_decode_args), args, nargs, kwnames, &a) <
+      0)
     return NULL;
   tensor_list l = {.count = 0};
   int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
@@ -1334,8 +1370,8 @@ static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssi
   a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], a.kv_layout, &a.options, &a.extras, &c.tensors[out_at],
-      lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], a.kv_layout, &a.options, &a.extras,
+      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1373,32 +1409,31 @@ static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
 }
 
 /* The fields of ignis_decode_plan_config, by their names in decode.h. */
-static arg_spec decode_plan_args[] = {
-    DEVICE_ARGS(ignis_decode_plan_config, device),
-    ARG(ignis_decode_plan_config, num_qo_heads, ARG_INT64),
-    ARG(ignis_decode_plan_config, num_kv_heads, ARG_INT64),
-    ARG(ignis_decode_plan_config, head_dim, ARG_INT64),
-    ARG(ignis_decode_plan_config, page_size, ARG_INT64),
-    ARG(ignis_decode_plan_config, q_dtype, ARG_ENUM),
-    ARG(ignis_decode_plan_config, kv_dtype, ARG_ENUM),
-    ARG(ignis_decode_plan_config, q_len_per_req, ARG_INT64),
-    ARG(ignis_decode_plan_config, max_batch_size, ARG_INT64),
-    ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
-    ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
-    ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
-    ATTENTION_OPTION_ARGS(ignis_decode_plan_config, options)};
+static arg_spec decode_plan_args[] = {DEVICE_ARGS(ignis_decode_plan_config, device),
+                                      ARG(ignis_decode_plan_config, num_qo_heads, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, num_kv_heads, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, head_dim, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, page_size, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, q_dtype, ARG_ENUM),
+                                      ARG(ignis_decode_plan_config, kv_dtype, ARG_ENUM),
+                                      ARG(ignis_decode_plan_config, q_len_per_req, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, max_batch_size, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
+                                      ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
+                                      ATTENTION_OPTION_ARGS(ignis_decode_plan_config, options)};
 
 /* A decode plan config from keywords (fields not given keep IGNIS_DECODE_PLAN_CONFIG_INIT's values). */
 static int parse_decode_plan_config(const char *fn, PyObject *const *kwargs, PyObject *kwnames,
                                     ignis_decode_plan_config *config) {
   ignis_decode_plan_config init = IGNIS_DECODE_PLAN_CONFIG_INIT;
   *config = init;
-  return parse_args(fn, decode_plan_args, sizeof decode_plan_args / sizeof decode_plan_args[0], kwargs, 0, kwnames,
-                    config);
+  return parse_args(fn, decode_plan_args, ARG_COUNT(decode_plan_args), kwargs, 0, kwnames, config);
 }
 
 /* (**config) -> plan capsule */
-static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
   ignis_decode_plan_config config;
   if (check_nargs(fn, nargs, 0) < 0 || parse_decode_plan_config(fn, args, kwnames, &config) < 0)
@@ -1626,69 +1661,56 @@ done:
 
 /* k_cache is the combined [pages, 2, ...] cache when v_cache is None; kv_indptr and
  * kv_last_page_len None: the plan's copies in the workspace, uploaded with the schedule. */
-static arg_spec decode_run_args[] = {
-    ARG(attention_args, plan, ARG_REQUIRED),
-    ARG(attention_args, q, ARG_REQUIRED),
-    ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
-    ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
-    ARG(attention_args, out, ARG_REQUIRED),
-    ARG(attention_args, kv_indices, ARG_REQUIRED),
-    ARG(attention_args, kv_indptr, ARG_OBJECT),
-    ARG(attention_args, kv_last_page_len, ARG_OBJECT),
-    ARG(attention_args, lse, ARG_OBJECT),
-    ARG(attention_args, workspace, ARG_OBJECT),
-    ARG(attention_args, kv_layout, ARG_ENUM),
-    ATTENTION_EXTRA_ARGS};
+static arg_spec decode_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                     ARG(attention_args, q, ARG_REQUIRED),
+                                     ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                     ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                     ARG(attention_args, out, ARG_REQUIRED),
+                                     ARG(attention_args, kv_indices, ARG_REQUIRED),
+                                     ARG(attention_args, kv_indptr, ARG_OBJECT),
+                                     ARG(attention_args, kv_last_page_len, ARG_OBJECT),
+                                     ARG(attention_args, lse, ARG_OBJECT),
+                                     ARG(attention_args, workspace, ARG_OBJECT),
+                                     ARG(attention_args, kv_layout, ARG_ENUM),
+                                     ATTENTION_EXTRA_ARGS};
 
 static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
   attention_args a;
-  attention_args_init(&a);
-  if (parse_args(fn, decode_run_args, sizeof decode_run_args / sizeof decode_run_args[0], args, nargs, kwnames,
-                 &a) < 0 ||
-      check_kv_view(fn, a.kv_view) < 0)
+  if (parse_attention_args(fn, decode_run_args, ARG_COUNT(decode_run_args), args, nargs, kwnames, &a) < 0)
     return NULL;
   decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  int combined = a.v == Py_None;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, a.q, "q");
-  int k_at = tensor_list_add(&l, a.k, combined ? "paged_kv_cache" : "k_cache");
-  int v_at = tensor_list_add(&l, a.v, "v_cache");
-  int indptr_at = tensor_list_add(&l, a.kv_indptr, "kv_indptr");
-  int indices_at = tensor_list_add(&l, a.kv_indices, "kv_indices");
-  int last_at = tensor_list_add(&l, a.kv_last_page_len, "kv_last_page_len");
-  int out_at = tensor_list_add(&l, a.out, "out");
-  int lse_at = tensor_list_add(&l, a.lse, "lse");
+  paged_run_slots s = paged_run_tensors(&l, &a);
   int ws_at = tensor_list_add(&l, a.workspace, "workspace");
-  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
     return NULL;
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
   cache.layout = a.kv_layout;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  if (paged_kv_tensors(fn, &c, a.kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0 ||
+  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0 ||
       (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
     op_call_release(&c);
     return NULL;
   }
-  cache.indices = c.tensors[indices_at];
+  cache.indices = c.tensors[s.indices];
   ignis_status status = IGNIS_OK;
-  if (indptr_at >= 0 && last_at >= 0) {
-    cache.indptr = c.tensors[indptr_at];
-    cache.last_page_len = c.tensors[last_at];
+  if (s.indptr >= 0 && s.last_page_len >= 0) {
+    cache.indptr = c.tensors[s.indptr];
+    cache.last_page_len = c.tensors[s.last_page_len];
   } else {
     status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
   }
-  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   if (status != IGNIS_OK)
     return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &a.extras, &c.tensors[out_at],
-                       lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      ignis_decode_run(handle->plan, &c.tensors[s.q], &cache, &a.extras, &c.tensors[s.out],
+                       s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1707,7 +1729,7 @@ static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
 
 /* The status value of a C status name ("IGNIS_ERROR_CUDA"), or -1. */
 static int status_named(const char *name) {
-#define STATUS_NAMED(status, value, message)                                                               \
+#define STATUS_NAMED(status, value, message)                                                                 \
   if (strcmp(name, #status) == 0)                                                                            \
     return status;
   IGNIS_STATUS_MAP(STATUS_NAMED)
@@ -1769,7 +1791,8 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(merge_states, "merge_states(v, s, lse_base, v_out, s_out, stream)"),
     FASTCALL(single_decode_workspace_size,
              "single_decode_workspace_size(num_qo_heads, head_dim, max_kv_len)"),
-    FASTCALL_KW(single_decode, "single_decode(q, k, v, out, **arguments): ignis_single_decode (single_decode_args)"),
+    FASTCALL_KW(single_decode,
+                "single_decode(q, k, v, out, **arguments): ignis_single_decode (single_decode_args)"),
     FASTCALL_KW(decode_plan_create,
                 "decode_plan_create(**config) -> plan: the fields of ignis_decode_plan_config by name"),
     FASTCALL_KW(decode_max_kv_len_for_workspace,
@@ -1813,7 +1836,7 @@ static int intern_all(void) {
  * the device type __dlpack_device__ reports for CUDA memory. */
 static int add_constants(PyObject *module) {
 #define ADD_CONSTANT(name)                                                                                   \
-  if (PyModule_AddIntConstant(module, #name, name) < 0)                                                    \
+  if (PyModule_AddIntConstant(module, #name, name) < 0)                                                      \
     return -1;
 #define ADD_STATUS(name, value, message) ADD_CONSTANT(name)
 #define ADD_DTYPE(name, value, text, bytes) ADD_CONSTANT(name)

@@ -36,7 +36,8 @@ int parse_stream(const char *fn, PyObject *arg, void **stream);
 int parse_double(const char *fn, const char *name, PyObject *arg, double *out);
 int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out);
 /* args[0 .. count-1] as integers named names[i]. */
-int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count, int64_t *out);
+int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
+                     int64_t *out);
 /* Arguments by name: a binding describes its arguments once, in a spec table (name, kind, offset of
  * the field it fills), and parse_args fills a struct from positional arguments (in table order)
  * and keywords. The Python modules pass every argument past the obvious first few by keyword, so
@@ -60,8 +61,11 @@ typedef struct {
   PyObject *key; /* name, interned at the table's first use */
 } arg_spec;
 
-#define ARG(type, field, kind) {#field, kind, offsetof(type, field), NULL}
-#define ARG_NAMED(name, type, field, kind) {name, kind, offsetof(type, field), NULL}
+#define ARG(type, field, kind)                                                                               \
+  { #field, kind, offsetof(type, field), NULL }
+#define ARG_COUNT(spec) ((int)(sizeof spec / sizeof spec[0]))
+#define ARG_NAMED(name, type, field, kind)                                                                   \
+  { name, kind, offsetof(type, field), NULL }
 
 /* Fill dst from args[0..nargs) (in spec order) and kwnames (FASTCALL keywords, values after the
  * positional ones). A scalar not given, or given as None, keeps dst's value: its default. An
@@ -135,7 +139,8 @@ void host_i32_release(host_i32 *a);
 /* The arguments of the attention bindings (single decode and prefill, the batch runs), by name;
  * each binding's spec table says which it takes. */
 typedef struct {
-  PyObject *plan, *q, *k, *v, *out, *lse, *workspace, *custom_mask, *kv_indptr, *kv_indices, *kv_last_page_len;
+  PyObject *plan, *q, *k, *v, *out, *lse, *workspace, *custom_mask, *kv_indptr, *kv_indices,
+      *kv_last_page_len;
   PyObject *sinks, *stream;
   ignis_kv_layout kv_layout;
   ignis_mask_mode mask_mode;
@@ -145,11 +150,13 @@ typedef struct {
   ignis_attention_extras extras; /* k_scale, v_scale; sinks attached once read */
 } attention_args;
 
-/* The C defaults: every object None, the _INIT options and extras, NHD, no mask, no view. */
-void attention_args_init(attention_args *a);
+/* Fill *a from a binding's spec over the C defaults (its objects None, the _INIT options and
+ * extras, NHD, no mask, no fp8 view) and check the view; -1 with the error set. */
+int parse_attention_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames, attention_args *a);
 
 /* The ignis_attention_options fields of `member` (a struct's options), named as in decode.h. */
-#define ATTENTION_OPTION_ARGS(type, member)                                                                   \
+#define ATTENTION_OPTION_ARGS(type, member)                                                                  \
   ARG_NAMED("sm_scale", type, member.sm_scale, ARG_DOUBLE),                                                  \
       ARG_NAMED("logits_soft_cap", type, member.logits_soft_cap, ARG_DOUBLE),                                \
       ARG_NAMED("window_left", type, member.window_left, ARG_INT32),                                         \
@@ -159,21 +166,30 @@ void attention_args_init(attention_args *a);
       ARG_NAMED("rope_theta", type, member.rope_theta, ARG_DOUBLE)
 
 /* The per-call arguments every attention binding ends with. */
-#define ATTENTION_EXTRA_ARGS                                                                                  \
+#define ATTENTION_EXTRA_ARGS                                                                                 \
   ARG_NAMED("k_scale", attention_args, extras.k_scale, ARG_DOUBLE),                                          \
-      ARG_NAMED("v_scale", attention_args, extras.v_scale, ARG_DOUBLE), ARG(attention_args, sinks, ARG_OBJECT), \
-      ARG(attention_args, kv_view, ARG_INT64), ARG(attention_args, stream, ARG_OBJECT)
+      ARG_NAMED("v_scale", attention_args, extras.v_scale, ARG_DOUBLE),                                      \
+      ARG(attention_args, sinks, ARG_OBJECT), ARG(attention_args, kv_view, ARG_INT64),                       \
+      ARG(attention_args, stream, ARG_OBJECT)
 
 /* The device fields (ignis_device `member`) of a plan config, as device_type and device_id. */
-#define DEVICE_ARGS(config, member)                                                                           \
-  ARG_NAMED("device_type", config, member.type, ARG_ENUM), ARG_NAMED("device_id", config, member.id, ARG_INT32)
+#define DEVICE_ARGS(config, member)                                                                          \
+  ARG_NAMED("device_type", config, member.type, ARG_ENUM),                                                   \
+      ARG_NAMED("device_id", config, member.id, ARG_INT32)
 
-/* -1 with the error set unless view is -1 or an fp8 dtype. */
-int check_kv_view(const char *fn, int64_t view);
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
 int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
                    size_t *ws_bytes);
+/* The slots of a paged-cache run's tensors in its tensor_list (-1: None). */
+typedef struct {
+  int q, k, v, indptr, indices, last_page_len, out, lse, sinks;
+  int combined; /* k is the one [pages, 2, ...] cache tensor (v_cache None) */
+} paged_run_slots;
+
+/* Add a paged-cache run's tensors from *a to l (its workspace and custom mask are the caller's). */
+paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a);
+
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
 int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,

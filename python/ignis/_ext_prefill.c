@@ -17,21 +17,24 @@ static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *con
   return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), &bytes);
 }
 
-static arg_spec single_prefill_args[] = {
-    ARG(attention_args, q, ARG_REQUIRED),         ARG(attention_args, k, ARG_REQUIRED),
-    ARG(attention_args, v, ARG_REQUIRED),         ARG(attention_args, out, ARG_REQUIRED),
-    ARG(attention_args, lse, ARG_OBJECT),         ARG(attention_args, workspace, ARG_OBJECT),
-    ARG(attention_args, custom_mask, ARG_OBJECT), ARG(attention_args, kv_layout, ARG_ENUM),
-    ARG(attention_args, mask_mode, ARG_ENUM),     ATTENTION_OPTION_ARGS(attention_args, options),
-    ATTENTION_EXTRA_ARGS};
+static arg_spec single_prefill_args[] = {ARG(attention_args, q, ARG_REQUIRED),
+                                         ARG(attention_args, k, ARG_REQUIRED),
+                                         ARG(attention_args, v, ARG_REQUIRED),
+                                         ARG(attention_args, out, ARG_REQUIRED),
+                                         ARG(attention_args, lse, ARG_OBJECT),
+                                         ARG(attention_args, workspace, ARG_OBJECT),
+                                         ARG(attention_args, custom_mask, ARG_OBJECT),
+                                         ARG(attention_args, kv_layout, ARG_ENUM),
+                                         ARG(attention_args, mask_mode, ARG_ENUM),
+                                         ATTENTION_OPTION_ARGS(attention_args, options),
+                                         ATTENTION_EXTRA_ARGS};
 
-static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames) {
   static const char *const fn = "ignis.single_prefill_with_kv_cache";
   attention_args a;
-  attention_args_init(&a);
-  if (parse_args(fn, single_prefill_args, sizeof single_prefill_args / sizeof single_prefill_args[0], args, nargs,
-                 kwnames, &a) < 0 ||
-      check_kv_view(fn, a.kv_view) < 0)
+  if (parse_attention_args(fn, single_prefill_args, ARG_COUNT(single_prefill_args), args, nargs, kwnames,
+                           &a) < 0)
     return NULL;
   tensor_list l = {.count = 0};
   int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
@@ -71,32 +74,31 @@ static ignis_prefill_plan *prefill_plan_of(const char *fn, PyObject *obj) {
 }
 
 /* The fields of ignis_prefill_plan_config, by their names in prefill.h. */
-static arg_spec prefill_plan_args[] = {
-    DEVICE_ARGS(ignis_prefill_plan_config, device),
-    ARG(ignis_prefill_plan_config, kv_kind, ARG_ENUM),
-    ARG(ignis_prefill_plan_config, kv_layout, ARG_ENUM),
-    ARG(ignis_prefill_plan_config, num_qo_heads, ARG_INT64),
-    ARG(ignis_prefill_plan_config, num_kv_heads, ARG_INT64),
-    ARG(ignis_prefill_plan_config, head_dim_qk, ARG_INT64),
-    ARG(ignis_prefill_plan_config, head_dim_vo, ARG_INT64),
-    ARG(ignis_prefill_plan_config, page_size, ARG_INT64),
-    ARG(ignis_prefill_plan_config, q_dtype, ARG_ENUM),
-    ARG(ignis_prefill_plan_config, kv_dtype, ARG_ENUM),
-    ARG(ignis_prefill_plan_config, mask_mode, ARG_ENUM),
-    ARG(ignis_prefill_plan_config, max_batch_size, ARG_INT64),
-    ARG(ignis_prefill_plan_config, max_qo_tokens, ARG_INT64),
-    ARG(ignis_prefill_plan_config, max_kv_len, ARG_INT64),
-    ARG(ignis_prefill_plan_config, disable_split_kv, ARG_BOOL),
-    ARG(ignis_prefill_plan_config, fixed_split_size, ARG_INT64),
-    ATTENTION_OPTION_ARGS(ignis_prefill_plan_config, options)};
+static arg_spec prefill_plan_args[] = {DEVICE_ARGS(ignis_prefill_plan_config, device),
+                                       ARG(ignis_prefill_plan_config, kv_kind, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, kv_layout, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, num_qo_heads, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, num_kv_heads, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, head_dim_qk, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, head_dim_vo, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, page_size, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, q_dtype, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, kv_dtype, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, mask_mode, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, max_batch_size, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, max_qo_tokens, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, max_kv_len, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, disable_split_kv, ARG_BOOL),
+                                       ARG(ignis_prefill_plan_config, fixed_split_size, ARG_INT64),
+                                       ATTENTION_OPTION_ARGS(ignis_prefill_plan_config, options)};
 
 /* (**config) -> plan capsule; fields not given keep IGNIS_PREFILL_PLAN_CONFIG_INIT's values. */
-static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWrapper.plan";
   ignis_prefill_plan_config config = IGNIS_PREFILL_PLAN_CONFIG_INIT;
   if (check_nargs(fn, nargs, 0) < 0 ||
-      parse_args(fn, prefill_plan_args, sizeof prefill_plan_args / sizeof prefill_plan_args[0], args, 0, kwnames,
-                 &config) < 0)
+      parse_args(fn, prefill_plan_args, ARG_COUNT(prefill_plan_args), args, 0, kwnames, &config) < 0)
     return NULL;
   ignis_prefill_plan *plan = NULL;
   ignis_status status = ignis_prefill_plan_create(&config, &plan);
@@ -209,20 +211,22 @@ static int prefill_run_side(const char *fn, PyObject *mask, PyObject *workspace,
   return 0;
 }
 
-static arg_spec prefill_ragged_run_args[] = {
-    ARG(attention_args, plan, ARG_REQUIRED),      ARG(attention_args, q, ARG_REQUIRED),
-    ARG(attention_args, k, ARG_REQUIRED),         ARG(attention_args, v, ARG_REQUIRED),
-    ARG(attention_args, out, ARG_REQUIRED),       ARG(attention_args, custom_mask, ARG_OBJECT),
-    ARG(attention_args, lse, ARG_OBJECT),         ARG(attention_args, workspace, ARG_OBJECT),
-    ATTENTION_EXTRA_ARGS};
+static arg_spec prefill_ragged_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                             ARG(attention_args, q, ARG_REQUIRED),
+                                             ARG(attention_args, k, ARG_REQUIRED),
+                                             ARG(attention_args, v, ARG_REQUIRED),
+                                             ARG(attention_args, out, ARG_REQUIRED),
+                                             ARG(attention_args, custom_mask, ARG_OBJECT),
+                                             ARG(attention_args, lse, ARG_OBJECT),
+                                             ARG(attention_args, workspace, ARG_OBJECT),
+                                             ATTENTION_EXTRA_ARGS};
 
-static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithRaggedKVCacheWrapper.run";
   attention_args a;
-  attention_args_init(&a);
-  if (parse_args(fn, prefill_ragged_run_args, sizeof prefill_ragged_run_args / sizeof prefill_ragged_run_args[0],
-                 args, nargs, kwnames, &a) < 0 ||
-      check_kv_view(fn, a.kv_view) < 0)
+  if (parse_attention_args(fn, prefill_ragged_run_args, ARG_COUNT(prefill_ragged_run_args), args, nargs,
+                           kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
@@ -248,44 +252,34 @@ static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, P
 }
 
 /* k_cache is the combined [pages, 2, ...] cache when v_cache is None. */
-static arg_spec prefill_paged_run_args[] = {
-    ARG(attention_args, plan, ARG_REQUIRED),
-    ARG(attention_args, q, ARG_REQUIRED),
-    ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
-    ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
-    ARG(attention_args, out, ARG_REQUIRED),
-    ARG(attention_args, kv_indptr, ARG_REQUIRED),
-    ARG(attention_args, kv_indices, ARG_REQUIRED),
-    ARG(attention_args, kv_last_page_len, ARG_REQUIRED),
-    ARG(attention_args, custom_mask, ARG_OBJECT),
-    ARG(attention_args, lse, ARG_OBJECT),
-    ARG(attention_args, workspace, ARG_OBJECT),
-    ARG(attention_args, kv_layout, ARG_ENUM),
-    ATTENTION_EXTRA_ARGS};
+static arg_spec prefill_paged_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                            ARG(attention_args, q, ARG_REQUIRED),
+                                            ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                            ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                            ARG(attention_args, out, ARG_REQUIRED),
+                                            ARG(attention_args, kv_indptr, ARG_REQUIRED),
+                                            ARG(attention_args, kv_indices, ARG_REQUIRED),
+                                            ARG(attention_args, kv_last_page_len, ARG_REQUIRED),
+                                            ARG(attention_args, custom_mask, ARG_OBJECT),
+                                            ARG(attention_args, lse, ARG_OBJECT),
+                                            ARG(attention_args, workspace, ARG_OBJECT),
+                                            ARG(attention_args, kv_layout, ARG_ENUM),
+                                            ATTENTION_EXTRA_ARGS};
 
-static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithPagedKVCacheWrapper.run";
   attention_args a;
-  attention_args_init(&a);
-  if (parse_args(fn, prefill_paged_run_args, sizeof prefill_paged_run_args / sizeof prefill_paged_run_args[0],
-                 args, nargs, kwnames, &a) < 0 ||
-      check_kv_view(fn, a.kv_view) < 0)
+  if (parse_attention_args(fn, prefill_paged_run_args, ARG_COUNT(prefill_paged_run_args), args, nargs,
+                           kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
     return NULL;
-  int combined = a.v == Py_None;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, a.q, "q");
-  int k_at = tensor_list_add(&l, a.k, combined ? "paged_kv_cache" : "k_cache");
-  int v_at = tensor_list_add(&l, a.v, "v_cache");
-  int indptr_at = tensor_list_add(&l, a.kv_indptr, "kv_indptr");
-  int indices_at = tensor_list_add(&l, a.kv_indices, "kv_indices");
-  int last_at = tensor_list_add(&l, a.kv_last_page_len, "kv_last_page_len");
-  int out_at = tensor_list_add(&l, a.out, "out"), lse_at = tensor_list_add(&l, a.lse, "lse");
-  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
+  paged_run_slots s = paged_run_tensors(&l, &a);
   op_call c, side;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
     return NULL;
   const ignis_tensor *mask = NULL;
   void *ws = NULL;
@@ -296,20 +290,20 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
   }
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
   cache.layout = a.kv_layout;
-  if (paged_kv_tensors(fn, &c, a.kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0) {
+  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0) {
     if (side.count)
       op_call_release(&side);
     op_call_release(&c);
     return NULL;
   }
-  cache.indptr = c.tensors[indptr_at];
-  cache.indices = c.tensors[indices_at];
-  cache.last_page_len = c.tensors[last_at];
-  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  cache.indptr = c.tensors[s.indptr];
+  cache.indices = c.tensors[s.indices];
+  cache.last_page_len = c.tensors[s.last_page_len];
+  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_prefill_paged_run(plan, &c.tensors[q_at], &cache, mask, &a.extras,
-                                                          &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL,
-                                                          ws, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_prefill_paged_run(plan, &c.tensors[s.q], &cache, mask, &a.extras, &c.tensors[s.out],
+                              s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS if (side.count) op_call_release(&side);
   return op_call_finish(&c, status);
 }

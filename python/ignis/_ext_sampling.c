@@ -59,12 +59,12 @@ typedef struct {
 } sampling_args;
 
 static arg_spec sampling_spec[] = {
-    ARG(sampling_args, input, ARG_REQUIRED),      ARG(sampling_args, samples, ARG_REQUIRED),
-    ARG(sampling_args, indices, ARG_OBJECT),      ARG(sampling_args, top_k_arr, ARG_OBJECT),
-    ARG(sampling_args, top_k, ARG_INT64),         ARG(sampling_args, top_p_arr, ARG_OBJECT),
-    ARG(sampling_args, top_p, ARG_DOUBLE),        ARG(sampling_args, min_p_arr, ARG_OBJECT),
-    ARG(sampling_args, min_p, ARG_DOUBLE),        ARG(sampling_args, filter_apply_order, ARG_ENUM),
-    ARG(sampling_args, seed, ARG_OBJECT),         ARG(sampling_args, offset, ARG_OBJECT),
+    ARG(sampling_args, input, ARG_REQUIRED), ARG(sampling_args, samples, ARG_REQUIRED),
+    ARG(sampling_args, indices, ARG_OBJECT), ARG(sampling_args, top_k_arr, ARG_OBJECT),
+    ARG(sampling_args, top_k, ARG_INT64),    ARG(sampling_args, top_p_arr, ARG_OBJECT),
+    ARG(sampling_args, top_p, ARG_DOUBLE),   ARG(sampling_args, min_p_arr, ARG_OBJECT),
+    ARG(sampling_args, min_p, ARG_DOUBLE),   ARG(sampling_args, filter_apply_order, ARG_ENUM),
+    ARG(sampling_args, seed, ARG_OBJECT),    ARG(sampling_args, offset, ARG_OBJECT),
     ARG(sampling_args, stream, ARG_OBJECT)};
 
 /* Which sampling call a binding makes (the bindings are one per C function; this picks the call). */
@@ -82,11 +82,11 @@ enum { S_INPUT, S_SAMPLES, S_INDICES, S_TOP_K, S_TOP_P, S_MIN_P, S_SEED, S_OFFSE
 
 static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames) {
-  PyObject *none = Py_None;
-  sampling_args a = {none, none, none, none, none, none, none, none, none, 0, 1.0, 0.0, IGNIS_FILTER_TOP_K_FIRST};
+  /* the C defaults: no filtering (top_k 0, top_p 1, min_p 0); parse_args sets the objects */
+  sampling_args a = {.top_k = 0, .top_p = 1.0, .min_p = 0.0, .filter_apply_order = IGNIS_FILTER_TOP_K_FIRST};
   uint64_t seed, offset;
   PyObject *seed_obj, *offset_obj;
-  if (parse_args(fn, sampling_spec, sizeof sampling_spec / sizeof sampling_spec[0], args, nargs, kwnames, &a) < 0 ||
+  if (parse_args(fn, sampling_spec, ARG_COUNT(sampling_spec), args, nargs, kwnames, &a) < 0 ||
       parse_rng_arg(fn, "seed", a.seed, &seed, &seed_obj) < 0 ||
       parse_rng_arg(fn, "offset", a.offset, &offset, &offset_obj) < 0)
     return NULL;
@@ -130,12 +130,12 @@ static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *cons
     status = ignis_min_p_sampling_from_probs(in, marr, a.min_p, samples, &o, c.stream);
     break;
   case TOP_K_TOP_P_FROM_PROBS:
-    status = ignis_top_k_top_p_sampling_from_probs(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order, samples,
-                                                   &o, c.stream);
+    status = ignis_top_k_top_p_sampling_from_probs(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order,
+                                                   samples, &o, c.stream);
     break;
   default:
-    status = ignis_top_k_top_p_sampling_from_logits(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order, samples,
-                                                    &o, c.stream);
+    status = ignis_top_k_top_p_sampling_from_logits(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order,
+                                                    samples, &o, c.stream);
     break;
   }
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
@@ -159,7 +159,8 @@ typedef enum { TOP_P_RENORM, TOP_K_RENORM, TOP_K_MASK } transform_call;
 /* (input, arr_or_None, value, out, stream): value is a number (top_k truncated to an int). */
 static PyObject *run_transform(const char *fn, transform_call call, PyObject *const *args, Py_ssize_t nargs) {
   double value;
-  if (check_nargs(fn, nargs, 5) < 0 || parse_double(fn, call == TOP_P_RENORM ? "top_p" : "top_k", args[2], &value) < 0)
+  if (check_nargs(fn, nargs, 5) < 0 ||
+      parse_double(fn, call == TOP_P_RENORM ? "top_p" : "top_k", args[2], &value) < 0)
     return NULL;
   sampling_tensors l = {{0}, {0}, {0}, 0, 0};
   st_add(&l, 0, args[0], call == TOP_K_MASK ? "logits" : "probs", 0);
@@ -171,9 +172,17 @@ static PyObject *run_transform(const char *fn, transform_call call, PyObject *co
   const ignis_tensor *in = st_get(&c, &l, 0), *arr = st_get(&c, &l, 2);
   ignis_tensor *out = st_get(&c, &l, 1);
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS if (call == TOP_P_RENORM) status = ignis_top_p_renorm_probs(in, arr, value, out, c.stream);
-  else if (call == TOP_K_RENORM) status = ignis_top_k_renorm_probs(in, arr, (int64_t)value, out, c.stream);
-  else status = ignis_top_k_mask_logits(in, arr, (int64_t)value, out, c.stream);
+  Py_BEGIN_ALLOW_THREADS switch (call) {
+  case TOP_P_RENORM:
+    status = ignis_top_p_renorm_probs(in, arr, value, out, c.stream);
+    break;
+  case TOP_K_RENORM:
+    status = ignis_top_k_renorm_probs(in, arr, (int64_t)value, out, c.stream);
+    break;
+  default:
+    status = ignis_top_k_mask_logits(in, arr, (int64_t)value, out, c.stream);
+    break;
+  }
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -269,8 +278,9 @@ PyMethodDef ext_sampling_methods[] = {
     FASTCALL(top_k_renorm_probs, TRANSFORM_DOC(top_k_renorm_probs)),
     FASTCALL(top_k_mask_logits, TRANSFORM_DOC(top_k_mask_logits)),
     FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),
-    FASTCALL(chain_speculative_sampling,
-             "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "
-             "emitted, seed, offset, stream)"),
+    FASTCALL(
+        chain_speculative_sampling,
+        "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "
+        "emitted, seed, offset, stream)"),
     FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
     {NULL, NULL, 0, NULL}};

@@ -29,27 +29,31 @@ Q_DTYPES = (_F16, _BF16)
 _FP8_NUMPY = {"float8_e4m3fn": _E4M3, "float8_e5m2": _E5M2}  # ml_dtypes names; passed as uint8 views
 
 
-def _code(table, value, message):
-    try:
-        return table[value]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError(message) from None
-
-
+# The lookups below run on every call: a try costs nothing on success, and the message is only
+# formatted on failure.
 def layout_code(kv_layout):
     """The ignis_kv_layout of "NHD" / "HND"."""
-    return _code(_LAYOUTS, kv_layout, "kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,))
+    try:
+        return _LAYOUTS[kv_layout]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,)) from None
 
 
 def lse_base_code(lse_base):
     """The ignis_lse_base of "2" / "ln"."""
-    return _code(_BASES, lse_base, "lse_base=%r must be '2' or 'ln'" % (lse_base,))
+    try:
+        return _BASES[lse_base]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("lse_base=%r must be '2' or 'ln'" % (lse_base,)) from None
 
 
 def pos_encoding_code(fn, mode):
     """The ignis_pos_encoding of FlashInfer's pos_encoding_mode string."""
-    return _code(_POS_ENCODINGS, mode, "%s: pos_encoding_mode=%r must be 'NONE', 'ROPE_LLAMA' or 'ALIBI'"
-                 % (fn, mode))
+    try:
+        return _POS_ENCODINGS[mode]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("%s: pos_encoding_mode=%r must be 'NONE', 'ROPE_LLAMA' or 'ALIBI'"
+                                   % (fn, mode)) from None
 
 
 def dtype_code(fn, name, dtype):
@@ -69,10 +73,10 @@ def dtype_code(fn, name, dtype):
 
 def attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
                       rope_theta):
-    """FlashInfer's attention arguments as the fields of ignis_attention_options, by name (the
-    extension's keywords); a None keeps the C default (sm_scale 1/sqrt(head_dim), no soft cap,
+    """FlashInfer's attention arguments as a dict of ignis_attention_options' fields by name (the
+    extensions' options=); a None keeps the C default (sm_scale 1/sqrt(head_dim), no soft cap,
     rope_scale 1, rope_theta 1e4)."""
-    return {"window_left": window_left, "logits_soft_cap": logits_soft_cap, "sm_scale": sm_scale,
+    return {"sm_scale": sm_scale, "logits_soft_cap": logits_soft_cap, "window_left": window_left,
             "lse_base": lse_base_code(lse_base), "pos_encoding_mode": pos_encoding_code(fn, pos_encoding_mode),
             "rope_scale": rope_scale, "rope_theta": rope_theta}
 
@@ -106,7 +110,8 @@ def _scale(fn, name, value):
 
 def scales(fn, q_scale, k_scale, v_scale):
     """(k_scale * q_scale, v_scale) as floats, 1.0 for those not given: q_scale multiplies the
-    logits, as k_scale does, so it folds into the key scale."""
+    logits, as k_scale does, so it folds into the key scale. Callers skip the call when all three
+    are None (the extension's default scales are 1): a call per run costs more than the test."""
     if k_scale is None and q_scale is None:
         k_value = 1.0
     else:
@@ -138,12 +143,13 @@ def kv_views(fn, k, v, k_name, v_name):
     return k, v, view
 
 
-def kv_caches(paged_kv_cache):
-    """(k_cache, v_cache) of a (k, v) tuple or list, or (cache, None) for one combined tensor."""
+def paged_kv_views(fn, paged_kv_cache):
+    """(k_cache, v_cache, kv_view) of a (k, v) tuple or list, or (cache, None, kv_view) for one
+    combined tensor, as kv_views gives them to the extension."""
     if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
         k_cache, v_cache = paged_kv_cache
-        return k_cache, v_cache
-    return paged_kv_cache, None
+        return kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
+    return kv_views(fn, paged_kv_cache, None, "k_cache", "v_cache")
 
 
 def new_f32(like, shape):

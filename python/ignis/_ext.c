@@ -416,37 +416,66 @@ PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   return PyLong_FromSize_t(*bytes);
 }
 
-/* The interned names of a spec table, made at its first use (single-phase module, under the GIL). */
-static int intern_spec(arg_spec *spec, int count) {
-  for (int i = 0; i < count; ++i)
-    if (!spec[i].key && !(spec[i].key = PyUnicode_InternFromString(spec[i].name)))
+/* The interned names of a table, made at its first use (single-phase module, under the GIL). */
+static int intern_table(arg_table *t) {
+  if (t->count > 64)
+    return raise_type("arg_table: %d entries, at most 64", t->count);
+  for (int i = 0; i < t->count; ++i)
+    if (!t->spec[i].key && !(t->spec[i].key = PyUnicode_InternFromString(t->spec[i].name)))
       return -1;
+  t->interned = 1;
   return 0;
 }
 
-/* The spec entry named `key`: by pointer first (call sites' keywords are interned constants). */
-static int spec_index(const arg_spec *spec, int count, PyObject *key) {
-  for (int i = 0; i < count; ++i)
-    if (spec[i].key == key)
+/* The entry named `key`: by pointer first (call sites' keywords are interned constants). */
+static int spec_index(const arg_table *t, PyObject *key) {
+  for (int i = 0; i < t->count; ++i)
+    if (t->spec[i].key == key)
       return i;
-  for (int i = 0; i < count; ++i)
-    if (PyUnicode_Compare(spec[i].key, key) == 0)
+  for (int i = 0; i < t->count; ++i)
+    if (PyUnicode_Check(key) && PyUnicode_Compare(t->spec[i].key, key) == 0)
       return i;
   return -1;
 }
 
-static int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
-  char *at = (char *)dst + a->offset;
-  if (a->kind == ARG_OBJECT || a->kind == ARG_REQUIRED) {
-    if (a->kind == ARG_REQUIRED && value == Py_None)
-      return raise_type("%s: %s must not be None", fn, a->name);
-    memcpy(at, &value, sizeof value);
-    return 0;
+/* The fields of ignis_attention_options, by their names in decode.h (ARG_OPTIONS: one dict). */
+static arg_spec attention_option_spec[] = {
+    ARG(ignis_attention_options, sm_scale, ARG_DOUBLE),     ARG(ignis_attention_options, logits_soft_cap, ARG_DOUBLE),
+    ARG(ignis_attention_options, window_left, ARG_INT32),   ARG(ignis_attention_options, lse_base, ARG_ENUM),
+    ARG(ignis_attention_options, pos_encoding_mode, ARG_ENUM), ARG(ignis_attention_options, rope_scale, ARG_DOUBLE),
+    ARG(ignis_attention_options, rope_theta, ARG_DOUBLE)};
+static arg_table attention_option_args = ARG_TABLE(attention_option_spec);
+
+static int store_scalar(const char *fn, const arg_spec *a, PyObject *value, void *dst);
+
+/* An ARG_OPTIONS dict into the ignis_attention_options at dst (fields not in it keep their values). */
+static int store_options(const char *fn, PyObject *dict, void *dst) {
+  if (!PyDict_Check(dict))
+    return raise_type("%s: options must be a dict of ignis_attention_options fields, not %.100s", fn,
+                      Py_TYPE(dict)->tp_name);
+  if (!attention_option_args.interned && intern_table(&attention_option_args) < 0)
+    return -1;
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    int i = spec_index(&attention_option_args, key);
+    if (i < 0)
+      return raise_type("%s: options has an unexpected field %R", fn, key);
+    if (store_scalar(fn, &attention_option_spec[i], value, dst) < 0)
+      return -1;
   }
+  return 0;
+}
+
+/* A scalar argument (not an object) into dst. */
+static int store_scalar(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
+  char *at = (char *)dst + a->offset;
   if (value == Py_None) /* a scalar given as None keeps its default */
     return 0;
   int64_t i64;
   switch (a->kind) {
+  case ARG_OPTIONS:
+    return store_options(fn, value, at);
   case ARG_DOUBLE: {
     double d;
     if (parse_double(fn, a->name, value, &d) < 0)
@@ -484,38 +513,75 @@ static int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *d
   }
 }
 
-int parse_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames, void *dst) {
-  uint64_t given = 0;
-  if (count > 64 || (!spec[0].key && intern_spec(spec, count) < 0))
-    return -1;
-  if (nargs > count)
-    return raise_type("%s: expected at most %d arguments, got %zd", fn, count, nargs);
-  for (Py_ssize_t i = 0; i < nargs; ++i) {
-    if (store_arg(fn, &spec[i], args[i], dst) < 0)
-      return -1;
-    given |= UINT64_C(1) << i;
+/* One argument into dst: objects (most of a run's arguments) without a call. */
+static inline int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
+  if (a->kind > ARG_OBJECT)
+    return store_scalar(fn, a, value, dst);
+  if (a->kind == ARG_REQUIRED && value == Py_None)
+    return raise_type("%s: %s must not be None", fn, a->name);
+  memcpy((char *)dst + a->offset, &value, sizeof value);
+  return 0;
+}
+
+/* The entries of kwnames' keywords, from the table's cache when kwnames is the tuple of its last
+ * call (a call site's constant: a hot call pays no name lookups), else looked up and cached. */
+static const int8_t *keyword_entries(const char *fn, arg_table *t, PyObject *kwnames) {
+  if (kwnames == t->kwnames)
+    return t->entry;
+  Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+  if (nkw > 64) {
+    raise_type("%s: %zd keyword arguments, at most 64", fn, nkw);
+    return NULL;
   }
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  int8_t entry[64];
   for (Py_ssize_t k = 0; k < nkw; ++k) {
     PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-    int i = spec_index(spec, count, key);
-    if (i < 0)
-      return raise_type("%s: unexpected argument %U", fn, key);
-    if (given >> i & 1)
-      return raise_type("%s: argument %s given twice", fn, spec[i].name);
-    if (store_arg(fn, &spec[i], args[nargs + k], dst) < 0)
+    int i = spec_index(t, key);
+    if (i < 0) {
+      raise_type("%s: unexpected argument %U", fn, key);
+      return NULL;
+    }
+    entry[k] = (int8_t)i;
+  }
+  Py_INCREF(kwnames); /* held, so that a new tuple cannot reuse its address */
+  Py_XSETREF(t->kwnames, kwnames);
+  memcpy(t->entry, entry, (size_t)nkw);
+  return t->entry;
+}
+
+int parse_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               void *dst) {
+  uint64_t given = 0;
+  if (!t->interned && intern_table(t) < 0)
+    return -1;
+  if (nargs > t->count)
+    return raise_type("%s: expected at most %d arguments, got %zd", fn, t->count, nargs);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (store_arg(fn, &t->spec[i], args[i], dst) < 0)
       return -1;
     given |= UINT64_C(1) << i;
   }
-  for (int i = 0; i < count; ++i) {
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+    const int8_t *entry = keyword_entries(fn, t, kwnames);
+    if (!entry)
+      return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+      int i = entry[k];
+      if (given >> i & 1)
+        return raise_type("%s: argument %s given twice", fn, t->spec[i].name);
+      if (store_arg(fn, &t->spec[i], args[nargs + k], dst) < 0)
+        return -1;
+      given |= UINT64_C(1) << i;
+    }
+  }
+  for (int i = 0; i < t->count; ++i) {
     if (given >> i & 1)
       continue;
-    if (spec[i].kind == ARG_REQUIRED)
-      return raise_type("%s: missing argument %s", fn, spec[i].name);
-    if (spec[i].kind == ARG_OBJECT) {
+    if (t->spec[i].kind == ARG_REQUIRED)
+      return raise_type("%s: missing argument %s", fn, t->spec[i].name);
+    if (t->spec[i].kind == ARG_OBJECT) {
       PyObject *none = Py_None;
-      memcpy((char *)dst + spec[i].offset, &none, sizeof none);
+      memcpy((char *)dst + t->spec[i].offset, &none, sizeof none);
     }
   }
   return 0;
@@ -536,14 +602,14 @@ static const struct {
                    {DL_UINT, 8, IGNIS_U8}};
 
 static int map_dtype(const char *fn, const char *name, dl_dtype t, ignis_dtype *out) {
-  for (size_t i = 0; i < ARG_COUNT(dtype_table); ++i)
+  for (size_t i = 0; i < sizeof dtype_table / sizeof dtype_table[0]; ++i)
     if (t.lanes == 1 && t.code == dtype_table[i].code && t.bits == dtype_table[i].bits) {
       *out = dtype_table[i].dtype;
       return 0;
     }
   static const char *const kinds[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
   char described[64];
-  if (t.code < ARG_COUNT(kinds))
+  if (t.code < sizeof kinds / sizeof kinds[0])
     snprintf(described, sizeof described, "%s%d", kinds[t.code], (int)t.bits);
   else
     snprintf(described, sizeof described, "DLPack type code %d (%d bits)", (int)t.code, (int)t.bits);
@@ -987,26 +1053,28 @@ typedef struct {
       ARG_NAMED("old_context_len", rope_args, config.old_context_len, ARG_DOUBLE),                           \
       ARG(rope_args, stream, ARG_OBJECT)
 
-static arg_spec apply_rope_args[] = {ARG(rope_args, q, ARG_REQUIRED),
+static arg_spec apply_rope_spec[] = {ARG(rope_args, q, ARG_REQUIRED),
                                      ARG(rope_args, k, ARG_REQUIRED),
                                      ARG(rope_args, indptr, ARG_REQUIRED),
                                      ARG(rope_args, offsets, ARG_REQUIRED),
                                      ARG(rope_args, q_out, ARG_REQUIRED),
                                      ARG(rope_args, k_out, ARG_REQUIRED),
                                      ROPE_CONFIG_ARGS};
+static arg_table apply_rope_args = ARG_TABLE(apply_rope_spec);
 
-static arg_spec apply_rope_pos_ids_args[] = {
+static arg_spec apply_rope_pos_ids_spec[] = {
     ARG(rope_args, q, ARG_REQUIRED),       ARG(rope_args, k, ARG_REQUIRED),
     ARG(rope_args, pos_ids, ARG_REQUIRED), ARG(rope_args, q_out, ARG_REQUIRED),
     ARG(rope_args, k_out, ARG_REQUIRED),   ROPE_CONFIG_ARGS};
+static arg_table apply_rope_pos_ids_args = ARG_TABLE(apply_rope_pos_ids_spec);
 
 /* The tensors of a RoPE call read into c (indptr and offsets, or pos_ids), and the config. */
-static int rope_call_begin(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
+static int rope_call_begin(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames, rope_args *a, op_call *c) {
   ignis_rope_config init = IGNIS_ROPE_CONFIG_INIT;
   a->config = init;
   a->pos_ids = a->indptr = a->offsets = Py_None;
-  if (parse_args(fn, spec, count, args, nargs, kwnames, a) < 0)
+  if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
   tensor_list l = {.count = 0};
   tensor_list_add(&l, a->q, "q");
@@ -1022,7 +1090,7 @@ static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_
   static const char *const fn = "ignis.apply_rope";
   rope_args a;
   op_call c;
-  if (rope_call_begin(fn, apply_rope_args, ARG_COUNT(apply_rope_args), args, nargs, kwnames, &a, &c) < 0)
+  if (rope_call_begin(fn, &apply_rope_args, args, nargs, kwnames, &a, &c) < 0)
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
@@ -1035,7 +1103,7 @@ static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, P
   static const char *const fn = "ignis.apply_rope_pos_ids";
   rope_args a;
   op_call c;
-  if (rope_call_begin(fn, apply_rope_pos_ids_args, ARG_COUNT(apply_rope_pos_ids_args), args, nargs, kwnames,
+  if (rope_call_begin(fn, &apply_rope_pos_ids_args, args, nargs, kwnames,
                       &a, &c) < 0)
     return NULL;
   ignis_status status;
@@ -1239,14 +1307,14 @@ static int check_kv_view(const char *fn, int64_t view) {
   return 0;
 }
 
-int parse_attention_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames, attention_args *a) {
+int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                         attention_args *a) {
   ignis_attention_options options = IGNIS_ATTENTION_OPTIONS_INIT;
   ignis_attention_extras extras = IGNIS_ATTENTION_EXTRAS_INIT;
   /* objects outside the binding's spec stay NULL: the binding never reads them */
   *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD, .mask_mode = IGNIS_MASK_NONE, .kv_view = -1,
                         .options = options, .extras = extras};
-  if (parse_args(fn, spec, count, args, nargs, kwnames, a) < 0)
+  if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
   return check_kv_view(fn, a->kv_view);
 }
@@ -1337,21 +1405,22 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
   return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
 }
 
-static arg_spec single_decode_args[] = {ARG(attention_args, q, ARG_REQUIRED),
+static arg_spec single_decode_spec[] = {ARG(attention_args, q, ARG_REQUIRED),
                                         ARG(attention_args, k, ARG_REQUIRED),
                                         ARG(attention_args, v, ARG_REQUIRED),
                                         ARG(attention_args, out, ARG_REQUIRED),
                                         ARG(attention_args, lse, ARG_OBJECT),
                                         ARG(attention_args, workspace, ARG_OBJECT),
                                         ARG(attention_args, kv_layout, ARG_ENUM),
-                                        ATTENTION_OPTION_ARGS(attention_args, options),
+                                        ARG(attention_args, options, ARG_OPTIONS),
                                         ATTENTION_EXTRA_ARGS};
+static arg_table single_decode_args = ARG_TABLE(single_decode_spec);
 
 static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                    PyObject *kwnames) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
   attention_args a;
-  if (parse_attention_args(fn, single_decode_args, ARG_COUNT(single_decode_args), args, nargs, kwnames, &a) <
+  if (parse_attention_args(fn, &single_decode_args, args, nargs, kwnames, &a) <
       0)
     return NULL;
   tensor_list l = {.count = 0};
@@ -1409,7 +1478,7 @@ static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
 }
 
 /* The fields of ignis_decode_plan_config, by their names in decode.h. */
-static arg_spec decode_plan_args[] = {DEVICE_ARGS(ignis_decode_plan_config, device),
+static arg_spec decode_plan_spec[] = {DEVICE_ARGS(ignis_decode_plan_config, device),
                                       ARG(ignis_decode_plan_config, num_qo_heads, ARG_INT64),
                                       ARG(ignis_decode_plan_config, num_kv_heads, ARG_INT64),
                                       ARG(ignis_decode_plan_config, head_dim, ARG_INT64),
@@ -1421,14 +1490,15 @@ static arg_spec decode_plan_args[] = {DEVICE_ARGS(ignis_decode_plan_config, devi
                                       ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
                                       ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
                                       ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
-                                      ATTENTION_OPTION_ARGS(ignis_decode_plan_config, options)};
+                                      ARG(ignis_decode_plan_config, options, ARG_OPTIONS)};
+static arg_table decode_plan_args = ARG_TABLE(decode_plan_spec);
 
 /* A decode plan config from keywords (fields not given keep IGNIS_DECODE_PLAN_CONFIG_INIT's values). */
 static int parse_decode_plan_config(const char *fn, PyObject *const *kwargs, PyObject *kwnames,
                                     ignis_decode_plan_config *config) {
   ignis_decode_plan_config init = IGNIS_DECODE_PLAN_CONFIG_INIT;
   *config = init;
-  return parse_args(fn, decode_plan_args, ARG_COUNT(decode_plan_args), kwargs, 0, kwnames, config);
+  return parse_args(fn, &decode_plan_args, kwargs, 0, kwnames, config);
 }
 
 /* (**config) -> plan capsule */
@@ -1661,7 +1731,7 @@ done:
 
 /* k_cache is the combined [pages, 2, ...] cache when v_cache is None; kv_indptr and
  * kv_last_page_len None: the plan's copies in the workspace, uploaded with the schedule. */
-static arg_spec decode_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+static arg_spec decode_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
                                      ARG(attention_args, q, ARG_REQUIRED),
                                      ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
                                      ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
@@ -1673,11 +1743,12 @@ static arg_spec decode_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
                                      ARG(attention_args, workspace, ARG_OBJECT),
                                      ARG(attention_args, kv_layout, ARG_ENUM),
                                      ATTENTION_EXTRA_ARGS};
+static arg_table decode_run_args = ARG_TABLE(decode_run_spec);
 
 static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
   attention_args a;
-  if (parse_attention_args(fn, decode_run_args, ARG_COUNT(decode_run_args), args, nargs, kwnames, &a) < 0)
+  if (parse_attention_args(fn, &decode_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
   decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)

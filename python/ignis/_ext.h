@@ -42,8 +42,10 @@ int parse_int64_args(const char *fn, PyObject *const *args, const char *const *n
  * the field it fills), and parse_args fills a struct from positional arguments (in table order)
  * and keywords. The Python modules pass every argument past the obvious first few by keyword, so
  * no order is written twice; a config struct (ignis_decode_plan_config, ...) is filled in place
- * over its _INIT defaults, its fields named as in the header. */
-typedef enum {
+ * over its _INIT defaults, its fields named as in the header, and ignis_attention_options travels
+ * as one dict of its fields (options=) in every attention binding: a call of more than about 13
+ * keywords would make CPython build a dict per call anyway. */
+typedef enum { /* the object kinds first: store_arg tests kind > ARG_OBJECT */
   ARG_REQUIRED, /* PyObject * (borrowed), must be given and not None */
   ARG_OBJECT,   /* PyObject * (borrowed), None when not given */
   ARG_DOUBLE,   /* double */
@@ -51,7 +53,8 @@ typedef enum {
   ARG_INT32,    /* int32_t */
   ARG_ENUM,     /* an ignis enum (int-sized), passed as its _ext constant */
   ARG_POSITIVE, /* int32_t >= 1 */
-  ARG_BOOL      /* int32_t 0 or 1, from any truth value */
+  ARG_BOOL,     /* int32_t 0 or 1, from any truth value */
+  ARG_OPTIONS   /* ignis_attention_options, from a dict of its fields by name */
 } arg_kind;
 
 typedef struct {
@@ -61,17 +64,25 @@ typedef struct {
   PyObject *key; /* name, interned at the table's first use */
 } arg_spec;
 
-#define ARG(type, field, kind)                                                                               \
-  { #field, kind, offsetof(type, field), NULL }
-#define ARG_COUNT(spec) ((int)(sizeof spec / sizeof spec[0]))
-#define ARG_NAMED(name, type, field, kind)                                                                   \
-  { name, kind, offsetof(type, field), NULL }
+/* A binding's spec, and the keywords of its last call with what they map to (so that a call site,
+ * whose keyword tuple is a constant, is matched once). */
+typedef struct {
+  arg_spec *spec;
+  int count; /* <= 64 */
+  int interned;
+  PyObject *kwnames;
+  int8_t entry[64];
+} arg_table;
+
+#define ARG(type, field, kind) {#field, kind, offsetof(type, field), NULL}
+#define ARG_NAMED(name, type, field, kind) {name, kind, offsetof(type, field), NULL}
+#define ARG_TABLE(spec) {spec, (int)(sizeof spec / sizeof spec[0]), 0, NULL, {0}}
 
 /* Fill dst from args[0..nargs) (in spec order) and kwnames (FASTCALL keywords, values after the
  * positional ones). A scalar not given, or given as None, keeps dst's value: its default. An
- * unknown, repeated or missing required argument is an ArgumentTypeError. count <= 64. */
-int parse_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames, void *dst);
+ * unknown, repeated or missing required argument is an ArgumentTypeError. */
+int parse_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               void *dst);
 
 /* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
 PyObject *bytes_or_raise(ignis_status status, const size_t *bytes);
@@ -152,18 +163,8 @@ typedef struct {
 
 /* Fill *a from a binding's spec over the C defaults (its objects None, the _INIT options and
  * extras, NHD, no mask, no fp8 view) and check the view; -1 with the error set. */
-int parse_attention_args(const char *fn, arg_spec *spec, int count, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames, attention_args *a);
-
-/* The ignis_attention_options fields of `member` (a struct's options), named as in decode.h. */
-#define ATTENTION_OPTION_ARGS(type, member)                                                                  \
-  ARG_NAMED("sm_scale", type, member.sm_scale, ARG_DOUBLE),                                                  \
-      ARG_NAMED("logits_soft_cap", type, member.logits_soft_cap, ARG_DOUBLE),                                \
-      ARG_NAMED("window_left", type, member.window_left, ARG_INT32),                                         \
-      ARG_NAMED("lse_base", type, member.lse_base, ARG_ENUM),                                                \
-      ARG_NAMED("pos_encoding_mode", type, member.pos_encoding_mode, ARG_ENUM),                              \
-      ARG_NAMED("rope_scale", type, member.rope_scale, ARG_DOUBLE),                                          \
-      ARG_NAMED("rope_theta", type, member.rope_theta, ARG_DOUBLE)
+int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                         attention_args *a);
 
 /* The per-call arguments every attention binding ends with. */
 #define ATTENTION_EXTRA_ARGS                                                                                 \

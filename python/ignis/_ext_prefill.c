@@ -17,7 +17,7 @@ static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *con
   return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), &bytes);
 }
 
-static arg_spec single_prefill_args[] = {ARG(attention_args, q, ARG_REQUIRED),
+static arg_spec single_prefill_spec[] = {ARG(attention_args, q, ARG_REQUIRED),
                                          ARG(attention_args, k, ARG_REQUIRED),
                                          ARG(attention_args, v, ARG_REQUIRED),
                                          ARG(attention_args, out, ARG_REQUIRED),
@@ -26,14 +26,15 @@ static arg_spec single_prefill_args[] = {ARG(attention_args, q, ARG_REQUIRED),
                                          ARG(attention_args, custom_mask, ARG_OBJECT),
                                          ARG(attention_args, kv_layout, ARG_ENUM),
                                          ARG(attention_args, mask_mode, ARG_ENUM),
-                                         ATTENTION_OPTION_ARGS(attention_args, options),
+                                         ARG(attention_args, options, ARG_OPTIONS),
                                          ATTENTION_EXTRA_ARGS};
+static arg_table single_prefill_args = ARG_TABLE(single_prefill_spec);
 
 static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames) {
   static const char *const fn = "ignis.single_prefill_with_kv_cache";
   attention_args a;
-  if (parse_attention_args(fn, single_prefill_args, ARG_COUNT(single_prefill_args), args, nargs, kwnames,
+  if (parse_attention_args(fn, &single_prefill_args, args, nargs, kwnames,
                            &a) < 0)
     return NULL;
   tensor_list l = {.count = 0};
@@ -74,7 +75,7 @@ static ignis_prefill_plan *prefill_plan_of(const char *fn, PyObject *obj) {
 }
 
 /* The fields of ignis_prefill_plan_config, by their names in prefill.h. */
-static arg_spec prefill_plan_args[] = {DEVICE_ARGS(ignis_prefill_plan_config, device),
+static arg_spec prefill_plan_spec[] = {DEVICE_ARGS(ignis_prefill_plan_config, device),
                                        ARG(ignis_prefill_plan_config, kv_kind, ARG_ENUM),
                                        ARG(ignis_prefill_plan_config, kv_layout, ARG_ENUM),
                                        ARG(ignis_prefill_plan_config, num_qo_heads, ARG_INT64),
@@ -90,7 +91,8 @@ static arg_spec prefill_plan_args[] = {DEVICE_ARGS(ignis_prefill_plan_config, de
                                        ARG(ignis_prefill_plan_config, max_kv_len, ARG_INT64),
                                        ARG(ignis_prefill_plan_config, disable_split_kv, ARG_BOOL),
                                        ARG(ignis_prefill_plan_config, fixed_split_size, ARG_INT64),
-                                       ATTENTION_OPTION_ARGS(ignis_prefill_plan_config, options)};
+                                       ARG(ignis_prefill_plan_config, options, ARG_OPTIONS)};
+static arg_table prefill_plan_args = ARG_TABLE(prefill_plan_spec);
 
 /* (**config) -> plan capsule; fields not given keep IGNIS_PREFILL_PLAN_CONFIG_INIT's values. */
 static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -98,7 +100,7 @@ static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, 
   static const char *const fn = "ignis.BatchPrefillWrapper.plan";
   ignis_prefill_plan_config config = IGNIS_PREFILL_PLAN_CONFIG_INIT;
   if (check_nargs(fn, nargs, 0) < 0 ||
-      parse_args(fn, prefill_plan_args, ARG_COUNT(prefill_plan_args), args, 0, kwnames, &config) < 0)
+      parse_args(fn, &prefill_plan_args, args, 0, kwnames, &config) < 0)
     return NULL;
   ignis_prefill_plan *plan = NULL;
   ignis_status status = ignis_prefill_plan_create(&config, &plan);
@@ -211,7 +213,7 @@ static int prefill_run_side(const char *fn, PyObject *mask, PyObject *workspace,
   return 0;
 }
 
-static arg_spec prefill_ragged_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+static arg_spec prefill_ragged_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
                                              ARG(attention_args, q, ARG_REQUIRED),
                                              ARG(attention_args, k, ARG_REQUIRED),
                                              ARG(attention_args, v, ARG_REQUIRED),
@@ -220,12 +222,13 @@ static arg_spec prefill_ragged_run_args[] = {ARG(attention_args, plan, ARG_REQUI
                                              ARG(attention_args, lse, ARG_OBJECT),
                                              ARG(attention_args, workspace, ARG_OBJECT),
                                              ATTENTION_EXTRA_ARGS};
+static arg_table prefill_ragged_run_args = ARG_TABLE(prefill_ragged_run_spec);
 
 static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                         PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithRaggedKVCacheWrapper.run";
   attention_args a;
-  if (parse_attention_args(fn, prefill_ragged_run_args, ARG_COUNT(prefill_ragged_run_args), args, nargs,
+  if (parse_attention_args(fn, &prefill_ragged_run_args, args, nargs,
                            kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
@@ -252,7 +255,7 @@ static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, P
 }
 
 /* k_cache is the combined [pages, 2, ...] cache when v_cache is None. */
-static arg_spec prefill_paged_run_args[] = {ARG(attention_args, plan, ARG_REQUIRED),
+static arg_spec prefill_paged_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
                                             ARG(attention_args, q, ARG_REQUIRED),
                                             ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
                                             ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
@@ -265,12 +268,13 @@ static arg_spec prefill_paged_run_args[] = {ARG(attention_args, plan, ARG_REQUIR
                                             ARG(attention_args, workspace, ARG_OBJECT),
                                             ARG(attention_args, kv_layout, ARG_ENUM),
                                             ATTENTION_EXTRA_ARGS};
+static arg_table prefill_paged_run_args = ARG_TABLE(prefill_paged_run_spec);
 
 static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithPagedKVCacheWrapper.run";
   attention_args a;
-  if (parse_attention_args(fn, prefill_paged_run_args, ARG_COUNT(prefill_paged_run_args), args, nargs,
+  if (parse_attention_args(fn, &prefill_paged_run_args, args, nargs,
                            kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);

@@ -66,6 +66,7 @@ static arg_spec sampling_spec[] = {
     ARG(sampling_args, min_p, ARG_DOUBLE),   ARG(sampling_args, filter_apply_order, ARG_ENUM),
     ARG(sampling_args, seed, ARG_OBJECT),    ARG(sampling_args, offset, ARG_OBJECT),
     ARG(sampling_args, stream, ARG_OBJECT)};
+static arg_table sampling_table = ARG_TABLE(sampling_spec);
 
 /* Which sampling call a binding makes (the bindings are one per C function; this picks the call). */
 typedef enum {
@@ -86,7 +87,7 @@ static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *cons
   sampling_args a = {.top_k = 0, .top_p = 1.0, .min_p = 0.0, .filter_apply_order = IGNIS_FILTER_TOP_K_FIRST};
   uint64_t seed, offset;
   PyObject *seed_obj, *offset_obj;
-  if (parse_args(fn, sampling_spec, ARG_COUNT(sampling_spec), args, nargs, kwnames, &a) < 0 ||
+  if (parse_args(fn, &sampling_table, args, nargs, kwnames, &a) < 0 ||
       parse_rng_arg(fn, "seed", a.seed, &seed, &seed_obj) < 0 ||
       parse_rng_arg(fn, "offset", a.offset, &offset, &offset_obj) < 0)
     return NULL;

@@ -59,9 +59,8 @@ import sys
 
 from . import _ext
 from ._alloc import new_output
-from ._common import (INT32_MAX, Q_DTYPES, attention_options, dtype_code, host_i32, is_cuda, kv_caches, kv_views,
-                      layout_code, lse_base_code, new_f32, next_pow2, on_cuda, pos_encoding_code, scales,
-                      single_workspace)
+from ._common import (INT32_MAX, Q_DTYPES, attention_options, dtype_code, host_i32, is_cuda, kv_views,
+                      layout_code, new_f32, next_pow2, on_cuda, paged_kv_views, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
@@ -83,8 +82,11 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
     layout = layout_code(kv_layout)
-    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
-    k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
+    k_value = v_value = None
+    if k_scale is not None or v_scale is not None or q_scale is not None:
+        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
     k, v, kv_view = kv_views(fn, k, v, "k", "v")
     workspace = None
     if on_cuda(q):
@@ -92,10 +94,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         workspace = single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
     lse = new_f32(q, (q.shape[0],)) if return_lse else None
-    # the options by name, not through attention_options: a dict splat per call costs about a microsecond
-    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, sm_scale=sm_scale,
-                       logits_soft_cap=logits_soft_cap, window_left=window_left, lse_base=lse_base_code(lse_base),
-                       pos_encoding_mode=pos_encoding, rope_scale=rope_scale, rope_theta=rope_theta, k_scale=k_value,
+    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, options=options, k_scale=k_value,
                        v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
 
@@ -330,8 +329,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
             q_dtype=q_code, kv_dtype=kv_code, q_len_per_req=q_len_per_req, disable_split_kv=bool(disable_split_kv),
             fixed_split_size=fixed_split_size or 0,
-            **attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
-                                rope_theta))
+            options=attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode,
+                                      rope_scale, rope_theta))
         self._explicit = (max_batch_size, max_kv_len)
         self._build(self._max_batch_seen, self._longest_seen)
         self._key = key
@@ -423,9 +422,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_len_per_req is not None and q_len_per_req != self._q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r but plan() was given %r: pass q_len_per_req to plan()"
                                        % (fn, q_len_per_req, self._q_len_per_req))
-        k_cache, v_cache = kv_caches(paged_kv_cache)
-        k_cache, v_cache, kv_view = kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
-        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache)
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         finish = None
         if out is None:
             out, finish = new_output(q)

@@ -36,8 +36,8 @@ import functools
 
 from . import _ext
 from ._alloc import _pick
-from ._common import (attention_options, dtype_code, host_i32, kv_caches, kv_views, layout_code, lse_base_code,
-                      new_f32, next_pow2, on_cuda, pos_encoding_code, scales, single_workspace)
+from ._common import (attention_options, dtype_code, host_i32, kv_views, layout_code, new_f32, next_pow2,
+                      on_cuda, paged_kv_views, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
@@ -70,10 +70,13 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     their little-endian bit-packing (uint8)."""
     fn = "ignis.single_prefill_with_kv_cache"
     layout = layout_code(kv_layout)
-    pos_encoding = pos_encoding_code(fn, pos_encoding_mode)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
-    k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
+    k_value = v_value = None
+    if scale_k is not None or scale_v is not None or scale_q is not None:
+        k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
     mode = _mask_mode(causal, custom_mask, packed_custom_mask)
     if packed_custom_mask is None and custom_mask is not None:
         packed_custom_mask = packbits(custom_mask, bitorder="little")
@@ -87,12 +90,9 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
     lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
-    # the options by name, not through attention_options: a dict splat per call costs about a microsecond
     _ext.single_prefill(q, k, v, out, lse=lse, workspace=workspace, custom_mask=packed_custom_mask, kv_layout=layout,
-                        mask_mode=mode, sm_scale=sm_scale, logits_soft_cap=logits_soft_cap, window_left=window_left,
-                        lse_base=lse_base_code(lse_base), pos_encoding_mode=pos_encoding, rope_scale=rope_scale,
-                        rope_theta=rope_theta, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view,
-                        stream=stream)
+                        mask_mode=mode, options=options, k_scale=k_value, v_scale=v_value, sinks=sinks,
+                        kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
 
 
@@ -142,7 +142,7 @@ class _BatchPrefillWrapper:
                       num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
                       head_dim_vo=head_dim_vo or head_dim_qk, page_size=page_size, q_dtype=q_code, kv_dtype=kv_code,
                       mask_mode=mode, disable_split_kv=bool(disable_split_kv), fixed_split_size=fixed_split_size or 0,
-                      **options)
+                      options=options)
         if config == self._config and all(n <= m for n, m in zip(needs, self._maxima)):
             return
         if self._use_cuda_graph and self._config is not None:
@@ -233,7 +233,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
         k, v, kv_view = kv_views(fn, k, v, "k", "v")
-        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
         _ext.prefill_ragged_run(self._plan, q, k, v, out, custom_mask=self._mask, lse=lse, workspace=workspace,
                                 k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
@@ -282,9 +284,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         if args:
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
-        k_cache, v_cache = kv_caches(paged_kv_cache)
-        k_cache, v_cache, kv_view = kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
-        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache)
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         workspace = self._cuda_workspace()
         indptr, indices, last = self._indexes
         _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, out, kv_indptr=indptr, kv_indices=indices,

@@ -1549,18 +1549,6 @@ static PyObject *ext_decode_max_kv_len_for_workspace(PyObject *self, PyObject *c
   return PyLong_FromLongLong(max_kv_len);
 }
 
-/* (plan) -> workspace bytes */
-static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.decode_workspace_size";
-  if (check_nargs(fn, nargs, 1) < 0)
-    return NULL;
-  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
-  if (!handle)
-    return NULL;
-  size_t bytes = 0;
-  return bytes_or_raise(ignis_decode_workspace_size(handle->plan, &bytes), &bytes);
-}
-
 void host_i32_release(host_i32 *a) {
   if (a->has_buffer)
     PyBuffer_Release(&a->buffer);
@@ -1869,7 +1857,6 @@ static PyMethodDef ext_methods[] = {
     FASTCALL_KW(decode_max_kv_len_for_workspace,
                 "decode_max_kv_len_for_workspace(workspace_bytes, **config): "
                 "ignis_decode_max_kv_len_for_workspace (config as for decode_plan_create)"),
-    FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
     FASTCALL(decode_plan_update,
              "decode_plan_update(plan, kv_indptr, kv_last_page_len, workspace, staging, stream) -> batch "
              "size, or PlanUpdateDeclined"),

@@ -1311,9 +1311,13 @@ int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py
                          attention_args *a) {
   ignis_attention_options options = IGNIS_ATTENTION_OPTIONS_INIT;
   ignis_attention_extras extras = IGNIS_ATTENTION_EXTRAS_INIT;
-  /* objects outside the binding's spec stay NULL: the binding never reads them */
-  *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD, .mask_mode = IGNIS_MASK_NONE, .kv_view = -1,
-                        .options = options, .extras = extras};
+  *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD,
+                        .mask_mode = IGNIS_MASK_NONE,
+                        .kv_view = -1,
+                        .options = options,
+                        .extras = extras};
+  a->plan = a->q = a->k = a->v = a->out = a->lse = a->workspace = a->custom_mask = a->kv_indptr =
+      a->kv_indices = a->kv_last_page_len = a->sinks = a->stream = Py_None;
   if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
   return check_kv_view(fn, a->kv_view);
@@ -1352,8 +1356,8 @@ int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *byt
 
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
-int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
-                   size_t *ws_bytes) {
+static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at,
+                          void **ws, size_t *ws_bytes) {
   *ws = NULL;
   *ws_bytes = 0;
   if ((ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0) ||
@@ -1362,6 +1366,30 @@ int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k
     op_call_release(c);
     return -1;
   }
+  return 0;
+}
+
+static kv_pair_slots kv_pair_tensors(tensor_list *l, const attention_args *a) {
+  kv_pair_slots s;
+  s.q = tensor_list_add(l, a->q, "q");
+  s.k = tensor_list_add(l, a->k, "k");
+  s.v = tensor_list_add(l, a->v, "v");
+  s.custom_mask = tensor_list_add(l, a->custom_mask, "custom_mask");
+  s.out = tensor_list_add(l, a->out, "out");
+  s.lse = tensor_list_add(l, a->lse, "lse");
+  s.workspace = tensor_list_add(l, a->workspace, "workspace");
+  s.sinks = tensor_list_add(l, a->sinks, "sinks");
+  return s;
+}
+
+int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_slots *s, void **ws,
+                       size_t *ws_bytes) {
+  tensor_list l = {.count = 0};
+  *s = kv_pair_tensors(&l, a);
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0 ||
+      kv_pair_inputs(fn, c, s->workspace, a->kv_view, s->k, s->v, ws, ws_bytes) < 0)
+    return -1;
+  a->extras.sinks = s->sinks >= 0 ? &c->tensors[s->sinks] : NULL;
   return 0;
 }
 
@@ -1420,27 +1448,18 @@ static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssi
                                    PyObject *kwnames) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
   attention_args a;
-  if (parse_attention_args(fn, &single_decode_args, args, nargs, kwnames, &a) <
-      0)
+  if (parse_attention_args(fn, &single_decode_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
-  int v_at = tensor_list_add(&l, a.v, "v"), out_at = tensor_list_add(&l, a.out, "out");
-  int lse_at = tensor_list_add(&l, a.lse, "lse");
-  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
-  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, a.kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], a.kv_layout, &a.options, &a.extras,
-      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      &c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v], a.kv_layout, &a.options, &a.extras,
+      &c.tensors[s.out], s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 

@@ -161,7 +161,7 @@ typedef struct {
   ignis_attention_extras extras; /* k_scale, v_scale; sinks attached once read */
 } attention_args;
 
-/* Fill *a from a binding's spec over the C defaults (its objects None, the _INIT options and
+/* Fill *a from a binding's spec over the C defaults (every object None, the _INIT options and
  * extras, NHD, no mask, no fp8 view) and check the view; -1 with the error set. */
 int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                          attention_args *a);
@@ -178,10 +178,17 @@ int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py
   ARG_NAMED("device_type", config, member.type, ARG_ENUM),                                                   \
       ARG_NAMED("device_id", config, member.id, ARG_INT32)
 
-/* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
- * k and v. On error the call is released and -1 returned. */
-int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
-                   size_t *ws_bytes);
+/* The slots of a contiguous-K/V call's tensors in its tensor_list (-1: None): single decode and
+ * prefill, the ragged prefill run. */
+typedef struct {
+  int q, k, v, custom_mask, out, lse, workspace, sinks;
+} kv_pair_slots;
+
+/* Read a contiguous-K/V call's tensors from *a into c (the stream chosen), with the workspace and
+ * the fp8 view of k and v, and attach the sinks; -1 with the error set and nothing held. */
+int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_slots *s, void **ws,
+                       size_t *ws_bytes);
+
 /* The slots of a paged-cache run's tensors in its tensor_list (-1: None). */
 typedef struct {
   int q, k, v, indptr, indices, last_page_len, out, lse, sinks;

@@ -34,28 +34,19 @@ static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ss
                                     PyObject *kwnames) {
   static const char *const fn = "ignis.single_prefill_with_kv_cache";
   attention_args a;
-  if (parse_attention_args(fn, &single_prefill_args, args, nargs, kwnames,
-                           &a) < 0)
+  if (parse_attention_args(fn, &single_prefill_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
-  int v_at = tensor_list_add(&l, a.v, "v"), mask_at = tensor_list_add(&l, a.custom_mask, "custom_mask");
-  int out_at = tensor_list_add(&l, a.out, "out"), lse_at = tensor_list_add(&l, a.lse, "lse");
-  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
-  int sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, a.kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_single_prefill(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], a.kv_layout, a.mask_mode,
-      mask_at >= 0 ? &c.tensors[mask_at] : NULL, &a.options, &a.extras, &c.tensors[out_at],
-      lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_single_prefill(&c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v], a.kv_layout, a.mask_mode,
+                           s.custom_mask >= 0 ? &c.tensors[s.custom_mask] : NULL, &a.options, &a.extras,
+                           &c.tensors[s.out], s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -216,29 +207,22 @@ static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, P
                                         PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithRaggedKVCacheWrapper.run";
   attention_args a;
-  if (parse_attention_args(fn, &prefill_ragged_run_args, args, nargs,
-                           kwnames, &a) < 0)
+  if (parse_attention_args(fn, &prefill_ragged_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, a.q, "q"), k_at = tensor_list_add(&l, a.k, "k");
-  int v_at = tensor_list_add(&l, a.v, "v"), mask_at = tensor_list_add(&l, a.custom_mask, "custom_mask");
-  int out_at = tensor_list_add(&l, a.out, "out"), lse_at = tensor_list_add(&l, a.lse, "lse");
-  int ws_at = tensor_list_add(&l, a.workspace, "workspace"), sinks_at = tensor_list_add(&l, a.sinks, "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), a.stream) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, a.kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  a.extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_prefill_ragged_run(
-      plan, &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], mask_at >= 0 ? &c.tensors[mask_at] : NULL,
-      &a.extras, &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      plan, &c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v],
+      s.custom_mask >= 0 ? &c.tensors[s.custom_mask] : NULL, &a.extras, &c.tensors[s.out],
+      s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -262,8 +246,7 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithPagedKVCacheWrapper.run";
   attention_args a;
-  if (parse_attention_args(fn, &prefill_paged_run_args, args, nargs,
-                           kwnames, &a) < 0)
+  if (parse_attention_args(fn, &prefill_paged_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)

@@ -28,7 +28,7 @@ from ._errors import (
     InvalidArgumentError,
     UnsupportedError,
 )
-from ._errors import BY_STATUS as _BY_STATUS
+from ._errors import STATUS_CLASSES as _STATUS_CLASSES
 from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
 from .cascade import (
     BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
@@ -76,7 +76,7 @@ from .rope import (
     apply_rope_with_cos_sin_cache_inplace,
 )
 
-_ext._set_error_classes(_BY_STATUS, ArgumentTypeError, DtypeError)
+_ext._set_error_classes(_STATUS_CLASSES, ArgumentTypeError, DtypeError)
 
 __version__ = _ext.version()
 

@@ -67,9 +67,8 @@ class ArgumentTypeError(Error, TypeError):
     """An argument is not something ignis can take (no DLPack support, a bad stream object...)."""
 
 
-# Indexed by the C status value (IGNIS_OK = 0 is never raised).
-BY_STATUS = (
-    None,
+# The classes of the C statuses: each is raised for the status its `status` names.
+STATUS_CLASSES = (
     InvalidArgumentError,
     UnsupportedError,
     InsufficientWorkspaceError,

@@ -1,10 +1,16 @@
-/* ignis._ext: the CPython extension behind the ignis package.
+/* ignis._ext: the CPython extension behind the ignis package (this file: DLPack, arguments, errors,
+ * the module, and the norm, activation, RoPE, paged-cache, merge and decode bindings; prefill and
+ * sampling have their own files, sharing _ext.h).
  *
- * Each op function takes its arguments positionally (norm.py, activation.py, rope.py, page.py,
- * cascade.py and decode.py give them FlashInfer's names and defaults; a decode plan travels as a
- * capsule that destroys the plan with it), turns every tensor argument into an ignis_tensor through
- * DLPack, picks the CUDA stream, calls the C API with the GIL released, and turns a failed status
- * into the matching ignis.Error subclass carrying ignis_last_error().
+ * Each op function takes its arguments positionally when there are a few, and by name past the
+ * first tensors when there are many (parse_args: a spec table per binding, so the order is
+ * written once; a plan config is filled field by field as the header names them). norm.py,
+ * activation.py, rope.py, page.py, cascade.py, decode.py, prefill.py and sampling.py give them
+ * FlashInfer's names and defaults; a plan travels as a capsule that destroys the plan with it.
+ * A binding turns every tensor argument into an ignis_tensor through DLPack, picks the CUDA
+ * stream, calls the C API with the GIL released, and turns a failed status into the matching
+ * ignis.Error subclass carrying ignis_last_error(). The C enums the Python modules pass are
+ * module constants under their C names (add_constants), so Python never writes their values.
  *
  * How a tensor is read, fastest first:
  *   1. The type publishes DLPack's C exchange table (type.__dlpack_c_exchange_api__, a capsule
@@ -34,14 +40,10 @@
  *
  * Outputs (writable arguments) must be writable: a read-only or copied versioned export, and JAX
  * arrays (immutable, exported through the legacy capsule that cannot say so), are refused. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_ext.h"
 
 #include <stdarg.h>
-#include <stdint.h>
 #include <string.h>
-
-#include "ignis/ignis.h"
 
 /* ---- DLPack ABI (the layouts of the DLPack specification, v1.x) ------------------------------ */
 enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3 };
@@ -137,19 +139,17 @@ static int type_cache_len;
 static PyObject *torch_tensor_type, *cupy_ndarray_type, *jax_array_type;
 
 /* ---- errors ------------------------------------------------------------------------------- */
-static PyObject *status_class(ignis_status status, PyObject *fallback) {
+PyObject *status_class(ignis_status status, PyObject *fallback) {
   PyObject *cls =
       status > IGNIS_OK && status <= IGNIS_ERROR_BACKEND_UNAVAILABLE ? error_by_status[status] : NULL;
   return cls ? cls : fallback;
 }
 
-#define INVALID_ARGUMENT_ERROR status_class(IGNIS_ERROR_INVALID_ARGUMENT, PyExc_ValueError)
-#define UNSUPPORTED_ERROR status_class(IGNIS_ERROR_UNSUPPORTED, PyExc_NotImplementedError)
 #define ARGUMENT_TYPE_ERROR (argument_type_error ? argument_type_error : PyExc_TypeError)
 #define DTYPE_ERROR (dtype_error ? dtype_error : PyExc_TypeError)
 
 /* Raise ARGUMENT_TYPE_ERROR (a Python-level argument problem); returns -1. */
-static int raise_type(const char *format, ...) {
+int raise_type(const char *format, ...) {
   va_list args;
   va_start(args, format);
   PyErr_FormatV(ARGUMENT_TYPE_ERROR, format, args);
@@ -157,7 +157,7 @@ static int raise_type(const char *format, ...) {
   return -1;
 }
 
-static int raise_status(ignis_status status, const char *message) {
+int raise_status(ignis_status status, const char *message) {
   PyObject *cls = status == IGNIS_ERROR_INVALID_ARGUMENT && strstr(message, "dtype")
                       ? DTYPE_ERROR
                       : status_class(status, PyExc_RuntimeError);
@@ -342,7 +342,7 @@ static int framework_current_stream(PyObject *obj, int32_t device_id, void **str
 }
 
 /* ---- arguments ---------------------------------------------------------------------------- */
-static int parse_stream(const char *fn, PyObject *arg, void **stream) {
+int parse_stream(const char *fn, PyObject *arg, void **stream) {
   PyObject *value;
   if (PyLong_Check(arg)) {
     value = arg;
@@ -372,7 +372,7 @@ static int parse_stream(const char *fn, PyObject *arg, void **stream) {
   return 0;
 }
 
-static int parse_double(const char *fn, const char *name, PyObject *arg, double *out) {
+int parse_double(const char *fn, const char *name, PyObject *arg, double *out) {
   *out = PyFloat_AsDouble(arg);
   if (*out == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -381,7 +381,7 @@ static int parse_double(const char *fn, const char *name, PyObject *arg, double 
   return 0;
 }
 
-static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
+int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out) {
   if (PyFloat_Check(arg))
     return raise_type("%s: %s must be an int, not float", fn, name);
   long long v = PyLong_AsLongLong(arg);
@@ -399,8 +399,8 @@ static int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t 
 }
 
 /* args[0 .. count-1] as integers named names[i] (the configuration arguments of the plan bindings). */
-static int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
-                            int64_t *out) {
+int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
+                     int64_t *out) {
   for (int i = 0; i < count; ++i)
     if (parse_int64(fn, names[i], args[i], &out[i]) < 0)
       return -1;
@@ -408,7 +408,7 @@ static int parse_int64_args(const char *fn, PyObject *const *args, const char *c
 }
 
 /* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
-static PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
+PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   if (status != IGNIS_OK) {
     raise_status(status, ignis_last_error());
     return NULL;
@@ -416,24 +416,178 @@ static PyObject *bytes_or_raise(ignis_status status, const size_t *bytes) {
   return PyLong_FromSize_t(*bytes);
 }
 
+/* The interned names of a table, made at its first use (single-phase module, under the GIL). */
+static int intern_table(arg_table *t) {
+  if (t->count > 64)
+    return raise_type("arg_table: %d entries, at most 64", t->count);
+  for (int i = 0; i < t->count; ++i)
+    if (!t->spec[i].key && !(t->spec[i].key = PyUnicode_InternFromString(t->spec[i].name)))
+      return -1;
+  t->interned = 1;
+  return 0;
+}
+
+/* The entry named `key`: by pointer first (call sites' keywords are interned constants). */
+static int spec_index(const arg_table *t, PyObject *key) {
+  for (int i = 0; i < t->count; ++i)
+    if (t->spec[i].key == key)
+      return i;
+  for (int i = 0; i < t->count; ++i)
+    if (PyUnicode_Check(key) && PyUnicode_Compare(t->spec[i].key, key) == 0)
+      return i;
+  return -1;
+}
+
+/* The fields of ignis_attention_options, by their names in decode.h (ARG_OPTIONS: one dict). */
+static arg_spec attention_option_spec[] = {
+    ARG(ignis_attention_options, sm_scale, ARG_DOUBLE),     ARG(ignis_attention_options, logits_soft_cap, ARG_DOUBLE),
+    ARG(ignis_attention_options, window_left, ARG_INT32),   ARG(ignis_attention_options, lse_base, ARG_ENUM),
+    ARG(ignis_attention_options, pos_encoding_mode, ARG_ENUM), ARG(ignis_attention_options, rope_scale, ARG_DOUBLE),
+    ARG(ignis_attention_options, rope_theta, ARG_DOUBLE)};
+static arg_table attention_option_args = ARG_TABLE(attention_option_spec);
+
+static int store_scalar(const char *fn, const arg_spec *a, PyObject *value, void *dst);
+
+/* An ARG_OPTIONS dict into the ignis_attention_options at dst (fields not in it keep their values). */
+static int store_options(const char *fn, PyObject *dict, void *dst) {
+  if (!PyDict_Check(dict))
+    return raise_type("%s: options must be a dict of ignis_attention_options fields, not %.100s", fn,
+                      Py_TYPE(dict)->tp_name);
+  if (!attention_option_args.interned && intern_table(&attention_option_args) < 0)
+    return -1;
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    int i = spec_index(&attention_option_args, key);
+    if (i < 0)
+      return raise_type("%s: options has an unexpected field %R", fn, key);
+    if (store_scalar(fn, &attention_option_spec[i], value, dst) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* A scalar argument (not an object) into dst. */
+static int store_scalar(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
+  char *at = (char *)dst + a->offset;
+  if (value == Py_None) /* a scalar given as None keeps its default */
+    return 0;
+  int64_t i64;
+  switch (a->kind) {
+  case ARG_OPTIONS:
+    return store_options(fn, value, at);
+  case ARG_DOUBLE: {
+    double d;
+    if (parse_double(fn, a->name, value, &d) < 0)
+      return -1;
+    memcpy(at, &d, sizeof d);
+    return 0;
+  }
+  case ARG_BOOL: {
+    int32_t flag = PyObject_IsTrue(value);
+    if (flag < 0)
+      return -1;
+    memcpy(at, &flag, sizeof flag);
+    return 0;
+  }
+  case ARG_INT64:
+    if (parse_int64(fn, a->name, value, &i64) < 0)
+      return -1;
+    memcpy(at, &i64, sizeof i64);
+    return 0;
+  default: /* ARG_INT32, ARG_ENUM, ARG_POSITIVE: a C int */
+    if (parse_int64(fn, a->name, value, &i64) < 0)
+      return -1;
+    if (a->kind == ARG_POSITIVE && i64 < 1) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld must be positive (or None)", fn, a->name,
+                   (long long)i64);
+      return -1;
+    }
+    if (i64 < INT32_MIN || i64 > INT32_MAX) {
+      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld is out of range", fn, a->name, (long long)i64);
+      return -1;
+    }
+    int32_t i32 = (int32_t)i64;
+    memcpy(at, &i32, sizeof i32);
+    return 0;
+  }
+}
+
+/* One argument into dst: objects (most of a run's arguments) without a call. */
+static inline int store_arg(const char *fn, const arg_spec *a, PyObject *value, void *dst) {
+  if (a->kind > ARG_OBJECT)
+    return store_scalar(fn, a, value, dst);
+  if (a->kind == ARG_REQUIRED && value == Py_None)
+    return raise_type("%s: %s must not be None", fn, a->name);
+  memcpy((char *)dst + a->offset, &value, sizeof value);
+  return 0;
+}
+
+/* The entries of kwnames' keywords, from the table's cache when kwnames is the tuple of its last
+ * call (a call site's constant: a hot call pays no name lookups), else looked up and cached. */
+static const int8_t *keyword_entries(const char *fn, arg_table *t, PyObject *kwnames) {
+  if (kwnames == t->kwnames)
+    return t->entry;
+  Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+  if (nkw > 64) {
+    raise_type("%s: %zd keyword arguments, at most 64", fn, nkw);
+    return NULL;
+  }
+  int8_t entry[64];
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+    int i = spec_index(t, key);
+    if (i < 0) {
+      raise_type("%s: unexpected argument %U", fn, key);
+      return NULL;
+    }
+    entry[k] = (int8_t)i;
+  }
+  Py_INCREF(kwnames); /* held, so that a new tuple cannot reuse its address */
+  Py_XSETREF(t->kwnames, kwnames);
+  memcpy(t->entry, entry, (size_t)nkw);
+  return t->entry;
+}
+
+int parse_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               void *dst) {
+  uint64_t given = 0;
+  if (!t->interned && intern_table(t) < 0)
+    return -1;
+  if (nargs > t->count)
+    return raise_type("%s: expected at most %d arguments, got %zd", fn, t->count, nargs);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (store_arg(fn, &t->spec[i], args[i], dst) < 0)
+      return -1;
+    given |= UINT64_C(1) << i;
+  }
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+    const int8_t *entry = keyword_entries(fn, t, kwnames);
+    if (!entry)
+      return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+      int i = entry[k];
+      if (given >> i & 1)
+        return raise_type("%s: argument %s given twice", fn, t->spec[i].name);
+      if (store_arg(fn, &t->spec[i], args[nargs + k], dst) < 0)
+        return -1;
+      given |= UINT64_C(1) << i;
+    }
+  }
+  for (int i = 0; i < t->count; ++i) {
+    if (given >> i & 1)
+      continue;
+    if (t->spec[i].kind == ARG_REQUIRED)
+      return raise_type("%s: missing argument %s", fn, t->spec[i].name);
+    if (t->spec[i].kind == ARG_OBJECT) {
+      PyObject *none = Py_None;
+      memcpy((char *)dst + t->spec[i].offset, &none, sizeof none);
+    }
+  }
+  return 0;
+}
+
 /* ---- tensors ------------------------------------------------------------------------------ */
-#define MAX_TENSORS 10
-
-typedef struct {
-  void *managed; /* exported capsule contents to release, or NULL */
-  int versioned;
-  uint64_t flags; /* DLPack flags of a versioned export */
-  int legacy;     /* exported through the legacy capsule (cannot signal read-only) */
-} export_slot;
-
-typedef struct {
-  const char *fn;
-  int count;
-  ignis_tensor tensors[MAX_TENSORS];
-  export_slot slots[MAX_TENSORS];
-  void *stream;
-} op_call;
-
 /* DLPack (code, bits) -> ignis dtype, lanes 1. */
 static const struct {
   uint8_t code, bits;
@@ -522,7 +676,7 @@ static void release_slot(export_slot *s) {
 }
 
 /* Release every export, keeping any pending exception intact across the producers' deleters. */
-static void op_call_release(op_call *c) {
+void op_call_release(op_call *c) {
   PyObject *pending = take_exception();
   for (int i = 0; i < c->count; ++i)
     release_slot(&c->slots[i]);
@@ -606,8 +760,8 @@ static int check_writable(op_call *c, int i, PyObject *obj, const char *name) {
 
 /* Read objs[0..count) into c->tensors and choose c->stream. Bit i of writable marks an output.
  * On failure everything taken is released and an exception is set. */
-static int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
-                         int count, unsigned writable, PyObject *stream_arg) {
+int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names, int count,
+                  unsigned writable, PyObject *stream_arg) {
   type_facts scratch[MAX_TENSORS];
   type_facts *facts[MAX_TENSORS];
   int done[MAX_TENSORS] = {0};
@@ -768,7 +922,7 @@ fail:
 }
 
 /* After the C call: release the exports, then return None or raise the status. */
-static PyObject *op_call_finish(op_call *c, ignis_status status) {
+PyObject *op_call_finish(op_call *c, ignis_status status) {
   char message[1024];
   if (status != IGNIS_OK)
     snprintf(message, sizeof message, "%s", ignis_last_error());
@@ -780,7 +934,7 @@ static PyObject *op_call_finish(op_call *c, ignis_status status) {
   Py_RETURN_NONE;
 }
 
-static int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected) {
+int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected) {
   if (nargs == expected)
     return 0;
   return raise_type("%s: expected %zd arguments, got %zd", fn, expected, nargs);
@@ -881,66 +1035,80 @@ static PyObject *ext_gelu_tanh_and_mul(PyObject *self, PyObject *const *args, Py
 }
 
 /* ---- rope ---------------------------------------------------------------------------------- */
-/* (rotary_dim, interleave, rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor,
- *  old_context_len) -> config */
-static int parse_rope_config(const char *fn, PyObject *const *a, ignis_rope_config *config) {
+/* The arguments of the RoPE bindings, by name: the tensors, then ignis_rope_config's fields
+ * (rotary_dim None: the head dim), then the stream. */
+typedef struct {
+  PyObject *q, *k, *indptr, *offsets, *pos_ids, *q_out, *k_out, *stream;
+  ignis_rope_config config;
+} rope_args;
+
+#define ROPE_CONFIG_ARGS                                                                                     \
+  ARG_NAMED("rotary_dim", rope_args, config.rotary_dim, ARG_POSITIVE),                                       \
+      ARG_NAMED("interleave", rope_args, config.interleave, ARG_BOOL),                                       \
+      ARG_NAMED("rope_scale", rope_args, config.rope_scale, ARG_DOUBLE),                                     \
+      ARG_NAMED("rope_theta", rope_args, config.rope_theta, ARG_DOUBLE),                                     \
+      ARG_NAMED("llama31", rope_args, config.llama31, ARG_BOOL),                                             \
+      ARG_NAMED("low_freq_factor", rope_args, config.low_freq_factor, ARG_DOUBLE),                           \
+      ARG_NAMED("high_freq_factor", rope_args, config.high_freq_factor, ARG_DOUBLE),                         \
+      ARG_NAMED("old_context_len", rope_args, config.old_context_len, ARG_DOUBLE),                           \
+      ARG(rope_args, stream, ARG_OBJECT)
+
+static arg_spec apply_rope_spec[] = {ARG(rope_args, q, ARG_REQUIRED),
+                                     ARG(rope_args, k, ARG_REQUIRED),
+                                     ARG(rope_args, indptr, ARG_REQUIRED),
+                                     ARG(rope_args, offsets, ARG_REQUIRED),
+                                     ARG(rope_args, q_out, ARG_REQUIRED),
+                                     ARG(rope_args, k_out, ARG_REQUIRED),
+                                     ROPE_CONFIG_ARGS};
+static arg_table apply_rope_args = ARG_TABLE(apply_rope_spec);
+
+static arg_spec apply_rope_pos_ids_spec[] = {
+    ARG(rope_args, q, ARG_REQUIRED),       ARG(rope_args, k, ARG_REQUIRED),
+    ARG(rope_args, pos_ids, ARG_REQUIRED), ARG(rope_args, q_out, ARG_REQUIRED),
+    ARG(rope_args, k_out, ARG_REQUIRED),   ROPE_CONFIG_ARGS};
+static arg_table apply_rope_pos_ids_args = ARG_TABLE(apply_rope_pos_ids_spec);
+
+/* The tensors of a RoPE call read into c (indptr and offsets, or pos_ids), and the config. */
+static int rope_call_begin(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames, rope_args *a, op_call *c) {
   ignis_rope_config init = IGNIS_ROPE_CONFIG_INIT;
-  *config = init;
-  if (a[0] != Py_None) {
-    int64_t rotary_dim;
-    if (parse_int64(fn, "rotary_dim", a[0], &rotary_dim) < 0)
-      return -1;
-    if (rotary_dim < 1 || rotary_dim > INT32_MAX) {
-      PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: rotary_dim=%lld must be positive (or None)", fn,
-                   (long long)rotary_dim);
-      return -1;
-    }
-    config->rotary_dim = (int32_t)rotary_dim;
-  }
-  int interleave = PyObject_IsTrue(a[1]);
-  int llama31 = PyObject_IsTrue(a[4]);
-  if (interleave < 0 || llama31 < 0)
+  a->config = init;
+  a->pos_ids = a->indptr = a->offsets = Py_None;
+  if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
-  config->interleave = interleave;
-  config->llama31 = llama31;
-  if (parse_double(fn, "rope_scale", a[2], &config->rope_scale) < 0 ||
-      parse_double(fn, "rope_theta", a[3], &config->rope_theta) < 0 ||
-      parse_double(fn, "low_freq_factor", a[5], &config->low_freq_factor) < 0 ||
-      parse_double(fn, "high_freq_factor", a[6], &config->high_freq_factor) < 0 ||
-      parse_double(fn, "old_context_len", a[7], &config->old_context_len) < 0)
-    return -1;
-  return 0;
+  tensor_list l = {.count = 0};
+  tensor_list_add(&l, a->q, "q");
+  tensor_list_add(&l, a->k, "k");
+  tensor_list_add(&l, a->indptr, "indptr");
+  tensor_list_add(&l, a->offsets, "offsets");
+  tensor_list_add(&l, a->pos_ids, "pos_ids");
+  int q_out_at = tensor_list_add(&l, a->q_out, "q_out"), k_out_at = tensor_list_add(&l, a->k_out, "k_out");
+  return op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(q_out_at) | slot_bit(k_out_at), a->stream);
 }
 
-/* (q, k, indptr, offsets, q_out, k_out, <8 config values>, stream) */
-static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_apply_rope(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.apply_rope";
-  static const char *const names[] = {"q", "k", "indptr", "offsets", "q_out", "k_out"};
-  ignis_rope_config config;
-  if (check_nargs(fn, nargs, 15) < 0 || parse_rope_config(fn, args + 6, &config) < 0)
-    return NULL;
+  rope_args a;
   op_call c;
-  if (op_call_begin(&c, fn, args, names, 6, 1u << 4 | 1u << 5, args[14]) < 0)
+  if (rope_call_begin(fn, &apply_rope_args, args, nargs, kwnames, &a, &c) < 0)
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
-                                                   &config, &c.tensors[4], &c.tensors[5], c.stream);
+                                                   &a.config, &c.tensors[4], &c.tensors[5], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (q, k, pos_ids, q_out, k_out, <8 config values>, stream) */
-static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_apply_rope_pos_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.apply_rope_pos_ids";
-  static const char *const names[] = {"q", "k", "pos_ids", "q_out", "k_out"};
-  ignis_rope_config config;
-  if (check_nargs(fn, nargs, 14) < 0 || parse_rope_config(fn, args + 5, &config) < 0)
-    return NULL;
+  rope_args a;
   op_call c;
-  if (op_call_begin(&c, fn, args, names, 5, 1u << 3 | 1u << 4, args[13]) < 0)
+  if (rope_call_begin(fn, &apply_rope_pos_ids_args, args, nargs, kwnames,
+                      &a, &c) < 0)
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_apply_rope_pos_ids(&c.tensors[0], &c.tensors[1], &c.tensors[2],
-                                                           &config, &c.tensors[3], &c.tensors[4], c.stream);
+                                                           &a.config, &c.tensors[3], &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1121,72 +1289,47 @@ static PyObject *ext_merge_states(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 /* ---- decode attention ------------------------------------------------------------------------ */
-/* The options travel as ATTENTION_OPTION_ARGS positional values: (sm_scale, logits_soft_cap,
- * window_left, lse_base, pos_encoding_mode, rope_scale, rope_theta); the enums as their ints. */
-#define ATTENTION_OPTION_ARGS 7
+_Static_assert(sizeof(ignis_dtype) == sizeof(int32_t) && sizeof(ignis_device_type) == sizeof(int32_t) &&
+                   sizeof(ignis_kv_layout) == sizeof(int32_t) && sizeof(ignis_lse_base) == sizeof(int32_t) &&
+                   sizeof(ignis_pos_encoding) == sizeof(int32_t) &&
+                   sizeof(ignis_mask_mode) == sizeof(int32_t) &&
+                   sizeof(ignis_prefill_kv_kind) == sizeof(int32_t) &&
+                   sizeof(ignis_filter_apply_order) == sizeof(int32_t),
+               "ARG_ENUM stores an int32_t");
 
-static int parse_attention_options(const char *fn, PyObject *const *a, ignis_attention_options *o) {
-  ignis_attention_options init = IGNIS_ATTENTION_OPTIONS_INIT;
-  *o = init;
-  int64_t window_left, base, pos_encoding;
-  if (parse_double(fn, "sm_scale", a[0], &o->sm_scale) < 0 ||
-      parse_double(fn, "logits_soft_cap", a[1], &o->logits_soft_cap) < 0 ||
-      parse_int64(fn, "window_left", a[2], &window_left) < 0 ||
-      parse_int64(fn, "lse_base", a[3], &base) < 0 ||
-      parse_int64(fn, "pos_encoding_mode", a[4], &pos_encoding) < 0 ||
-      parse_double(fn, "rope_scale", a[5], &o->rope_scale) < 0 ||
-      parse_double(fn, "rope_theta", a[6], &o->rope_theta) < 0)
-    return -1;
-  if (window_left < INT32_MIN || window_left > INT32_MAX) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: window_left=%lld is out of range", fn, (long long)window_left);
+/* K/V handed over as a uint8 view of fp8 data: the view must be an fp8 dtype (-1: none). */
+static int check_kv_view(const char *fn, int64_t view) {
+  if (view != -1 && view != IGNIS_FP8_E4M3 && view != IGNIS_FP8_E5M2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be None or an fp8 dtype", fn,
+                 (long long)view);
     return -1;
   }
-  o->window_left = (int32_t)window_left;
-  o->lse_base = (ignis_lse_base)base;
-  o->pos_encoding_mode = (ignis_pos_encoding)pos_encoding;
   return 0;
 }
 
-/* (k_scale, v_scale) -> extras without sinks (the caller attaches them once read). */
-static int parse_attention_scales(const char *fn, PyObject *const *a, ignis_attention_extras *e) {
-  ignis_attention_extras init = IGNIS_ATTENTION_EXTRAS_INIT;
-  *e = init;
-  return parse_double(fn, "k_scale", a[0], &e->k_scale) < 0 ||
-                 parse_double(fn, "v_scale", a[1], &e->v_scale) < 0
-             ? -1
-             : 0;
+int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                         attention_args *a) {
+  ignis_attention_options options = IGNIS_ATTENTION_OPTIONS_INIT;
+  ignis_attention_extras extras = IGNIS_ATTENTION_EXTRAS_INIT;
+  *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD,
+                        .mask_mode = IGNIS_MASK_NONE,
+                        .kv_view = -1,
+                        .options = options,
+                        .extras = extras};
+  a->plan = a->q = a->k = a->v = a->out = a->lse = a->workspace = a->custom_mask = a->kv_indptr =
+      a->kv_indices = a->kv_last_page_len = a->sinks = a->stream = Py_None;
+  if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
+    return -1;
+  return check_kv_view(fn, a->kv_view);
 }
 
-/* The objects of one call, some optional (None is left out), each remembering its slot. */
-typedef struct {
-  PyObject *objs[MAX_TENSORS];
-  const char *names[MAX_TENSORS];
-  int count;
-} tensor_list;
-
 /* Append obj (unless None); returns its slot, or -1 for None. */
-static int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
+int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   if (obj == Py_None)
     return -1;
   l->objs[l->count] = obj;
   l->names[l->count] = name;
   return l->count++;
-}
-
-static unsigned slot_bit(int slot) {
-  return slot >= 0 ? 1u << slot : 0u;
-}
-
-/* K/V handed over as a uint8 view (NumPy arrays of ml_dtypes' fp8 types, which DLPack cannot
- * carry): read them as `view` (an fp8 ignis_dtype value; -1: no view). */
-static int parse_kv_view(const char *fn, PyObject *arg, int64_t *view) {
-  if (parse_int64(fn, "kv_view", arg, view) < 0)
-    return -1;
-  if (*view != -1 && *view != IGNIS_FP8_E4M3 && *view != IGNIS_FP8_E5M2) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be -1 or an fp8 dtype", fn, (long long)*view);
-    return -1;
-  }
-  return 0;
 }
 
 static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
@@ -1201,7 +1344,7 @@ static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const ch
 }
 
 /* Bytes of a contiguous workspace tensor (0 for None). */
-static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes) {
+int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes) {
   if (!ignis_tensor_is_contiguous(t)) {
     PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: the workspace buffer must be contiguous", fn);
     return -1;
@@ -1213,8 +1356,8 @@ static int workspace_of(const char *fn, const ignis_tensor *t, void **data, size
 
 /* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
  * k and v. On error the call is released and -1 returned. */
-static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at, void **ws,
-                          size_t *ws_bytes) {
+static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at,
+                          void **ws, size_t *ws_bytes) {
   *ws = NULL;
   *ws_bytes = 0;
   if ((ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0) ||
@@ -1226,10 +1369,49 @@ static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view
   return 0;
 }
 
+static kv_pair_slots kv_pair_tensors(tensor_list *l, const attention_args *a) {
+  kv_pair_slots s;
+  s.q = tensor_list_add(l, a->q, "q");
+  s.k = tensor_list_add(l, a->k, "k");
+  s.v = tensor_list_add(l, a->v, "v");
+  s.custom_mask = tensor_list_add(l, a->custom_mask, "custom_mask");
+  s.out = tensor_list_add(l, a->out, "out");
+  s.lse = tensor_list_add(l, a->lse, "lse");
+  s.workspace = tensor_list_add(l, a->workspace, "workspace");
+  s.sinks = tensor_list_add(l, a->sinks, "sinks");
+  return s;
+}
+
+int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_slots *s, void **ws,
+                       size_t *ws_bytes) {
+  tensor_list l = {.count = 0};
+  *s = kv_pair_tensors(&l, a);
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0 ||
+      kv_pair_inputs(fn, c, s->workspace, a->kv_view, s->k, s->v, ws, ws_bytes) < 0)
+    return -1;
+  a->extras.sinks = s->sinks >= 0 ? &c->tensors[s->sinks] : NULL;
+  return 0;
+}
+
+paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
+  paged_run_slots s;
+  s.combined = a->v == Py_None;
+  s.q = tensor_list_add(l, a->q, "q");
+  s.k = tensor_list_add(l, a->k, s.combined ? "paged_kv_cache" : "k_cache");
+  s.v = tensor_list_add(l, a->v, "v_cache");
+  s.indptr = tensor_list_add(l, a->kv_indptr, "kv_indptr");
+  s.indices = tensor_list_add(l, a->kv_indices, "kv_indices");
+  s.last_page_len = tensor_list_add(l, a->kv_last_page_len, "kv_last_page_len");
+  s.out = tensor_list_add(l, a->out, "out");
+  s.lse = tensor_list_add(l, a->lse, "lse");
+  s.sinks = tensor_list_add(l, a->sinks, "sinks");
+  return s;
+}
+
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
-                            int combined, ignis_paged_kv_cache *cache) {
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
+                     int combined, ignis_paged_kv_cache *cache) {
   if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;
@@ -1251,37 +1433,33 @@ static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *cons
   return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
 }
 
-/* (q, k, v, layout, <7 options>, k_scale, v_scale, sinks_or_None, kv_view, out, lse_or_None,
- *  workspace_or_None, stream) */
-static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static arg_spec single_decode_spec[] = {ARG(attention_args, q, ARG_REQUIRED),
+                                        ARG(attention_args, k, ARG_REQUIRED),
+                                        ARG(attention_args, v, ARG_REQUIRED),
+                                        ARG(attention_args, out, ARG_REQUIRED),
+                                        ARG(attention_args, lse, ARG_OBJECT),
+                                        ARG(attention_args, workspace, ARG_OBJECT),
+                                        ARG(attention_args, kv_layout, ARG_ENUM),
+                                        ARG(attention_args, options, ARG_OPTIONS),
+                                        ATTENTION_EXTRA_ARGS};
+static arg_table single_decode_args = ARG_TABLE(single_decode_spec);
+
+static PyObject *ext_single_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames) {
   static const char *const fn = "ignis.single_decode_with_kv_cache";
-  enum { EXTRAS = 4 + ATTENTION_OPTION_ARGS, OUT = EXTRAS + 4 };
-  int64_t layout, kv_view;
-  ignis_attention_options options;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, OUT + 4) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
-      parse_attention_options(fn, args + 4, &options) < 0 ||
-      parse_attention_scales(fn, args + EXTRAS, &extras) < 0 ||
-      parse_kv_view(fn, args[EXTRAS + 3], &kv_view) < 0)
+  attention_args a;
+  if (parse_attention_args(fn, &single_decode_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[0], "q"), k_at = tensor_list_add(&l, args[1], "k");
-  int v_at = tensor_list_add(&l, args[2], "v"), out_at = tensor_list_add(&l, args[OUT], "out");
-  int lse_at = tensor_list_add(&l, args[OUT + 1], "lse");
-  int ws_at = tensor_list_add(&l, args[OUT + 2], "workspace");
-  int sinks_at = tensor_list_add(&l, args[EXTRAS + 2], "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_single_decode(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], (ignis_kv_layout)layout, &options, &extras,
-      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      &c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v], a.kv_layout, &a.options, &a.extras,
+      &c.tensors[s.out], s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1307,7 +1485,7 @@ static void decode_plan_capsule_destroy(PyObject *capsule) {
 }
 
 /* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
-static void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
+void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
   void *ptr = PyCapsule_IsValid(obj, name) ? PyCapsule_GetPointer(obj, name) : NULL;
   if (!ptr)
     raise_type("%s: plan must be a %s", fn, what);
@@ -1318,35 +1496,37 @@ static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
   return plan_capsule_of(fn, obj, DECODE_PLAN_CAPSULE, "decode plan made by decode_plan_create");
 }
 
-/* (device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, kv_dtype,
- *  q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, fixed_split_size, <7 options>)
- *  -> plan capsule; device_type 0 CPU, 1 CUDA; the dtypes ignis_dtype values. */
-static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The fields of ignis_decode_plan_config, by their names in decode.h. */
+static arg_spec decode_plan_spec[] = {DEVICE_ARGS(ignis_decode_plan_config, device),
+                                      ARG(ignis_decode_plan_config, num_qo_heads, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, num_kv_heads, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, head_dim, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, page_size, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, q_dtype, ARG_ENUM),
+                                      ARG(ignis_decode_plan_config, kv_dtype, ARG_ENUM),
+                                      ARG(ignis_decode_plan_config, q_len_per_req, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, max_batch_size, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
+                                      ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
+                                      ARG(ignis_decode_plan_config, options, ARG_OPTIONS)};
+static arg_table decode_plan_args = ARG_TABLE(decode_plan_spec);
+
+/* A decode plan config from keywords (fields not given keep IGNIS_DECODE_PLAN_CONFIG_INIT's values). */
+static int parse_decode_plan_config(const char *fn, PyObject *const *kwargs, PyObject *kwnames,
+                                    ignis_decode_plan_config *config) {
+  ignis_decode_plan_config init = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  *config = init;
+  return parse_args(fn, &decode_plan_args, kwargs, 0, kwnames, config);
+}
+
+/* (**config) -> plan capsule */
+static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const names[] = {"device_type",     "device_id",      "num_qo_heads", "num_kv_heads",
-                                      "head_dim",        "page_size",      "q_data_type",  "kv_data_type",
-                                      "q_len_per_req",   "max_batch_size", "max_kv_len",   "disable_split_kv",
-                                      "fixed_split_size"};
-  enum { COUNT = sizeof names / sizeof names[0] };
-  int64_t v[COUNT];
-  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0 || parse_int64_args(fn, args, names, COUNT, v) < 0)
+  ignis_decode_plan_config config;
+  if (check_nargs(fn, nargs, 0) < 0 || parse_decode_plan_config(fn, args, kwnames, &config) < 0)
     return NULL;
-  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
-  if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
-    return NULL;
-  config.device.type = v[0] ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
-  config.device.id = (int32_t)v[1];
-  config.num_qo_heads = v[2];
-  config.num_kv_heads = v[3];
-  config.head_dim = v[4];
-  config.page_size = v[5];
-  config.q_dtype = (ignis_dtype)v[6];
-  config.kv_dtype = (ignis_dtype)v[7];
-  config.q_len_per_req = v[8];
-  config.max_batch_size = v[9];
-  config.max_kv_len = v[10];
-  config.disable_split_kv = v[11] != 0;
-  config.fixed_split_size = v[12];
   decode_plan_handle *handle = PyMem_RawCalloc(1, sizeof *handle);
   if (!handle)
     return PyErr_NoMemory();
@@ -1367,28 +1547,28 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
   return capsule;
 }
 
-/* (plan) -> workspace bytes */
-static PyObject *ext_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.decode_workspace_size";
-  if (check_nargs(fn, nargs, 1) < 0)
+/* (workspace_bytes, **config) -> the largest max_kv_len whose plan fits (-1: none) */
+static PyObject *ext_decode_max_kv_len_for_workspace(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                                     PyObject *kwnames) {
+  static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
+  ignis_decode_plan_config config;
+  int64_t bytes = 0, max_kv_len = 0;
+  if (check_nargs(fn, nargs, 1) < 0 || parse_int64(fn, "workspace_bytes", args[0], &bytes) < 0 ||
+      parse_decode_plan_config(fn, args + 1, kwnames, &config) < 0)
     return NULL;
-  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
-  if (!handle)
+  if (bytes < 0) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: workspace_bytes=%lld must be >= 0", fn, (long long)bytes);
     return NULL;
-  size_t bytes = 0;
-  return bytes_or_raise(ignis_decode_workspace_size(handle->plan, &bytes), &bytes);
+  }
+  ignis_status status = ignis_decode_max_kv_len_for_workspace(&config, (size_t)bytes, &max_kv_len);
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return PyLong_FromLongLong(max_kv_len);
 }
 
-/* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
- * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */
-typedef struct {
-  int32_t *data;
-  int64_t len;
-  Py_buffer buffer;
-  int has_buffer;
-} host_i32;
-
-static void host_i32_release(host_i32 *a) {
+void host_i32_release(host_i32 *a) {
   if (a->has_buffer)
     PyBuffer_Release(&a->buffer);
   a->has_buffer = 0;
@@ -1405,7 +1585,7 @@ static int is_native_i32_format(const char *format, Py_ssize_t itemsize) {
 
 /* 1: read into *a; 0: obj is not such an array (another device, dtype, shape or type: the caller
  * converts it). */
-static int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
+int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
   type_facts scratch;
   type_facts *facts = facts_of(Py_TYPE(obj), &scratch);
   a->has_buffer = 0;
@@ -1440,13 +1620,48 @@ static int read_host_i32(PyObject *obj, int writable, host_i32 *a) {
   return 1;
 }
 
+/* What decode_plan_update answers when it did nothing: _ext.PlanUpdateDeclined(host_copy_needed,
+ * batch_size, longest_kv_len). host_copy_needed: an index array is not a contiguous int32 host
+ * array (convert it and call again; the sizes are -1, unread); else the batch is past the plan's
+ * maxima (make a larger plan). Planned batches answer a plain int, so that plan()'s fast path
+ * tests one type. */
+static PyTypeObject *plan_update_declined_type;
+
+static PyStructSequence_Field plan_update_declined_fields[] = {
+    {"host_copy_needed", "an index array must first be copied to the host as int32"},
+    {"batch_size", "the batch's requests (-1 with host_copy_needed)"},
+    {"longest_kv_len", "the batch's longest request in keys (-1 with host_copy_needed)"},
+    {NULL, NULL}};
+
+static PyStructSequence_Desc plan_update_declined_desc = {"ignis._ext.PlanUpdateDeclined",
+                                                          "Why decode_plan_update planned nothing.",
+                                                          plan_update_declined_fields, 3};
+
+static PyObject *plan_update_declined(int host_copy_needed, int64_t batch, int64_t longest) {
+  PyObject *result = PyStructSequence_New(plan_update_declined_type);
+  if (!result)
+    return NULL;
+  PyObject *flag = PyBool_FromLong(host_copy_needed), *b = PyLong_FromLongLong(batch);
+  PyObject *l = PyLong_FromLongLong(longest);
+  if (!b || !l) {
+    Py_XDECREF(b);
+    Py_XDECREF(l);
+    Py_DECREF(flag);
+    Py_DECREF(result);
+    return NULL;
+  }
+  PyStructSequence_SetItem(result, 0, flag);
+  PyStructSequence_SetItem(result, 1, b);
+  PyStructSequence_SetItem(result, 2, l);
+  return result;
+}
+
 /* (plan, kv_indptr, kv_last_page_len, workspace_or_None, staging_or_None, stream): plan_update
  * straight from host arrays (the fast path of plan()). kv_indptr and kv_last_page_len are read in
  * place when they are 1-D contiguous int32 host arrays; `staging`, a writable int32 host array of
  * at least 2 * batch + 1 entries, receives [kv_indptr | kv_last_page_len] for the caller's one
- * copy to the device. Returns the batch size when planned; False when an index array is not such
- * a host array (nothing done: convert and call again); (batch_size, longest kv_len) when the batch
- * is past the plan's maxima (nothing done: build a larger plan). */
+ * copy to the device. Returns the batch size when planned, else a PlanUpdateDeclined (nothing
+ * done). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
   static const char *const ws_name[] = {"float_workspace_buffer"};
@@ -1456,13 +1671,11 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
   if (!handle)
     return NULL;
   host_i32 indptr, last, staging;
-  int r = read_host_i32(args[1], 0, &indptr);
-  if (r == 0)
-    Py_RETURN_FALSE;
-  r = read_host_i32(args[2], 0, &last);
-  if (r == 0) {
+  if (!read_host_i32(args[1], 0, &indptr))
+    return plan_update_declined(1, -1, -1);
+  if (!read_host_i32(args[2], 0, &last)) {
     host_i32_release(&indptr);
-    Py_RETURN_FALSE;
+    return plan_update_declined(1, -1, -1);
   }
   PyObject *result = NULL;
   int64_t batch = indptr.len - 1;
@@ -1480,7 +1693,7 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
     longest = kv_len > longest ? kv_len : longest;
   }
   if (batch > handle->max_batch_size || longest > handle->max_kv_len) {
-    result = Py_BuildValue("(LL)", (long long)batch, (long long)longest);
+    result = plan_update_declined(0, batch, longest);
     goto done;
   }
   if (args[4] != Py_None) {
@@ -1523,56 +1736,59 @@ done:
   return result;
 }
 
-/* (plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, kv_last_page_len, layout,
- *  out, lse_or_None, workspace, k_scale, v_scale, sinks_or_None, kv_view, stream) */
-static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* k_cache is the combined [pages, 2, ...] cache when v_cache is None; kv_indptr and
+ * kv_last_page_len None: the plan's copies in the workspace, uploaded with the schedule. */
+static arg_spec decode_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                     ARG(attention_args, q, ARG_REQUIRED),
+                                     ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                     ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                     ARG(attention_args, out, ARG_REQUIRED),
+                                     ARG(attention_args, kv_indices, ARG_REQUIRED),
+                                     ARG(attention_args, kv_indptr, ARG_OBJECT),
+                                     ARG(attention_args, kv_last_page_len, ARG_OBJECT),
+                                     ARG(attention_args, lse, ARG_OBJECT),
+                                     ARG(attention_args, workspace, ARG_OBJECT),
+                                     ARG(attention_args, kv_layout, ARG_ENUM),
+                                     ATTENTION_EXTRA_ARGS};
+static arg_table decode_run_args = ARG_TABLE(decode_run_spec);
+
+static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run";
-  int64_t layout, kv_view;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, 16) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0 ||
-      parse_attention_scales(fn, args + 11, &extras) < 0 || parse_kv_view(fn, args[14], &kv_view) < 0)
+  attention_args a;
+  if (parse_attention_args(fn, &decode_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  decode_plan_handle *handle = decode_plan_of(fn, args[0]);
+  decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  int combined = args[3] == Py_None;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[1], "q");
-  int k_at = tensor_list_add(&l, args[2], combined ? "paged_kv_cache" : "k_cache");
-  int v_at = tensor_list_add(&l, args[3], "v_cache");
-  int indptr_at = tensor_list_add(&l, args[4], "kv_indptr");
-  int indices_at = tensor_list_add(&l, args[5], "kv_indices");
-  int last_at = tensor_list_add(&l, args[6], "kv_last_page_len");
-  int out_at = tensor_list_add(&l, args[8], "out");
-  int lse_at = tensor_list_add(&l, args[9], "lse");
-  int ws_at = tensor_list_add(&l, args[10], "workspace");
-  int sinks_at = tensor_list_add(&l, args[13], "sinks");
+  paged_run_slots s = paged_run_tensors(&l, &a);
+  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[15]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
     return NULL;
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = (ignis_kv_layout)layout;
+  cache.layout = a.kv_layout;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  if (paged_kv_tensors(fn, &c, kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0 ||
+  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0 ||
       (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
     op_call_release(&c);
     return NULL;
   }
-  cache.indices = c.tensors[indices_at];
+  cache.indices = c.tensors[s.indices];
   ignis_status status = IGNIS_OK;
-  if (indptr_at >= 0 && last_at >= 0) {
-    cache.indptr = c.tensors[indptr_at];
-    cache.last_page_len = c.tensors[last_at];
-  } else { /* None: the plan's copies in the workspace, uploaded with the schedule */
+  if (s.indptr >= 0 && s.last_page_len >= 0) {
+    cache.indptr = c.tensors[s.indptr];
+    cache.last_page_len = c.tensors[s.last_page_len];
+  } else {
     status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
   }
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   if (status != IGNIS_OK)
     return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run(handle->plan, &c.tensors[q_at], &cache, &extras, &c.tensors[out_at],
-                       lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      ignis_decode_run(handle->plan, &c.tensors[s.q], &cache, &a.extras, &c.tensors[s.out],
+                       s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -1589,20 +1805,35 @@ static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
   return PyLong_FromLong(ignis_cuda_device_count());
 }
 
-/* _set_error_classes(by_status, argument_type_error, dtype_error): by_status[s] is the class
- * raised for status s (index 0, IGNIS_OK, is unused). */
+/* The status value of a C status name ("IGNIS_ERROR_CUDA"), or -1. */
+static int status_named(const char *name) {
+#define STATUS_NAMED(status, value, message)                                                                 \
+  if (strcmp(name, #status) == 0)                                                                            \
+    return status;
+  IGNIS_STATUS_MAP(STATUS_NAMED)
+#undef STATUS_NAMED
+  return -1;
+}
+
+/* _set_error_classes(classes, argument_type_error, dtype_error): each class in the tuple is raised
+ * for the status its `status` attribute names (ignis/_errors.py). */
 static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
-  PyObject *by_status, *arg_error, *dt_error;
-  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &by_status, &arg_error, &dt_error))
+  PyObject *classes, *arg_error, *dt_error;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &classes, &arg_error, &dt_error))
     return NULL;
-  if (PyTuple_GET_SIZE(by_status) != IGNIS_ERROR_BACKEND_UNAVAILABLE + 1) {
-    PyErr_Format(PyExc_ValueError, "by_status must have %d entries", IGNIS_ERROR_BACKEND_UNAVAILABLE + 1);
-    return NULL;
-  }
-  for (int s = 0; s <= IGNIS_ERROR_BACKEND_UNAVAILABLE; ++s) {
-    PyObject *cls = PyTuple_GET_ITEM(by_status, s);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(classes); ++i) {
+    PyObject *cls = PyTuple_GET_ITEM(classes, i);
+    PyObject *name = PyObject_GetAttrString(cls, "status");
+    const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    int status = text ? status_named(text) : -1;
+    Py_XDECREF(name);
+    if (status <= IGNIS_OK || status > IGNIS_ERROR_BACKEND_UNAVAILABLE) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "%R.status must name an IGNIS_ERROR_* status", cls);
+      return NULL;
+    }
     Py_INCREF(cls);
-    Py_XSETREF(error_by_status[s], cls);
+    Py_XSETREF(error_by_status[status], cls);
   }
   Py_INCREF(arg_error);
   Py_XSETREF(argument_type_error, arg_error);
@@ -1610,14 +1841,6 @@ static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
   Py_XSETREF(dtype_error, dt_error);
   Py_RETURN_NONE;
 }
-
-#define FASTCALL(name, doc)                                                                                  \
-  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
-
-/* Sampling and prefill bindings live in their own files (IGNIS_SAMPLING_METHODS,
- * IGNIS_PREFILL_METHODS: their method-table entries). */
-#include "_ext_sampling.c"
-#include "_ext_prefill.c"
 
 static PyMethodDef ext_methods[] = {
     FASTCALL(rmsnorm, "rmsnorm(input, weight, eps, out, stream)"),
@@ -1628,12 +1851,10 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(silu_and_mul, "silu_and_mul(input, out, stream)"),
     FASTCALL(gelu_and_mul, "gelu_and_mul(input, out, stream)"),
     FASTCALL(gelu_tanh_and_mul, "gelu_tanh_and_mul(input, out, stream)"),
-    FASTCALL(apply_rope, "apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim, interleave, "
-                         "rope_scale, rope_theta, llama31, low_freq_factor, high_freq_factor, "
-                         "old_context_len, stream)"),
-    FASTCALL(apply_rope_pos_ids, "apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim, "
-                                 "interleave, rope_scale, rope_theta, llama31, low_freq_factor, "
-                                 "high_freq_factor, old_context_len, stream)"),
+    FASTCALL_KW(apply_rope, "apply_rope(q, k, indptr, offsets, q_out, k_out, **config): ignis_apply_rope, "
+                            "the fields of ignis_rope_config by name"),
+    FASTCALL_KW(apply_rope_pos_ids, "apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, **config): "
+                                    "ignis_apply_rope_pos_ids, the fields of ignis_rope_config by name"),
     FASTCALL(apply_rope_with_cos_sin_cache,
              "apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, "
              "is_neox, query_out, key_out, stream)"),
@@ -1648,24 +1869,18 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(merge_states, "merge_states(v, s, lse_base, v_out, s_out, stream)"),
     FASTCALL(single_decode_workspace_size,
              "single_decode_workspace_size(num_qo_heads, head_dim, max_kv_len)"),
-    FASTCALL(single_decode,
-             "single_decode(q, k, v, layout, sm_scale, logits_soft_cap, window_left, lse_base, "
-             "pos_encoding_mode, rope_scale, rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, "
-             "workspace, stream)"),
-    FASTCALL(decode_plan_create,
-             "decode_plan_create(device_type, device_id, num_qo_heads, num_kv_heads, head_dim, page_size, "
-             "q_dtype, kv_dtype, q_len_per_req, max_batch_size, max_kv_len, disable_split_kv, "
-             "fixed_split_size, sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding_mode, "
-             "rope_scale, rope_theta)"),
-    FASTCALL(decode_workspace_size, "decode_workspace_size(plan)"),
+    FASTCALL_KW(single_decode,
+                "single_decode(q, k, v, out, **arguments): ignis_single_decode (single_decode_args)"),
+    FASTCALL_KW(decode_plan_create,
+                "decode_plan_create(**config) -> plan: the fields of ignis_decode_plan_config by name"),
+    FASTCALL_KW(decode_max_kv_len_for_workspace,
+                "decode_max_kv_len_for_workspace(workspace_bytes, **config): "
+                "ignis_decode_max_kv_len_for_workspace (config as for decode_plan_create)"),
     FASTCALL(decode_plan_update,
              "decode_plan_update(plan, kv_indptr, kv_last_page_len, workspace, staging, stream) -> batch "
-             "size, False (not host int32 arrays) or (batch size, longest kv_len) past the plan's maxima"),
-    FASTCALL(decode_run, "decode_run(plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, "
-                         "kv_last_page_len, layout, out, lse, workspace, k_scale, v_scale, sinks, kv_view, "
-                         "stream)"),
-    IGNIS_SAMPLING_METHODS
-    IGNIS_PREFILL_METHODS
+             "size, or PlanUpdateDeclined"),
+    FASTCALL_KW(decode_run, "decode_run(plan, q, k_cache, v_cache, out, **arguments): ignis_decode_run "
+                            "(decode_run_args)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},
@@ -1693,6 +1908,51 @@ static int intern_all(void) {
              : -1;
 }
 
+/* The C enum values the Python modules pass, under their C names, so that Python never restates
+ * a value (ignis/_common.py maps FlashInfer's strings onto them); DLPACK_CUDA is DLPack's kDLCUDA,
+ * the device type __dlpack_device__ reports for CUDA memory. */
+static int add_constants(PyObject *module) {
+#define ADD_CONSTANT(name)                                                                                   \
+  if (PyModule_AddIntConstant(module, #name, name) < 0)                                                      \
+    return -1;
+#define ADD_STATUS(name, value, message) ADD_CONSTANT(name)
+#define ADD_DTYPE(name, value, text, bytes) ADD_CONSTANT(name)
+  IGNIS_STATUS_MAP(ADD_STATUS)
+  IGNIS_DTYPE_MAP(ADD_DTYPE)
+  ADD_CONSTANT(IGNIS_DEVICE_CPU)
+  ADD_CONSTANT(IGNIS_DEVICE_CUDA)
+  ADD_CONSTANT(IGNIS_KV_LAYOUT_NHD)
+  ADD_CONSTANT(IGNIS_KV_LAYOUT_HND)
+  ADD_CONSTANT(IGNIS_LSE_BASE2)
+  ADD_CONSTANT(IGNIS_LSE_NATURAL)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_NONE)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_ROPE_LLAMA)
+  ADD_CONSTANT(IGNIS_POS_ENCODING_ALIBI)
+  ADD_CONSTANT(IGNIS_MASK_NONE)
+  ADD_CONSTANT(IGNIS_MASK_CAUSAL)
+  ADD_CONSTANT(IGNIS_MASK_CUSTOM)
+  ADD_CONSTANT(IGNIS_PREFILL_RAGGED)
+  ADD_CONSTANT(IGNIS_PREFILL_PAGED)
+  ADD_CONSTANT(IGNIS_FILTER_TOP_K_FIRST)
+  ADD_CONSTANT(IGNIS_FILTER_JOINT)
+#undef ADD_DTYPE
+#undef ADD_STATUS
+#undef ADD_CONSTANT
+  return PyModule_AddIntConstant(module, "DLPACK_CUDA", DL_CUDA);
+}
+
+static int add_plan_update_declined(PyObject *module) {
+  plan_update_declined_type = PyStructSequence_NewType(&plan_update_declined_desc);
+  if (!plan_update_declined_type)
+    return -1;
+  Py_INCREF(plan_update_declined_type); /* the module's reference; ours is kept for the process */
+  if (PyModule_AddObject(module, "PlanUpdateDeclined", (PyObject *)plan_update_declined_type) < 0) {
+    Py_DECREF(plan_update_declined_type);
+    return -1;
+  }
+  return 0;
+}
+
 PyMODINIT_FUNC PyInit__ext(void) {
   if (ignis_version() != IGNIS_VERSION_NUMBER) {
     PyErr_Format(PyExc_ImportError, "ignis._ext was built against ignis %s but loaded libignis %s",
@@ -1701,5 +1961,10 @@ PyMODINIT_FUNC PyInit__ext(void) {
   }
   if (intern_all() < 0)
     return NULL;
-  return PyModule_Create(&ext_module);
+  PyObject *module = PyModule_Create(&ext_module);
+  if (module && (PyModule_AddFunctions(module, ext_sampling_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_prefill_methods) < 0 || add_constants(module) < 0 ||
+                 add_plan_update_declined(module) < 0))
+    Py_CLEAR(module);
+  return module;
 }

@@ -1,7 +1,9 @@
-/* Python bindings of prefill attention (include/ignis/prefill.h), included by _ext.c after its
- * argument helpers (op_call, tensor_list, parse_attention_options, host_i32, ...). prefill.py
- * gives them FlashInfer's names. A prefill plan travels as a capsule, as a decode plan does.
- * IGNIS_PREFILL_METHODS lists the method-table entries. */
+/* Python bindings of prefill attention (include/ignis/prefill.h), with the argument helpers of
+ * _ext.h (op_call, tensor_list, attention_args, host_i32, ...). prefill.py gives them FlashInfer's
+ * names and passes the configs and options by keyword. A prefill plan travels as a capsule, as a
+ * decode plan does.
+ * ext_prefill_methods is the method table the module adds. */
+#include "_ext.h"
 
 /* (num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, max_qo_len, max_kv_len) -> bytes */
 static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -15,37 +17,36 @@ static PyObject *ext_single_prefill_workspace_size(PyObject *self, PyObject *con
   return bytes_or_raise(ignis_single_prefill_workspace_size(v[0], v[1], v[2], v[3], v[4], v[5], &bytes), &bytes);
 }
 
-/* (q, k, v, layout, mask_mode, custom_mask_or_None, <7 options>, k_scale, v_scale, sinks_or_None,
- *  kv_view, out, lse_or_None, workspace_or_None, stream) */
-static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static arg_spec single_prefill_spec[] = {ARG(attention_args, q, ARG_REQUIRED),
+                                         ARG(attention_args, k, ARG_REQUIRED),
+                                         ARG(attention_args, v, ARG_REQUIRED),
+                                         ARG(attention_args, out, ARG_REQUIRED),
+                                         ARG(attention_args, lse, ARG_OBJECT),
+                                         ARG(attention_args, workspace, ARG_OBJECT),
+                                         ARG(attention_args, custom_mask, ARG_OBJECT),
+                                         ARG(attention_args, kv_layout, ARG_ENUM),
+                                         ARG(attention_args, mask_mode, ARG_ENUM),
+                                         ARG(attention_args, options, ARG_OPTIONS),
+                                         ATTENTION_EXTRA_ARGS};
+static arg_table single_prefill_args = ARG_TABLE(single_prefill_spec);
+
+static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames) {
   static const char *const fn = "ignis.single_prefill_with_kv_cache";
-  enum { EXTRAS = 6 + ATTENTION_OPTION_ARGS, OUT = EXTRAS + 4 };
-  int64_t layout, mask_mode, kv_view;
-  ignis_attention_options options;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, OUT + 4) < 0 || parse_int64(fn, "kv_layout", args[3], &layout) < 0 ||
-      parse_int64(fn, "mask_mode", args[4], &mask_mode) < 0 || parse_attention_options(fn, args + 6, &options) < 0 ||
-      parse_attention_scales(fn, args + EXTRAS, &extras) < 0 || parse_kv_view(fn, args[EXTRAS + 3], &kv_view) < 0)
+  attention_args a;
+  if (parse_attention_args(fn, &single_prefill_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[0], "q"), k_at = tensor_list_add(&l, args[1], "k");
-  int v_at = tensor_list_add(&l, args[2], "v"), mask_at = tensor_list_add(&l, args[5], "custom_mask");
-  int out_at = tensor_list_add(&l, args[OUT], "out"), lse_at = tensor_list_add(&l, args[OUT + 1], "lse");
-  int ws_at = tensor_list_add(&l, args[OUT + 2], "workspace");
-  int sinks_at = tensor_list_add(&l, args[EXTRAS + 2], "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[OUT + 3]) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_single_prefill(
-      &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], (ignis_kv_layout)layout, (ignis_mask_mode)mask_mode,
-      mask_at >= 0 ? &c.tensors[mask_at] : NULL, &options, &extras, &c.tensors[out_at],
-      lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_single_prefill(&c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v], a.kv_layout, a.mask_mode,
+                           s.custom_mask >= 0 ? &c.tensors[s.custom_mask] : NULL, &a.options, &a.extras,
+                           &c.tensors[s.out], s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -64,40 +65,34 @@ static ignis_prefill_plan *prefill_plan_of(const char *fn, PyObject *obj) {
   return plan_capsule_of(fn, obj, PREFILL_PLAN_CAPSULE, "prefill plan made by prefill_plan_create");
 }
 
-/* (device_type, device_id, kv_kind, kv_layout, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
- *  page_size, q_dtype, kv_dtype, mask_mode, max_batch_size, max_qo_tokens, max_kv_len,
- *  disable_split_kv, fixed_split_size, <7 options>) -> plan capsule */
-static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The fields of ignis_prefill_plan_config, by their names in prefill.h. */
+static arg_spec prefill_plan_spec[] = {DEVICE_ARGS(ignis_prefill_plan_config, device),
+                                       ARG(ignis_prefill_plan_config, kv_kind, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, kv_layout, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, num_qo_heads, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, num_kv_heads, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, head_dim_qk, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, head_dim_vo, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, page_size, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, q_dtype, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, kv_dtype, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, mask_mode, ARG_ENUM),
+                                       ARG(ignis_prefill_plan_config, max_batch_size, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, max_qo_tokens, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, max_kv_len, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, disable_split_kv, ARG_BOOL),
+                                       ARG(ignis_prefill_plan_config, fixed_split_size, ARG_INT64),
+                                       ARG(ignis_prefill_plan_config, options, ARG_OPTIONS)};
+static arg_table prefill_plan_args = ARG_TABLE(prefill_plan_spec);
+
+/* (**config) -> plan capsule; fields not given keep IGNIS_PREFILL_PLAN_CONFIG_INIT's values. */
+static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWrapper.plan";
-  static const char *const names[] = {"device_type",  "device_id",    "kv_kind",          "kv_layout",
-                                      "num_qo_heads", "num_kv_heads", "head_dim_qk",      "head_dim_vo",
-                                      "page_size",    "q_data_type",  "kv_data_type",     "mask_mode",
-                                      "max_batch_size", "max_qo_tokens", "max_kv_len",    "disable_split_kv",
-                                      "fixed_split_size"};
-  enum { COUNT = sizeof names / sizeof names[0] };
-  int64_t v[COUNT];
-  if (check_nargs(fn, nargs, COUNT + ATTENTION_OPTION_ARGS) < 0 || parse_int64_args(fn, args, names, COUNT, v) < 0)
-    return NULL;
   ignis_prefill_plan_config config = IGNIS_PREFILL_PLAN_CONFIG_INIT;
-  if (parse_attention_options(fn, args + COUNT, &config.options) < 0)
+  if (check_nargs(fn, nargs, 0) < 0 ||
+      parse_args(fn, &prefill_plan_args, args, 0, kwnames, &config) < 0)
     return NULL;
-  config.device.type = v[0] ? IGNIS_DEVICE_CUDA : IGNIS_DEVICE_CPU;
-  config.device.id = (int32_t)v[1];
-  config.kv_kind = (ignis_prefill_kv_kind)v[2];
-  config.kv_layout = (ignis_kv_layout)v[3];
-  config.num_qo_heads = v[4];
-  config.num_kv_heads = v[5];
-  config.head_dim_qk = v[6];
-  config.head_dim_vo = v[7];
-  config.page_size = v[8];
-  config.q_dtype = (ignis_dtype)v[9];
-  config.kv_dtype = (ignis_dtype)v[10];
-  config.mask_mode = (ignis_mask_mode)v[11];
-  config.max_batch_size = v[12];
-  config.max_qo_tokens = v[13];
-  config.max_kv_len = v[14];
-  config.disable_split_kv = v[15] != 0;
-  config.fixed_split_size = v[16];
   ignis_prefill_plan *plan = NULL;
   ignis_status status = ignis_prefill_plan_create(&config, &plan);
   if (status != IGNIS_OK) {
@@ -108,18 +103,6 @@ static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, 
   if (!capsule)
     ignis_prefill_plan_destroy(plan);
   return capsule;
-}
-
-/* (plan) -> workspace bytes */
-static PyObject *ext_prefill_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.prefill_workspace_size";
-  if (check_nargs(fn, nargs, 1) < 0)
-    return NULL;
-  ignis_prefill_plan *plan = prefill_plan_of(fn, args[0]);
-  if (!plan)
-    return NULL;
-  size_t bytes = 0;
-  return bytes_or_raise(ignis_prefill_workspace_size(plan, &bytes), &bytes);
 }
 
 /* (plan, qo_indptr, kv_indptr, kv_last_page_len_or_None, workspace_or_None, stream): the index
@@ -209,105 +192,108 @@ static int prefill_run_side(const char *fn, PyObject *mask, PyObject *workspace,
   return 0;
 }
 
-/* (plan, q, k, v, custom_mask_or_None, out, lse_or_None, workspace_or_None, k_scale, v_scale,
- *  sinks_or_None, kv_view, stream) */
-static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static arg_spec prefill_ragged_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                             ARG(attention_args, q, ARG_REQUIRED),
+                                             ARG(attention_args, k, ARG_REQUIRED),
+                                             ARG(attention_args, v, ARG_REQUIRED),
+                                             ARG(attention_args, out, ARG_REQUIRED),
+                                             ARG(attention_args, custom_mask, ARG_OBJECT),
+                                             ARG(attention_args, lse, ARG_OBJECT),
+                                             ARG(attention_args, workspace, ARG_OBJECT),
+                                             ATTENTION_EXTRA_ARGS};
+static arg_table prefill_ragged_run_args = ARG_TABLE(prefill_ragged_run_spec);
+
+static PyObject *ext_prefill_ragged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithRaggedKVCacheWrapper.run";
-  int64_t kv_view;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, 13) < 0 || parse_attention_scales(fn, args + 8, &extras) < 0 ||
-      parse_kv_view(fn, args[11], &kv_view) < 0)
+  attention_args a;
+  if (parse_attention_args(fn, &prefill_ragged_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  ignis_prefill_plan *plan = prefill_plan_of(fn, args[0]);
+  ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
     return NULL;
-  tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[1], "q"), k_at = tensor_list_add(&l, args[2], "k");
-  int v_at = tensor_list_add(&l, args[3], "v"), mask_at = tensor_list_add(&l, args[4], "custom_mask");
-  int out_at = tensor_list_add(&l, args[5], "out"), lse_at = tensor_list_add(&l, args[6], "lse");
-  int ws_at = tensor_list_add(&l, args[7], "workspace"), sinks_at = tensor_list_add(&l, args[10], "sinks");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[12]) < 0)
-    return NULL;
+  kv_pair_slots s;
   void *ws;
   size_t ws_bytes;
-  if (kv_pair_inputs(fn, &c, ws_at, kv_view, k_at, v_at, &ws, &ws_bytes) < 0)
+  if (kv_pair_call_begin(fn, &a, &c, &s, &ws, &ws_bytes) < 0)
     return NULL;
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_prefill_ragged_run(
-      plan, &c.tensors[q_at], &c.tensors[k_at], &c.tensors[v_at], mask_at >= 0 ? &c.tensors[mask_at] : NULL, &extras,
-      &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL, ws, ws_bytes, c.stream);
+      plan, &c.tensors[s.q], &c.tensors[s.k], &c.tensors[s.v],
+      s.custom_mask >= 0 ? &c.tensors[s.custom_mask] : NULL, &a.extras, &c.tensors[s.out],
+      s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (plan, q, k_cache_or_combined, v_cache_or_None, kv_indptr, kv_indices, kv_last_page_len, layout,
- *  custom_mask_or_None, out, lse_or_None, workspace_or_None, k_scale, v_scale, sinks_or_None, kv_view,
- *  stream) */
-static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* k_cache is the combined [pages, 2, ...] cache when v_cache is None. */
+static arg_spec prefill_paged_run_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                            ARG(attention_args, q, ARG_REQUIRED),
+                                            ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                            ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                            ARG(attention_args, out, ARG_REQUIRED),
+                                            ARG(attention_args, kv_indptr, ARG_REQUIRED),
+                                            ARG(attention_args, kv_indices, ARG_REQUIRED),
+                                            ARG(attention_args, kv_last_page_len, ARG_REQUIRED),
+                                            ARG(attention_args, custom_mask, ARG_OBJECT),
+                                            ARG(attention_args, lse, ARG_OBJECT),
+                                            ARG(attention_args, workspace, ARG_OBJECT),
+                                            ARG(attention_args, kv_layout, ARG_ENUM),
+                                            ATTENTION_EXTRA_ARGS};
+static arg_table prefill_paged_run_args = ARG_TABLE(prefill_paged_run_spec);
+
+static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                       PyObject *kwnames) {
   static const char *const fn = "ignis.BatchPrefillWithPagedKVCacheWrapper.run";
-  int64_t layout, kv_view;
-  ignis_attention_extras extras;
-  if (check_nargs(fn, nargs, 17) < 0 || parse_int64(fn, "kv_layout", args[7], &layout) < 0 ||
-      parse_attention_scales(fn, args + 12, &extras) < 0 || parse_kv_view(fn, args[15], &kv_view) < 0)
+  attention_args a;
+  if (parse_attention_args(fn, &prefill_paged_run_args, args, nargs, kwnames, &a) < 0)
     return NULL;
-  ignis_prefill_plan *plan = prefill_plan_of(fn, args[0]);
+  ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
     return NULL;
-  int combined = args[3] == Py_None;
   tensor_list l = {.count = 0};
-  int q_at = tensor_list_add(&l, args[1], "q");
-  int k_at = tensor_list_add(&l, args[2], combined ? "paged_kv_cache" : "k_cache");
-  int v_at = tensor_list_add(&l, args[3], "v_cache");
-  int indptr_at = tensor_list_add(&l, args[4], "kv_indptr"), indices_at = tensor_list_add(&l, args[5], "kv_indices");
-  int last_at = tensor_list_add(&l, args[6], "kv_last_page_len");
-  int out_at = tensor_list_add(&l, args[9], "out"), lse_at = tensor_list_add(&l, args[10], "lse");
-  int sinks_at = tensor_list_add(&l, args[14], "sinks");
+  paged_run_slots s = paged_run_tensors(&l, &a);
   op_call c, side;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out_at) | slot_bit(lse_at), args[16]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
     return NULL;
   const ignis_tensor *mask = NULL;
   void *ws = NULL;
   size_t ws_bytes = 0;
-  if (prefill_run_side(fn, args[8], args[11], c.stream, &side, &mask, &ws, &ws_bytes) < 0) {
+  if (prefill_run_side(fn, a.custom_mask, a.workspace, c.stream, &side, &mask, &ws, &ws_bytes) < 0) {
     op_call_release(&c);
     return NULL;
   }
   ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = (ignis_kv_layout)layout;
-  if (paged_kv_tensors(fn, &c, kv_view, k_at, l.names[k_at], v_at, combined, &cache) < 0) {
+  cache.layout = a.kv_layout;
+  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0) {
     if (side.count)
       op_call_release(&side);
     op_call_release(&c);
     return NULL;
   }
-  cache.indptr = c.tensors[indptr_at];
-  cache.indices = c.tensors[indices_at];
-  cache.last_page_len = c.tensors[last_at];
-  extras.sinks = sinks_at >= 0 ? &c.tensors[sinks_at] : NULL;
+  cache.indptr = c.tensors[s.indptr];
+  cache.indices = c.tensors[s.indices];
+  cache.last_page_len = c.tensors[s.last_page_len];
+  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_prefill_paged_run(plan, &c.tensors[q_at], &cache, mask, &extras,
-                                                          &c.tensors[out_at], lse_at >= 0 ? &c.tensors[lse_at] : NULL,
-                                                          ws, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_prefill_paged_run(plan, &c.tensors[s.q], &cache, mask, &a.extras, &c.tensors[s.out],
+                              s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS if (side.count) op_call_release(&side);
   return op_call_finish(&c, status);
 }
 
-#define IGNIS_PREFILL_METHODS                                                                                \
-  FASTCALL(single_prefill_workspace_size, "single_prefill_workspace_size(num_qo_heads, num_kv_heads, "       \
-                                          "head_dim_qk, head_dim_vo, max_qo_len, max_kv_len)"),              \
-      FASTCALL(single_prefill, "single_prefill(q, k, v, layout, mask_mode, custom_mask, sm_scale, "          \
-                               "logits_soft_cap, window_left, lse_base, pos_encoding_mode, rope_scale, "     \
-                               "rope_theta, k_scale, v_scale, sinks, kv_view, out, lse, workspace, stream)"), \
-      FASTCALL(prefill_plan_create, "prefill_plan_create(device_type, device_id, kv_kind, kv_layout, "       \
-                                    "num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, "      \
-                                    "q_dtype, kv_dtype, mask_mode, max_batch_size, max_qo_tokens, "          \
-                                    "max_kv_len, disable_split_kv, fixed_split_size, <7 options>)"),         \
-      FASTCALL(prefill_workspace_size, "prefill_workspace_size(plan)"),                                      \
-      FASTCALL(prefill_plan_update, "prefill_plan_update(plan, qo_indptr, kv_indptr, kv_last_page_len, "     \
-                                    "workspace, stream) -> batch size"),                                     \
-      FASTCALL(prefill_ragged_run, "prefill_ragged_run(plan, q, k, v, custom_mask, out, lse, workspace, "    \
-                                   "k_scale, v_scale, sinks, kv_view, stream)"),                             \
-      FASTCALL(prefill_paged_run, "prefill_paged_run(plan, q, k_cache, v_cache, kv_indptr, kv_indices, "     \
-                                  "kv_last_page_len, layout, custom_mask, out, lse, workspace, k_scale, "    \
-                                  "v_scale, sinks, kv_view, stream)"),
+PyMethodDef ext_prefill_methods[] = {
+    FASTCALL(single_prefill_workspace_size, "single_prefill_workspace_size(num_qo_heads, num_kv_heads, "
+                                            "head_dim_qk, head_dim_vo, max_qo_len, max_kv_len)"),
+    FASTCALL_KW(single_prefill, "single_prefill(q, k, v, out, **arguments): ignis_single_prefill "
+                                "(single_prefill_args)"),
+    FASTCALL_KW(prefill_plan_create,
+                "prefill_plan_create(**config) -> plan: the fields of ignis_prefill_plan_config by name"),
+    FASTCALL(prefill_plan_update, "prefill_plan_update(plan, qo_indptr, kv_indptr, kv_last_page_len, "
+                                  "workspace, stream) -> batch size"),
+    FASTCALL_KW(prefill_ragged_run, "prefill_ragged_run(plan, q, k, v, out, **arguments): "
+                                    "ignis_prefill_ragged_run (prefill_ragged_run_args)"),
+    FASTCALL_KW(prefill_paged_run, "prefill_paged_run(plan, q, k_cache, v_cache, out, **arguments): "
+                                   "ignis_prefill_paged_run (prefill_paged_run_args)"),
+    {NULL, NULL, 0, NULL}};

@@ -1,8 +1,10 @@
-/* Python bindings of the sampling ops (include/ignis/sampling.h), included by _ext.c after its
- * argument helpers (op_call, parse_*), whose conventions they follow: positional arguments in the
- * order sampling.py passes them, tensors through DLPack, None for an absent optional tensor, the
- * stream last. A seed or offset is an int (a value) or a tensor (read by the kernel).
- * IGNIS_SAMPLING_METHODS lists the method-table entries. */
+/* Python bindings of the sampling ops (include/ignis/sampling.h), one per C function and under its
+ * name, with the argument helpers of _ext.h (op_call, parse_*), whose conventions they follow: the
+ * sampling calls take their input and samples first and the rest by name (sampling_spec), the
+ * short ones positionally with the stream last; tensors through DLPack, None for an absent
+ * optional tensor. A seed or offset is an int (a value) or a tensor (read by the kernel).
+ * ext_sampling_methods is the method table the module adds. */
+#include "_ext.h"
 
 /* The tensors of one call, optional ones skipped when None; key -> slot in the op_call. */
 typedef struct {
@@ -47,35 +49,60 @@ static int parse_rng_arg(const char *fn, const char *name, PyObject *arg, uint64
   return 0;
 }
 
+/* The arguments of the sampling bindings, by name (sampling.py passes input and samples first);
+ * a threshold's value is used where its array (one value per row) is None. */
+typedef struct {
+  PyObject *input, *samples, *indices, *top_k_arr, *top_p_arr, *min_p_arr, *seed, *offset, *stream;
+  int64_t top_k;
+  double top_p, min_p;
+  ignis_filter_apply_order filter_apply_order;
+} sampling_args;
+
+static arg_spec sampling_spec[] = {
+    ARG(sampling_args, input, ARG_REQUIRED), ARG(sampling_args, samples, ARG_REQUIRED),
+    ARG(sampling_args, indices, ARG_OBJECT), ARG(sampling_args, top_k_arr, ARG_OBJECT),
+    ARG(sampling_args, top_k, ARG_INT64),    ARG(sampling_args, top_p_arr, ARG_OBJECT),
+    ARG(sampling_args, top_p, ARG_DOUBLE),   ARG(sampling_args, min_p_arr, ARG_OBJECT),
+    ARG(sampling_args, min_p, ARG_DOUBLE),   ARG(sampling_args, filter_apply_order, ARG_ENUM),
+    ARG(sampling_args, seed, ARG_OBJECT),    ARG(sampling_args, offset, ARG_OBJECT),
+    ARG(sampling_args, stream, ARG_OBJECT)};
+static arg_table sampling_table = ARG_TABLE(sampling_spec);
+
+/* Which sampling call a binding makes (the bindings are one per C function; this picks the call). */
+typedef enum {
+  FROM_PROBS,
+  FROM_LOGITS,
+  TOP_P_FROM_PROBS,
+  TOP_K_FROM_PROBS,
+  MIN_P_FROM_PROBS,
+  TOP_K_TOP_P_FROM_PROBS,
+  TOP_K_TOP_P_FROM_LOGITS
+} sampling_call;
+
 enum { S_INPUT, S_SAMPLES, S_INDICES, S_TOP_K, S_TOP_P, S_MIN_P, S_SEED, S_OFFSET };
 
-/* (kind, input, samples, indices, top_k_arr, top_k_val, top_p_arr, top_p_val, min_p_arr, min_p_val,
- *  joint, seed, offset, stream); kind: 0 probs, 1 logits, 2 top-p, 3 top-k, 4 min-p,
- *  5 top-k/top-p from probs, 6 top-k/top-p from logits. */
-static PyObject *ext_sampling(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.sampling";
-  int64_t kind, top_k_val, joint;
-  double top_p_val, min_p_val;
+static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames) {
+  /* the C defaults: no filtering (top_k 0, top_p 1, min_p 0); parse_args sets the objects */
+  sampling_args a = {.top_k = 0, .top_p = 1.0, .min_p = 0.0, .filter_apply_order = IGNIS_FILTER_TOP_K_FIRST};
   uint64_t seed, offset;
   PyObject *seed_obj, *offset_obj;
-  if (check_nargs(fn, nargs, 14) < 0 || parse_int64(fn, "kind", args[0], &kind) < 0 ||
-      parse_int64(fn, "top_k", args[5], &top_k_val) < 0 ||
-      parse_double(fn, "top_p", args[7], &top_p_val) < 0 ||
-      parse_double(fn, "min_p", args[9], &min_p_val) < 0 || parse_int64(fn, "joint", args[10], &joint) < 0 ||
-      parse_rng_arg(fn, "seed", args[11], &seed, &seed_obj) < 0 ||
-      parse_rng_arg(fn, "offset", args[12], &offset, &offset_obj) < 0)
+  if (parse_args(fn, &sampling_table, args, nargs, kwnames, &a) < 0 ||
+      parse_rng_arg(fn, "seed", a.seed, &seed, &seed_obj) < 0 ||
+      parse_rng_arg(fn, "offset", a.offset, &offset, &offset_obj) < 0)
     return NULL;
+  int logits = call == FROM_LOGITS || call == TOP_K_TOP_P_FROM_LOGITS;
   sampling_tensors l = {{0}, {0}, {0}, 0, 0};
-  st_add(&l, S_INPUT, args[1], kind == 1 || kind == 6 ? "logits" : "probs", 0);
-  st_add(&l, S_SAMPLES, args[2], "samples", 1);
-  st_add(&l, S_INDICES, args[3], "indices", 0);
-  st_add(&l, S_TOP_K, args[4], "top_k_arr", 0);
-  st_add(&l, S_TOP_P, args[6], "top_p_arr", 0);
-  st_add(&l, S_MIN_P, args[8], "min_p_arr", 0);
+  st_add(&l, S_INPUT, a.input, logits ? "logits" : "probs", 0);
+  st_add(&l, S_SAMPLES, a.samples, "samples", 1);
+  st_add(&l, S_INDICES, a.indices, "indices", 0);
+  st_add(&l, S_TOP_K, a.top_k_arr, "top_k_arr", 0);
+  st_add(&l, S_TOP_P, a.top_p_arr, "top_p_arr", 0);
+  st_add(&l, S_MIN_P, a.min_p_arr, "min_p_arr", 0);
   st_add(&l, S_SEED, seed_obj, "seed", 0);
   st_add(&l, S_OFFSET, offset_obj, "offset", 0);
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, args[13]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, a.stream) < 0)
     return NULL;
   ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
   o.indices = st_get(&c, &l, S_INDICES);
@@ -86,60 +113,87 @@ static PyObject *ext_sampling(PyObject *self, PyObject *const *args, Py_ssize_t 
   const ignis_tensor *in = st_get(&c, &l, S_INPUT), *karr = st_get(&c, &l, S_TOP_K);
   const ignis_tensor *parr = st_get(&c, &l, S_TOP_P), *marr = st_get(&c, &l, S_MIN_P);
   ignis_tensor *samples = st_get(&c, &l, S_SAMPLES);
-  const ignis_filter_apply_order order = joint ? IGNIS_FILTER_JOINT : IGNIS_FILTER_TOP_K_FIRST;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS switch (kind) {
-  case 0:
+  Py_BEGIN_ALLOW_THREADS switch (call) {
+  case FROM_PROBS:
     status = ignis_sampling_from_probs(in, samples, &o, c.stream);
     break;
-  case 1:
+  case FROM_LOGITS:
     status = ignis_sampling_from_logits(in, samples, &o, c.stream);
     break;
-  case 2:
-    status = ignis_top_p_sampling_from_probs(in, parr, top_p_val, samples, &o, c.stream);
+  case TOP_P_FROM_PROBS:
+    status = ignis_top_p_sampling_from_probs(in, parr, a.top_p, samples, &o, c.stream);
     break;
-  case 3:
-    status = ignis_top_k_sampling_from_probs(in, karr, top_k_val, samples, &o, c.stream);
+  case TOP_K_FROM_PROBS:
+    status = ignis_top_k_sampling_from_probs(in, karr, a.top_k, samples, &o, c.stream);
     break;
-  case 4:
-    status = ignis_min_p_sampling_from_probs(in, marr, min_p_val, samples, &o, c.stream);
+  case MIN_P_FROM_PROBS:
+    status = ignis_min_p_sampling_from_probs(in, marr, a.min_p, samples, &o, c.stream);
     break;
-  case 5:
-    status = ignis_top_k_top_p_sampling_from_probs(in, karr, top_k_val, parr, top_p_val, order, samples, &o,
-                                                   c.stream);
+  case TOP_K_TOP_P_FROM_PROBS:
+    status = ignis_top_k_top_p_sampling_from_probs(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order,
+                                                   samples, &o, c.stream);
     break;
   default:
-    status = ignis_top_k_top_p_sampling_from_logits(in, karr, top_k_val, parr, top_p_val, order, samples, &o,
-                                                    c.stream);
+    status = ignis_top_k_top_p_sampling_from_logits(in, karr, a.top_k, parr, a.top_p, a.filter_apply_order,
+                                                    samples, &o, c.stream);
     break;
   }
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (kind, input, arr_or_None, value, out, stream); kind: 0 top_p_renorm_probs, 1 top_k_renorm_probs,
- * 2 top_k_mask_logits. */
-static PyObject *ext_sampling_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.sampling_transform";
-  int64_t kind;
+#define SAMPLING_BINDING(name, call)                                                                         \
+  static PyObject *ext_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {  \
+    return run_sampling("ignis." #name, call, args, nargs, kwnames);                                         \
+  }
+SAMPLING_BINDING(sampling_from_probs, FROM_PROBS)
+SAMPLING_BINDING(sampling_from_logits, FROM_LOGITS)
+SAMPLING_BINDING(top_p_sampling_from_probs, TOP_P_FROM_PROBS)
+SAMPLING_BINDING(top_k_sampling_from_probs, TOP_K_FROM_PROBS)
+SAMPLING_BINDING(min_p_sampling_from_probs, MIN_P_FROM_PROBS)
+SAMPLING_BINDING(top_k_top_p_sampling_from_probs, TOP_K_TOP_P_FROM_PROBS)
+SAMPLING_BINDING(top_k_top_p_sampling_from_logits, TOP_K_TOP_P_FROM_LOGITS)
+
+/* Which renormalizing or masking call a binding makes. */
+typedef enum { TOP_P_RENORM, TOP_K_RENORM, TOP_K_MASK } transform_call;
+
+/* (input, arr_or_None, value, out, stream): value is a number (top_k truncated to an int). */
+static PyObject *run_transform(const char *fn, transform_call call, PyObject *const *args, Py_ssize_t nargs) {
   double value;
-  if (check_nargs(fn, nargs, 6) < 0 || parse_int64(fn, "kind", args[0], &kind) < 0 ||
-      parse_double(fn, kind == 0 ? "top_p" : "top_k", args[3], &value) < 0)
+  if (check_nargs(fn, nargs, 5) < 0 ||
+      parse_double(fn, call == TOP_P_RENORM ? "top_p" : "top_k", args[2], &value) < 0)
     return NULL;
   sampling_tensors l = {{0}, {0}, {0}, 0, 0};
-  st_add(&l, 0, args[1], kind == 2 ? "logits" : "probs", 0);
-  st_add(&l, 1, args[4], kind == 2 ? "masked_logits" : "renorm_probs", 1);
-  st_add(&l, 2, args[2], kind == 0 ? "top_p_arr" : "top_k_arr", 0);
+  st_add(&l, 0, args[0], call == TOP_K_MASK ? "logits" : "probs", 0);
+  st_add(&l, 1, args[3], call == TOP_K_MASK ? "masked_logits" : "renorm_probs", 1);
+  st_add(&l, 2, args[1], call == TOP_P_RENORM ? "top_p_arr" : "top_k_arr", 0);
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, args[5]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, args[4]) < 0)
     return NULL;
   const ignis_tensor *in = st_get(&c, &l, 0), *arr = st_get(&c, &l, 2);
   ignis_tensor *out = st_get(&c, &l, 1);
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS if (kind == 0) status = ignis_top_p_renorm_probs(in, arr, value, out, c.stream);
-  else if (kind == 1) status = ignis_top_k_renorm_probs(in, arr, (int64_t)value, out, c.stream);
-  else status = ignis_top_k_mask_logits(in, arr, (int64_t)value, out, c.stream);
+  Py_BEGIN_ALLOW_THREADS switch (call) {
+  case TOP_P_RENORM:
+    status = ignis_top_p_renorm_probs(in, arr, value, out, c.stream);
+    break;
+  case TOP_K_RENORM:
+    status = ignis_top_k_renorm_probs(in, arr, (int64_t)value, out, c.stream);
+    break;
+  default:
+    status = ignis_top_k_mask_logits(in, arr, (int64_t)value, out, c.stream);
+    break;
+  }
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
+
+#define TRANSFORM_BINDING(name, call)                                                                        \
+  static PyObject *ext_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {                     \
+    return run_transform("ignis." #name, call, args, nargs);                                                 \
+  }
+TRANSFORM_BINDING(top_p_renorm_probs, TOP_P_RENORM)
+TRANSFORM_BINDING(top_k_renorm_probs, TOP_K_RENORM)
+TRANSFORM_BINDING(top_k_mask_logits, TOP_K_MASK)
 
 /* (logits, temperature_arr_or_None, temperature_val, probs, stream) */
 static PyObject *ext_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -211,14 +265,23 @@ static PyObject *ext_top_k(PyObject *self, PyObject *const *args, Py_ssize_t nar
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-#define IGNIS_SAMPLING_METHODS                                                                               \
-  FASTCALL(sampling,                                                                                         \
-           "sampling(kind, input, samples, indices, top_k_arr, top_k, top_p_arr, top_p, min_p_arr, "         \
-           "min_p, joint, seed, offset, stream)"),                                                           \
-      FASTCALL(sampling_transform, "sampling_transform(kind, input, arr, value, out, stream)"),              \
-      FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),                     \
-      FASTCALL(chain_speculative_sampling,                                                                   \
-               "chain_speculative_sampling(draft_probs, draft_token_ids, "                                   \
-               "target_probs, output_token_ids, accepted, emitted, seed, offset, "                           \
-               "stream)"),                                                                                   \
-      FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
+#define SAMPLING_DOC(name) #name "(input, samples, **arguments): ignis_" #name " (sampling_spec)"
+#define TRANSFORM_DOC(name) #name "(input, arr, value, out, stream): ignis_" #name
+PyMethodDef ext_sampling_methods[] = {
+    FASTCALL_KW(sampling_from_probs, SAMPLING_DOC(sampling_from_probs)),
+    FASTCALL_KW(sampling_from_logits, SAMPLING_DOC(sampling_from_logits)),
+    FASTCALL_KW(top_p_sampling_from_probs, SAMPLING_DOC(top_p_sampling_from_probs)),
+    FASTCALL_KW(top_k_sampling_from_probs, SAMPLING_DOC(top_k_sampling_from_probs)),
+    FASTCALL_KW(min_p_sampling_from_probs, SAMPLING_DOC(min_p_sampling_from_probs)),
+    FASTCALL_KW(top_k_top_p_sampling_from_probs, SAMPLING_DOC(top_k_top_p_sampling_from_probs)),
+    FASTCALL_KW(top_k_top_p_sampling_from_logits, SAMPLING_DOC(top_k_top_p_sampling_from_logits)),
+    FASTCALL(top_p_renorm_probs, TRANSFORM_DOC(top_p_renorm_probs)),
+    FASTCALL(top_k_renorm_probs, TRANSFORM_DOC(top_k_renorm_probs)),
+    FASTCALL(top_k_mask_logits, TRANSFORM_DOC(top_k_mask_logits)),
+    FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),
+    FASTCALL(
+        chain_speculative_sampling,
+        "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "
+        "emitted, seed, offset, stream)"),
+    FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
+    {NULL, NULL, 0, NULL}};

@@ -20,25 +20,15 @@ plan's schedule in the workspace).
 
 from . import _ext
 from ._alloc import new_output
-from ._errors import InvalidArgumentError
+from ._common import lse_base_code, on_cuda
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
 
-_BASES = {"2": 0, "ln": 1}
-
-
-def _base(lse_base):
-    try:
-        return _BASES[lse_base]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError("lse_base=%r must be '2' or 'ln'" % (lse_base,)) from None
-
-
 def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
     """Merge two states: returns ``(v, s)`` with ``s = log(base**s_a + base**s_b)`` and
     ``v = base**(s_a - s) * v_a + base**(s_b - s) * v_b``, allocated like ``v_a`` / ``s_a``."""
-    base = _base(lse_base)
+    base = lse_base_code(lse_base)
     v_out, finish_v = new_output(v_a)
     s_out, finish_s = new_output(s_a)
     _ext.merge_state(v_a, s_a, v_b, s_b, base, v_out, s_out, stream)
@@ -48,14 +38,14 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="2", stream=None):
     """Merge ``(v_other, s_other)`` into ``(v, s)`` in place, for the rows where ``mask``
     (``[seq_len]`` uint8 or bool-as-uint8, optional) is nonzero. Returns None."""
-    _ext.merge_state_in_place(v, s, v_other, s_other, mask, _base(lse_base), stream)
+    _ext.merge_state_in_place(v, s, v_other, s_other, mask, lse_base_code(lse_base), stream)
 
 
 def merge_states(v, s, *, lse_base="2", stream=None):
     """Merge ``num_states`` states per row: ``v`` ``[seq_len, num_states, num_heads, head_dim]``,
     ``s`` ``[seq_len, num_states, num_heads]``; returns ``(v, s)`` of shapes
     ``[seq_len, num_heads, head_dim]`` and ``[seq_len, num_heads]``."""
-    base = _base(lse_base)
+    base = lse_base_code(lse_base)
     v_out, finish_v = new_output(v[:, 0])
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)
@@ -64,8 +54,7 @@ def merge_states(v, s, *, lse_base="2", stream=None):
 
 def _level_workspaces(buffer, levels):
     """Equal byte slices of a CUDA workspace (the whole host buffer, unused, on the CPU)."""
-    device = getattr(buffer, "__dlpack_device__", None)
-    if buffer is None or device is None or device()[0] != 2:
+    if buffer is None or not hasattr(buffer, "__dlpack_device__") or not on_cuda(buffer):
         return [buffer] * levels
     flat = buffer.reshape(-1).view(dtype=buffer.dtype)
     size = flat.shape[0] // levels // 256 * 256

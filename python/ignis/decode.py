@@ -55,184 +55,18 @@ one past an explicit bound, or past the CUDA-graph buffers, raises InvalidArgume
 """
 
 import functools
-import math
 import sys
 
 from . import _ext
 from ._alloc import new_output
-from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
+from ._common import (INT32_MAX, Q_DTYPES, attention_options, dtype_code, host_i32, is_cuda, kv_views,
+                      layout_code, new_f32, next_pow2, on_cuda, paged_kv_views, scales, single_workspace)
+from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper"]
 
-_LAYOUTS = {"NHD": 0, "HND": 1}
-_BASES = {"2": 0, "ln": 1}
-_POS_ENCODINGS = {"NONE": 0, "ROPE_LLAMA": 1, "ALIBI": 2}
-_F16, _BF16, _E4M3, _E5M2 = 1, 2, 3, 4
-_DTYPES = {
-    "float16": _F16, "half": _F16, "f16": _F16,
-    "bfloat16": _BF16, "bf16": _BF16,
-    "float8_e4m3fn": _E4M3, "fp8_e4m3": _E4M3, "e4m3": _E4M3,
-    "float8_e5m2": _E5M2, "fp8_e5m2": _E5M2, "e5m2": _E5M2,
-}
-_FP8_NUMPY = {"float8_e4m3fn": _E4M3, "float8_e5m2": _E5M2}  # ml_dtypes names; passed as uint8 views
-_DL_CUDA = 2
-_INT32_MAX = 2**31 - 1
 _MIN_MAX_BATCH = 64
 _MIN_MAX_KV_LEN = 4096
-
-
-def _layout(kv_layout):
-    try:
-        return _LAYOUTS[kv_layout]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError("kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,)) from None
-
-
-def _base(lse_base):
-    try:
-        return _BASES[lse_base]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError("lse_base=%r must be '2' or 'ln'" % (lse_base,)) from None
-
-
-def _pos_encoding(fn, mode):
-    try:
-        return _POS_ENCODINGS[mode]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError(
-            "%s: pos_encoding_mode=%r must be 'NONE', 'ROPE_LLAMA' or 'ALIBI'" % (fn, mode)) from None
-
-
-def _dtype_code(fn, name, dtype):
-    """The ignis dtype of a torch, NumPy or ml_dtypes dtype (or scalar type), or of a name."""
-    if isinstance(dtype, str):
-        text = dtype
-    elif isinstance(dtype, type):
-        text = dtype.__name__
-    else:
-        text = str(dtype)
-    code = _DTYPES.get(text.replace("torch.", "").replace("numpy.", ""))
-    if code is None:
-        raise UnsupportedError("%s: %s=%s is not supported: float16, bfloat16, float8_e4m3fn or float8_e5m2"
-                               % (fn, name, dtype))
-    return code
-
-
-def _rope(rope_scale, rope_theta):
-    return 1.0 if rope_scale is None else rope_scale, 1e4 if rope_theta is None else rope_theta
-
-
-def _host_number(fn, name, value):
-    """A scale given as a number or a one-element host tensor, as a float (never syncs a device)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    device = getattr(value, "__dlpack_device__", None)
-    if device is not None and device()[0] == _DL_CUDA:
-        raise UnsupportedError(
-            "%s: %s is a CUDA tensor; reading it would synchronize with the device: pass a Python float "
-            "(or a one-element host tensor)" % (fn, name))
-    item = getattr(value, "item", None)
-    if item is None:
-        raise ArgumentTypeError("%s: %s must be a float or a one-element host tensor, not %s"
-                                % (fn, name, type(value).__qualname__))
-    try:
-        return float(item())
-    except (ValueError, RuntimeError, TypeError):
-        raise InvalidArgumentError("%s: %s must hold exactly one value" % (fn, name)) from None
-
-
-def _scale(fn, name, value):
-    if value.__class__ is not float:
-        value = _host_number(fn, name, value)
-    if not 0.0 < value < math.inf:
-        raise InvalidArgumentError("%s: %s=%r but it must be finite and > 0" % (fn, name, value))
-    return value
-
-
-def _key_scale(fn, k_scale, q_scale):
-    """k_scale * q_scale (both scale the logits), 1.0 when neither is given."""
-    scale = 1.0 if k_scale is None else _scale(fn, "k_scale", k_scale)
-    return scale if q_scale is None else scale * _scale(fn, "q_scale", q_scale)
-
-
-def _fp8_numpy_view(x):
-    """(x, -1), or for a NumPy array of ml_dtypes' fp8 types (which DLPack cannot carry) its uint8
-    view and the ignis dtype to read it as."""
-    numpy = sys.modules.get("numpy")
-    if numpy is None or x.__class__ is not numpy.ndarray:
-        return x, -1
-    code = _FP8_NUMPY.get(x.dtype.name)
-    return (x, -1) if code is None else (x.view(numpy.uint8), code)
-
-
-def _kv_views(fn, k, v, k_name, v_name):
-    """K and V for the extension: fp8 NumPy arrays as uint8 views, with the dtype they stand for."""
-    k, view = _fp8_numpy_view(k)
-    if v is None:
-        return k, v, view
-    v, v_view = _fp8_numpy_view(v)
-    if v_view != view:
-        raise InvalidArgumentError("%s: %s.dtype=%s but %s.dtype=%s: they must be equal"
-                                   % (fn, v_name, v.dtype, k_name, k.dtype))
-    return k, v, view
-
-
-def _new_f32(like, shape):
-    """An uninitialized float32 array on like's device, in like's framework."""
-    if hasattr(like, "new_empty"):  # PyTorch
-        import torch  # already imported: like is a torch tensor
-
-        return like.new_empty(shape, dtype=torch.float32)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(like, numpy.ndarray):
-        return numpy.empty(shape, dtype=numpy.float32)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
-        with like.device:
-            return cupy.empty(shape, dtype=cupy.float32)
-    if hasattr(like, "__array_namespace__"):
-        namespace = like.__array_namespace__()
-        return namespace.empty(shape, dtype=namespace.float32, device=like.device)
-    raise ArgumentTypeError("ignis cannot allocate an array like a %s: pass lse=" % type(like).__qualname__)
-
-
-def _on_cuda(x):
-    return x.__dlpack_device__()[0] == _DL_CUDA
-
-
-def _is_cuda(x):
-    flag = getattr(x, "is_cuda", None)  # PyTorch: an attribute read, cheaper than __dlpack_device__
-    return flag if flag is not None else _on_cuda(x)
-
-
-def _new_device_array(like, n, dtype_name):
-    """An uninitialized 1-D array of n elements of dtype_name ("uint8", "int32") on like's CUDA
-    device, in like's framework (PyTorch or CuPy)."""
-    if hasattr(like, "new_empty"):
-        import torch
-
-        return like.new_empty((n,), dtype=getattr(torch, dtype_name))
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
-        with like.device:
-            return cupy.empty((n,), dtype=getattr(cupy, dtype_name))
-    raise ArgumentTypeError("ignis cannot allocate CUDA arrays like a %s (PyTorch and CuPy are supported)"
-                            % type(like).__qualname__)
-
-
-# Scratch for single decode's split-KV partials on CUDA, per (framework type, device), grown on demand.
-_single_workspaces = {}
-
-
-def _single_workspace(q, nbytes):
-    if nbytes == 0:
-        return None
-    key = (type(q), q.__dlpack_device__()[1])
-    buffer = _single_workspaces.get(key)
-    if buffer is None or buffer.shape[0] < nbytes:
-        buffer = _new_device_array(q, nbytes, "uint8")
-        _single_workspaces[key] = buffer
-    return buffer
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE", use_tensor_cores=False,
@@ -247,43 +81,22 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     is 0 and ``lse`` is -inf (the sink with ``sinks``). On CUDA, long sequences are split across
     the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
-    layout = _layout(kv_layout)
-    pos_encoding = _pos_encoding(fn, pos_encoding_mode)
-    k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
-    v_value = 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
-    k, v, kv_view = _kv_views(fn, k, v, "k", "v")
+    layout = layout_code(kv_layout)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
+    k_value = v_value = None
+    if k_scale is not None or v_scale is not None or q_scale is not None:
+        k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+    k, v, kv_view = kv_views(fn, k, v, "k", "v")
     workspace = None
-    if _on_cuda(q):
-        kv_len = k.shape[0] if layout == 0 else k.shape[1]
-        workspace = _single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
+    if on_cuda(q):
+        kv_len = k.shape[0] if layout == _ext.IGNIS_KV_LAYOUT_NHD else k.shape[1]
+        workspace = single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
-    lse = _new_f32(q, (q.shape[0],)) if return_lse else None
-    rope_scale, rope_theta = _rope(rope_scale, rope_theta)
-    _ext.single_decode(q, k, v, layout, 0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left,
-                       _base(lse_base), pos_encoding, rope_scale, rope_theta, k_value, v_value, sinks, kv_view, out,
-                       lse, workspace, stream)
+    lse = new_f32(q, (q.shape[0],)) if return_lse else None
+    _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, options=options, k_scale=k_value,
+                       v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
-
-
-def _host_i32(x, name):
-    """x as a contiguous int32 NumPy array on the host (a CUDA tensor is copied: a sync)."""
-    import numpy
-
-    if hasattr(x, "detach"):  # PyTorch: .cpu() is a no-op on the host
-        x = x.detach().cpu().numpy()
-    elif hasattr(x, "get"):  # CuPy
-        x = x.get()
-    array = numpy.ascontiguousarray(numpy.asarray(x), dtype=numpy.int32)
-    if array.ndim != 1:
-        raise InvalidArgumentError("%s must be 1-D, not %d-D" % (name, array.ndim))
-    return array
-
-
-def _next_pow2(n, floor):
-    p = floor
-    while p < n:
-        p *= 2
-    return p
 
 
 class _IndexUploader:
@@ -353,9 +166,9 @@ class _IndexUploader:
         buffers), else copied into the indices buffer or a new device array."""
         buffer = None if self.graph_buffers is None else self.graph_buffers[1]
         if buffer is None:
-            if _is_cuda(indices):
+            if is_cuda(indices):
                 return indices
-            host = _host_i32(indices, "indices")
+            host = host_i32(indices, "indices")
             if self.torch:
                 import torch
 
@@ -363,7 +176,7 @@ class _IndexUploader:
             cupy = sys.modules["cupy"]
             with self.workspace.device:
                 return cupy.asarray(host)
-        if indices is buffer or (self.torch and _is_cuda(indices) and indices.data_ptr() == buffer.data_ptr()):
+        if indices is buffer or (self.torch and is_cuda(indices) and indices.data_ptr() == buffer.data_ptr()):
             return buffer
         n = indices.shape[0]
         if buffer.shape[0] < n:
@@ -372,10 +185,10 @@ class _IndexUploader:
         if self.torch:
             import torch
 
-            source = indices if isinstance(indices, torch.Tensor) else torch.from_numpy(_host_i32(indices, "indices"))
+            source = indices if isinstance(indices, torch.Tensor) else torch.from_numpy(host_i32(indices, "indices"))
             buffer[:n].copy_(source, non_blocking=True)
         else:
-            buffer[:n].set(_host_i32(indices, "indices"))
+            buffer[:n].set(host_i32(indices, "indices"))
         return buffer
 
 
@@ -394,7 +207,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", jit_args=None):
         fn = "ignis.BatchDecodeWithPagedKVCacheWrapper"
-        self._layout = _layout(kv_layout)
+        self._layout = layout_code(kv_layout)
         if jit_args is not None:
             raise UnsupportedError("%s: jit_args (FlashInfer's JIT attention variants) are not supported" % fn)
         self._use_cuda_graph = bool(use_cuda_graph)
@@ -415,7 +228,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def _set_workspace(self, workspace):
         device_type, device_id = workspace.__dlpack_device__()
         self._workspace = workspace
-        self._cuda = device_type == _DL_CUDA
+        self._cuda = device_type == _ext.DLPACK_CUDA
         self._device_id = device_id if self._cuda else 0
         self._plan_workspace = workspace if self._cuda else None  # CPU plans keep their schedule on the host
         self._key = None  # the plan() arguments the current C plan was made for
@@ -499,23 +312,25 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 q_data_type = data_type
             if kv_data_type is None:
                 kv_data_type = data_type
-        q_code = _dtype_code(fn, "q_data_type", q_data_type)
-        if q_code not in (_F16, _BF16):
+        q_code = dtype_code(fn, "q_data_type", q_data_type)
+        if q_code not in Q_DTYPES:
             raise UnsupportedError("%s: q_data_type=%s is not supported: float16 or bfloat16" % (fn, q_data_type))
-        kv_code = q_code if kv_data_type is None else _dtype_code(fn, "kv_data_type", kv_data_type)
-        if o_data_type is not None and _dtype_code(fn, "o_data_type", o_data_type) != q_code:
+        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
+        if o_data_type is not None and dtype_code(fn, "o_data_type", o_data_type) != q_code:
             raise UnsupportedError("%s: o_data_type=%s but the output has q's dtype (%s)"
                                    % (fn, o_data_type, q_data_type))
         if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
-        rope_scale, rope_theta = _rope(rope_scale, rope_theta)
         self._key = None
         self._indexes = None
-        self._head = [1 if self._cuda else 0, self._device_id, num_qo_heads, num_kv_heads, head_dim, page_size,
-                      q_code, kv_code, q_len_per_req]
-        self._tail = [bool(disable_split_kv), fixed_split_size or 0, 0.0 if sm_scale is None else sm_scale,
-                      logits_soft_cap or 0.0, window_left, _base(lse_base), _pos_encoding(fn, pos_encoding_mode),
-                      rope_scale, rope_theta]
+        # ignis_decode_plan_config by field name, but the maxima (_build sets them)
+        self._config = dict(
+            device_type=_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, device_id=self._device_id,
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+            q_dtype=q_code, kv_dtype=kv_code, q_len_per_req=q_len_per_req, disable_split_kv=bool(disable_split_kv),
+            fixed_split_size=fixed_split_size or 0,
+            options=attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode,
+                                      rope_scale, rope_theta))
         self._explicit = (max_batch_size, max_kv_len)
         self._build(self._max_batch_seen, self._longest_seen)
         self._key = key
@@ -530,68 +345,52 @@ class BatchDecodeWithPagedKVCacheWrapper:
         elif explicit_batch is not None:
             max_batch = explicit_batch
         else:
-            max_batch = _next_pow2(batch, _MIN_MAX_BATCH)
-        fixed_split_pages = self._tail[1]
+            max_batch = next_pow2(batch, _MIN_MAX_BATCH)
+        config = self._config
         if explicit_kv_len is not None:
-            plan = self._create(max_batch, explicit_kv_len)
-        elif not fixed_split_pages or self._tail[0]:
-            plan = self._create(max_batch, _INT32_MAX)  # the workspace does not grow with it
+            max_kv_len = explicit_kv_len
+        elif not config["fixed_split_size"] or config["disable_split_kv"]:
+            max_kv_len = INT32_MAX  # the workspace does not grow with it
         elif self._cuda and self._graph_buffers is not None:
-            plan = self._fixed_split_plan(max_batch, longest, fixed_split_pages)
+            # the longest KV length whose fixed splits fit the CUDA-graph workspace, or the longest request
+            bound = _ext.decode_max_kv_len_for_workspace(self._workspace.nbytes, max_batch_size=max_batch, **config)
+            max_kv_len = max(longest, bound)
         else:  # the grid grows with the bound: keep it within twice the longest request seen
-            plan = self._create(max_batch, _next_pow2(longest, _MIN_MAX_KV_LEN))
+            max_kv_len = next_pow2(longest, _MIN_MAX_KV_LEN)
+        plan = _ext.decode_plan_create(max_batch_size=max_batch, max_kv_len=max_kv_len, **config)
+        self._max_batch, self._max_kv_len = max_batch, max_kv_len
         if self._cuda and (self._uploader is None or self._uploader.staging.shape[0] < 2 * max_batch + 1):
             self._uploader = _IndexUploader(self._workspace, max_batch, self._graph_buffers)
         self._plan = plan
 
-    def _create(self, max_batch, max_kv_len):
-        self._max_batch, self._max_kv_len = max_batch, max_kv_len
-        return _ext.decode_plan_create(*self._head, max_batch, max_kv_len, *self._tail)
-
-    def _fixed_split_plan(self, max_batch, longest, fixed_split_pages):
-        """A CUDA plan with fixed splits for the longest KV length whose schedule and partial rows
-        fit the workspace (estimated, then checked against the plan's own size query)."""
-        num_qo_heads, head_dim, page_size, q_len = self._head[2], self._head[4], self._head[5], self._head[8]
-        workspace_bytes = self._workspace.nbytes
-        per_item = 16 + 4 * q_len * num_qo_heads * (head_dim + 1)  # a work item and its f32 partial rows
-        items = max(1, (workspace_bytes - 16 * (max_batch + 64)) // (per_item * max_batch))
-        max_kv_len = max(longest, min(_INT32_MAX, items * fixed_split_pages * page_size))
-        while True:
-            plan = self._create(max_batch, max_kv_len)
-            if max_kv_len <= max(longest, fixed_split_pages * page_size):
-                return plan
-            if _ext.decode_workspace_size(plan) <= workspace_bytes:
-                return plan
-            max_kv_len = max(longest, max_kv_len // 2)
-
-    def _update_slow(self, indptr, last_page_len, result, stream):
-        """plan_update when the fast path declined: index arrays not on the host as int32 (copied
-        there), or a batch past the plan's maxima (a larger plan)."""
+    def _update_slow(self, indptr, last_page_len, declined, stream):
+        """plan_update when the fast path declined (an _ext.PlanUpdateDeclined): index arrays not on
+        the host as int32 (copied there), or a batch past the plan's maxima (a larger plan)."""
         fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
-        if result is False:
-            indptr, last_page_len = _host_i32(indptr, "indptr"), _host_i32(last_page_len, "last_page_len")
-            result = self._update(indptr, last_page_len, stream)
-        if result.__class__ is tuple:
-            batch, longest = result
-            explicit_batch, explicit_kv_len = self._explicit
-            if batch > self._max_batch:
-                if self._graph_buffers is not None:
-                    raise InvalidArgumentError("%s: the batch has %d requests but the CUDA-graph buffers hold %d"
-                                               % (fn, batch, self._max_batch))
-                if explicit_batch is not None:
-                    raise InvalidArgumentError("%s: the batch has %d requests but max_batch_size=%d"
-                                               % (fn, batch, explicit_batch))
-            if longest > self._max_kv_len and explicit_kv_len is not None:
-                raise InvalidArgumentError("%s: a request has %d keys but max_kv_len=%d"
-                                           % (fn, longest, explicit_kv_len))
-            self._max_batch_seen = max(self._max_batch_seen, batch)
-            self._longest_seen = max(self._longest_seen, longest)
-            self._build(self._max_batch_seen, self._longest_seen)
-            result = self._update(indptr, last_page_len, stream)
-            if result.__class__ is not int:
-                raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d "
-                                           "keys with fixed_split_size=%d" % (fn, self._workspace.nbytes, longest,
-                                                                              self._tail[1]))
+        if declined.host_copy_needed:
+            indptr, last_page_len = host_i32(indptr, "indptr"), host_i32(last_page_len, "last_page_len")
+            declined = self._update(indptr, last_page_len, stream)
+            if declined.__class__ is int:
+                return indptr, last_page_len, declined
+        batch, longest = declined.batch_size, declined.longest_kv_len
+        explicit_batch, explicit_kv_len = self._explicit
+        if batch > self._max_batch:
+            if self._graph_buffers is not None:
+                raise InvalidArgumentError("%s: the batch has %d requests but the CUDA-graph buffers hold %d"
+                                           % (fn, batch, self._max_batch))
+            if explicit_batch is not None:
+                raise InvalidArgumentError("%s: the batch has %d requests but max_batch_size=%d"
+                                           % (fn, batch, explicit_batch))
+        if longest > self._max_kv_len and explicit_kv_len is not None:
+            raise InvalidArgumentError("%s: a request has %d keys but max_kv_len=%d" % (fn, longest, explicit_kv_len))
+        self._max_batch_seen = max(self._max_batch_seen, batch)
+        self._longest_seen = max(self._longest_seen, longest)
+        self._build(self._max_batch_seen, self._longest_seen)
+        result = self._update(indptr, last_page_len, stream)
+        if result.__class__ is not int:
+            raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d keys "
+                                       "with fixed_split_size=%d"
+                                       % (fn, self._workspace.nbytes, longest, self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
     def _update(self, indptr, last_page_len, stream):
@@ -623,21 +422,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if q_len_per_req is not None and q_len_per_req != self._q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r but plan() was given %r: pass q_len_per_req to plan()"
                                        % (fn, q_len_per_req, self._q_len_per_req))
-        if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
-            k_cache, v_cache = paged_kv_cache
-        else:
-            k_cache, v_cache = paged_kv_cache, None
-        k_cache, v_cache, kv_view = _kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
-        k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
-        v_value = 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache)
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         finish = None
         if out is None:
             out, finish = new_output(q)
         if return_lse and lse is None:
-            lse = _new_f32(q, (q.shape[0], q.shape[1]))
+            lse = new_f32(q, (q.shape[0], q.shape[1]))
         indptr, indices, last = self._indexes
-        _ext.decode_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, out, lse,
-                        self._workspace, k_value, v_value, sinks, kv_view, stream)
+        _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr,
+                        kv_last_page_len=last, lse=lse, workspace=self._workspace, kv_layout=self._layout,
+                        k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

@@ -13,19 +13,10 @@ import sys
 
 from . import _ext
 from ._alloc import new_output
-from ._errors import ArgumentTypeError, InvalidArgumentError
+from ._common import layout_code
+from ._errors import ArgumentTypeError
 
 __all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
-
-_LAYOUTS = {"NHD": 0, "HND": 1}
-
-
-def _layout(kv_layout):
-    try:
-        return _LAYOUTS[kv_layout]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError("kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,)) from None
-
 
 def _new_index(like, n):
     """An uninitialized int32 array of n elements on like's device, in like's framework."""
@@ -50,7 +41,7 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     else:
         k_cache, v_cache = paged_kv_cache, None
     _ext.append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache, v_cache, kv_indices,
-                               kv_indptr, kv_last_page_len, _layout(kv_layout), stream)
+                               kv_indptr, kv_last_page_len, layout_code(kv_layout), stream)
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz, *, stream=None):

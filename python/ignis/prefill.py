@@ -36,16 +36,14 @@ import functools
 
 from . import _ext
 from ._alloc import _pick
+from ._common import (attention_options, dtype_code, host_i32, kv_views, layout_code, new_f32, next_pow2,
+                      on_cuda, paged_kv_views, scales, single_workspace)
 from ._errors import InvalidArgumentError, UnsupportedError
-from .decode import (_base, _dtype_code, _host_i32, _key_scale, _kv_views, _layout, _new_f32, _next_pow2, _on_cuda,
-                     _pos_encoding, _rope, _scale, _single_workspace)
 from .quantization import packbits, segment_packbits
 
 __all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_lse",
            "BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"]
 
-_NONE, _CAUSAL, _CUSTOM = 0, 1, 2
-_RAGGED, _PAGED = 0, 1
 
 
 def _new_output(q, shape):
@@ -57,19 +55,8 @@ def _new_output(q, shape):
 
 def _mask_mode(causal, custom_mask, packed_custom_mask):
     if custom_mask is not None or packed_custom_mask is not None:
-        return _CUSTOM
-    return _CAUSAL if causal else _NONE
-
-
-def _scales(fn, q_scale, k_scale, v_scale):
-    k_value = 1.0 if k_scale is None and q_scale is None else _key_scale(fn, k_scale, q_scale)
-    return k_value, 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
-
-
-def _options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale, rope_theta):
-    rope_scale, rope_theta = _rope(rope_scale, rope_theta)
-    return (0.0 if sm_scale is None else sm_scale, logits_soft_cap or 0.0, window_left, _base(lse_base),
-            pos_encoding, rope_scale, rope_theta)
+        return _ext.IGNIS_MASK_CUSTOM
+    return _ext.IGNIS_MASK_CAUSAL if causal else _ext.IGNIS_MASK_NONE
 
 
 def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=None, o_dtype=None, custom_mask=None,
@@ -82,28 +69,30 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     in base ``lse_base``). ``custom_mask``: booleans ``[qo_len, kv_len]``; ``packed_custom_mask``:
     their little-endian bit-packing (uint8)."""
     fn = "ignis.single_prefill_with_kv_cache"
-    layout = _layout(kv_layout)
-    pos_encoding = _pos_encoding(fn, pos_encoding_mode)
+    layout = layout_code(kv_layout)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
-    k_value, v_value = _scales(fn, scale_q, scale_k, scale_v)
+    k_value = v_value = None
+    if scale_k is not None or scale_v is not None or scale_q is not None:
+        k_value, v_value = scales(fn, scale_q, scale_k, scale_v)
     mode = _mask_mode(causal, custom_mask, packed_custom_mask)
     if packed_custom_mask is None and custom_mask is not None:
         packed_custom_mask = packbits(custom_mask, bitorder="little")
-    k, v, kv_view = _kv_views(fn, k, v, "k", "v")
+    k, v, kv_view = kv_views(fn, k, v, "k", "v")
     head_dim_vo = v.shape[-1]
     workspace = None
-    if _on_cuda(q):
-        kv_len = k.shape[0] if layout == 0 else k.shape[1]
-        kv_heads = k.shape[1] if layout == 0 else k.shape[0]
-        workspace = _single_workspace(q, _ext.single_prefill_workspace_size(
+    if on_cuda(q):
+        nhd = layout == _ext.IGNIS_KV_LAYOUT_NHD
+        kv_len, kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
+        workspace = single_workspace(q, _ext.single_prefill_workspace_size(
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
     out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
-    lse = _new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
-    _ext.single_prefill(q, k, v, layout, mode, packed_custom_mask,
-                        *_options(sm_scale, logits_soft_cap, window_left, lse_base, pos_encoding, rope_scale,
-                                  rope_theta),
-                        k_value, v_value, sinks, kv_view, out, lse, workspace, stream)
+    lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
+    _ext.single_prefill(q, k, v, out, lse=lse, workspace=workspace, custom_mask=packed_custom_mask, kv_layout=layout,
+                        mask_mode=mode, options=options, k_scale=k_value, v_scale=v_value, sinks=sinks,
+                        kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
 
 
@@ -113,15 +102,15 @@ single_prefill_with_kv_cache_return_lse = functools.partial(single_prefill_with_
 class _BatchPrefillWrapper:
     """What the ragged and paged wrappers share: the workspace, the C plan and its maxima."""
 
-    _kind = _RAGGED
+    _kind = _ext.IGNIS_PREFILL_RAGGED
     _name = ""
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, backend="auto", **unused):
-        self._layout = _layout(kv_layout)
+        self._layout = layout_code(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = use_cuda_graph
         self._plan = None
-        self._key = None
+        self._config = None  # ignis_prefill_plan_config by field name, but the maxima
         self._maxima = None
         self._planned = False
 
@@ -133,35 +122,44 @@ class _BatchPrefillWrapper:
         self._workspace = float_workspace_buffer
         self._planned = False
 
+    def _cuda_workspace(self):
+        """The workspace when the plans run on CUDA (their schedule lives there), else None."""
+        workspace = self._workspace
+        return workspace if workspace is not None and on_cuda(workspace) else None
+
     def _device(self):
-        if self._workspace is not None and _on_cuda(self._workspace):
-            return 1, self._workspace.__dlpack_device__()[1]
-        return 0, 0
+        workspace = self._cuda_workspace()
+        if workspace is None:
+            return _ext.IGNIS_DEVICE_CPU, 0
+        return _ext.IGNIS_DEVICE_CUDA, workspace.__dlpack_device__()[1]
 
     def _configure(self, fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
                    kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs):
-        q_code = _dtype_code(fn, "q_data_type", q_data_type)
-        kv_code = q_code if kv_data_type is None else _dtype_code(fn, "kv_data_type", kv_data_type)
-        device = self._device()
-        key = (device, self._layout, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo or head_dim_qk, page_size,
-               q_code, kv_code, mode, int(bool(disable_split_kv)), fixed_split_size or 0, options)
-        if key == self._key and all(n <= m for n, m in zip(needs, self._maxima)):
+        q_code = dtype_code(fn, "q_data_type", q_data_type)
+        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
+        device_type, device_id = self._device()
+        config = dict(device_type=device_type, device_id=device_id, kv_kind=self._kind, kv_layout=self._layout,
+                      num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
+                      head_dim_vo=head_dim_vo or head_dim_qk, page_size=page_size, q_dtype=q_code, kv_dtype=kv_code,
+                      mask_mode=mode, disable_split_kv=bool(disable_split_kv), fixed_split_size=fixed_split_size or 0,
+                      options=options)
+        if config == self._config and all(n <= m for n, m in zip(needs, self._maxima)):
             return
-        if self._use_cuda_graph and self._key is not None:
+        if self._use_cuda_graph and self._config is not None:
             raise InvalidArgumentError("%s: with use_cuda_graph=True the plan is fixed by the first plan() call; "
                                        "this batch needs another one (make a new wrapper)" % fn)
-        maxima = (_next_pow2(needs[0], 64), _next_pow2(needs[1], 4096), _next_pow2(needs[2], 4096))
-        self._plan = _ext.prefill_plan_create(device[0], device[1], self._kind, self._layout, *key[2:10], *maxima,
-                                              *key[10:12], *options)
-        self._key, self._maxima = key, maxima
+        maxima = (next_pow2(needs[0], 64), next_pow2(needs[1], 4096), next_pow2(needs[2], 4096))
+        self._plan = _ext.prefill_plan_create(max_batch_size=maxima[0], max_qo_tokens=maxima[1], max_kv_len=maxima[2],
+                                              **config)
+        self._config, self._maxima = config, maxima
 
     def _schedule(self, fn, qo_indptr, kv_indptr, kv_last_page_len, page_size, num_qo_heads, num_kv_heads,
                   head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, pos_encoding_mode, window_left,
                   logits_soft_cap, sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type, disable_split_kv,
                   fixed_split_size, lse_base, stream):
-        qo = _host_i32(qo_indptr, "qo_indptr")
-        kv = _host_i32(kv_indptr, "kv_indptr")
-        last = None if kv_last_page_len is None else _host_i32(kv_last_page_len, "kv_last_page_len")
+        qo = host_i32(qo_indptr, "qo_indptr")
+        kv = host_i32(kv_indptr, "kv_indptr")
+        last = None if kv_last_page_len is None else host_i32(kv_last_page_len, "kv_last_page_len")
         if qo.size < 1 or kv.size != qo.size:
             raise InvalidArgumentError("%s: qo_indptr has %d entries and kv_indptr %d: they must describe the same "
                                        "batch" % (fn, qo.size, kv.size))
@@ -170,8 +168,8 @@ class _BatchPrefillWrapper:
             lengths = (lengths - 1) * page_size + last
             lengths[kv[1:] == kv[:-1]] = 0
         mode = _mask_mode(causal, custom_mask, packed_custom_mask)
-        options = _options(sm_scale, logits_soft_cap, window_left, lse_base, _pos_encoding(fn, pos_encoding_mode),
-                           rope_scale, rope_theta)
+        options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                    rope_theta)
         needs = (qo.size - 1, max(1, int(qo[-1] - qo[0])), int(lengths.max()) if lengths.size else 0)
         self._configure(fn, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, page_size, q_data_type,
                         kv_data_type, mode, disable_split_kv, fixed_split_size, options, needs)
@@ -185,7 +183,7 @@ class _BatchPrefillWrapper:
             packed_custom_mask, _ = segment_packbits(custom_mask, numpy.asarray(bits, dtype=numpy.int64),
                                                      bitorder="little")
         self._mask = packed_custom_mask
-        workspace = self._workspace if self._device()[0] else None
+        workspace = self._cuda_workspace()
         _ext.prefill_plan_update(self._plan, qo, kv, last, workspace, stream)
         self._planned = True
 
@@ -194,9 +192,9 @@ class _BatchPrefillWrapper:
             raise InvalidArgumentError("%s: call plan first" % fn)
         finish = None
         if out is None:
-            out, finish = _new_output(q, (q.shape[0], q.shape[1], self._key[5]))
+            out, finish = _new_output(q, (q.shape[0], q.shape[1], self._config["head_dim_vo"]))
         if return_lse and lse is None:
-            lse = _new_f32(q, (q.shape[0], q.shape[1]))
+            lse = new_f32(q, (q.shape[0], q.shape[1]))
         return out, finish, lse
 
     def run_return_lse(self, *args, **kwargs):
@@ -212,7 +210,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
     """Batch prefill over ragged q / k / v: request b owns rows ``qo_indptr[b]:qo_indptr[b+1]`` of
     ``q`` / ``out`` and ``kv_indptr[b]:kv_indptr[b+1]`` of ``k`` / ``v``."""
 
-    _kind = _RAGGED
+    _kind = _ext.IGNIS_PREFILL_RAGGED
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
              custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
@@ -234,11 +232,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         if args:
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
-        k, v, kv_view = _kv_views(fn, k, v, "k", "v")
-        k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
-        workspace = self._workspace if self._device()[0] else None
-        _ext.prefill_ragged_run(self._plan, q, k, v, self._mask, out, lse, workspace, k_value, v_value, sinks,
-                                kv_view, stream)
+        k, v, kv_view = kv_views(fn, k, v, "k", "v")
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+        workspace = self._cuda_workspace()
+        _ext.prefill_ragged_run(self._plan, q, k, v, out, custom_mask=self._mask, lse=lse, workspace=workspace,
+                                k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out
@@ -248,7 +248,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
     """Batch prefill over a paged KV cache (one ``[num_pages, 2, ...]`` tensor or a
     ``(k_cache, v_cache)`` tuple in the wrapper's layout); ``qo_indptr`` describes ragged q."""
 
-    _kind = _PAGED
+    _kind = _ext.IGNIS_PREFILL_PAGED
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
              num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None,
@@ -269,13 +269,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
     begin_forward = plan
 
     def _on_workspace_device(self, x, name):
-        if not self._device()[0]:
-            return _host_i32(x, name)
-        if _on_cuda(x):
+        if self._cuda_workspace() is None:
+            return host_i32(x, name)
+        if on_cuda(x):
             return x
         import torch
 
-        return torch.from_numpy(_host_i32(x, name)).to(self._workspace.device)
+        return torch.from_numpy(host_i32(x, name)).to(self._workspace.device)
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, sinks=None, enable_pdl=None, stream=None):
@@ -284,16 +284,16 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         if args:
             raise UnsupportedError("%s: extra positional arguments are not supported" % fn)
         out, finish, lse = self._outputs(fn, q, out, lse, return_lse)
-        if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
-            k_cache, v_cache = paged_kv_cache
-        else:
-            k_cache, v_cache = paged_kv_cache, None
-        k_cache, v_cache, kv_view = _kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
-        k_value, v_value = _scales(fn, q_scale, k_scale, v_scale)
-        workspace = self._workspace if self._device()[0] else None
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache)
+        k_value = v_value = None
+        if k_scale is not None or v_scale is not None or q_scale is not None:
+            k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
+        workspace = self._cuda_workspace()
         indptr, indices, last = self._indexes
-        _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, indptr, indices, last, self._layout, self._mask, out,
-                               lse, workspace, k_value, v_value, sinks, kv_view, stream)
+        _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, out, kv_indptr=indptr, kv_indices=indices,
+                               kv_last_page_len=last, kv_layout=self._layout, custom_mask=self._mask, lse=lse,
+                               workspace=workspace, k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view,
+                               stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

@@ -33,10 +33,6 @@ __all__ = [
     "apply_rope_with_cos_sin_cache_inplace",
 ]
 
-# The Llama 3.1 parameters the plain forms pass (ignored when llama31 is off).
-_PLAIN = (False, 1.0, 4.0, 8192.0)
-
-
 def _outputs(q, k):
     q_out, finish_q = new_output(q)
     k_out, finish_k = new_output(k)
@@ -48,8 +44,8 @@ def apply_rope(q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_sc
     """RoPE with positions from ``indptr [B+1]`` and ``offsets [B]``. q ``[nnz, Hq, D]``,
     k ``[nnz, Hk, D]``. Not in place: returns new ``(q_rope, k_rope)``."""
     q_out, k_out, finish_q, finish_k = _outputs(q, k)
-    _ext.apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta,
-                    *_PLAIN, stream)
+    _ext.apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim=rotary_dim, interleave=interleave,
+                    rope_scale=rope_scale, rope_theta=rope_theta, stream=stream)
     return finish_q(q_out), finish_k(k_out)
 
 
@@ -57,8 +53,8 @@ def apply_rope_inplace(q, k, indptr, offsets, rotary_dim=None, interleave=False,
                        rope_theta=1e4, *, stream=None):
     """RoPE with positions from ``indptr [B+1]`` and ``offsets [B]``, rotating q ``[nnz, Hq, D]``
     and k ``[nnz, Hk, D]`` in place. Returns None."""
-    _ext.apply_rope(q, k, indptr, offsets, q, k, rotary_dim, interleave, rope_scale, rope_theta,
-                    *_PLAIN, stream)
+    _ext.apply_rope(q, k, indptr, offsets, q, k, rotary_dim=rotary_dim, interleave=interleave,
+                    rope_scale=rope_scale, rope_theta=rope_theta, stream=stream)
 
 
 def apply_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1, rope_theta=1e4,
@@ -66,16 +62,16 @@ def apply_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False, rope_sc
     """RoPE with positions from ``pos_ids [nnz]``. q ``[nnz, Hq, D]``, k ``[nnz, Hk, D]``.
     Not in place: returns new ``(q_rope, k_rope)``."""
     q_out, k_out, finish_q, finish_k = _outputs(q, k)
-    _ext.apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta,
-                            *_PLAIN, stream)
+    _ext.apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim=rotary_dim, interleave=interleave,
+                            rope_scale=rope_scale, rope_theta=rope_theta, stream=stream)
     return finish_q(q_out), finish_k(k_out)
 
 
 def apply_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=1,
                                rope_theta=1e4, *, stream=None):
     """RoPE with positions from ``pos_ids [nnz]``, rotating q and k in place. Returns None."""
-    _ext.apply_rope_pos_ids(q, k, pos_ids, q, k, rotary_dim, interleave, rope_scale, rope_theta,
-                            *_PLAIN, stream)
+    _ext.apply_rope_pos_ids(q, k, pos_ids, q, k, rotary_dim=rotary_dim, interleave=interleave,
+                            rope_scale=rope_scale, rope_theta=rope_theta, stream=stream)
 
 
 def apply_llama31_rope(q, k, indptr, offsets, rotary_dim=None, interleave=False, rope_scale=8,
@@ -85,8 +81,9 @@ def apply_llama31_rope(q, k, indptr, offsets, rotary_dim=None, interleave=False,
     kept above ``high_freq_factor``, blended between) with positions from ``indptr`` and
     ``offsets``. Not in place: returns new ``(q_rope, k_rope)``."""
     q_out, k_out, finish_q, finish_k = _outputs(q, k)
-    _ext.apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta,
-                    True, low_freq_factor, high_freq_factor, old_context_len, stream)
+    _ext.apply_rope(q, k, indptr, offsets, q_out, k_out, rotary_dim=rotary_dim, interleave=interleave,
+                    rope_scale=rope_scale, rope_theta=rope_theta, llama31=True, low_freq_factor=low_freq_factor,
+                    high_freq_factor=high_freq_factor, old_context_len=old_context_len, stream=stream)
     return finish_q(q_out), finish_k(k_out)
 
 
@@ -95,8 +92,9 @@ def apply_llama31_rope_inplace(q, k, indptr, offsets, rotary_dim=None, interleav
                                old_context_len=8192, *, stream=None):
     """Llama 3.1 RoPE with positions from ``indptr`` and ``offsets``, rotating q and k in place.
     Returns None."""
-    _ext.apply_rope(q, k, indptr, offsets, q, k, rotary_dim, interleave, rope_scale, rope_theta,
-                    True, low_freq_factor, high_freq_factor, old_context_len, stream)
+    _ext.apply_rope(q, k, indptr, offsets, q, k, rotary_dim=rotary_dim, interleave=interleave,
+                    rope_scale=rope_scale, rope_theta=rope_theta, llama31=True, low_freq_factor=low_freq_factor,
+                    high_freq_factor=high_freq_factor, old_context_len=old_context_len, stream=stream)
 
 
 def apply_llama31_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False, rope_scale=8,
@@ -105,8 +103,10 @@ def apply_llama31_rope_pos_ids(q, k, pos_ids, rotary_dim=None, interleave=False,
     """Llama 3.1 RoPE with positions from ``pos_ids [nnz]``. Not in place: returns new
     ``(q_rope, k_rope)``."""
     q_out, k_out, finish_q, finish_k = _outputs(q, k)
-    _ext.apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim, interleave, rope_scale, rope_theta,
-                            True, low_freq_factor, high_freq_factor, old_context_len, stream)
+    _ext.apply_rope_pos_ids(q, k, pos_ids, q_out, k_out, rotary_dim=rotary_dim,
+                            interleave=interleave, rope_scale=rope_scale, rope_theta=rope_theta, llama31=True,
+                            low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor,
+                            old_context_len=old_context_len, stream=stream)
     return finish_q(q_out), finish_k(k_out)
 
 
@@ -115,8 +115,10 @@ def apply_llama31_rope_pos_ids_inplace(q, k, pos_ids, rotary_dim=None, interleav
                                        old_context_len=8192, *, stream=None):
     """Llama 3.1 RoPE with positions from ``pos_ids [nnz]``, rotating q and k in place.
     Returns None."""
-    _ext.apply_rope_pos_ids(q, k, pos_ids, q, k, rotary_dim, interleave, rope_scale, rope_theta,
-                            True, low_freq_factor, high_freq_factor, old_context_len, stream)
+    _ext.apply_rope_pos_ids(q, k, pos_ids, q, k, rotary_dim=rotary_dim,
+                            interleave=interleave, rope_scale=rope_scale, rope_theta=rope_theta, llama31=True,
+                            low_freq_factor=low_freq_factor, high_freq_factor=high_freq_factor,
+                            old_context_len=old_context_len, stream=stream)
 
 
 def apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, is_neox=True,

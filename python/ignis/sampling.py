@@ -72,8 +72,8 @@ def _is_scalar(x):
     return isinstance(x, (int, float)) or (hasattr(x, "ndim") and x.ndim == 0 and not hasattr(x, "__dlpack__"))
 
 
-def _threshold(x, default):
-    """(array or None, scalar value)."""
+def _threshold(x, default=None):
+    """(array or None, scalar value or default): a threshold given per row or as one value."""
     if x is None:
         return None, default
     if _is_scalar(x):
@@ -111,24 +111,26 @@ def _has_nan(x):
     return False
 
 
-_KIND = {"probs": 0, "logits": 1, "top_p": 2, "top_k": 3, "min_p": 4, "top_k_top_p_probs": 5,
-         "top_k_top_p_logits": 6}
+_FILTER_ORDERS = {"top_k_first": _ext.IGNIS_FILTER_TOP_K_FIRST, "joint": _ext.IGNIS_FILTER_JOINT}
 
 
-def _sample(kind, input, indices, generator, check_nan, seed, offset, stream, top_k=None, top_p=None, min_p=None,
-            filter_apply_order="top_k_first"):
+def _sample(sample, input, input_name, indices, generator, check_nan, seed, offset, stream, top_k=None, top_p=None,
+            min_p=None, filter_apply_order="top_k_first"):
+    """Samples of `sample` (the _ext binding of the C sampling function) from input; a threshold
+    not given leaves the C default (no filtering)."""
     if check_nan and _has_nan(input):
-        raise ValueError("Input %s contains NaN." % ("logits" if kind in ("logits", "top_k_top_p_logits") else "probs"))
-    if filter_apply_order not in ("top_k_first", "joint"):
+        raise ValueError("Input %s contains NaN." % input_name)
+    order = _FILTER_ORDERS.get(filter_apply_order)
+    if order is None:
         raise ValueError("filter_apply_order=%r but it must be 'top_k_first' or 'joint'" % (filter_apply_order,))
     batch = indices.shape[0] if indices is not None else input.shape[0]
     samples = _empty(input, (batch,), "int32")
-    k_arr, k_val = _threshold(top_k, 0)
-    p_arr, p_val = _threshold(top_p, 1.0)
-    m_arr, m_val = _threshold(min_p, 0.0)
+    k_arr, k_val = _threshold(top_k)
+    p_arr, p_val = _threshold(top_p)
+    m_arr, m_val = _threshold(min_p)
     seed, offset = _seed_offset(generator, seed, offset)
-    _ext.sampling(_KIND[kind], input, samples, indices, k_arr, k_val, p_arr, p_val, m_arr, m_val,
-                  1 if filter_apply_order == "joint" else 0, seed, offset, stream)
+    sample(input, samples, indices=indices, top_k_arr=k_arr, top_k=k_val, top_p_arr=p_arr, top_p=p_val,
+           min_p_arr=m_arr, min_p=m_val, filter_apply_order=order, seed=seed, offset=offset, stream=stream)
     return samples
 
 
@@ -146,34 +148,37 @@ def softmax(logits, temperature=None, enable_pdl=None, *, stream=None):
 def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
                         offset=None, *, stream=None):
     """Sample a token per row of ``probs`` (unnormalized rows are fine). Returns int32 ``[batch]``."""
-    return _sample("probs", probs, indices, generator, check_nan, seed, offset, stream)
+    return _sample(_ext.sampling_from_probs, probs, "probs", indices, generator, check_nan, seed, offset, stream)
 
 
 def sampling_from_logits(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
                          offset=None, *, stream=None):
     """Sample a token per row from ``softmax(logits)``. Returns int32 ``[batch]``."""
-    return _sample("logits", logits, indices, generator, check_nan, seed, offset, stream)
+    return _sample(_ext.sampling_from_logits, logits, "logits", indices, generator, check_nan, seed, offset, stream)
 
 
 def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False,
                               seed=None, offset=None, *, stream=None):
     """Top-p (nucleus) sampling: the smallest set of largest probabilities reaching ``top_p`` of the
     row's mass (ties kept). top_p: a float in (0, 1] or a float32 tensor ``[batch]``."""
-    return _sample("top_p", probs, indices, generator, check_nan, seed, offset, stream, top_p=top_p)
+    return _sample(_ext.top_p_sampling_from_probs, probs, "probs",
+                   indices, generator, check_nan, seed, offset, stream, top_p=top_p)
 
 
 def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False,
                               seed=None, offset=None, *, stream=None):
     """Top-k sampling (ties at the k-th largest kept; 0 or >= vocab: no filtering). top_k: an int or
     an int tensor ``[batch]``."""
-    return _sample("top_k", probs, indices, generator, check_nan, seed, offset, stream, top_k=top_k)
+    return _sample(_ext.top_k_sampling_from_probs, probs, "probs",
+                   indices, generator, check_nan, seed, offset, stream, top_k=top_k)
 
 
 def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False,
                               seed=None, offset=None, *, stream=None):
     """Min-p sampling: tokens with probability >= min_p * max. min_p: a float in [0, 1] or a float32
     tensor ``[batch]``."""
-    return _sample("min_p", probs, indices, generator, check_nan, seed, offset, stream, min_p=min_p)
+    return _sample(_ext.min_p_sampling_from_probs, probs, "probs",
+                   indices, generator, check_nan, seed, offset, stream, min_p=min_p)
 
 
 def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_apply_order="top_k_first",
@@ -181,8 +186,8 @@ def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_ap
                                     stream=None):
     """Top-k and top-p sampling. filter_apply_order "top_k_first": top-p within the renormalized
     top-k set; "joint": both filters on the original row."""
-    return _sample("top_k_top_p_probs", probs, indices, generator, check_nan, seed, offset, stream, top_k=top_k,
-                   top_p=top_p, filter_apply_order=filter_apply_order)
+    return _sample(_ext.top_k_top_p_sampling_from_probs, probs, "probs", indices, generator, check_nan, seed, offset,
+                   stream, top_k=top_k, top_p=top_p, filter_apply_order=filter_apply_order)
 
 
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
@@ -190,15 +195,15 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
                                      stream=None):
     """Top-k and top-p sampling from logits (the filters apply to ``softmax(logits)``, fused: no
     probabilities are written)."""
-    return _sample("top_k_top_p_logits", logits, indices, generator, check_nan, seed, offset, stream, top_k=top_k,
-                   top_p=top_p, filter_apply_order=filter_apply_order)
+    return _sample(_ext.top_k_top_p_sampling_from_logits, logits, "logits", indices, generator, check_nan, seed,
+                   offset, stream, top_k=top_k, top_p=top_p, filter_apply_order=filter_apply_order)
 
 
 def top_p_renorm_probs(probs, top_p, *, stream=None):
     """Probabilities restricted to the top-p set and renormalized (others 0); probs' shape and dtype."""
     out, finish = new_output(probs)
     arr, value = _threshold(top_p, 1.0)
-    _ext.sampling_transform(0, probs, arr, value, out, stream)
+    _ext.top_p_renorm_probs(probs, arr, value, out, stream)
     return finish(out)
 
 
@@ -206,7 +211,7 @@ def top_k_renorm_probs(probs, top_k, *, stream=None):
     """Probabilities restricted to the top-k set and renormalized (others 0); probs' shape and dtype."""
     out, finish = new_output(probs)
     arr, value = _threshold(top_k, 0)
-    _ext.sampling_transform(1, probs, arr, value, out, stream)
+    _ext.top_k_renorm_probs(probs, arr, value, out, stream)
     return finish(out)
 
 
@@ -214,7 +219,7 @@ def top_k_mask_logits(logits, top_k, *, stream=None):
     """Logits outside the top-k set set to -inf; logits' shape and dtype."""
     out, finish = new_output(logits)
     arr, value = _threshold(top_k, 0)
-    _ext.sampling_transform(2, logits, arr, value, out, stream)
+    _ext.top_k_mask_logits(logits, arr, value, out, stream)
     return finish(out)
 
 

@@ -1,0 +1,234 @@
+"""What the op modules share: FlashInfer's argument strings as the C enum values, scale and dtype
+parsing, K/V views, host index arrays and the allocations the attention wrappers make.
+
+The enum values are the extension's constants (``_ext.IGNIS_*``, the C names): nothing here
+restates a C value. Private to the package: the names carry no underscore because this module is
+the private part.
+"""
+
+import math
+import sys
+
+from . import _ext
+from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
+
+INT32_MAX = 2**31 - 1
+
+_LAYOUTS = {"NHD": _ext.IGNIS_KV_LAYOUT_NHD, "HND": _ext.IGNIS_KV_LAYOUT_HND}
+_BASES = {"2": _ext.IGNIS_LSE_BASE2, "ln": _ext.IGNIS_LSE_NATURAL}
+_POS_ENCODINGS = {"NONE": _ext.IGNIS_POS_ENCODING_NONE, "ROPE_LLAMA": _ext.IGNIS_POS_ENCODING_ROPE_LLAMA,
+                  "ALIBI": _ext.IGNIS_POS_ENCODING_ALIBI}
+_F16, _BF16, _E4M3, _E5M2 = _ext.IGNIS_F16, _ext.IGNIS_BF16, _ext.IGNIS_FP8_E4M3, _ext.IGNIS_FP8_E5M2
+_DTYPES = {
+    "float16": _F16, "half": _F16, "f16": _F16,
+    "bfloat16": _BF16, "bf16": _BF16,
+    "float8_e4m3fn": _E4M3, "fp8_e4m3": _E4M3, "e4m3": _E4M3,
+    "float8_e5m2": _E5M2, "fp8_e5m2": _E5M2, "e5m2": _E5M2,
+}
+Q_DTYPES = (_F16, _BF16)
+_FP8_NUMPY = {"float8_e4m3fn": _E4M3, "float8_e5m2": _E5M2}  # ml_dtypes names; passed as uint8 views
+
+
+# The lookups below run on every call: a try costs nothing on success, and the message is only
+# formatted on failure.
+def layout_code(kv_layout):
+    """The ignis_kv_layout of "NHD" / "HND"."""
+    try:
+        return _LAYOUTS[kv_layout]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("kv_layout=%r must be 'NHD' or 'HND'" % (kv_layout,)) from None
+
+
+def lse_base_code(lse_base):
+    """The ignis_lse_base of "2" / "ln"."""
+    try:
+        return _BASES[lse_base]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("lse_base=%r must be '2' or 'ln'" % (lse_base,)) from None
+
+
+def pos_encoding_code(fn, mode):
+    """The ignis_pos_encoding of FlashInfer's pos_encoding_mode string."""
+    try:
+        return _POS_ENCODINGS[mode]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError("%s: pos_encoding_mode=%r must be 'NONE', 'ROPE_LLAMA' or 'ALIBI'"
+                                   % (fn, mode)) from None
+
+
+def dtype_code(fn, name, dtype):
+    """The ignis dtype of a torch, NumPy or ml_dtypes dtype (or scalar type), or of a name."""
+    if isinstance(dtype, str):
+        text = dtype
+    elif isinstance(dtype, type):
+        text = dtype.__name__
+    else:
+        text = str(dtype)
+    code = _DTYPES.get(text.replace("torch.", "").replace("numpy.", ""))
+    if code is None:
+        raise UnsupportedError("%s: %s=%s is not supported: float16, bfloat16, float8_e4m3fn or float8_e5m2"
+                               % (fn, name, dtype))
+    return code
+
+
+def attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                      rope_theta):
+    """FlashInfer's attention arguments as a dict of ignis_attention_options' fields by name (the
+    extensions' options=); a None keeps the C default (sm_scale 1/sqrt(head_dim), no soft cap,
+    rope_scale 1, rope_theta 1e4)."""
+    return {"sm_scale": sm_scale, "logits_soft_cap": logits_soft_cap, "window_left": window_left,
+            "lse_base": lse_base_code(lse_base), "pos_encoding_mode": pos_encoding_code(fn, pos_encoding_mode),
+            "rope_scale": rope_scale, "rope_theta": rope_theta}
+
+
+def _host_number(fn, name, value):
+    """A scale given as a number or a one-element host tensor, as a float (never syncs a device)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    device = getattr(value, "__dlpack_device__", None)
+    if device is not None and device()[0] == _ext.DLPACK_CUDA:
+        raise UnsupportedError(
+            "%s: %s is a CUDA tensor; reading it would synchronize with the device: pass a Python float "
+            "(or a one-element host tensor)" % (fn, name))
+    item = getattr(value, "item", None)
+    if item is None:
+        raise ArgumentTypeError("%s: %s must be a float or a one-element host tensor, not %s"
+                                % (fn, name, type(value).__qualname__))
+    try:
+        return float(item())
+    except (ValueError, RuntimeError, TypeError):
+        raise InvalidArgumentError("%s: %s must hold exactly one value" % (fn, name)) from None
+
+
+def _scale(fn, name, value):
+    if value.__class__ is not float:
+        value = _host_number(fn, name, value)
+    if not 0.0 < value < math.inf:
+        raise InvalidArgumentError("%s: %s=%r but it must be finite and > 0" % (fn, name, value))
+    return value
+
+
+def scales(fn, q_scale, k_scale, v_scale):
+    """(k_scale * q_scale, v_scale) as floats, 1.0 for those not given: q_scale multiplies the
+    logits, as k_scale does, so it folds into the key scale. Callers skip the call when all three
+    are None (the extension's default scales are 1): a call per run costs more than the test."""
+    if k_scale is None and q_scale is None:
+        k_value = 1.0
+    else:
+        k_value = 1.0 if k_scale is None else _scale(fn, "k_scale", k_scale)
+        if q_scale is not None:
+            k_value *= _scale(fn, "q_scale", q_scale)
+    return k_value, 1.0 if v_scale is None else _scale(fn, "v_scale", v_scale)
+
+
+def _fp8_numpy_view(x):
+    """(x, None), or for a NumPy array of ml_dtypes' fp8 types (which DLPack cannot carry) its uint8
+    view and the ignis dtype to read it as (the extension's kv_view)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or x.__class__ is not numpy.ndarray:
+        return x, None
+    code = _FP8_NUMPY.get(x.dtype.name)
+    return (x, None) if code is None else (x.view(numpy.uint8), code)
+
+
+def kv_views(fn, k, v, k_name, v_name):
+    """K and V for the extension: fp8 NumPy arrays as uint8 views, with the dtype they stand for."""
+    k, view = _fp8_numpy_view(k)
+    if v is None:
+        return k, v, view
+    v, v_view = _fp8_numpy_view(v)
+    if v_view != view:
+        raise InvalidArgumentError("%s: %s.dtype=%s but %s.dtype=%s: they must be equal"
+                                   % (fn, v_name, v.dtype, k_name, k.dtype))
+    return k, v, view
+
+
+def paged_kv_views(fn, paged_kv_cache):
+    """(k_cache, v_cache, kv_view) of a (k, v) tuple or list, or (cache, None, kv_view) for one
+    combined tensor, as kv_views gives them to the extension."""
+    if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
+        k_cache, v_cache = paged_kv_cache
+        return kv_views(fn, k_cache, v_cache, "k_cache", "v_cache")
+    return kv_views(fn, paged_kv_cache, None, "k_cache", "v_cache")
+
+
+def new_f32(like, shape):
+    """An uninitialized float32 array on like's device, in like's framework."""
+    if hasattr(like, "new_empty"):  # PyTorch
+        import torch  # already imported: like is a torch tensor
+
+        return like.new_empty(shape, dtype=torch.float32)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(like, numpy.ndarray):
+        return numpy.empty(shape, dtype=numpy.float32)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        with like.device:
+            return cupy.empty(shape, dtype=cupy.float32)
+    if hasattr(like, "__array_namespace__"):
+        namespace = like.__array_namespace__()
+        return namespace.empty(shape, dtype=namespace.float32, device=like.device)
+    raise ArgumentTypeError("ignis cannot allocate an array like a %s: pass lse=" % type(like).__qualname__)
+
+
+def on_cuda(x):
+    return x.__dlpack_device__()[0] == _ext.DLPACK_CUDA
+
+
+def is_cuda(x):
+    flag = getattr(x, "is_cuda", None)  # PyTorch: an attribute read, cheaper than __dlpack_device__
+    return flag if flag is not None else on_cuda(x)
+
+
+def new_device_array(like, n, dtype_name):
+    """An uninitialized 1-D array of n elements of dtype_name ("uint8", "int32") on like's CUDA
+    device, in like's framework (PyTorch or CuPy)."""
+    if hasattr(like, "new_empty"):
+        import torch
+
+        return like.new_empty((n,), dtype=getattr(torch, dtype_name))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        with like.device:
+            return cupy.empty((n,), dtype=getattr(cupy, dtype_name))
+    raise ArgumentTypeError("ignis cannot allocate CUDA arrays like a %s (PyTorch and CuPy are supported)"
+                            % type(like).__qualname__)
+
+
+# Scratch for the single-request ops' split-KV partials on CUDA, per (framework type, device), grown
+# on demand.
+_single_workspaces = {}
+
+
+def single_workspace(q, nbytes):
+    """A CUDA byte buffer of at least nbytes on q's device (None for 0), kept for later calls."""
+    if nbytes == 0:
+        return None
+    key = (type(q), q.__dlpack_device__()[1])
+    buffer = _single_workspaces.get(key)
+    if buffer is None or buffer.shape[0] < nbytes:
+        buffer = new_device_array(q, nbytes, "uint8")
+        _single_workspaces[key] = buffer
+    return buffer
+
+
+def host_i32(x, name):
+    """x as a contiguous int32 NumPy array on the host (a CUDA tensor is copied: a sync)."""
+    import numpy
+
+    if hasattr(x, "detach"):  # PyTorch: .cpu() is a no-op on the host
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "get"):  # CuPy
+        x = x.get()
+    array = numpy.ascontiguousarray(numpy.asarray(x), dtype=numpy.int32)
+    if array.ndim != 1:
+        raise InvalidArgumentError("%s must be 1-D, not %d-D" % (name, array.ndim))
+    return array
+
+
+def next_pow2(n, floor):
+    """The least floor * 2**i >= n (a plan bound with room to grow)."""
+    p = floor
+    while p < n:
+        p *= 2
+    return p

@@ -1,0 +1,219 @@
+/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module and
+ * the norm, activation, RoPE, paged-cache, merge and decode bindings), _ext_prefill.c and
+ * _ext_sampling.c. Internal to the extension (never installed); every name here has hidden
+ * visibility, so nothing leaks out of the module but PyInit__ext.
+ *
+ * A binding reads its tensors through one op_call (op_call_begin: DLPack in, stream chosen),
+ * calls the C API with the GIL released, and returns op_call_finish (None, or the status raised as
+ * the matching ignis.Error). Each binding file ends with its method table, which the module adds
+ * at import. */
+#ifndef IGNIS_PYTHON_EXT_H
+#define IGNIS_PYTHON_EXT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ignis/ignis.h"
+
+/* ---- errors ------------------------------------------------------------------------------- */
+/* The ignis.Error subclass registered for status (fallback before ignis/__init__.py ran). */
+PyObject *status_class(ignis_status status, PyObject *fallback);
+
+#define INVALID_ARGUMENT_ERROR status_class(IGNIS_ERROR_INVALID_ARGUMENT, PyExc_ValueError)
+#define UNSUPPORTED_ERROR status_class(IGNIS_ERROR_UNSUPPORTED, PyExc_NotImplementedError)
+
+/* Raise ignis.ArgumentTypeError (a Python-level argument problem) from a printf format; -1. */
+int raise_type(const char *format, ...);
+/* Raise the class of a failed status with the message (a dtype problem as DtypeError); -1. */
+int raise_status(ignis_status status, const char *message);
+
+/* ---- arguments ---------------------------------------------------------------------------- */
+int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected);
+int parse_stream(const char *fn, PyObject *arg, void **stream);
+int parse_double(const char *fn, const char *name, PyObject *arg, double *out);
+int parse_int64(const char *fn, const char *name, PyObject *arg, int64_t *out);
+/* args[0 .. count-1] as integers named names[i]. */
+int parse_int64_args(const char *fn, PyObject *const *args, const char *const *names, int count,
+                     int64_t *out);
+/* Arguments by name: a binding describes its arguments once, in a spec table (name, kind, offset of
+ * the field it fills), and parse_args fills a struct from positional arguments (in table order)
+ * and keywords. The Python modules pass every argument past the obvious first few by keyword, so
+ * no order is written twice; a config struct (ignis_decode_plan_config, ...) is filled in place
+ * over its _INIT defaults, its fields named as in the header, and ignis_attention_options travels
+ * as one dict of its fields (options=) in every attention binding: a call of more than about 13
+ * keywords would make CPython build a dict per call anyway. */
+typedef enum { /* the object kinds first: store_arg tests kind > ARG_OBJECT */
+  ARG_REQUIRED, /* PyObject * (borrowed), must be given and not None */
+  ARG_OBJECT,   /* PyObject * (borrowed), None when not given */
+  ARG_DOUBLE,   /* double */
+  ARG_INT64,    /* int64_t */
+  ARG_INT32,    /* int32_t */
+  ARG_ENUM,     /* an ignis enum (int-sized), passed as its _ext constant */
+  ARG_POSITIVE, /* int32_t >= 1 */
+  ARG_BOOL,     /* int32_t 0 or 1, from any truth value */
+  ARG_OPTIONS   /* ignis_attention_options, from a dict of its fields by name */
+} arg_kind;
+
+typedef struct {
+  const char *name;
+  arg_kind kind;
+  size_t offset; /* of the field in the struct parse_args fills */
+  PyObject *key; /* name, interned at the table's first use */
+} arg_spec;
+
+/* A binding's spec, and the keywords of its last call with what they map to (so that a call site,
+ * whose keyword tuple is a constant, is matched once). */
+typedef struct {
+  arg_spec *spec;
+  int count; /* <= 64 */
+  int interned;
+  PyObject *kwnames;
+  int8_t entry[64];
+} arg_table;
+
+#define ARG(type, field, kind) {#field, kind, offsetof(type, field), NULL}
+#define ARG_NAMED(name, type, field, kind) {name, kind, offsetof(type, field), NULL}
+#define ARG_TABLE(spec) {spec, (int)(sizeof spec / sizeof spec[0]), 0, NULL, {0}}
+
+/* Fill dst from args[0..nargs) (in spec order) and kwnames (FASTCALL keywords, values after the
+ * positional ones). A scalar not given, or given as None, keeps dst's value: its default. An
+ * unknown, repeated or missing required argument is an ArgumentTypeError. */
+int parse_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               void *dst);
+
+/* A size query's answer: *bytes as a Python int (read only after the query ran), or the status raised. */
+PyObject *bytes_or_raise(ignis_status status, const size_t *bytes);
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+#define MAX_TENSORS 10
+
+typedef struct {
+  void *managed; /* exported capsule contents to release, or NULL */
+  int versioned;
+  uint64_t flags; /* DLPack flags of a versioned export */
+  int legacy;     /* exported through the legacy capsule (cannot signal read-only) */
+} export_slot;
+
+/* The tensors of one call, read through DLPack, and the stream it launches on. */
+typedef struct {
+  const char *fn;
+  int count;
+  ignis_tensor tensors[MAX_TENSORS];
+  export_slot slots[MAX_TENSORS];
+  void *stream;
+} op_call;
+
+/* Read objs[0..count) into c->tensors and choose c->stream (stream_arg: None or the caller's
+ * stream=). Bit i of writable marks an output. On failure everything taken is released and an
+ * exception is set. */
+int op_call_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names, int count,
+                  unsigned writable, PyObject *stream_arg);
+/* Release every export, keeping any pending exception intact across the producers' deleters. */
+void op_call_release(op_call *c);
+/* After the C call: release the exports, then return None or raise the status. */
+PyObject *op_call_finish(op_call *c, ignis_status status);
+
+/* The objects of one call, some optional (None is left out), each remembering its slot. */
+typedef struct {
+  PyObject *objs[MAX_TENSORS];
+  const char *names[MAX_TENSORS];
+  int count;
+} tensor_list;
+
+/* Append obj (unless None); returns its slot, or -1 for None. */
+int tensor_list_add(tensor_list *l, PyObject *obj, const char *name);
+
+static inline unsigned slot_bit(int slot) {
+  return slot >= 0 ? 1u << slot : 0u;
+}
+
+/* Bytes of a contiguous workspace tensor. */
+int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes);
+
+/* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
+ * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */
+typedef struct {
+  int32_t *data;
+  int64_t len;
+  Py_buffer buffer;
+  int has_buffer;
+} host_i32;
+
+/* 1: obj read into *a; 0: obj is not such an array (the caller converts it). */
+int read_host_i32(PyObject *obj, int writable, host_i32 *a);
+void host_i32_release(host_i32 *a);
+
+/* ---- attention ---------------------------------------------------------------------------- */
+/* The arguments of the attention bindings (single decode and prefill, the batch runs), by name;
+ * each binding's spec table says which it takes. */
+typedef struct {
+  PyObject *plan, *q, *k, *v, *out, *lse, *workspace, *custom_mask, *kv_indptr, *kv_indices,
+      *kv_last_page_len;
+  PyObject *sinks, *stream;
+  ignis_kv_layout kv_layout;
+  ignis_mask_mode mask_mode;
+  int64_t kv_view; /* K / V are uint8 views of fp8 data (NumPy arrays of ml_dtypes' types, which
+                      DLPack cannot carry): the ignis_dtype to read them as; -1: no view */
+  ignis_attention_options options;
+  ignis_attention_extras extras; /* k_scale, v_scale; sinks attached once read */
+} attention_args;
+
+/* Fill *a from a binding's spec over the C defaults (every object None, the _INIT options and
+ * extras, NHD, no mask, no fp8 view) and check the view; -1 with the error set. */
+int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                         attention_args *a);
+
+/* The per-call arguments every attention binding ends with. */
+#define ATTENTION_EXTRA_ARGS                                                                                 \
+  ARG_NAMED("k_scale", attention_args, extras.k_scale, ARG_DOUBLE),                                          \
+      ARG_NAMED("v_scale", attention_args, extras.v_scale, ARG_DOUBLE),                                      \
+      ARG(attention_args, sinks, ARG_OBJECT), ARG(attention_args, kv_view, ARG_INT64),                       \
+      ARG(attention_args, stream, ARG_OBJECT)
+
+/* The device fields (ignis_device `member`) of a plan config, as device_type and device_id. */
+#define DEVICE_ARGS(config, member)                                                                          \
+  ARG_NAMED("device_type", config, member.type, ARG_ENUM),                                                   \
+      ARG_NAMED("device_id", config, member.id, ARG_INT32)
+
+/* The slots of a contiguous-K/V call's tensors in its tensor_list (-1: None): single decode and
+ * prefill, the ragged prefill run. */
+typedef struct {
+  int q, k, v, custom_mask, out, lse, workspace, sinks;
+} kv_pair_slots;
+
+/* Read a contiguous-K/V call's tensors from *a into c (the stream chosen), with the workspace and
+ * the fp8 view of k and v, and attach the sinks; -1 with the error set and nothing held. */
+int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_slots *s, void **ws,
+                       size_t *ws_bytes);
+
+/* The slots of a paged-cache run's tensors in its tensor_list (-1: None). */
+typedef struct {
+  int q, k, v, indptr, indices, last_page_len, out, lse, sinks;
+  int combined; /* k is the one [pages, 2, ...] cache tensor (v_cache None) */
+} paged_run_slots;
+
+/* Add a paged-cache run's tensors from *a to l (its workspace and custom mask are the caller's). */
+paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a);
+
+/* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
+ * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
+                     int combined, ignis_paged_kv_cache *cache);
+/* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
+void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what);
+
+/* ---- method tables ------------------------------------------------------------------------ */
+#define FASTCALL(name, doc)                                                                                  \
+  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL, doc }
+/* A binding that takes keywords (parse_args). */
+#define FASTCALL_KW(name, doc)                                                                               \
+  { #name, (PyCFunction)(void (*)(void))ext_##name, METH_FASTCALL | METH_KEYWORDS, doc }
+
+/* NULL-terminated; added to the module by PyInit__ext. */
+extern PyMethodDef ext_prefill_methods[];
+extern PyMethodDef ext_sampling_methods[];
+
+#endif

@@ -440,8 +440,20 @@ static void test_bad_inputs(h_backend backend) {
     h_buf_free(bufs[i]);
 }
 
+/* ignis_paged_kv_longest: the longest request of a host page table, requests without pages 0. */
+static void test_longest(void) {
+  h_case("paged_kv_longest");
+  const int32_t indptr[] = {0, 3, 3, 4, 9};
+  const int32_t last[] = {5, 0, 16, 1};
+  CHECK(ignis_paged_kv_longest(indptr, last, 4, 16) == 65);  /* 4 * 16 + 1 */
+  CHECK(ignis_paged_kv_longest(indptr, last, 3, 16) == 37);  /* 2 * 16 + 5 */
+  CHECK(ignis_paged_kv_longest(indptr + 1, last + 1, 1, 16) == 0);
+  CHECK(ignis_paged_kv_longest(indptr, last, 0, 16) == 0);
+}
+
 int main(void) {
   h_init("test_paged_kv");
+  test_longest();
   for (int b = 0; b < h_backend_count(); ++b) {
     h_backend backend = h_backend_at(b);
     test_correctness(backend);

@@ -87,6 +87,13 @@ IGNIS_API ignis_status ignis_get_batch_indices_positions(const ignis_tensor *app
 IGNIS_API ignis_status ignis_get_seq_lens(const ignis_tensor *kv_indptr, const ignis_tensor *kv_last_page_len,
                                           int64_t page_size, ignis_tensor *seq_lens, void *stream);
 
+/* The longest request of a host page table, in keys: the largest (pages - 1) * page_size +
+ * kv_last_page_len[b] (0 for a request without pages) over b < batch_size. A host helper for
+ * callers sizing plans (batch decode's max_kv_len); the arrays are read as given, not validated
+ * (ignis_decode_plan_update validates them). */
+IGNIS_API int64_t ignis_paged_kv_longest(const int32_t *kv_indptr, const int32_t *kv_last_page_len,
+                                         int64_t batch_size, int64_t page_size);
+
 #ifdef __cplusplus
 }
 #endif

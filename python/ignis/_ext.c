@@ -1686,12 +1686,7 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
                  (long long)last.len, (long long)indptr.len, (long long)(batch < 0 ? 0 : batch));
     goto done;
   }
-  int64_t longest = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t pages = (int64_t)indptr.data[b + 1] - indptr.data[b];
-    int64_t kv_len = pages > 0 ? (pages - 1) * handle->page_size + last.data[b] : 0;
-    longest = kv_len > longest ? kv_len : longest;
-  }
+  int64_t longest = ignis_paged_kv_longest(indptr.data, last.data, batch, handle->page_size);
   if (batch > handle->max_batch_size || longest > handle->max_kv_len) {
     result = plan_update_declined(0, batch, longest);
     goto done;

@@ -147,3 +147,13 @@ ignis_status ignis_get_seq_lens(const ignis_tensor *kv_indptr, const ignis_tenso
   }
   return dispatch_index(&p, &target, stream);
 }
+
+int64_t ignis_paged_kv_longest(const int32_t *kv_indptr, const int32_t *kv_last_page_len, int64_t batch_size,
+                               int64_t page_size) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    int64_t kv_len = ignis_paged_request_len(kv_indptr, kv_last_page_len, b, page_size);
+    longest = kv_len > longest ? kv_len : longest;
+  }
+  return longest;
+}

@@ -15,12 +15,12 @@
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
  * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list the
  * grid and the merge are sized here from implicit_chunk_tokens.
- */
+ *
+ * The instances come from one list (decode_instances.cuh), compiled a head dim per translation unit
+ * (decode_hd<d>.cu). */
 #include <string.h>
-#include <type_traits>
 
-#include "cuda/attention/decode_attention.cuh"
-#include "cuda/attention/decode_page.cuh"
+#include "cuda/attention/decode_instances.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
 
@@ -48,7 +48,8 @@ static decode_config make_config(const ignis_decode_params &p) {
     chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
   c.implicit_chunk = (int32_t)chunk;
   c.implicit_items = (int32_t)(len > 0 ? (len + chunk - 1) / chunk : 1);
-  const attention_score_transform st = attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
+  const attention_score_transform st =
+      attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
   c.cap_in = st.cap_in;
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
@@ -58,7 +59,7 @@ static decode_config make_config(const ignis_decode_params &p) {
 }
 
 /* Whether the page kernel can run on the current device: compiled for sm_90 (its body is empty
- * below) and a device of compute capability >= 9.0. (IGNIS_DECODE_PAGE_KERNEL is the plan's,
+ * otherwise) and a device of compute capability >= 9.0. (IGNIS_DECODE_PAGE_KERNEL is the plan's,
  * op_decode.c.) */
 static bool page_kernel_available() {
   static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90") != nullptr;
@@ -84,35 +85,50 @@ static bool page_kernel_runs(const ignis_decode_params &p) {
          k.k_stride_token == PAGE_HEADS * p.head_dim && k.v_stride_token == PAGE_HEADS * p.head_dim;
 }
 
-template <typename QT, int KIND, int HEAD_DIM, bool ROPE>
+/* The instance of a q dtype, K/V kind, head dim and RoPE, or NULL when this build has none
+ * (IGNIS_HEAD_DIMS). */
+static const decode_instance *find_instance(ignis_dtype dtype, int kv_kind, int64_t head_dim, bool rope) {
+  const decode_instance *table = nullptr;
+  switch (head_dim) {
+#ifdef IGNIS_WITH_HEAD_DIM_64
+  case 64:
+    table = decode_instances_hd64;
+    break;
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_128
+  case 128:
+    table = decode_instances_hd128;
+    break;
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_256
+  case 256:
+    table = decode_instances_hd256;
+    break;
+#endif
+  default:
+    return nullptr;
+  }
+  for (int i = 0; i < DECODE_INSTANCES_PER_HEAD_DIM; ++i)
+    if (table[i].dtype == dtype && table[i].kv_kind == kv_kind && table[i].rope == rope)
+      return &table[i];
+  return nullptr;
+}
+
 static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
-  constexpr int KV_BYTES = (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2;
+  const decode_instance *instance =
+      find_instance(p.dtype, attention_kv_kind(p.dtype, p.cache.dtype), p.head_dim,
+                    p.pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA);
+  if (instance == nullptr)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "decode: head_dim %lld is not compiled in this build (IGNIS_HEAD_DIMS)",
+                           (long long)p.head_dim);
   const decode_config c = make_config(p);
-  size_t smem;
-  void (*kernel)(const ignis_decode_params, const decode_config);
-  int64_t heads_per_block = 1, threads = DECODE_THREADS;
-  bool page = false;
-  if constexpr (HEAD_DIM == 128 && (KIND == KV_F16 || KIND == KV_BF16)) {
-    page = page_kernel_runs(p);
-    if (page) {
-      smem = PAGE_SMEM_BYTES;
-      kernel = decode_page_kernel<QT, KIND, ROPE>;
-      heads_per_block = PAGE_HEADS;
-      threads = PAGE_THREADS;
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_page_kernel<QT, KIND, ROPE>>(smem)));
-    }
-  }
-  if (!page) {
-    if (transposed_rows(c.rows)) {
-      smem = decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES;
-      kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>;
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(smem)));
-    } else {
-      smem = decode_tile<HEAD_DIM, KV_BYTES, false>::SMEM_BYTES;
-      kernel = decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>;
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(smem)));
-    }
-  }
+  const decode_family family = decode_page_takes(instance->kv_kind, instance->head_dim) && page_kernel_runs(p)
+                                   ? DECODE_PAGE
+                               : transposed_rows(c.rows) ? DECODE_TRANSPOSED
+                                                         : DECODE_MMA;
+  decode_kernel k;
+  IGNIS_CUDA_CHECK(instance->kernel(family, &k, nullptr));
   /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
    * captured launch keeps the maxima so that its replays serve every later plan */
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -126,107 +142,45 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld work items x %lld KV heads exceed one grid",
                            (long long)items, (long long)p.num_kv_heads);
   if (items > 0 && p.num_kv_heads > 0) {
-    IGNIS_CUDA_CHECK(ignis_launch(kernel, dim3((unsigned)(items * (p.num_kv_heads / heads_per_block))),
-                                  dim3((unsigned)threads), smem, stream, p, c));
+    IGNIS_CUDA_CHECK(ignis_launch(k.attention, dim3((unsigned)(items * (p.num_kv_heads / k.heads_per_block))),
+                                  dim3((unsigned)k.threads), k.smem, stream, p, c));
     const ignis_status status = ignis_check_launch("decode attention");
     if (status != IGNIS_OK)
       return status;
   }
   const int64_t merges = p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0)
-                         : c.fused_merge  ? 0
-                         : exact          ? (p.launch_merge ? p.launch_batch : 0)
-                                          : p.max_batch;
+                         : c.fused_merge   ? 0
+                         : exact           ? (p.launch_merge ? p.launch_batch : 0)
+                                           : p.max_batch;
   const int64_t rows = (int64_t)p.q_len * p.num_qo_heads;
   if (merges > 0) {
     if (rows > 65535)
-      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: %lld query rows per request exceed one merge grid",
-                             (long long)rows);
-    IGNIS_CUDA_CHECK(ignis_launch(decode_merge_kernel<QT, HEAD_DIM>, dim3((unsigned)merges, (unsigned)rows),
-                                  dim3(MERGE_WARPS * 32), 0, stream, p, c));
+      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                             "decode: %lld query rows per request exceed one merge grid", (long long)rows);
+    IGNIS_CUDA_CHECK(ignis_launch(k.merge, dim3((unsigned)merges, (unsigned)rows), dim3(MERGE_WARPS * 32), 0,
+                                  stream, p, c));
     return ignis_check_launch("decode merge");
   }
   return IGNIS_OK;
 }
 
-template <typename QT, int KIND, bool ROPE> static ignis_status launch_head_dim(const ignis_decode_params &p, cudaStream_t s) {
-  switch (p.head_dim) {
-#ifdef IGNIS_WITH_HEAD_DIM_64
-  case 64:
-    return launch<QT, KIND, 64, ROPE>(p, s);
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_128
-  case 128:
-    return launch<QT, KIND, 128, ROPE>(p, s);
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_256
-  case 256:
-    return launch<QT, KIND, 256, ROPE>(p, s);
-#endif
-  default:
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "decode: head_dim %lld is not compiled in this build (IGNIS_HEAD_DIMS)",
-                           (long long)p.head_dim);
-  }
-}
-
-template <typename QT, int KIND> static ignis_status launch_rope(const ignis_decode_params &p, cudaStream_t s) {
-  return p.pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA ? launch_head_dim<QT, KIND, true>(p, s)
-                                                         : launch_head_dim<QT, KIND, false>(p, s);
-}
-
-template <typename QT> static ignis_status launch_kv(const ignis_decode_params &p, cudaStream_t s) {
-  switch (p.cache.dtype) {
-  case IGNIS_FP8_E4M3:
-    return launch_rope<QT, KV_E4M3>(p, s);
-  case IGNIS_FP8_E5M2:
-    return launch_rope<QT, KV_E5M2>(p, s);
-  default: /* the dtype of q */
-    return launch_rope<QT, std::is_same<QT, __half>::value ? KV_F16 : KV_BF16>(p, s);
-  }
-}
-
-/* Resident blocks per SM of one kernel instance on the current device (shared memory and
- * registers), from the runtime once per device: single decode and plan creation ask every time. */
-template <typename QT, int KIND, int HEAD_DIM, bool TRANSPOSED> static int resident_blocks() {
-  typedef decode_tile<HEAD_DIM, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2, TRANSPOSED> tile;
-  return ignis_resident_blocks<decode_attention_kernel<QT, KIND, HEAD_DIM, false, TRANSPOSED>>(DECODE_THREADS,
-                                                                                            tile::SMEM_BYTES);
-}
-
-template <int KIND, bool TRANSPOSED> static int resident_blocks_for(int64_t head_dim) {
-  typedef typename std::conditional<KIND == KV_F16, __half, __nv_bfloat16>::type QT;
-  switch (head_dim) {
-#ifdef IGNIS_WITH_HEAD_DIM_64
-  case 64:
-    return resident_blocks<QT, KIND, 64, TRANSPOSED>();
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_256
-  case 256:
-    return resident_blocks<QT, KIND, 256, TRANSPOSED>();
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_128
-  case 128:
-    return resident_blocks<QT, KIND, 128, TRANSPOSED>();
-#endif
-  default:
-    return 1;
-  }
-}
-
-template <bool TRANSPOSED> static int resident_blocks_of(int64_t head_dim, ignis_dtype kv_dtype) {
-  switch (kv_dtype) {
-  case IGNIS_FP8_E4M3:
-  case IGNIS_FP8_E5M2:
-    return resident_blocks_for<KV_E4M3, TRANSPOSED>(head_dim);
-  case IGNIS_F16:
-    return resident_blocks_for<KV_F16, TRANSPOSED>(head_dim);
-  default:
-    return resident_blocks_for<KV_BF16, TRANSPOSED>(head_dim);
-  }
+/* Resident blocks per SM of a family's kernel for K/V of kv_dtype at head_dim, from its RoPE-less
+ * instance with q of the K/V's 16-bit type (bf16 for fp8 K/V); `none` when the build has none. */
+static int blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, decode_family family, int none) {
+  const bool fp8 = kv_dtype == IGNIS_FP8_E4M3 || kv_dtype == IGNIS_FP8_E5M2;
+  const decode_instance *instance = fp8 ? find_instance(IGNIS_BF16, KV_E4M3, head_dim, false)
+                                    : kv_dtype == IGNIS_F16
+                                        ? find_instance(IGNIS_F16, KV_F16, head_dim, false)
+                                        : find_instance(IGNIS_BF16, KV_BF16, head_dim, false);
+  decode_kernel k;
+  int blocks = none;
+  if (instance != nullptr)
+    (void)instance->kernel(family, &k, &blocks);
+  return blocks;
 }
 
 extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
-  return transposed_rows(rows) ? resident_blocks_of<true>(head_dim, kv_dtype)
-                               : resident_blocks_of<false>(head_dim, kv_dtype);
+  return blocks_per_sm(head_dim, kv_dtype, transposed_rows(rows) ? DECODE_TRANSPOSED : DECODE_MMA, 1);
 }
 
 /* In units of (work item, KV head) blocks: the page kernel's blocks count PAGE_HEADS each. */
@@ -234,18 +188,19 @@ extern "C" int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtyp
                                                     int64_t num_kv_heads, int64_t page_size) {
   if (!page_kernel_shape(head_dim, kv_dtype, rows, num_kv_heads, page_size) || !page_kernel_available())
     return 0;
-  return ignis_resident_blocks<decode_page_kernel<__nv_bfloat16, KV_BF16, false>>(PAGE_THREADS, PAGE_SMEM_BYTES) *
-         PAGE_HEADS;
+  return blocks_per_sm(128, IGNIS_BF16, DECODE_PAGE, 0) * PAGE_HEADS;
 }
 
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   const ignis_decode_params &p = *params;
   if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
-                                  p.out_stride_head, p.cache, p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
+                                  p.out_stride_head, p.cache,
+                                  p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return attention_by_dtype(p.dtype, "decode", [&](auto qt) { return launch_kv<decltype(qt)>(p, s); });
+  /* q of f16 or bf16, else unsupported */
+  return attention_by_dtype(p.dtype, "decode", [&](auto) { return launch(p, s); });
 }

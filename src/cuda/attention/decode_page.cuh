@@ -36,6 +36,11 @@ enum {
   PAGE_BAR_OFFSET = PAGE_PRIVATE_OFFSET + PAGE_HEADS * 2 * PAGE_TILE_BYTES,
   PAGE_SMEM_BYTES = PAGE_BAR_OFFSET + 2 * PAGE_STAGES * 8 + PAGE_STAGES * 4
 };
+/* Whether the page kernel has an instance for K/V of kv_kind at head_dim (the rest of its shape is
+ * checked on the host, decode.cu). */
+constexpr bool decode_page_takes(int kv_kind, int head_dim) {
+  return head_dim == 128 && (kv_kind == KV_F16 || kv_kind == KV_BF16);
+}
 static_assert(DECODE_TRANSPOSED_ROWS * PAGE_O_STRIDE * 4 + 2 * DECODE_TRANSPOSED_ROWS * 4 <=
                   2 * PAGE_TILE_BYTES,
               "page kernel epilogue space");

@@ -11,8 +11,8 @@
  * filled on the host). Split-KV: attention_merge_partials combines the f32 partial rows of one
  * output row by their base-2 LSEs and joins the sink, one thread per 8 values (prefill's merge;
  * decode's spreads a row's partials over warps, for single requests cut into ~50 chunks).
- * Host: the 16-byte alignment check of the kernels' operands, the dispatch on the q dtype, and
- * the head dims a build compiles (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets them all). */
+ * Host: the 16-byte alignment check of the kernels' operands, the dispatch on the q dtype, the K/V
+ * kind of a call, and the head dims a build compiles (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets them all). */
 #ifndef IGNIS_CUDA_ATTENTION_TILE_CUH
 #define IGNIS_CUDA_ATTENTION_TILE_CUH
 
@@ -271,6 +271,18 @@ template <typename Launch> static inline ignis_status attention_by_dtype(ignis_d
     return launch(__nv_bfloat16());
   default:
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: dtype must be f16 or bf16", op);
+  }
+}
+
+/* The kv_kind of a call: fp8 K/V, else K/V of q's 16-bit dtype (the front ends let no other through). */
+static inline int attention_kv_kind(ignis_dtype q_dtype, ignis_dtype kv_dtype) {
+  switch (kv_dtype) {
+  case IGNIS_FP8_E4M3:
+    return KV_E4M3;
+  case IGNIS_FP8_E5M2:
+    return KV_E5M2;
+  default:
+    return q_dtype == IGNIS_F16 ? KV_F16 : KV_BF16;
   }
 }
 

@@ -37,7 +37,8 @@
  * into shared memory).
  *
  * Instances: q f16 / bf16 x K/V (q's dtype, fp8 e4m3, fp8 e5m2) x head dims (64, 64), (128, 128),
- * (256, 256), (192, 128) x {fast, general}. The fast instance takes causal or no mask only; the
+ * (256, 256), (192, 128) x {fast, general}, listed in prefill_instances.cuh and compiled a head dim
+ * per translation unit (prefill_hd<d>.cu). The fast instance takes causal or no mask only; the
  * general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. fp8 K/V tiles land as
  * bytes and are converted once per tile, by the whole block, into a 16-bit tile of q's dtype (exact
  * for both formats), which is also where ROPE_LLAMA rotates the keys (16-bit keys rotate in place;
@@ -47,8 +48,7 @@
  * Requirements beyond validation (IGNIS_ERROR_UNSUPPORTED otherwise): q, out, K and V start
  * 16-byte aligned with strides that are multiples of 16 bytes, and work items x KV heads fit one
  * grid. The head dim pair (192, 128) is compiled with head dim 128 (IGNIS_HEAD_DIMS). */
-#include "cuda/attention/prefill_kernel.cuh"
-#include "cuda/attention/prefill_wgmma.cuh"
+#include "cuda/attention/prefill_instances.cuh"
 #include "cuda/common/cuda_common.cuh"
 
 static prefill_config make_config(const ignis_prefill_params &p) {
@@ -92,21 +92,53 @@ static bool wgmma_runs(int device) {
 
 /* The call shapes prefill_wgmma_kernel takes (the rest of the options are its own). */
 static bool wgmma_shape(const ignis_prefill_params &p) {
-  return (p.dtype == IGNIS_F16 || p.dtype == IGNIS_BF16) && p.cache.dtype == p.dtype && p.head_dim_qk == WGMMA_D &&
-         p.head_dim_vo == WGMMA_D && !general_options(p);
+  return (p.dtype == IGNIS_F16 || p.dtype == IGNIS_BF16) && p.cache.dtype == p.dtype &&
+         p.head_dim_qk == WGMMA_D && p.head_dim_vo == WGMMA_D && !general_options(p);
 }
 
 extern "C" int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device) {
   return wgmma_shape(*shape) && wgmma_runs(device) ? 1 : 2;
 }
 
-template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
+/* The instance of a call (q dtype, K/V kind, head dims, fast or general options), or NULL when this
+ * build has none (IGNIS_HEAD_DIMS). */
+static const prefill_instance *find_instance(const ignis_prefill_params &p) {
+  const int64_t qk = p.head_dim_qk, vo = p.head_dim_vo;
+  const prefill_instance *table = nullptr;
+#ifdef IGNIS_WITH_HEAD_DIM_64
+  if (qk == 64 && vo == 64)
+    table = prefill_instances_64_64;
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_128
+  if (qk == 128 && vo == 128)
+    table = prefill_instances_128_128;
+  if (qk == 192 && vo == 128)
+    table = prefill_instances_192_128;
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_256
+  if (qk == 256 && vo == 256)
+    table = prefill_instances_256_256;
+#endif
+  if (table == nullptr)
+    return nullptr;
+  const int kv_kind = attention_kv_kind(p.dtype, p.cache.dtype);
+  const bool general = general_options(p);
+  for (int i = 0; i < PREFILL_INSTANCES_PER_HEAD_DIMS; ++i)
+    if (table[i].dtype == p.dtype && table[i].kv_kind == kv_kind && table[i].general == general)
+      return &table[i];
+  return nullptr;
+}
+
 static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
-  typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
-  if (p.q_tile_rows != sh::ROWS)
+  const prefill_instance *instance = find_instance(p);
+  if (instance == nullptr)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "prefill: head dims (%lld, %lld) are not compiled in this build (IGNIS_HEAD_DIMS)",
+                           (long long)p.head_dim_qk, (long long)p.head_dim_vo);
+  if (p.q_tile_rows != instance->rows)
     return ignis_set_error(IGNIS_ERROR_INTERNAL,
                            "prefill: the plan's tiles have %d rows but the kernel takes %d",
-                           (int)p.q_tile_rows, sh::ROWS);
+                           (int)p.q_tile_rows, (int)instance->rows);
   prefill_config c = make_config(p);
   const int64_t blocks = p.max_work * p.num_kv_heads;
   if (blocks > INT32_MAX)
@@ -115,77 +147,30 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
                            (long long)p.num_kv_heads);
   if (blocks > 0) {
     bool hot = false;
-    if constexpr (!GENERAL && (KIND == KV_F16 || KIND == KV_BF16) && DQK == WGMMA_D && DVO == WGMMA_D) {
+    if (instance->wgmma) {
       int device = -1;
       hot = cudaGetDevice(&device) == cudaSuccess && wgmma_runs(device);
     }
-    if (hot) {
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT>>(WGMMA_SMEM_BYTES)));
-      IGNIS_CUDA_CHECK(ignis_launch(prefill_wgmma_kernel<QT>, dim3((unsigned)blocks), dim3(WGMMA_THREADS),
-                                    WGMMA_SMEM_BYTES, stream, p, c));
-    } else {
-      IGNIS_CUDA_CHECK(
-          (ignis_allow_dynamic_smem<prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>>(sh::SMEM_BYTES)));
-      IGNIS_CUDA_CHECK(ignis_launch(prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>,
-                                    dim3((unsigned)blocks), dim3(PREFILL_THREADS), sh::SMEM_BYTES, stream, p,
-                                    c));
-    }
+    prefill_kernel k;
+    IGNIS_CUDA_CHECK(instance->kernel(hot, &k));
+    IGNIS_CUDA_CHECK(
+        ignis_launch(k.attention, dim3((unsigned)blocks), dim3(k.threads), k.smem, stream, p, c));
     const ignis_status status = ignis_check_launch("prefill attention");
     if (status != IGNIS_OK)
       return status;
   }
   if (p.max_merge > 0) {
-    const int64_t threads = p.num_kv_heads * sh::ROWS * (DVO / 8);
+    const int64_t threads = p.num_kv_heads * instance->rows * (instance->head_dim_vo / 8);
     c.merge_blocks = (threads + PREFILL_MERGE_THREADS - 1) / PREFILL_MERGE_THREADS;
     if (p.max_merge * c.merge_blocks > INT32_MAX)
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                              "prefill: %lld merge entries x %lld KV heads exceed one grid",
                              (long long)p.max_merge, (long long)p.num_kv_heads);
-    IGNIS_CUDA_CHECK(ignis_launch(prefill_merge_kernel<QT, DVO, sh::ROWS>,
-                                  dim3((unsigned)(p.max_merge * c.merge_blocks)), dim3(PREFILL_MERGE_THREADS),
-                                  0, stream, p, c));
+    IGNIS_CUDA_CHECK(ignis_launch(instance->merge, dim3((unsigned)(p.max_merge * c.merge_blocks)),
+                                  dim3(PREFILL_MERGE_THREADS), 0, stream, p, c));
     return ignis_check_launch("prefill merge");
   }
   return IGNIS_OK;
-}
-
-template <typename QT, int KIND, int DQK, int DVO>
-static ignis_status launch_options(const ignis_prefill_params &p, cudaStream_t s) {
-  return general_options(p) ? launch<QT, KIND, DQK, DVO, true>(p, s)
-                            : launch<QT, KIND, DQK, DVO, false>(p, s);
-}
-
-template <typename QT, int KIND>
-static ignis_status launch_head_dims(const ignis_prefill_params &p, cudaStream_t s) {
-  const int64_t qk = p.head_dim_qk, vo = p.head_dim_vo;
-#ifdef IGNIS_WITH_HEAD_DIM_64
-  if (qk == 64 && vo == 64)
-    return launch_options<QT, KIND, 64, 64>(p, s);
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_128
-  if (qk == 128 && vo == 128)
-    return launch_options<QT, KIND, 128, 128>(p, s);
-  if (qk == 192 && vo == 128)
-    return launch_options<QT, KIND, 192, 128>(p, s);
-#endif
-#ifdef IGNIS_WITH_HEAD_DIM_256
-  if (qk == 256 && vo == 256)
-    return launch_options<QT, KIND, 256, 256>(p, s);
-#endif
-  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "prefill: head dims (%lld, %lld) are not compiled in this build (IGNIS_HEAD_DIMS)",
-                         (long long)qk, (long long)vo);
-}
-
-template <typename QT> static ignis_status launch_kv(const ignis_prefill_params &p, cudaStream_t s) {
-  switch (p.cache.dtype) {
-  case IGNIS_FP8_E4M3:
-    return launch_head_dims<QT, KV_E4M3>(p, s);
-  case IGNIS_FP8_E5M2:
-    return launch_head_dims<QT, KV_E5M2>(p, s);
-  default: /* the dtype of q */
-    return launch_head_dims<QT, (std::is_same<QT, __half>::value ? KV_F16 : KV_BF16)>(p, s);
-  }
 }
 
 extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream) {
@@ -197,5 +182,6 @@ extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, i
                            "prefill: q, out, k and v (or the cache) must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return attention_by_dtype(p.dtype, "prefill", [&](auto qt) { return launch_kv<decltype(qt)>(p, s); });
+  /* q of f16 or bf16, else unsupported */
+  return attention_by_dtype(p.dtype, "prefill", [&](auto) { return launch(p, s); });
 }

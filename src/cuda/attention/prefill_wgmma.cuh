@@ -1,7 +1,7 @@
 /* The Hopper (sm_90a) prefill attention kernel for the hot case: 16-bit q and K/V of the same dtype,
  * head dim 128, causal or no mask, none of the general options (prefill.cu routes everything else
  * to prefill_attention_kernel). It takes the same work items, partial slots and merge kernel
- * (prefill_kernel.cuh) and writes the same results.
+ * (prefill_common.cuh) and writes the same results.
  *
  * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
  * registers): its 128 threads gather K and V rows with 16-byte cp.async, so contiguous, ragged and
@@ -39,7 +39,9 @@
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
 #define IGNIS_CUDA_PREFILL_WGMMA_CUH
 
-#include "cuda/attention/prefill_kernel.cuh"
+#include <type_traits>
+
+#include "cuda/attention/prefill_common.cuh"
 
 enum {
   WGMMA_THREADS = 384,

@@ -1,0 +1,7 @@
+/* The decode kernel instances of head dim 256 (decode_instances.cuh lists them), a translation unit
+ * of their own so that the head dims compile in parallel; compiled when IGNIS_HEAD_DIMS has 256. */
+#include "cuda/attention/decode_instances.cuh"
+
+#ifdef IGNIS_WITH_HEAD_DIM_256
+DECODE_INSTANCE_TABLE(256);
+#endif

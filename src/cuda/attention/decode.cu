@@ -28,7 +28,7 @@
  * or <= IGNIS_DECODE_TRANSPOSED_ROWS from the environment (0..8, read once; for measurements). */
 static bool transposed_rows(int64_t rows) {
   static const int limit = [] {
-    const char *value = getenv("IGNIS_DECODE_TRANSPOSED_ROWS");
+    const char *value = ignis_env(IGNIS_ENV_DECODE_TRANSPOSED_ROWS);
     const int v = value ? atoi(value) : DECODE_TRANSPOSED_ROWS;
     return v >= 0 && v <= DECODE_TRANSPOSED_ROWS ? v : (int)DECODE_TRANSPOSED_ROWS;
   }();

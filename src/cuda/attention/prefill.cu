@@ -84,7 +84,7 @@ static bool general_options(const ignis_prefill_params &p) {
  * (an opt-out for comparisons, read once). */
 static bool wgmma_runs(int device) {
   static const bool wanted = [] {
-    const char *value = getenv("IGNIS_PREFILL_WGMMA");
+    const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
     return (value == nullptr || strcmp(value, "0") != 0) && strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
   }();
   return wanted && ignis_compute_capability(device) == 90;

@@ -38,6 +38,7 @@
 #include <atomic>
 
 #include "cuda/cuda_backend.h"
+#include "core/env.h"
 #include "core/error.h"
 
 /* ---- element conversion ------------------------------------------------------------------- */
@@ -323,7 +324,7 @@ inline int ignis_compute_capability(int device) {
  * in the environment, read once, turns it off). */
 inline bool ignis_pdl_enabled(void) {
   static const bool disabled = [] {
-    const char *value = getenv("IGNIS_DISABLE_PDL");
+    const char *value = ignis_env(IGNIS_ENV_DISABLE_PDL);
     return value != nullptr && strcmp(value, "1") == 0;
   }();
   if (disabled)

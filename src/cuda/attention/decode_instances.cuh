@@ -1,9 +1,10 @@
 /* The decode kernel instances, listed once. DECODE_INSTANCES(X, HEAD_DIM) has a line per q dtype,
  * K/V kind and RoPE of one head dim; each line becomes an entry of that head dim's table, which
- * compiles the instance's m16 and transposed kernels (decode_attention_kernel), its page kernel where the page kernel takes
- * it, and the merge kernel of its q dtype and head dim. The tables are defined by decode_hd64.cu,
- * decode_hd128.cu and decode_hd256.cu, a translation unit per head dim so that they compile in
- * parallel, each only when IGNIS_HEAD_DIMS names its head dim; decode.cu selects from them. */
+ * compiles the instance's m16 and transposed kernels (decode_attention_kernel), its page kernel
+ * where the page kernel takes it, and the merge kernel of its q dtype and head dim. The tables are
+ * defined by decode_hd64.cu, decode_hd128.cu and decode_hd256.cu, a translation unit per head dim
+ * so that they compile in parallel, each only when IGNIS_HEAD_DIMS names its head dim; decode.cu
+ * selects from them. */
 #ifndef IGNIS_CUDA_DECODE_INSTANCES_CUH
 #define IGNIS_CUDA_DECODE_INSTANCES_CUH
 

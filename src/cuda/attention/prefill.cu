@@ -16,34 +16,15 @@
  *     the hot case: K/V of q's 16-bit dtype, head dims
  *     (128, 128), causal or no mask, no custom mask, window, soft cap or position encoding (sinks,
  *     LSE, split items and every key source are its own); otherwise prefill_attention_kernel
- *     (prefill_kernel.cuh, 128 threads), described below.
+ *     (prefill_kernel.cuh, 128 threads).
  *   - prefill_merge_kernel: one thread per 8 output values of a (merge entry, KV head, tile row)
  *     combines the tile's partial slots by their LSEs and joins the sink.
- *
- * prefill_attention_kernel is FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS =
- * 128 packed rows for head dims up to 128 (4 warps of 2 m-tiles), 64 above (4 warps of 1 m-tile);
- * KT = 64 keys (32 at head dim 256). Q is copied once into swizzled shared memory and read by
- * ldmatrix at each k-step; K and V tiles stream through a ring of 2-3 stages filled with 16-byte
- * cp.async (zero-filled past the range). The row addresses of every key are computed a stage
- * ahead by threads 0..KT-1 (contiguous, ragged, or through cache.indices for paged keys, whose
- * page-table read is issued one more tile ahead) and left in a small ring, so any page size and
- * any strides cost the copies nothing. Each warp takes a tile in steps of KC keys (32 at head dim
- * 128, where S of 64 keys next to O of 2 m-tiles would not fit the registers; else KT): S = Q K^T
- * on its m-tiles, an online softmax in base 2 (sm_scale * log2(e) * k_scale folded into one FFMA
- * with the running max; the row sum reduced across the quad only at the end), P packed into 16-bit
- * A fragments in registers, O += P V (V by ldmatrix.trans). Per step and warp the keys are skipped
- * (beyond the causal diagonal or before the window), taken without any mask (fully visible), or
- * masked per element (diagonal, window edges, range end, custom-mask bits gathered once per tile
- * into shared memory).
  *
  * Instances: q f16 / bf16 x K/V (q's dtype, fp8 e4m3, fp8 e5m2) x head dims (64, 64), (128, 128),
  * (256, 256), (192, 128) x {fast, general}, listed in prefill_instances.cuh and compiled a head dim
  * per translation unit (prefill_hd<d>.cu). The fast instance takes causal or no mask only; the
- * general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. fp8 K/V tiles land as
- * bytes and are converted once per tile, by the whole block, into a 16-bit tile of q's dtype (exact
- * for both formats), which is also where ROPE_LLAMA rotates the keys (16-bit keys rotate in place;
- * Q rotates once after its copy). k_scale joins the score scale, v_scale the final normalisation.
- * A row with no visible key writes out = 0 and lse = -inf, or lse = the sink with sinks.
+ * general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. A row with no visible key
+ * writes out = 0 and lse = -inf, or lse = the sink with sinks.
  *
  * Requirements beyond validation (IGNIS_ERROR_UNSUPPORTED otherwise): q, out, K and V start
  * 16-byte aligned with strides that are multiples of 16 bytes, and work items x KV heads fit one

@@ -1,5 +1,27 @@
-/* prefill_attention_kernel, the prefill kernel for every call shape (prefill.cu launches it; the
- * header of prefill.cu tells the design). Layout of the attention block's shared memory (prefill_shape):
+/* prefill_attention_kernel, the prefill kernel for every call shape (prefill.cu launches it and
+ * tells the grid, the work items and the instances).
+ *
+ * FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS = 128 packed rows for head
+ * dims up to 128 (4 warps of 2 m-tiles), 64 above (4 warps of 1 m-tile); KT = 64 keys (32 at head
+ * dim 256). Q is copied once into swizzled shared memory and read by ldmatrix at each k-step; K and
+ * V tiles stream through a ring of 2-3 stages filled with 16-byte cp.async (zero-filled past the
+ * range). The row addresses of every key are computed a stage ahead by threads 0..KT-1 (contiguous,
+ * ragged, or through cache.indices for paged keys, whose page-table read is issued one more tile
+ * ahead) and left in a small ring, so any page size and any strides cost the copies nothing. Each
+ * warp takes a tile in steps of KC keys (32 at head dim 128, where S of 64 keys next to O of 2
+ * m-tiles would not fit the registers; else KT): S = Q K^T on its m-tiles, an online softmax in
+ * base 2 (sm_scale * log2(e) * k_scale folded into one FFMA with the running max; the row sum
+ * reduced across the quad only at the end), P packed into 16-bit A fragments in registers, O += P V
+ * (V by ldmatrix.trans). Per step and warp the keys are skipped (beyond the causal diagonal or
+ * before the window), taken without any mask (fully visible), or masked per element (diagonal,
+ * window edges, range end, custom-mask bits gathered once per tile into shared memory).
+ *
+ * fp8 K/V tiles land as bytes and are converted once per tile, by the whole block, into a 16-bit
+ * tile of q's dtype (exact for both formats), which is also where ROPE_LLAMA rotates the keys
+ * (16-bit keys rotate in place; Q rotates once after its copy). k_scale joins the score scale,
+ * v_scale the final normalisation.
+ *
+ * Layout of the block's shared memory (prefill_shape):
  *   Q tile     ROWS rows of DQK 16-bit values, swizzled 16-byte chunks
  *   ring       STAGES stages, each a K tile (KT rows of DQK) then a V tile (KT rows of DVO), in the
  *              K/V dtype: swizzled 16-bit rows, or plain fp8 rows

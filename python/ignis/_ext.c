@@ -1425,12 +1425,12 @@ int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, cons
 /* (num_qo_heads, head_dim, max_kv_len) -> bytes */
 static PyObject *ext_single_decode_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.single_decode_workspace_size";
-  int64_t heads = 0, dim = 0, len = 0;
-  if (check_nargs(fn, nargs, 3) < 0 || parse_int64(fn, "num_qo_heads", args[0], &heads) < 0 ||
-      parse_int64(fn, "head_dim", args[1], &dim) < 0 || parse_int64(fn, "max_kv_len", args[2], &len) < 0)
+  static const char *const names[] = {"num_qo_heads", "head_dim", "max_kv_len"};
+  int64_t v[3];
+  if (check_nargs(fn, nargs, 3) < 0 || parse_int64_args(fn, args, names, 3, v) < 0)
     return NULL;
   size_t bytes = 0;
-  return bytes_or_raise(ignis_single_decode_workspace_size(heads, dim, len, &bytes), &bytes);
+  return bytes_or_raise(ignis_single_decode_workspace_size(v[0], v[1], v[2], &bytes), &bytes);
 }
 
 static arg_spec single_decode_spec[] = {ARG(attention_args, q, ARG_REQUIRED),

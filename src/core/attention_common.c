@@ -5,7 +5,6 @@
 
 #include "core/attention_common.h"
 #include "core/config.h"
-#include "core/backend.h"
 #include "core/validate.h"
 
 static ignis_status positive_finite(const char *fn, const char *name, const char *field, double value) {

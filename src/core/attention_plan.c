@@ -24,16 +24,11 @@ ignis_status ignis_check_plan_device(const char *fn, ignis_device device) {
   return IGNIS_OK;
 }
 
-static const char *device_type_name(ignis_device_type type) {
-  const ignis_backend *backend = ignis_backend_for(type);
-  return backend ? backend->name : "?";
-}
-
 ignis_status ignis_check_run_device(const char *fn, ignis_device run, ignis_device plan) {
   if (run.type == plan.type && (run.type == IGNIS_DEVICE_CPU || run.id == plan.id))
     return IGNIS_OK;
   return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
-                         device_type_name(run.type), run.id, device_type_name(plan.type), plan.id);
+                         ignis_device_type_name(run.type), run.id, ignis_device_type_name(plan.type), plan.id);
 }
 
 /* ---- workspace claims ---- */

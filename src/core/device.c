@@ -32,7 +32,7 @@ const ignis_backend *ignis_backend_for(ignis_device_type type) {
   }
 }
 
-static const char *device_type_name(ignis_device_type type) {
+const char *ignis_device_type_name(ignis_device_type type) {
   return type == IGNIS_DEVICE_CUDA ? "cuda" : "cpu";
 }
 
@@ -73,7 +73,7 @@ static ignis_status check_location(const char *fn, const char *name, const ignis
   if (actual_type != t->device.type || (actual_type == IGNIS_DEVICE_CUDA && actual_id != t->device.id))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: %s.device says %s:%d but its data pointer is %s memory%s", fn, name,
-                           device_type_name(t->device.type), t->device.id,
+                           ignis_device_type_name(t->device.type), t->device.id,
                            actual_type == IGNIS_DEVICE_CUDA ? "CUDA device" : "host",
                            actual_type == IGNIS_DEVICE_CUDA ? " of another device" : "");
   return IGNIS_OK;
@@ -93,8 +93,8 @@ ignis_status ignis_resolve_target(const char *fn, const ignis_tensor *const *ten
       if (t->device.type != f->device.type ||
           (t->device.type == IGNIS_DEVICE_CUDA && t->device.id != f->device.id))
         return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is on %s:%d but %s is on %s:%d",
-                               fn, names[i], device_type_name(t->device.type), t->device.id,
-                               names[first], device_type_name(f->device.type), f->device.id);
+                               fn, names[i], ignis_device_type_name(t->device.type), t->device.id,
+                               names[first], ignis_device_type_name(f->device.type), f->device.id);
     }
   }
   if (first < 0)
@@ -109,7 +109,7 @@ ignis_status ignis_resolve_target(const char *fn, const ignis_tensor *const *ten
   target->backend = ignis_backend_for(target->device.type);
   if (!target->backend) /* unreachable: check_location refused devices no backend serves */
     return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: no backend for %s", fn,
-                           device_type_name(target->device.type));
+                           ignis_device_type_name(target->device.type));
   return IGNIS_OK;
 }
 

@@ -36,18 +36,23 @@
 #include "sched/plan_math.h"
 
 
+/* What a plan of a (checked) config holds before any update: its planners and the bounds of every
+ * schedule it can produce (compute_plan_bounds, which allocates nothing, so the workspace queries
+ * can ask it too). The page planner is for the shapes the CUDA page kernel takes: an update keeps
+ * its schedule when it has no split and fills its waves, else the general planner's. */
+typedef struct plan_bounds {
+  ignis_decode_planner planner, page_planner; /* page_planner.wave 0: no page kernel */
+  int64_t max_work, max_partials;             /* the larger of the two planners' */
+  size_t schedule_bytes;
+} plan_bounds;
+
 struct ignis_decode_plan {
   ignis_decode_plan_config config;
   ignis_attention_resolved options;
-  ignis_decode_planner planner;
-  /* CUDA, shapes the page kernel takes (decode.cu): its planner, whose schedule an update keeps
-   * when it has no split and fills its waves (page_kernel), else the planner above's */
-  ignis_decode_planner page_planner; /* wave 0: none */
-  int page_kernel;
-  int64_t max_work, max_partials; /* the larger of the two planners' */
-  size_t schedule_bytes;
+  plan_bounds bounds;
+  int page_kernel; /* the last update took the page planner's schedule */
   ignis_plan_storage storage;
-  int32_t *planned_kv_len; /* [max_batch] */
+  int32_t *planned_kv_len; /* [max_batch], plans without a workspace: their runs check host arrays */
   /* the last successful update */
   int updated;
   int64_t batch_size;
@@ -351,14 +356,6 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
   return IGNIS_OK;
 }
 
-/* What a plan of this (checked) config holds before any update: its planners and the bounds of
- * every schedule it can produce. Allocates nothing, so the workspace queries can ask it too. */
-typedef struct plan_bounds {
-  ignis_decode_planner planner, page_planner; /* page_planner.wave 0: no page kernel */
-  int64_t max_work, max_partials;             /* the larger of the two planners' */
-  size_t schedule_bytes;
-} plan_bounds;
-
 static ignis_status compute_plan_bounds(const char *fn, const ignis_decode_plan_config *config, plan_bounds *b) {
   const int64_t rows = (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
                        (config->num_qo_heads / config->num_kv_heads);
@@ -415,14 +412,12 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   if (plan->config.q_len_per_req == 0)
     plan->config.q_len_per_req = 1;
   plan->options = options;
-  plan->planner = bounds.planner;
-  plan->page_planner = bounds.page_planner;
-  plan->max_work = bounds.max_work;
-  plan->max_partials = bounds.max_partials;
-  plan->schedule_bytes = bounds.schedule_bytes;
-  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, plan->schedule_bytes);
-  plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
-  if (status == IGNIS_OK && !plan->planned_kv_len)
+  plan->bounds = bounds;
+  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes);
+  const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
+  if (keeps_lengths)
+    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
+  if (keeps_lengths && !plan->planned_kv_len)
     status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   if (status != IGNIS_OK) {
     char message[512];
@@ -453,7 +448,7 @@ static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, si
 
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
                                plan_pieces *pieces) {
-  return carve_plan_workspace(ws, fn, plan->schedule_bytes, plan->max_partials, &plan->config, pieces);
+  return carve_plan_workspace(ws, fn, plan->bounds.schedule_bytes, plan->bounds.max_partials, &plan->config, pieces);
 }
 
 ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes) {
@@ -582,15 +577,15 @@ static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
   size_t used = 0;
   int page = 0;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
-  int64_t wave_items = plan->page_planner.wave / plan->config.num_kv_heads;
+  int64_t wave_items = plan->bounds.page_planner.wave / plan->config.num_kv_heads;
   int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
   if (wave_items > 0 &&
       (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
-    used = ignis_decode_plan_batch(&plan->page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+    used = ignis_decode_plan_batch(&plan->bounds.page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
     page = always || ignis_decode_schedule_header_of(image)->num_partials == 0;
   }
   if (!page)
-    used = ignis_decode_plan_batch(&plan->planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+    used = ignis_decode_plan_batch(&plan->bounds.planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
   plan->page_kernel = page;
   return used;
 }
@@ -647,9 +642,9 @@ ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *
   plan_pieces pieces;
   IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   void *schedule = pieces.schedule;
-  *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->planner, schedule), plan->batch_size + 1,
+  *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->bounds.planner, schedule), plan->batch_size + 1,
                           plan->config.device);
-  *kv_last_page_len = index_view(ignis_decode_schedule_last_page_len_of(&plan->planner, schedule),
+  *kv_last_page_len = index_view(ignis_decode_schedule_last_page_len_of(&plan->bounds.planner, schedule),
                                  plan->batch_size, plan->config.device);
   return IGNIS_OK;
 }
@@ -749,12 +744,12 @@ static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pi
   fill_options(p, &plan->options);
   void *schedule = pieces->schedule;
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
-  p->work = ignis_decode_schedule_work_of(&plan->planner, schedule);
+  p->work = ignis_decode_schedule_work_of(&plan->bounds.planner, schedule);
   p->num_work = &header->num_work;
-  p->max_work = plan->max_work;
+  p->max_work = plan->bounds.max_work;
   p->request_partials = ignis_decode_schedule_partials_of(schedule);
   p->batch_size = &header->batch_size;
-  p->max_batch = plan->planner.max_batch;
+  p->max_batch = plan->bounds.planner.max_batch;
   p->launch_work = plan->num_work;
   p->launch_batch = plan->batch_size;
   p->launch_merge = plan->num_partials > 0;

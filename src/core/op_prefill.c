@@ -418,9 +418,12 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   plan->planner = planner;
   plan->schedule_bytes = ignis_prefill_schedule_bytes(&planner);
   ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c->device, plan->schedule_bytes);
-  plan->planned_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c->max_batch_size + 1));
-  plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)c->max_batch_size);
-  if (status == IGNIS_OK && (!plan->planned_kv_indptr || !plan->planned_kv_len))
+  const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
+  if (keeps_lengths) {
+    plan->planned_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c->max_batch_size + 1));
+    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)c->max_batch_size);
+  }
+  if (keeps_lengths && (!plan->planned_kv_indptr || !plan->planned_kv_len))
     status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   if (status != IGNIS_OK) {
     char message[512];

@@ -57,6 +57,8 @@ void ignis_row_view(const ignis_tensor *t, int64_t *num_rows_outer, int64_t *num
 /* All tensors (NULL entries skipped) live on one device: sets target->device and its backend. */
 ignis_status ignis_resolve_target(const char *fn, const ignis_tensor *const *tensors,
                                   const char *const *names, int count, ignis_target *target);
+/* "cuda" or "cpu", for messages. */
+const char *ignis_device_type_name(ignis_device_type type);
 /* Why no CUDA device can be used: "no CUDA device is present" or "the CUDA backend is not built". */
 const char *ignis_no_cuda_device_reason(void);
 

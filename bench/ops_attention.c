@@ -163,6 +163,9 @@ static int make_batch_decode(const bench_case *c, void *stream, plan_state *s) {
     rc = bench_check_status(ignis_decode_plan_index_views(s->decode, s->workspace, s->workspace_bytes,
                                                           &s->kv_indptr, &s->kv_last_page_len),
                             "ignis_decode_plan_index_views");
+  const char *kernel = NULL;
+  if (rc == 0)
+    rc = bench_check_status(ignis_decode_plan_kernel(s->decode, &kernel), "ignis_decode_plan_kernel");
   return rc;
 }
 
@@ -306,6 +309,9 @@ static int make_batch_prefill(const bench_case *c, ignis_prefill_kv_kind kind, v
   free(qo_indptr);
   free(kv_indptr);
   free(last);
+  const char *kernel = NULL;
+  if (rc == 0)
+    rc = bench_check_status(ignis_prefill_plan_kernel(s->prefill, &kernel), "ignis_prefill_plan_kernel");
   return rc;
 }
 
@@ -389,7 +395,8 @@ static const bench_routine decode_routines[] = {
      .summary = "paged batch decode: plan once, update once, time the run (index views for the page table)",
      .functions =
          "ignis_decode_plan_create ignis_decode_workspace_size ignis_decode_max_kv_len_for_workspace "
-         "ignis_decode_plan_update ignis_decode_plan_index_views ignis_decode_run ignis_decode_plan_destroy",
+         "ignis_decode_plan_update ignis_decode_plan_index_views ignis_decode_plan_kernel ignis_decode_run "
+         "ignis_decode_plan_destroy",
      .dims = DECODE_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
      .bytes_rule = DECODE_BYTES " + kv_indices (pages*4)",
      .gpu_suite = BENCH_SUITE(DECODE_SHAPE(4, 64, 4096), DECODE_SHAPE(4, 256, 2048),
@@ -415,7 +422,7 @@ static const bench_routine prefill_routines[] = {
     {PREFILL_ENTRY, .name = "batch_prefill_ragged",
      .summary = "batch prefill over ragged K/V: plan once, update once, time the run",
      .functions = "ignis_prefill_plan_create ignis_prefill_workspace_size ignis_prefill_plan_update "
-                  "ignis_prefill_ragged_run ignis_prefill_plan_destroy",
+                  "ignis_prefill_plan_kernel ignis_prefill_ragged_run ignis_prefill_plan_destroy",
      .dims = PREFILL_DIMS | BENCH_DIM_BATCH, .bytes_rule = PREFILL_BYTES,
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096), PREFILL_SHAPE(4, 1, 512, 16384)),
      .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_ragged_prefill,

@@ -37,6 +37,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "harness.h"
@@ -1866,10 +1867,73 @@ static void test_bad_inputs(h_backend backend) {
   kv_free(&c);
 }
 
+/* The kernel each plan records (ignis_decode_plan_kernel): the CPU backend's one kernel; on CUDA
+ * the transposed kernel for blocks of at most 8 query rows, the m16 kernel above, and the page
+ * kernel (sm_90, NHD with 8 KV heads at head dim 128, pages of 16) once an unsplit batch fills
+ * its waves, which batch 1 does not. The knobs that move these choices skip their part. */
+static int plan_kernel_is(h_backend backend, int64_t H, int64_t Hkv, int64_t batch, const char *want) {
+  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  config.device = h_backend_device(backend);
+  config.num_qo_heads = H;
+  config.num_kv_heads = Hkv;
+  config.head_dim = 128;
+  config.page_size = 16;
+  config.max_batch_size = batch;
+  config.max_kv_len = 16;
+  ignis_decode_plan *plan = NULL;
+  if (!CHECK_STATUS(ignis_decode_plan_create(&config, &plan), IGNIS_OK))
+    return 0;
+  size_t bytes = 0;
+  CHECK_STATUS(ignis_decode_workspace_size(plan, &bytes), IGNIS_OK);
+  h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
+  int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(batch + 1)), *last = malloc(sizeof(int32_t) * (size_t)batch);
+  for (int64_t b = 0; b <= batch; ++b)
+    indptr[b] = (int32_t)b;
+  for (int64_t b = 0; b < batch; ++b)
+    last[b] = 16;
+  const char *name = NULL;
+  CHECK_STATUS(ignis_decode_plan_kernel(plan, &name), IGNIS_OK);
+  const char *before = name;
+  CHECK_STATUS(ignis_decode_plan_update(plan, indptr, last, batch, bytes ? ws.data : NULL, bytes, NULL), IGNIS_OK);
+  CHECK_STATUS(ignis_decode_plan_kernel(plan, &name), IGNIS_OK);
+  int matches = name != NULL && strcmp(name, want) == 0;
+  if (strcmp(want, "decode_page") != 0)
+    CHECKF(matches && strcmp(before, want) == 0, "%s, H %lld / %lld, batch %lld: kernel %s before the update, %s after; want %s",
+           h_backend_name(backend), (long long)H, (long long)Hkv, (long long)batch, before, name ? name : "NULL", want);
+  CHECK_ERROR(ignis_decode_plan_kernel(plan, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "name");
+  free(indptr);
+  free(last);
+  h_buf_free(&ws);
+  CHECK_STATUS(ignis_decode_plan_destroy(plan), IGNIS_OK);
+  return matches;
+}
+
+static void test_kernel_choice(h_backend backend) {
+  h_case("kernel choice (%s)", h_backend_name(backend));
+  if (backend == H_CPU) {
+    plan_kernel_is(backend, 32, 8, 4, "cpu");
+    plan_kernel_is(backend, 32, 2, 4, "cpu");
+    return;
+  }
+  if (getenv("IGNIS_DECODE_TRANSPOSED_ROWS") == NULL) {
+    plan_kernel_is(backend, 32, 8, 1, "decode_transposed");
+    plan_kernel_is(backend, 32, 2, 1, "decode_m16");
+  }
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  CHECK_STATUS(ignis_get_device_info(h_backend_device(backend), &info), IGNIS_OK);
+  if (getenv("IGNIS_DECODE_PAGE_KERNEL") != NULL || info.compute_capability < 90)
+    return;
+  CHECKF(!plan_kernel_is(backend, 32, 8, 1, "decode_page"), "batch 1 took the page kernel");
+  int page = 0;
+  for (int64_t m = 1; m <= 4 && !page; ++m)
+    page = plan_kernel_is(backend, 32, 8, m * info.multiprocessor_count, "decode_page");
+  CHECKF(page, "no batch of 1 to 4 x %d unsplit requests took the page kernel", info.multiprocessor_count);
+}
+
 int main(void) {
   h_init("test_decode");
   /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
-   * input", "workspace bound", "graph replay", "workspace claims"; "page shape" the page kernel's cases of the batch,
+   * input", "workspace bound", "graph replay", "workspace claims", "kernel choice"; "page shape" the page kernel's cases of the batch,
    * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
    * IGNIS_DECODE_PAGE_KERNEL=always) */
   if (h_selected("planner"))
@@ -1886,6 +1950,8 @@ int main(void) {
       test_bad_inputs(backend);
     if (h_selected("workspace bound"))
       test_workspace_bound(backend);
+    if (h_selected("kernel choice"))
+      test_kernel_choice(backend);
   }
 #ifdef IGNIS_HAVE_CUDA
   if (h_backend_count() > 1) {

@@ -781,6 +781,47 @@ static void test_bad_inputs(h_backend backend) {
   batch_free(&bt);
 }
 
+/* The kernel a plan records (ignis_prefill_plan_kernel): the CPU backend's one kernel; on CUDA the
+ * wgmma kernel for 16-bit causal or unmasked head dim 128 on sm_90 (unless IGNIS_PREFILL_WGMMA
+ * turns it off), the tile kernel for head dim 64 or a soft cap. */
+static void expect_prefill_kernel(h_backend backend, int64_t head_dim, float soft_cap, const char *want) {
+  ignis_prefill_plan_config c = IGNIS_PREFILL_PLAN_CONFIG_INIT;
+  c.device = h_backend_device(backend);
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_dim_qk = head_dim;
+  c.mask_mode = IGNIS_MASK_CAUSAL;
+  c.max_batch_size = 2;
+  c.max_qo_tokens = 64;
+  c.max_kv_len = 64;
+  c.options.logits_soft_cap = soft_cap;
+  ignis_prefill_plan *plan = NULL;
+  if (!CHECK_STATUS(ignis_prefill_plan_create(&c, &plan), IGNIS_OK))
+    return;
+  const char *name = NULL;
+  CHECK_STATUS(ignis_prefill_plan_kernel(plan, &name), IGNIS_OK);
+  CHECKF(name != NULL && strcmp(name, want) == 0, "%s, head dim %lld, soft cap %g: kernel %s, want %s",
+         h_backend_name(backend), (long long)head_dim, (double)soft_cap, name ? name : "NULL", want);
+  CHECK_ERROR(ignis_prefill_plan_kernel(NULL, &name), IGNIS_ERROR_INVALID_ARGUMENT, "plan");
+  CHECK_STATUS(ignis_prefill_plan_destroy(plan), IGNIS_OK);
+}
+
+static void test_kernel_choice(h_backend backend) {
+  h_case("kernel choice (%s)", h_backend_name(backend));
+  if (backend == H_CPU) {
+    expect_prefill_kernel(backend, 128, 0.0f, "cpu");
+    return;
+  }
+  expect_prefill_kernel(backend, 64, 0.0f, "prefill_tile");
+  expect_prefill_kernel(backend, 128, 30.0f, "prefill_tile");
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  CHECK_STATUS(ignis_get_device_info(h_backend_device(backend), &info), IGNIS_OK);
+  const char *wgmma = getenv("IGNIS_PREFILL_WGMMA");
+  const int built = strstr(ignis_build_info(), "sm_90a") != NULL;
+  if (info.compute_capability == 90 && built && (wgmma == NULL || strcmp(wgmma, "0") != 0))
+    expect_prefill_kernel(backend, 128, 0.0f, "prefill_wgmma");
+}
+
 int main(void) {
   h_init("test_prefill");
   test_planner();
@@ -790,6 +831,7 @@ int main(void) {
       continue; /* the sanitizer looks at the GPU cases */
     test_bad_inputs(backend);
     test_cases(backend);
+    test_kernel_choice(backend);
   }
   return h_finish();
 }

@@ -187,6 +187,13 @@ IGNIS_API ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *pl
                                                      size_t workspace_bytes, ignis_tensor *kv_indptr,
                                                      ignis_tensor *kv_last_page_len);
 
+/* The kernel the plan's runs take (for diagnostics and benchmarks): the one of its last update (a
+ * batch the page kernel's schedule suits runs "decode_page"), before any update the one its
+ * backend chose at creation. *name is a static string: "cpu", "decode_m16", "decode_transposed"
+ * or "decode_page"; a "decode_page" run whose cache is not NHD with 8 heads runs the transposed
+ * kernel over the same schedule. */
+IGNIS_API ignis_status ignis_decode_plan_kernel(const ignis_decode_plan *plan, const char **name);
+
 /* Run the last planned batch: q [batch * q_len_per_req, num_qo_heads, head_dim], cache with the
  * plan's page size and KV dtype and the batch's kv_indptr / kv_indices / kv_last_page_len (on the
  * device; the contents must describe the same lengths as the planned host arrays), out like q,

@@ -139,6 +139,10 @@ IGNIS_API ignis_status ignis_prefill_plan_destroy(ignis_prefill_plan *plan);
  * another call"; update again, or give each plan its own buffer). */
 IGNIS_API ignis_status ignis_prefill_workspace_size(const ignis_prefill_plan *plan, size_t *bytes);
 
+/* The kernel the plan's runs take, chosen by its backend at creation (for diagnostics and
+ * benchmarks). *name is a static string: "cpu", "prefill_tile" or "prefill_wgmma". */
+IGNIS_API ignis_status ignis_prefill_plan_kernel(const ignis_prefill_plan *plan, const char **name);
+
 /* Schedule a batch of batch_size requests from HOST arrays: qo_indptr_host [batch_size + 1]
  * (non-decreasing, from 0 or more), kv_indptr_host [batch_size + 1] (ragged: key rows; paged:
  * page entries) and, paged only, kv_last_page_len_host [batch_size] (NULL for ragged). Validated

@@ -128,6 +128,24 @@ ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, 
   return ignis_check_disjoint(fn, "lse", lse, "out", out);
 }
 
+const char *ignis_attention_kernel_name(ignis_attention_kernel kernel) {
+  switch (kernel) {
+  case IGNIS_KERNEL_CPU:
+    return "cpu";
+  case IGNIS_KERNEL_DECODE_M16:
+    return "decode_m16";
+  case IGNIS_KERNEL_DECODE_TRANSPOSED:
+    return "decode_transposed";
+  case IGNIS_KERNEL_DECODE_PAGE:
+    return "decode_page";
+  case IGNIS_KERNEL_PREFILL_TILE:
+    return "prefill_tile";
+  case IGNIS_KERNEL_PREFILL_WGMMA:
+    return "prefill_wgmma";
+  }
+  return "unknown";
+}
+
 size_t ignis_attention_required_bytes(const ignis_workspace *ws) {
   return ws->offset ? ignis_workspace_required(ws) : 0;
 }

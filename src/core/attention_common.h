@@ -4,6 +4,7 @@
 #ifndef IGNIS_CORE_ATTENTION_COMMON_H
 #define IGNIS_CORE_ATTENTION_COMMON_H
 
+#include "core/params.h"
 #include "core/workspace.h"
 #include "ignis/decode.h"
 
@@ -36,6 +37,8 @@ ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_
 ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, const ignis_tensor *q,
                                        const ignis_tensor *out);
 /* Bytes a carving in counting mode asks for (0 when it took nothing). */
+/* The name of an attention kernel (core/params.h), as ignis_decode_plan_kernel reports it. */
+const char *ignis_attention_kernel_name(ignis_attention_kernel kernel);
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);
 /* The error for a NULL workspace where `counting` needs bytes. */
 ignis_status ignis_attention_missing_workspace(const char *fn, const ignis_workspace *counting);

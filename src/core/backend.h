@@ -46,16 +46,17 @@ typedef struct ignis_backend {
   ignis_status (*copy_to_device_async)(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                        void *event);
 
-  /* ---- planning facts: attention blocks resident at once (the planners' wave) ---- */
-  /* Decode, for this head dim, K/V dtype and query rows per block (q_len * group). */
-  int64_t (*decode_wave)(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows);
-  /* The decode page kernel's wave in (work item, KV head) units; 0 where it does not take the
-   * shape or cannot run. */
-  int64_t (*decode_page_wave)(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
-                              int64_t num_kv_heads, int64_t page_size);
+  /* ---- kernel choice: once per plan (at creation) or per single call; the plan records it ----
+   * Decode, for this head dim, K/V dtype and query rows per block (q_len * group): `general`, the
+   * kernel of any batch, and `page`, the page kernel for the plan's KV heads and page size (wave 0
+   * where the shape or the device does not take it; page_size 0: not asked). Waves count (work
+   * item, KV head) blocks. */
+  void (*decode_choose)(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                        int64_t num_kv_heads, int64_t page_size, ignis_kernel_choice *general,
+                        ignis_kernel_choice *page);
   /* Prefill, for a call of this shape (read: dtype, cache.dtype, head dims, mask_mode and the
    * score options). */
-  int64_t (*prefill_wave)(const ignis_prefill_params *shape, int32_t device);
+  void (*prefill_choose)(const ignis_prefill_params *shape, int32_t device, ignis_kernel_choice *choice);
 
   /* ---- ops ---- */
   ignis_status (*norm)(const ignis_norm_params *params, int32_t device, void *stream);

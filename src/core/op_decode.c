@@ -36,12 +36,14 @@
 #include "sched/plan_math.h"
 
 
-/* What a plan of a (checked) config holds before any update: its planners and the bounds of every
- * schedule it can produce (compute_plan_bounds, which allocates nothing, so the workspace queries
- * can ask it too). The page planner is for the shapes the CUDA page kernel takes: an update keeps
- * its schedule when it has no split and fills its waves, else the general planner's. */
+/* What a plan of a (checked) config holds before any update: its backend's kernel choice, its
+ * planners and the bounds of every schedule it can produce (compute_plan_bounds, which allocates
+ * nothing, so the workspace queries can ask it too). The page planner is for the shapes the CUDA
+ * page kernel takes: an update keeps its schedule when it has no split and fills its waves, else
+ * the general planner's. */
 typedef struct plan_bounds {
-  ignis_decode_planner planner, page_planner; /* page_planner.wave 0: no page kernel */
+  ignis_kernel_choice general, page;          /* page.wave 0: no page kernel */
+  ignis_decode_planner planner, page_planner; /* their waves are the choices' */
   int64_t max_work, max_partials;             /* the larger of the two planners' */
   size_t schedule_bytes;
 } plan_bounds;
@@ -50,7 +52,7 @@ struct ignis_decode_plan {
   ignis_decode_plan_config config;
   ignis_attention_resolved options;
   plan_bounds bounds;
-  int page_kernel; /* the last update took the page planner's schedule */
+  ignis_attention_kernel kernel; /* of the last update: bounds.page's if it took the page planner's schedule */
   ignis_plan_storage storage;
   int32_t *planned_kv_len; /* [max_batch], plans without a workspace: their runs check host arrays */
   /* the last successful update */
@@ -124,9 +126,13 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
                               (void **)partial_lse);
 }
 
-/* Attention blocks resident at once on the device: the planner's wave (the backend's answer). */
-static int64_t decode_wave(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
-  return ignis_backend_for(device.type)->decode_wave(device.id, head_dim, kv_dtype, rows);
+/* The backend's kernels for blocks of `rows` query rows on `device` (core/backend.h: decode_choose;
+ * page_size 0: the page kernel is not asked). */
+static void decode_choice(ignis_device device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                          int64_t num_kv_heads, int64_t page_size, ignis_kernel_choice *general,
+                          ignis_kernel_choice *page) {
+  ignis_backend_for(device.type)
+      ->decode_choose(device.id, head_dim, kv_dtype, rows, num_kv_heads, page_size, general, page);
 }
 
 /* IGNIS_DECODE_PAGE_KERNEL (read once): "0" never plans the page kernel (comparisons), "always"
@@ -147,11 +153,6 @@ static int page_kernel_mode(void) {
   return value;
 }
 
-/* The page kernel's wave (in (item, KV head) blocks), 0 where it does not run. */
-static int64_t decode_page_wave(const ignis_decode_plan_config *c, int64_t rows) {
-  return ignis_backend_for(c->device.type)
-      ->decode_page_wave(c->device.id, c->head_dim, c->kv_dtype, rows, c->num_kv_heads, c->page_size);
-}
 
 /* ---- single decode -------------------------------------------------------------------------- */
 static int64_t single_chunk_rows(int64_t kv_len) {
@@ -242,9 +243,10 @@ static ignis_status fill_single_params(const char *fn, const single_call *call, 
                                        ignis_tensor *lse, void *workspace, size_t workspace_bytes,
                                        ignis_decode_params *p) {
   const int64_t kv_len = call->kv_len;
-  int64_t chunk = ignis_decode_single_chunk_tokens(
-      kv_len, call->num_kv_heads,
-      decode_wave(call->target.device, call->head_dim, k->dtype, call->num_qo_heads / call->num_kv_heads));
+  ignis_kernel_choice choice, no_page;
+  decode_choice(call->target.device, call->head_dim, k->dtype, call->num_qo_heads / call->num_kv_heads,
+                call->num_kv_heads, 0, &choice, &no_page);
+  int64_t chunk = ignis_decode_single_chunk_tokens(kv_len, call->num_kv_heads, choice.wave);
   int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
   if (!call->target.backend->host_memory) { /* split partials in the workspace */
     ignis_workspace ws =
@@ -289,6 +291,7 @@ static ignis_status fill_single_params(const char *fn, const single_call *call, 
   p->max_work = items;
   p->max_batch = 1;
   p->implicit_chunk_tokens = chunk;
+  p->kernel = (int32_t)choice.kernel;
   return IGNIS_OK;
 }
 
@@ -359,17 +362,18 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
 static ignis_status compute_plan_bounds(const char *fn, const ignis_decode_plan_config *config, plan_bounds *b) {
   const int64_t rows = (config->q_len_per_req > 0 ? config->q_len_per_req : 1) *
                        (config->num_qo_heads / config->num_kv_heads);
-  int64_t wave = decode_wave(config->device, config->head_dim, config->kv_dtype, rows);
+  memset(b, 0, sizeof *b);
+  decode_choice(config->device, config->head_dim, config->kv_dtype, rows, config->num_kv_heads, config->page_size,
+                &b->general, &b->page);
   /* not in the batch-invariant modes: a request alone and inside a batch must run the same kernel
    * (the page kernel takes only batches that fill the GPU) */
   const int page_mode = page_kernel_mode();
-  int64_t page_wave = page_mode == PAGE_OFF ||
-                              (page_mode == PAGE_AUTO && (config->disable_split_kv || config->fixed_split_size > 0))
-                          ? 0
-                          : decode_page_wave(config, rows);
-  memset(b, 0, sizeof *b);
+  if (page_mode == PAGE_OFF ||
+      (page_mode == PAGE_AUTO && (config->disable_split_kv || config->fixed_split_size > 0)))
+    b->page.wave = 0;
+  const int64_t page_wave = b->page.wave;
   if (ignis_decode_planner_init(&b->planner, config->max_batch_size, config->max_kv_len, config->page_size,
-                                config->num_kv_heads, wave, 1,
+                                config->num_kv_heads, b->general.wave, 1,
                                 config->disable_split_kv, config->fixed_split_size) != 0 ||
       (page_wave > 0 && ignis_decode_planner_init(&b->page_planner, config->max_batch_size, config->max_kv_len,
                                                   config->page_size, config->num_kv_heads, page_wave, 1,
@@ -413,6 +417,7 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
     plan->config.q_len_per_req = 1;
   plan->options = options;
   plan->bounds = bounds;
+  plan->kernel = bounds.general.kernel;
   ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes);
   const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
   if (keeps_lengths)
@@ -570,7 +575,7 @@ static ignis_status check_update(const char *fn, const ignis_decode_plan *plan, 
 }
 
 /* Plan the batch into image: the page kernel's schedule where it has no split and fills its waves,
- * else the other kernel's (plan->page_kernel says which). Unsplit, the items are the requests: a
+ * else the general kernel's (plan->kernel says which). Unsplit, the items are the requests: a
  * batch too small to fill the waves skips that planner. Returns the bytes of the image used. */
 static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
                          const int32_t *kv_last_page_len_host, int64_t batch_size, void *image) {
@@ -586,7 +591,7 @@ static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
   }
   if (!page)
     used = ignis_decode_plan_batch(&plan->bounds.planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-  plan->page_kernel = page;
+  plan->kernel = page ? plan->bounds.page.kernel : plan->bounds.general.kernel;
   return used;
 }
 
@@ -753,7 +758,16 @@ static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pi
   p->launch_work = plan->num_work;
   p->launch_batch = plan->batch_size;
   p->launch_merge = plan->num_partials > 0;
-  p->page_kernel = plan->page_kernel;
+  p->kernel = (int32_t)plan->kernel;
+}
+
+ignis_status ignis_decode_plan_kernel(const ignis_decode_plan *plan, const char **name) {
+  ignis_clear_error();
+  if (!plan || !name)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_decode_plan_kernel: %s is NULL",
+                           !plan ? "plan" : "name");
+  *name = ignis_attention_kernel_name(plan->kernel);
+  return IGNIS_OK;
 }
 
 ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor *q,

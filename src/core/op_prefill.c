@@ -33,6 +33,7 @@ struct ignis_prefill_plan {
   ignis_prefill_plan_config config;
   ignis_attention_resolved options;
   ignis_prefill_planner planner;
+  ignis_attention_kernel kernel; /* the backend's choice at plan creation; every run takes it */
   size_t schedule_bytes;
   ignis_plan_storage storage;
   int32_t *planned_kv_indptr; /* plans without a workspace: [max_batch + 1] */
@@ -201,10 +202,11 @@ static ignis_status carve_partials(ignis_workspace *ws, const char *fn, int64_t 
   return ignis_workspace_take(ws, fn, "partial_lse", rows, sizeof(float), (void **)partial_lse);
 }
 
-/* Attention blocks resident at once for a call of this shape (dtypes, head dims, mask mode and
- * options: they pick the CUDA kernel), as the device's backend answers. */
-static int64_t prefill_wave(ignis_device device, ignis_dtype q_dtype, ignis_dtype kv_dtype, int64_t head_dim_qk,
-                            int64_t head_dim_vo, ignis_mask_mode mask_mode, const ignis_attention_resolved *opt) {
+/* The kernel of a call of this shape (dtypes, head dims, mask mode and options pick it) and its
+ * wave, as the device's backend chooses. */
+static ignis_kernel_choice prefill_choice(ignis_device device, ignis_dtype q_dtype, ignis_dtype kv_dtype,
+                                          int64_t head_dim_qk, int64_t head_dim_vo, ignis_mask_mode mask_mode,
+                                          const ignis_attention_resolved *opt) {
   ignis_prefill_params shape;
   memset(&shape, 0, sizeof shape);
   shape.dtype = q_dtype;
@@ -213,7 +215,9 @@ static int64_t prefill_wave(ignis_device device, ignis_dtype q_dtype, ignis_dtyp
   shape.head_dim_vo = head_dim_vo;
   shape.mask_mode = mask_mode;
   fill_options(&shape, opt);
-  return ignis_backend_for(device.type)->prefill_wave(&shape, device.id);
+  ignis_kernel_choice choice;
+  ignis_backend_for(device.type)->prefill_choose(&shape, device.id, &choice);
+  return choice;
 }
 
 /* ---- single prefill ------------------------------------------------------------------------- */
@@ -282,9 +286,9 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   const int scratch = !target.backend->host_memory; /* split partials in the workspace */
 
   int64_t group = num_qo_heads / num_kv_heads, tile = ignis_prefill_q_tile_rows(head_dim_qk, head_dim_vo);
-  int64_t chunk = ignis_prefill_single_chunk_tokens(
-      qo_len, kv_len, group, num_kv_heads, tile,
-      prefill_wave(target.device, q->dtype, k->dtype, head_dim_qk, head_dim_vo, mask_mode, &opt));
+  const ignis_kernel_choice choice =
+      prefill_choice(target.device, q->dtype, k->dtype, head_dim_qk, head_dim_vo, mask_mode, &opt);
+  int64_t chunk = ignis_prefill_single_chunk_tokens(qo_len, kv_len, group, num_kv_heads, tile, choice.wave);
   int64_t tiles = ignis_prefill_implicit_tiles(qo_len, group, tile);
   int64_t chunks = ignis_prefill_implicit_chunks(kv_len, chunk);
   if (scratch) {
@@ -306,6 +310,7 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   p.custom_mask = custom_mask ? (const uint8_t *)custom_mask->data : NULL;
   p.kv_source = IGNIS_PREFILL_KV_CONTIGUOUS;
   p.q_tile_rows = (int32_t)tile;
+  p.kernel = (int32_t)choice.kernel;
   p.max_batch = 1;
   p.max_work = tiles * chunks;
   p.max_merge = chunks > 1 ? tiles : 0;
@@ -394,13 +399,13 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   const ignis_prefill_plan_config *c = config;
   int64_t head_dim_vo = c->head_dim_vo ? c->head_dim_vo : c->head_dim_qk;
   int64_t page_size = c->kv_kind == IGNIS_PREFILL_PAGED ? c->page_size : 1;
+  const ignis_kernel_choice choice =
+      prefill_choice(c->device, c->q_dtype, c->kv_dtype, c->head_dim_qk, head_dim_vo, c->mask_mode, &options);
   ignis_prefill_planner planner;
   if (ignis_prefill_planner_init(&planner, c->max_batch_size, c->max_qo_tokens, c->max_kv_len, page_size,
                                  c->num_kv_heads, c->num_qo_heads / c->num_kv_heads,
                                  ignis_prefill_q_tile_rows(c->head_dim_qk, head_dim_vo),
-                                 c->mask_mode == IGNIS_MASK_CAUSAL, c->options.window_left,
-                                 prefill_wave(c->device, c->q_dtype, c->kv_dtype, c->head_dim_qk, head_dim_vo,
-                                              c->mask_mode, &options),
+                                 c->mask_mode == IGNIS_MASK_CAUSAL, c->options.window_left, choice.wave,
                                  c->disable_split_kv, c->fixed_split_size) != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_batch_size=%" PRId64 ", config.max_qo_tokens=%" PRId64
@@ -416,6 +421,7 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   plan->config.page_size = page_size;
   plan->options = options;
   plan->planner = planner;
+  plan->kernel = choice.kernel;
   plan->schedule_bytes = ignis_prefill_schedule_bytes(&planner);
   ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c->device, plan->schedule_bytes);
   const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
@@ -517,6 +523,15 @@ static ignis_status check_update_arrays(const char *fn, const ignis_prefill_plan
   return IGNIS_OK;
 }
 
+ignis_status ignis_prefill_plan_kernel(const ignis_prefill_plan *plan, const char **name) {
+  ignis_clear_error();
+  if (!plan || !name)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_prefill_plan_kernel: %s is NULL",
+                           !plan ? "plan" : "name");
+  *name = ignis_attention_kernel_name(plan->kernel);
+  return IGNIS_OK;
+}
+
 ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *qo_indptr_host,
                                        const int32_t *kv_indptr_host, const int32_t *kv_last_page_len_host,
                                        int64_t batch_size, void *workspace, size_t workspace_bytes, void *stream) {
@@ -592,6 +607,7 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
   const ignis_prefill_planner *pl = &plan->planner;
   ignis_prefill_schedule_header *header = ignis_prefill_schedule_header_of(schedule);
   p->q_tile_rows = (int32_t)pl->q_tile_rows;
+  p->kernel = (int32_t)plan->kernel;
   p->requests = ignis_prefill_schedule_requests_of(schedule);
   p->batch_size = &header->batch_size;
   p->max_batch = pl->max_batch;

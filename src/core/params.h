@@ -177,6 +177,26 @@ typedef struct ignis_merge_state_params {
   float *s_out; ignis_state_layout s_out_layout; /* NULL: not written */
 } ignis_merge_state_params;
 
+/* ---- attention kernels ---- */
+/* The kernel an attention call runs, chosen by its backend once (backend.h: decode_choose /
+ * prefill_choose, at plan creation or per single call), recorded in the plan and passed back in
+ * the params of each run. */
+typedef enum ignis_attention_kernel {
+  IGNIS_KERNEL_CPU = 0,               /* the CPU backend's loops */
+  IGNIS_KERNEL_DECODE_M16 = 1,        /* decode_attention_kernel, m16 body (more than 8 rows per block) */
+  IGNIS_KERNEL_DECODE_TRANSPOSED = 2, /* decode_attention_kernel, transposed body (at most 8 rows) */
+  IGNIS_KERNEL_DECODE_PAGE = 3,       /* decode_page_kernel (a cache of 16 tokens x 8 heads per run) */
+  IGNIS_KERNEL_PREFILL_TILE = 4,      /* prefill_attention_kernel */
+  IGNIS_KERNEL_PREFILL_WGMMA = 5      /* prefill_wgmma_kernel (sm_90a) */
+} ignis_attention_kernel;
+
+/* A backend's choice: the kernel and its wave, the blocks (work item, KV head) resident at once,
+ * for which the planners size their work. wave 0: the kernel cannot run this call. */
+typedef struct ignis_kernel_choice {
+  ignis_attention_kernel kernel;
+  int64_t wave;
+} ignis_kernel_choice;
+
 /* Decode attention (include/ignis/decode.h). One work item is a chunk [kv_start, kv_end) of one
  * request's keys, for every KV head (grid.y) and the query heads of its group. An item that covers
  * its whole request writes out and lse directly (partial = -1); the items of a split request write
@@ -223,9 +243,10 @@ typedef struct ignis_decode_params {
   int64_t launch_work;
   int64_t launch_batch;
   int32_t launch_merge;
-  /* The plan chose the page kernel for this batch (CUDA, decode.cu: an unsplit batch that fills
-   * its waves, of the shapes it takes); a captured run keeps the choice of its capture. */
-  int32_t page_kernel;
+  /* The kernel (ignis_attention_kernel) the plan chose for this batch: its backend's choice at
+   * plan creation, the page kernel for a batch of the page planner's schedule (CUDA, decode.cu:
+   * an unsplit batch that fills its waves); a captured run keeps the choice of its capture. */
+  int32_t kernel;
   /* Partial rows: item partial p, query token i, head h is row (p * q_len + i) * num_qo_heads + h. */
   float *partial_out;             /* [max_partials * q_len, num_qo_heads, head_dim] f32 */
   float *partial_lse;             /* [max_partials * q_len, num_qo_heads] f32, base 2 */
@@ -380,6 +401,7 @@ typedef struct ignis_prefill_params {
   ignis_prefill_kv_source kv_source;
   ignis_paged_kv_params cache;
   int32_t q_tile_rows;        /* packed rows per tile, fixed by the plan */
+  int32_t kernel;             /* ignis_attention_kernel: the backend's choice for the plan */
   /* Schedule (device memory in the workspace; host memory on the CPU backend). */
   const ignis_prefill_request *requests; /* [max_batch] */
   const int32_t *batch_size;             /* [1] */

@@ -24,16 +24,11 @@ ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t devi
 ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
 
-/* ---- planning facts ---- */
-/* Decode attention blocks resident per SM for this head dim, K/V dtype and query rows per block
- * (q_len * group: they pick the kernel). */
-int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows);
-/* The same for the page kernel (decode.cu) in (work item, KV head) units, i.e. its blocks per SM
- * times its 8 heads; 0 when it does not take this shape or cannot run on the current device. */
-int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
-                                         int64_t num_kv_heads, int64_t page_size);
-/* Prefill attention blocks resident per SM on `device` for a call of this shape. */
-int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device);
+/* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
+void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                              int64_t num_kv_heads, int64_t page_size, ignis_kernel_choice *general,
+                              ignis_kernel_choice *page);
+void ignis_cuda_prefill_choose(const ignis_prefill_params *shape, int32_t device, ignis_kernel_choice *choice);
 
 /* ---- the runtime (common/runtime.cu) ---- */
 int ignis_cuda_runtime_device_count(void);

@@ -6,10 +6,13 @@
  * heads of one page run side by side): block (w, kvh) runs work item w (keys [kv_start, kv_end) of
  * one request) for every query row of KV head kvh, so each K/V row is read from memory once for the
  * whole GQA group and all q_len tokens. A whole request writes out / lse directly; a chunk of a
- * split request writes f32 partial rows and their base-2 LSEs. Which kernel:
- *   - decode_page_kernel (decode_page.cuh) when the plan chose it and the cache's layout allows;
- *   - else decode_attention_kernel (decode_attention.cuh): the transposed kernel for blocks of at
- *     most DECODE_TRANSPOSED_ROWS query rows, the m16 kernel for more.
+ * split request writes f32 partial rows and their base-2 LSEs. Which kernel is chosen once, by
+ * ignis_cuda_decode_choose at plan creation (single decode: per call), and the plan records it:
+ *   - decode_attention_kernel (decode_attention.cuh): the transposed kernel for blocks of at most
+ *     DECODE_TRANSPOSED_ROWS query rows, the m16 kernel for more;
+ *   - decode_page_kernel (decode_page.cuh) for the shapes it takes, on a batch the plan gave the
+ *     page planner's schedule; a run whose cache layout it cannot read (only the run knows the
+ *     strides) runs the transposed kernel over the same schedule.
  * Split requests merge inside the transposed and page kernels on planned schedules
  * (merge_in_kernel), else in decode_merge_kernel launched after the attention kernel (PDL between
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
@@ -54,17 +57,15 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
-  c.fused_merge = p.work != nullptr && transposed_rows(c.rows);
+  c.fused_merge = p.work != nullptr && p.kernel != IGNIS_KERNEL_DECODE_M16;
   return c;
 }
 
-/* Whether the page kernel can run on the current device: compiled for sm_90 (its body is empty
- * otherwise) and a device of compute capability >= 9.0. (IGNIS_DECODE_PAGE_KERNEL is the plan's,
- * op_decode.c.) */
-static bool page_kernel_available() {
+/* Whether the page kernel can run on `device`: compiled for sm_90 (its body is empty otherwise)
+ * and a device of compute capability >= 9.0. (IGNIS_DECODE_PAGE_KERNEL is the plan's, op_decode.c.) */
+static bool page_kernel_available(int32_t device) {
   static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90") != nullptr;
-  int device = 0;
-  return compiled && cudaGetDevice(&device) == cudaSuccess && ignis_compute_capability(device) >= 90;
+  return compiled && ignis_compute_capability(device) >= 90;
 }
 
 /* The call shapes the page kernel takes, as far as a plan knows them: 16-bit K/V at head dim 128,
@@ -81,7 +82,7 @@ static bool page_kernel_shape(int64_t head_dim, ignis_dtype kv_dtype, int64_t ro
  * heads), which only the run knows. */
 static bool page_kernel_runs(const ignis_decode_params &p) {
   const ignis_paged_kv_params &k = p.cache;
-  return p.page_kernel && k.k_stride_head == p.head_dim && k.v_stride_head == p.head_dim &&
+  return p.kernel == IGNIS_KERNEL_DECODE_PAGE && k.k_stride_head == p.head_dim && k.v_stride_head == p.head_dim &&
          k.k_stride_token == PAGE_HEADS * p.head_dim && k.v_stride_token == PAGE_HEADS * p.head_dim;
 }
 
@@ -125,8 +126,8 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   const decode_config c = make_config(p);
   const decode_family family = decode_page_takes(instance->kv_kind, instance->head_dim) && page_kernel_runs(p)
                                    ? DECODE_PAGE
-                               : transposed_rows(c.rows) ? DECODE_TRANSPOSED
-                                                         : DECODE_MMA;
+                               : p.kernel == IGNIS_KERNEL_DECODE_M16 ? DECODE_MMA
+                                                                     : DECODE_TRANSPOSED;
   decode_kernel k;
   IGNIS_CUDA_CHECK(instance->kernel(family, &k, nullptr));
   /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
@@ -179,16 +180,19 @@ static int blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, decode_family f
   return blocks;
 }
 
-extern "C" int ignis_cuda_decode_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows) {
-  return blocks_per_sm(head_dim, kv_dtype, transposed_rows(rows) ? DECODE_TRANSPOSED : DECODE_MMA, 1);
-}
-
-/* In units of (work item, KV head) blocks: the page kernel's blocks count PAGE_HEADS each. */
-extern "C" int ignis_cuda_decode_page_blocks_per_sm(int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
-                                                    int64_t num_kv_heads, int64_t page_size) {
-  if (!page_kernel_shape(head_dim, kv_dtype, rows, num_kv_heads, page_size) || !page_kernel_available())
-    return 0;
-  return blocks_per_sm(128, IGNIS_BF16, DECODE_PAGE, 0) * PAGE_HEADS;
+extern "C" void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,
+                                         int64_t num_kv_heads, int64_t page_size, ignis_kernel_choice *general,
+                                         ignis_kernel_choice *page) {
+  const int64_t sms = ignis_cuda_device_sm_count(device);
+  const bool transposed = transposed_rows(rows);
+  general->kernel = transposed ? IGNIS_KERNEL_DECODE_TRANSPOSED : IGNIS_KERNEL_DECODE_M16;
+  general->wave = sms * blocks_per_sm(head_dim, kv_dtype, transposed ? DECODE_TRANSPOSED : DECODE_MMA, 1);
+  page->kernel = IGNIS_KERNEL_DECODE_PAGE;
+  /* in (work item, KV head) units: a page kernel block runs PAGE_HEADS heads */
+  page->wave = page_kernel_shape(head_dim, kv_dtype, rows, num_kv_heads, page_size) &&
+                       page_kernel_available(device)
+                   ? sms * blocks_per_sm(128, IGNIS_BF16, DECODE_PAGE, 0) * PAGE_HEADS
+                   : 0;
 }
 
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {

@@ -10,13 +10,14 @@
  *     ROWS packed query rows (row r: token r / group, query head kvh * group + r % group, so each
  *     key is read once for the GQA group) against the item's keys, and writes out / lse, or an f32
  *     partial slot and its base-2 LSE when the tile is split.
- *     Which one: prefill_wgmma_kernel (prefill_wgmma.cuh: 384 threads, a cp.async producer
- *     warpgroup and two wgmma consumer warpgroups, one block per SM) when the device runs sm_90a
- *     code (H100 / H200 and a build with 90a; IGNIS_PREFILL_WGMMA=0 turns it off) and the call is
- *     the hot case: K/V of q's 16-bit dtype, head dims
- *     (128, 128), causal or no mask, no custom mask, window, soft cap or position encoding (sinks,
- *     LSE, split items and every key source are its own); otherwise prefill_attention_kernel
- *     (prefill_kernel.cuh, 128 threads).
+ *     Which one is chosen once, by ignis_cuda_prefill_choose at plan creation (single prefill:
+ *     per call), and the plan records it: prefill_wgmma_kernel (prefill_wgmma.cuh: 384 threads,
+ *     a cp.async producer warpgroup and two wgmma consumer warpgroups, one block per SM) when the
+ *     device runs sm_90a code (H100 / H200 and a build with 90a; IGNIS_PREFILL_WGMMA=0 turns it
+ *     off) and the call is the hot case: K/V of q's 16-bit dtype, head dims (128, 128), causal or
+ *     no mask, no custom mask, window, soft cap or position encoding (sinks, LSE, split items and
+ *     every key source are its own); otherwise prefill_attention_kernel (prefill_kernel.cuh, 128
+ *     threads).
  *   - prefill_merge_kernel: one thread per 8 output values of a (merge entry, KV head, tile row)
  *     combines the tile's partial slots by their LSEs and joins the sink.
  *
@@ -77,8 +78,14 @@ static bool wgmma_shape(const ignis_prefill_params &p) {
          p.head_dim_qk == WGMMA_D && p.head_dim_vo == WGMMA_D && !general_options(p);
 }
 
-extern "C" int ignis_cuda_prefill_blocks_per_sm(const ignis_prefill_params *shape, int32_t device) {
-  return wgmma_shape(*shape) && wgmma_runs(device) ? 1 : 2;
+/* The kernel of a call of this shape on `device`, chosen at plan creation (single prefill: per
+ * call): the wgmma kernel (one block per SM) for its shapes where it runs, else the tile kernel
+ * (two). */
+extern "C" void ignis_cuda_prefill_choose(const ignis_prefill_params *shape, int32_t device,
+                                          ignis_kernel_choice *choice) {
+  const bool wgmma = wgmma_shape(*shape) && wgmma_runs(device);
+  choice->kernel = wgmma ? IGNIS_KERNEL_PREFILL_WGMMA : IGNIS_KERNEL_PREFILL_TILE;
+  choice->wave = (int64_t)ignis_cuda_device_sm_count(device) * (wgmma ? 1 : 2);
 }
 
 /* The instance of a call (q dtype, K/V kind, head dims, fast or general options), or NULL when this
@@ -127,11 +134,10 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
                            "prefill: %lld work items x %lld KV heads exceed one grid", (long long)p.max_work,
                            (long long)p.num_kv_heads);
   if (blocks > 0) {
-    bool hot = false;
-    if (instance->wgmma) {
-      int device = -1;
-      hot = cudaGetDevice(&device) == cudaSuccess && wgmma_runs(device);
-    }
+    const bool hot = p.kernel == IGNIS_KERNEL_PREFILL_WGMMA;
+    if (hot && !instance->wgmma)
+      return ignis_set_error(IGNIS_ERROR_INTERNAL, "prefill: the plan chose the wgmma kernel for a call it "
+                                                   "does not take");
     prefill_kernel k;
     IGNIS_CUDA_CHECK(instance->kernel(hot, &k));
     IGNIS_CUDA_CHECK(

@@ -247,7 +247,7 @@ static ignis_status fill_single_params(const char *fn, const single_call *call, 
   decode_choice(call->target.device, call->head_dim, k->dtype, call->num_qo_heads / call->num_kv_heads,
                 call->num_kv_heads, 0, &choice, &no_page);
   int64_t chunk = ignis_decode_single_chunk_tokens(kv_len, call->num_kv_heads, choice.wave);
-  int64_t items = kv_len > chunk ? (kv_len + chunk - 1) / chunk : 1;
+  int64_t items = ignis_decode_implicit_items(kv_len, chunk);
   if (!call->target.backend->host_memory) { /* split partials in the workspace */
     ignis_workspace ws =
         workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();

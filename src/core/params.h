@@ -265,7 +265,8 @@ typedef struct ignis_decode_params {
    * schedule copy). 0: the schedule is the one above. > 0: work, num_work, request_partials and
    * batch_size are NULL; the batch is one request of contiguous_kv_len keys cut into
    * max_work = max(1, ceil(contiguous_kv_len / implicit_chunk_tokens)) items (grid.x = max_work),
-   * item i covering keys [i * implicit_chunk_tokens, min((i + 1) * implicit_chunk_tokens, kv_len)).
+   * item i covering keys [i * implicit_chunk_tokens, min((i + 1) * implicit_chunk_tokens, kv_len))
+   * (sched/schedule.h: ignis_decode_implicit_items / _item, which every backend uses).
    * max_work == 1: item 0 writes out / lse directly; else item i writes partial row i and the
    * merge (max_batch = 1) combines rows 0 .. max_work - 1 into request 0.
    * On the CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
@@ -422,8 +423,8 @@ typedef struct ignis_prefill_params {
    * against keys [c * implicit_chunk_tokens, min((c + 1) * implicit_chunk_tokens, kv_len)),
    * c = i % chunks, partial slot i when chunks > 1 (else -1); merge entry m (max_merge = tiles when
    * chunks > 1, else 0) combines slots m * chunks .. m * chunks + chunks - 1 of tile m.
-   * sched/prefill_plan.h: ignis_prefill_implicit_schedule writes the same schedule out. On the CPU
-   * backend partial_out / partial_lse are NULL: it keeps its own scratch. */
+   * Every backend builds it from the helpers of sched/schedule.h (ignis_prefill_implicit_*). On the
+   * CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
   int64_t implicit_chunk_tokens;
   int64_t contiguous_q_len;
   int64_t contiguous_kv_len;

@@ -47,31 +47,27 @@ double ignis_cpu_alibi_slope(int64_t h, int64_t num_heads) {
 
 double ignis_cpu_attention_finish(double m, double l, const double *acc, double sink2, int64_t D,
                                   float *out_row) {
+  const int seen = l > 0.0 || isnan(l); /* NaN propagates */
   double top = m > sink2 ? m : sink2;
-  double kept = l > 0.0 ? exp2(m - top) : 0.0,
-         total = l * kept + (sink2 > -INFINITY ? exp2(sink2 - top) : 0.0);
+  double kept = seen ? exp2(m - top) : 0.0, total = l * kept + (sink2 > -INFINITY ? exp2(sink2 - top) : 0.0);
   for (int64_t d = 0; d < D; ++d)
-    out_row[d] = l > 0.0 ? (float)(acc[d] * kept / total) : 0.0f;
-  return total > 0.0 ? top + log2(total) : -INFINITY;
+    out_row[d] = seen ? (float)(acc[d] * kept / total) : 0.0f;
+  return total > 0.0 || isnan(total) ? top + log2(total) : -INFINITY;
 }
 
 double ignis_cpu_attention_merge(const ignis_cpu_attention_scratch *scratch, int64_t first_row,
                                  int64_t row_stride, int64_t count, double sink2, int64_t D, float *out_row) {
-  double top = -INFINITY;
+  double m = -INFINITY, l = 0.0, acc[IGNIS_CPU_ATTENTION_MAX_HEAD_DIM] = {0}, v[IGNIS_CPU_ATTENTION_MAX_HEAD_DIM];
   for (int64_t c = 0; c < count; ++c) {
-    double lse2 = scratch->partial_lse[first_row + c * row_stride];
-    top = lse2 > top ? lse2 : top;
+    const int64_t row = first_row + c * row_stride;
+    const double lse2 = scratch->partial_lse[row];
+    if (lse2 == -INFINITY)
+      continue;
+    for (int64_t d = 0; d < D; ++d)
+      v[d] = scratch->partial_out[row * D + d];
+    ignis_cpu_softmax_push(lse2, v, D, &m, &l, acc);
   }
-  double acc[IGNIS_CPU_ATTENTION_MAX_HEAD_DIM] = {0}, total = 0.0;
-  if (top > -INFINITY)
-    for (int64_t c = 0; c < count; ++c) {
-      int64_t row = first_row + c * row_stride;
-      double weight = exp2(scratch->partial_lse[row] - top);
-      total += weight;
-      for (int64_t d = 0; d < D; ++d)
-        acc[d] += weight * scratch->partial_out[row * D + d];
-    }
-  return ignis_cpu_attention_finish(top, total, acc, sink2, D, out_row);
+  return ignis_cpu_attention_finish(m, l, acc, sink2, D, out_row);
 }
 
 void ignis_cpu_attention_store_partial(const ignis_cpu_attention_scratch *scratch, int64_t row, int64_t D,

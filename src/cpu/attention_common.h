@@ -119,7 +119,10 @@ static inline double ignis_cpu_attention_score(const double *q, const double *k,
   return x * IGNIS_CPU_LOG2E;
 }
 
-/* Online softmax: fold a key of base-2 score s and value v (head_dim D) into (m, l, acc). */
+/* Online softmax: fold a key of base-2 score s (> -inf) and value v (head_dim D) into (m, l, acc).
+ * It is also the CPU's one merge of attention states (a state's LSE as s, its values as v):
+ * ignis_cpu_attention_merge and the merge_state ops (merge_state.c) fold with it and finish with
+ * ignis_cpu_attention_finish. */
 static inline void ignis_cpu_softmax_push(double s, const double *v, int64_t D, double *m, double *l,
                                           double *acc) {
   if (s > *m) {
@@ -136,12 +139,12 @@ static inline void ignis_cpu_softmax_push(double s, const double *v, int64_t D, 
 }
 
 /* Finish a state (m, l, acc) with an extra empty-valued state of base-2 score sink2 (-inf: none):
- * out_row = acc / total (0 when l is 0); returns lse2 (-inf when nothing joined). */
+ * out_row = acc / total (0 when l is 0); returns lse2 (-inf when nothing joined). NaN propagates. */
 double ignis_cpu_attention_finish(double m, double l, const double *acc, double sink2, int64_t D,
                                   float *out_row);
 
-/* Merge partial rows first_row + c * row_stride, c in [0, count), then join sink2 and finish as
- * above; returns lse2. */
+/* Merge partial rows first_row + c * row_stride, c in [0, count) (rows of LSE -inf skipped), then
+ * join sink2 and finish as above; returns lse2. */
 double ignis_cpu_attention_merge(const ignis_cpu_attention_scratch *scratch, int64_t first_row,
                                  int64_t row_stride, int64_t count, double sink2, int64_t D, float *out_row);
 

@@ -174,8 +174,7 @@ ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, vo
   if (p->implicit_chunk_tokens > 0) {
     int64_t tiles = ignis_prefill_implicit_tiles(p->contiguous_q_len, group, p->q_tile_rows);
     int64_t chunks = ignis_prefill_implicit_chunks(p->contiguous_kv_len, p->implicit_chunk_tokens);
-    ignis_prefill_request request = {0, 0, (int32_t)p->contiguous_q_len, 0, (int32_t)p->contiguous_kv_len};
-    implicit_request = request;
+    implicit_request = ignis_prefill_implicit_request(p->contiguous_q_len, p->contiguous_kv_len);
     implicit_work = malloc(sizeof(ignis_prefill_work) * (size_t)(tiles * chunks + 1));
     implicit_merge = malloc(sizeof(ignis_prefill_merge) * (size_t)(tiles + 1));
     if (!implicit_work || !implicit_merge) {

@@ -178,14 +178,6 @@ size_t ignis_prefill_plan_batch(const ignis_prefill_planner *pl, const int32_t *
   return ignis_prefill_schedule_merge_offset(pl) + (size_t)num_merge * sizeof(ignis_prefill_merge);
 }
 
-int64_t ignis_prefill_implicit_tiles(int64_t q_len, int64_t group, int64_t q_tile_rows) {
-  return ceil_div(q_len * group, q_tile_rows);
-}
-
-int64_t ignis_prefill_implicit_chunks(int64_t kv_len, int64_t chunk_tokens) {
-  return max64(1, ceil_div(kv_len, chunk_tokens));
-}
-
 int64_t ignis_prefill_single_max_partials(int64_t max_kv_len, int64_t num_kv_heads) {
   if (max_kv_len < 2 * IGNIS_PREFILL_MIN_CHUNK_TOKENS)
     return 0;
@@ -210,14 +202,8 @@ void ignis_prefill_implicit_schedule(int64_t q_len, int64_t kv_len, int64_t grou
                                      int64_t chunk_tokens, ignis_prefill_work *work, ignis_prefill_merge *merge) {
   int64_t tiles = ignis_prefill_implicit_tiles(q_len, group, q_tile_rows);
   int64_t chunks = ignis_prefill_implicit_chunks(kv_len, chunk_tokens);
-  for (int64_t i = 0; i < tiles * chunks; ++i) {
-    int64_t c = i % chunks;
-    ignis_prefill_work w = {0, (int32_t)(i / chunks * q_tile_rows), (int32_t)min64(c * chunk_tokens, kv_len),
-                            (int32_t)min64((c + 1) * chunk_tokens, kv_len), chunks > 1 ? (int32_t)i : -1};
-    work[i] = w;
-  }
-  for (int64_t t = 0; chunks > 1 && t < tiles; ++t) {
-    ignis_prefill_merge m = {0, (int32_t)(t * q_tile_rows), (int32_t)(t * chunks), (int32_t)chunks};
-    merge[t] = m;
-  }
+  for (int64_t i = 0; i < tiles * chunks; ++i)
+    work[i] = ignis_prefill_implicit_item(i, chunks, chunk_tokens, kv_len, q_tile_rows);
+  for (int64_t t = 0; chunks > 1 && t < tiles; ++t)
+    merge[t] = ignis_prefill_implicit_merge(t, chunks, q_tile_rows);
 }

@@ -123,10 +123,7 @@ int64_t ignis_prefill_single_chunk_tokens(int64_t q_len, int64_t kv_len, int64_t
                                           int64_t q_tile_rows, int64_t wave);
 /* The most partial slots single prefill uses for any kv_len <= max_kv_len on any device. */
 int64_t ignis_prefill_single_max_partials(int64_t max_kv_len, int64_t num_kv_heads);
-/* Tiles and chunks of the implicit schedule. */
-int64_t ignis_prefill_implicit_tiles(int64_t q_len, int64_t group, int64_t q_tile_rows);
-int64_t ignis_prefill_implicit_chunks(int64_t kv_len, int64_t chunk_tokens);
-/* Write the implicit schedule out: work [tiles * chunks], merge [tiles when chunks > 1]. */
+/* Write the implicit schedule (sched/schedule.h) out: work [tiles * chunks], merge [tiles when chunks > 1]. */
 void ignis_prefill_implicit_schedule(int64_t q_len, int64_t kv_len, int64_t group, int64_t q_tile_rows,
                                      int64_t chunk_tokens, ignis_prefill_work *work, ignis_prefill_merge *merge);
 

@@ -25,9 +25,13 @@ typedef struct ignis_decode_work {
 #define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
 #define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
 
-/* Item i of an implicit decode schedule (single decode: request 0 of kv_len keys cut into `items`
- * chunks of chunk_tokens): keys [i * chunk_tokens, min((i + 1) * chunk_tokens, kv_len)), partial
- * row i when the request is split. */
+/* The implicit decode schedule (single decode): request 0 of kv_len keys cut into
+ * max(1, ceil(kv_len / chunk_tokens)) items, item i covering keys [i * chunk_tokens,
+ * min((i + 1) * chunk_tokens, kv_len)), partial row i when the request is split. Every backend
+ * and the front end use these two. */
+IGNIS_SCHED_INLINE int64_t ignis_decode_implicit_items(int64_t kv_len, int64_t chunk_tokens) {
+  return kv_len > chunk_tokens ? (kv_len + chunk_tokens - 1) / chunk_tokens : 1;
+}
 IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int64_t i, int64_t chunk_tokens, int64_t kv_len,
                                                                 int64_t items) {
   int64_t start = i * chunk_tokens, end = start + chunk_tokens;
@@ -59,6 +63,32 @@ typedef struct ignis_prefill_merge {
   int32_t num_partials;       /* >= 2 */
 } ignis_prefill_merge;
 
+/* The implicit prefill schedule (single prefill): request 0 of q_len tokens and kv_len keys, its
+ * q_len * group packed rows cut into tiles of q_tile_rows and its keys into chunks of
+ * chunk_tokens; item i (of tiles * chunks) is tile i / chunks against chunk i % chunks, partial slot
+ * i when the request is split (chunks > 1), and merge entry t combines slots t * chunks ..
+ * t * chunks + chunks - 1 of tile t. Every backend and the front end use these. */
+IGNIS_SCHED_INLINE int64_t ignis_prefill_implicit_tiles(int64_t q_len, int64_t group, int64_t q_tile_rows) {
+  return (q_len * group + q_tile_rows - 1) / q_tile_rows;
+}
+IGNIS_SCHED_INLINE int64_t ignis_prefill_implicit_chunks(int64_t kv_len, int64_t chunk_tokens) {
+  return kv_len > chunk_tokens ? (kv_len + chunk_tokens - 1) / chunk_tokens : 1;
+}
+IGNIS_SCHED_INLINE ignis_prefill_request ignis_prefill_implicit_request(int64_t q_len, int64_t kv_len) {
+  ignis_prefill_request r = {0, 0, (int32_t)q_len, 0, (int32_t)kv_len};
+  return r;
+}
+IGNIS_SCHED_INLINE ignis_prefill_work ignis_prefill_implicit_item(int64_t i, int64_t chunks, int64_t chunk_tokens,
+                                                                  int64_t kv_len, int64_t q_tile_rows) {
+  const int64_t c = i % chunks, start = c * chunk_tokens, end = start + chunk_tokens;
+  ignis_prefill_work w = {0, (int32_t)(i / chunks * q_tile_rows), (int32_t)(start < kv_len ? start : kv_len),
+                          (int32_t)(end < kv_len ? end : kv_len), chunks > 1 ? (int32_t)i : -1};
+  return w;
+}
+IGNIS_SCHED_INLINE ignis_prefill_merge ignis_prefill_implicit_merge(int64_t t, int64_t chunks, int64_t q_tile_rows) {
+  ignis_prefill_merge m = {0, (int32_t)(t * q_tile_rows), (int32_t)(t * chunks), (int32_t)chunks};
+  return m;
+}
 /* Keys of paged request b: (pages - 1) * page_size + last_page_len[b], 0 with no page. */
 IGNIS_SCHED_INLINE int64_t ignis_paged_request_len(const int32_t *kv_indptr, const int32_t *kv_last_page_len,
                                                   int64_t b, int64_t page_size) {

@@ -9,8 +9,9 @@
  *
  * Scores: ALiBi slopes and the soft cap as the kernels take them (attention_score_transform,
  * filled on the host). Split-KV: attention_merge_partials combines the f32 partial rows of one
- * output row by their base-2 LSEs and joins the sink, one thread per 8 values (prefill's merge;
- * decode's spreads a row's partials over warps, for single requests cut into ~50 chunks).
+ * output row by their base-2 LSEs (lse_merge.cuh) and joins the sink, one thread per 8 values
+ * (prefill's merge; decode's spreads a row's partials over warps, for single requests cut into
+ * ~50 chunks).
  * Host: the 16-byte alignment check of the kernels' operands, the dispatch on the q dtype, the K/V
  * kind of a call, and the head dims a build compiles (IGNIS_HEAD_DIMS in CMake; a lone nvcc compile gets them all). */
 #ifndef IGNIS_CUDA_ATTENTION_TILE_CUH
@@ -20,6 +21,7 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include "cuda/attention/lse_merge.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
 
@@ -213,42 +215,27 @@ __device__ __forceinline__ float alibi_slope(int32_t alibi_n, int64_t h) {
 /* ---- split-KV merge ---------------------------------------------------------------------------- */
 /* Combine the n partial rows row0 + i * row_stride (i < n) of one output row: their base-2 LSEs in
  * partial_lse, their normalised values in partial_out (head_dim per row; this thread takes the 8
- * values from e0), plus a sink of base-2 score sink2 (-inf: none). acc gets the merged values, 0 when
- * nothing is visible; returns the merged base-2 LSE (-inf then). */
+ * values from e0), plus a sink of base-2 score sink2 (-inf: none), by the one LSE merge
+ * (lse_merge.cuh). acc gets the merged values, 0 when nothing is visible; returns the merged base-2
+ * LSE (-inf then). */
 __device__ __forceinline__ float attention_merge_partials(const float *partial_out, const float *partial_lse,
                                                           int64_t row0, int64_t row_stride, int n,
                                                           int64_t head_dim, int e0, float sink2,
                                                           float (&acc)[8]) {
-  float mx = -CUDART_INF_F;
-#pragma unroll 8
-  for (int i = 0; i < n; ++i)
-    mx = fmaxf(mx, partial_lse[row0 + i * row_stride]);
-  const float top = fmaxf(mx, sink2);
-  float sum = 0.0f;
+  float m = -CUDART_INF_F, d = 0.0f;
 #pragma unroll
   for (int e = 0; e < 8; ++e)
     acc[e] = 0.0f;
-  if (top != -CUDART_INF_F) {
-#pragma unroll 8
-    for (int i = 0; i < n; ++i) {
-      const int64_t prow = row0 + i * row_stride;
-      const float w = exp2f(partial_lse[prow] - top);
-      float x[8];
-      ignis_load_floats<IGNIS_CACHE_STREAM>(partial_out + prow * head_dim + e0, x);
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        acc[e] = fmaf(w, x[e], acc[e]);
-      sum += w;
-    }
-    if (sink2 != -CUDART_INF_F)
-      sum += exp2f(sink2 - top);
+  for (int i = 0; i < n; ++i) {
+    const int64_t prow = row0 + i * row_stride;
+    const float t = partial_lse[prow];
+    if (t == -CUDART_INF_F)
+      continue;
+    float x[8];
+    ignis_load_floats<IGNIS_CACHE_STREAM>(partial_out + prow * head_dim + e0, x);
+    lse_merge_fold(t, x, m, d, acc);
   }
-  const bool any = sum > 0.0f || isnan(sum);
-  const float inv = any ? 1.0f / sum : 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    acc[e] = any ? acc[e] * inv : 0.0f;
-  return any ? top + log2f(sum) : -CUDART_INF_F;
+  return lse_merge_finish(acc, m, d, sink2);
 }
 
 /* ---- host ---------------------------------------------------------------------------------------- */

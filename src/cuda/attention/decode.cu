@@ -50,7 +50,7 @@ static decode_config make_config(const ignis_decode_params &p) {
   if (chunk <= 0 || chunk >= len)
     chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
   c.implicit_chunk = (int32_t)chunk;
-  c.implicit_items = (int32_t)(len > 0 ? (len + chunk - 1) / chunk : 1);
+  c.implicit_items = (int32_t)ignis_decode_implicit_items(len, chunk);
   const attention_score_transform st =
       attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
   c.cap_in = st.cap_in;

@@ -119,11 +119,7 @@ __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const d
   if (p.work == nullptr) {
     if (w >= c.implicit_items)
       return false;
-    const int64_t start = (int64_t)w * c.implicit_chunk;
-    item->request = 0;
-    item->kv_start = (int32_t)start;
-    item->kv_end = (int32_t)min(start + c.implicit_chunk, (int64_t)INT32_MAX);
-    item->partial = c.implicit_items > 1 ? w : -1;
+    *item = ignis_decode_implicit_item(w, c.implicit_chunk, p.contiguous_kv_len, c.implicit_items);
     return true;
   }
   if (w >= *p.num_work)
@@ -223,23 +219,9 @@ __device__ __forceinline__ void merge_partial_rows(const ignis_decode_params &p,
       }
     }
 #pragma unroll
-    for (int u = 0; u < MERGE_BATCH; ++u) {
-      if (lse[u] == -CUDART_INF_F)
-        continue;
-      if (lse[u] > mx) { /* the same for the row's lanes */
-        const float down = exp2f(mx - lse[u]);
-        sum *= down;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          acc[e] *= down;
-        mx = lse[u];
-      }
-      const float w = exp2f(lse[u] - mx);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        acc[e] = fmaf(w, x[u][e], acc[e]);
-      sum += w;
-    }
+    for (int u = 0; u < MERGE_BATCH; ++u)
+      if (lse[u] != -CUDART_INF_F)
+        lse_merge_fold(lse[u], x[u], mx, sum, acc); /* mx: the same for the row's lanes */
   }
 }
 

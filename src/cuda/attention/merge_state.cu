@@ -5,13 +5,14 @@
  * Each (seq, head) row is handled by a slot of G threads (G the power of two <= 32 covering the
  * row's chunks; a block of 128 threads holds 128 / G slots). A thread owns chunks of VEC elements
  * (a 16-byte vector when head_dim and every pointer and stride allow it, checked on the host;
- * single elements otherwise) and walks the states once with a running maximum m of the base-2
- * LSEs: a state above m rescales the accumulated sum and denominator by 2^(m - t), so every
- * exponent is <= 0 and the merge is stable for any LSE. Empty states (-inf) are skipped; a row
- * with no non-empty state is written as v = 0, s = -inf. Lane 0 of the slot writes s.
+ * single elements otherwise) and walks the states once by the one LSE merge of the attention
+ * kernels (lse_merge.cuh: a running maximum m of the base-2 LSEs, stable for any LSE). Empty
+ * states (-inf) are skipped unread; a row with no non-empty state is written as v = 0, s = -inf.
+ * Lane 0 of the slot writes s.
  * Launched with ignis_launch; ignis_pdl_wait() precedes the first global access. */
 #include <math_constants.h>
 
+#include "cuda/attention/lse_merge.cuh"
 #include "cuda/common/cuda_common.cuh"
 
 enum { MERGE_BLOCK_THREADS = 128, MAX_GRID_BLOCKS = 1 << 20 };
@@ -34,24 +35,6 @@ __device__ __forceinline__ const T *state_v(const ignis_merge_state_params &p, i
          r.head * p.v_a_layout.stride_head;
 }
 
-/* Running merge: fold base-2 LSE t with weight-1 values x into (m, d, acc). */
-template <int VEC>
-__device__ __forceinline__ void fold(float t, const float (&x)[VEC], float &m, float &d, float (&acc)[VEC]) {
-  if (t > m) {
-    const float rescale = exp2f(m - t); /* 0 when m = -inf */
-#pragma unroll
-    for (int k = 0; k < VEC; ++k)
-      acc[k] *= rescale;
-    d *= rescale;
-    m = t;
-  }
-  const float w = exp2f(t - m); /* NaN t propagates through w */
-#pragma unroll
-  for (int k = 0; k < VEC; ++k)
-    acc[k] += w * x[k];
-  d += w;
-}
-
 template <typename T, int VEC>
 __global__ void __launch_bounds__(MERGE_BLOCK_THREADS) merge_state_kernel(ignis_merge_state_params p) {
   const int64_t rows = p.seq_len * p.num_heads;
@@ -65,7 +48,7 @@ __global__ void __launch_bounds__(MERGE_BLOCK_THREADS) merge_state_kernel(ignis_
     r.head = row - r.seq * p.num_heads;
     if (p.mask && !p.mask[r.seq * p.mask_stride])
       continue;
-    float m = -CUDART_INF_F, d = 0.0f;
+    float m = -CUDART_INF_F, d = 0.0f, lse2 = -CUDART_INF_F;
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
       float acc[VEC];
 #pragma unroll
@@ -79,30 +62,24 @@ __global__ void __launch_bounds__(MERGE_BLOCK_THREADS) merge_state_kernel(ignis_
           continue;
         float x[VEC];
         ignis_load_floats<IGNIS_CACHE_STREAM>(state_v<T>(p, i, r) + (int64_t)c * VEC, x);
-        fold(t, x, m, d, acc);
+        lse_merge_fold(t, x, m, d, acc);
       }
-      const float inv = d > 0.0f || isnan(d) ? 1.0f / d : 0.0f;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k)
-        acc[k] = d > 0.0f || isnan(d) ? acc[k] * inv : 0.0f;
+      lse2 = lse_merge_finish(acc, m, d, -CUDART_INF_F);
       T *out = static_cast<T *>(p.v_out) + r.seq * p.v_out_layout.stride_seq + r.head * p.v_out_layout.stride_head;
       ignis_store_floats(out + (int64_t)c * VEC, acc);
     }
     if (p.s_out && threadIdx.x == 0) {
       if (chunks == 0) { /* no values: the LSE alone */
+        const float no_value[1] = {0.0f};
+        float unused[1] = {0.0f};
         for (int64_t i = 0; i < p.num_states; ++i) {
           const float t = *state_s(p, i, r) * scale;
-          if (t == -CUDART_INF_F)
-            continue;
-          if (t > m) {
-            d *= exp2f(m - t);
-            m = t;
-          }
-          d += exp2f(t - m);
+          if (t != -CUDART_INF_F)
+            lse_merge_fold(t, no_value, m, d, unused);
         }
+        lse2 = lse_merge_finish(unused, m, d, -CUDART_INF_F);
       }
-      const float lse = d > 0.0f || isnan(d) ? (m + log2f(d)) / scale : -CUDART_INF_F;
-      p.s_out[r.seq * p.s_out_layout.stride_seq + r.head * p.s_out_layout.stride_head] = lse;
+      p.s_out[r.seq * p.s_out_layout.stride_seq + r.head * p.s_out_layout.stride_head] = lse2 / scale;
     }
   }
   ignis_pdl_launch_dependents();

@@ -47,10 +47,9 @@ static prefill_config make_config(const ignis_prefill_params &p) {
   c.implicit_tiles = c.implicit_chunks = 0;
   c.implicit_chunk = 0;
   if (p.implicit_chunk_tokens > 0) {
-    const int64_t rows = p.contiguous_q_len * c.group, kv_len = p.contiguous_kv_len;
-    c.implicit_tiles = (int32_t)((rows + p.q_tile_rows - 1) / p.q_tile_rows);
+    c.implicit_tiles = (int32_t)ignis_prefill_implicit_tiles(p.contiguous_q_len, c.group, p.q_tile_rows);
     c.implicit_chunk = p.implicit_chunk_tokens;
-    c.implicit_chunks = (int32_t)(kv_len > 0 ? (kv_len + c.implicit_chunk - 1) / c.implicit_chunk : 1);
+    c.implicit_chunks = (int32_t)ignis_prefill_implicit_chunks(p.contiguous_kv_len, c.implicit_chunk);
   }
   c.merge_blocks = 1;
   return c;

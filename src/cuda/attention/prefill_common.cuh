@@ -36,17 +36,9 @@ __device__ __forceinline__ bool prefill_fetch_item(const ignis_prefill_params &p
     const int64_t items = (int64_t)c.implicit_tiles * c.implicit_chunks;
     if (slot >= items)
       return false;
-    const int64_t w = items - 1 - slot, chunk = w % c.implicit_chunks, kv_len = p.contiguous_kv_len;
-    item->request = 0;
-    item->row_start = (int32_t)(w / c.implicit_chunks * p.q_tile_rows);
-    item->kv_start = (int32_t)min(chunk * c.implicit_chunk, kv_len);
-    item->kv_end = (int32_t)min((chunk + 1) * c.implicit_chunk, kv_len);
-    item->partial = c.implicit_chunks > 1 ? (int32_t)w : -1;
-    req->mask_offset = 0;
-    req->q_start = 0;
-    req->q_len = (int32_t)p.contiguous_q_len;
-    req->kv_start = 0;
-    req->kv_len = (int32_t)kv_len;
+    *item = ignis_prefill_implicit_item(items - 1 - slot, c.implicit_chunks, c.implicit_chunk,
+                                        p.contiguous_kv_len, p.q_tile_rows);
+    *req = ignis_prefill_implicit_request(p.contiguous_q_len, p.contiguous_kv_len);
     return true;
   }
   const int64_t items = *p.num_work;
@@ -66,15 +58,8 @@ __device__ __forceinline__ bool prefill_fetch_merge(const ignis_prefill_params &
   if (p.implicit_chunk_tokens > 0) {
     if (c.implicit_chunks <= 1 || e >= c.implicit_tiles)
       return false;
-    entry->request = 0;
-    entry->row_start = (int32_t)(e * p.q_tile_rows);
-    entry->first_partial = (int32_t)(e * c.implicit_chunks);
-    entry->num_partials = c.implicit_chunks;
-    req->mask_offset = 0;
-    req->q_start = 0;
-    req->q_len = (int32_t)p.contiguous_q_len;
-    req->kv_start = 0;
-    req->kv_len = (int32_t)p.contiguous_kv_len;
+    *entry = ignis_prefill_implicit_merge(e, c.implicit_chunks, p.q_tile_rows);
+    *req = ignis_prefill_implicit_request(p.contiguous_q_len, p.contiguous_kv_len);
     return true;
   }
   if (e >= *p.num_merge)

@@ -232,3 +232,67 @@ def next_pow2(n, floor):
     while p < n:
         p *= 2
     return p
+
+
+# --- prefill engine compatibility (eng-pre17) ---
+# Index arrays as engines pass them (int64 or int32, host or device) and the persistent CUDA-graph
+# buffers FlashInfer's wrappers copy them into.
+def host_index_i32(x, name):
+    """x as a contiguous int32 NumPy array on the host, like host_i32, but refusing what int32
+    cannot hold: non-integer dtypes and values outside the int32 range (int64 index arrays from
+    engines are converted, not wrapped)."""
+    import numpy
+
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "get"):
+        x = x.get()
+    array = numpy.asarray(x)
+    if array.dtype.kind not in "iu" and array.size:
+        raise InvalidArgumentError("%s must hold integers, not %s" % (name, array.dtype))
+    if array.ndim != 1:
+        raise InvalidArgumentError("%s must be 1-D, not %d-D" % (name, array.ndim))
+    if array.dtype.itemsize > 4 or array.dtype == numpy.uint32:
+        if array.size and (int(array.min()) < -INT32_MAX - 1 or int(array.max()) > INT32_MAX):
+            raise InvalidArgumentError("%s holds values outside the int32 range" % name)
+    return numpy.ascontiguousarray(array, dtype=numpy.int32)
+
+
+def copy_index_into(fn, buffer, source, name, whole):
+    """Copy the 1-D array `source` (int32 indices or uint8 mask bytes; a host array, or a tensor on
+    buffer's device) into buffer[:len(source)] (all of buffer when `whole`), in buffer's framework
+    (PyTorch, CuPy, NumPy); host to CUDA copies are asynchronous."""
+    n = source.shape[0]
+    size = buffer.shape[0]
+    if n > size or (whole and n != size):
+        raise InvalidArgumentError("%s: %s has %d entries but its buffer %s %d" % (
+            fn, name, n, "has" if whole else "holds only", size))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(buffer, torch.Tensor):
+        if not isinstance(source, torch.Tensor):
+            source = torch.from_numpy(source)
+        buffer[:n].copy_(source, non_blocking=True)
+        return
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(buffer, numpy.ndarray):
+        buffer[:n] = source
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(buffer, cupy.ndarray):
+        if isinstance(source, cupy.ndarray):
+            buffer[:n] = source
+        else:
+            buffer[:n].set(source)
+        return
+    raise ArgumentTypeError("%s: the %s buffer must be a PyTorch tensor, a CuPy or a NumPy array, not %s"
+                            % (fn, name, type(buffer).__qualname__))
+
+
+def nbytes_of(buffer):
+    """Bytes of a workspace buffer of any element size (0 for None)."""
+    if buffer is None:
+        return 0
+    nbytes = getattr(buffer, "nbytes", None)
+    if nbytes is None:  # PyTorch
+        nbytes = buffer.numel() * buffer.element_size()
+    return int(nbytes)

@@ -105,6 +105,18 @@ static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, 
   return capsule;
 }
 
+/* (plan) -> the device workspace bytes the plan needs (ignis_prefill_workspace_size; 0 on the CPU). */
+static PyObject *ext_prefill_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.BatchPrefillWithPagedKVCacheWrapper.workspace_size";
+  if (check_nargs(fn, nargs, 1) < 0)
+    return NULL;
+  ignis_prefill_plan *plan = prefill_plan_of(fn, args[0]);
+  if (!plan)
+    return NULL;
+  size_t bytes = 0;
+  return bytes_or_raise(ignis_prefill_workspace_size(plan, &bytes), &bytes);
+}
+
 /* (plan, qo_indptr, kv_indptr, kv_last_page_len_or_None, workspace_or_None, stream): the index
  * arrays must be 1-D contiguous int32 host arrays (prefill.py converts them). */
 static PyObject *ext_prefill_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -290,6 +302,7 @@ PyMethodDef ext_prefill_methods[] = {
                                 "(single_prefill_args)"),
     FASTCALL_KW(prefill_plan_create,
                 "prefill_plan_create(**config) -> plan: the fields of ignis_prefill_plan_config by name"),
+    FASTCALL(prefill_workspace_size, "prefill_workspace_size(plan) -> bytes: ignis_prefill_workspace_size"),
     FASTCALL(prefill_plan_update, "prefill_plan_update(plan, qo_indptr, kv_indptr, kv_last_page_len, "
                                   "workspace, stream) -> batch size"),
     FASTCALL_KW(prefill_ragged_run, "prefill_ragged_run(plan, q, k, v, out, **arguments): "

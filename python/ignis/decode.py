@@ -49,8 +49,11 @@ What is supported (the math is the header comment of include/ignis/decode.h):
   run used, so that the steady state (plan, then runs or forwards with the same overrides, as
   SGLang's plan-without-sm_scale then ``forward(sm_scale=...)``) costs one schedule per plan.
   Options equal after defaults are filled in (``sm_scale=None`` and ``head_dim ** -0.5``, the
-  engines' scale) share a C plan. Making a C plan cannot be captured: on CUDA a run that needs one while the stream is
-  capturing raises InvalidArgumentError (run once with the same options before the capture).
+  engines' scale) share a C plan. Making a C plan cannot be captured: on CUDA a run that needs
+  one while the stream is capturing raises InvalidArgumentError (run once with the same options
+  before the capture). A captured run replays the C plan it captured, and a plan schedules the
+  one the last run used: keep the runs of a wrapper whose run is captured on the options of the
+  capture (the engines give their CUDA graphs wrappers of their own).
 
 ``use_tensor_cores``, ``backend``, ``enable_pdl`` and ``non_blocking`` are accepted and ignored
 (ignis picks its kernel; plan copies are always asynchronous). Every call takes a keyword-only

@@ -296,3 +296,99 @@ def nbytes_of(buffer):
     if nbytes is None:  # PyTorch
         nbytes = buffer.numel() * buffer.element_size()
     return int(nbytes)
+
+
+# --- decode engine compatibility (eng-dec17) ---
+# What the decode wrapper needs to take the engines' arguments as FlashInfer takes them: its
+# run-time LSE base name, workspaces of any byte-sized dtype, integer index arrays of any width
+# (checked into int32, never wrapped), and page-size-1 caches given without their page axis.
+
+
+def lse_base_name(lse_base):
+    """ignis' name of an LSE base: FlashInfer's "log2" is ignis' "2"; any other value unchanged
+    (lse_base_code validates it)."""
+    return "2" if lse_base == "log2" else lse_base
+
+
+def byte_workspace(workspace):
+    """A workspace buffer the extension takes: one of a byte-sized dtype other than uint8 (int8,
+    bool, ...) as its uint8 view (same memory); any other buffer unchanged."""
+    if hasattr(workspace, "element_size"):  # PyTorch
+        import torch
+
+        if workspace.element_size() == 1 and workspace.dtype != torch.uint8:
+            return workspace.view(torch.uint8)
+        return workspace
+    dtype = getattr(workspace, "dtype", None)
+    if getattr(dtype, "itemsize", 0) == 1 and getattr(dtype, "name", "uint8") != "uint8":
+        return workspace.view("uint8")  # NumPy and CuPy take the dtype's name
+    return workspace
+
+
+def checked_host_i32(x, name):
+    """x as a contiguous 1-D int32 NumPy array on the host (a CUDA tensor is copied: a sync). Any
+    integer dtype is taken, each entry checked to fit int32 (InvalidArgumentError naming the first
+    that does not); other dtypes raise DtypeError. An empty list is an empty array."""
+    import numpy
+
+    if hasattr(x, "detach"):  # PyTorch
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "get"):  # CuPy
+        x = x.get()
+    array = numpy.asarray(x)
+    if array.ndim != 1:
+        raise InvalidArgumentError("%s must be 1-D, not %d-D" % (name, array.ndim))
+    if array.dtype != numpy.int32:
+        if array.size == 0:
+            return numpy.zeros(0, numpy.int32)
+        if array.dtype.kind not in "iu":
+            from ._errors import DtypeError
+
+            raise DtypeError("%s.dtype=%s but index arrays must hold integers" % (name, array.dtype))
+        outside = (array > INT32_MAX) | (array < -INT32_MAX - 1)
+        if outside.any():
+            at = int(numpy.flatnonzero(outside)[0])
+            raise InvalidArgumentError("%s[%d]=%d does not fit int32 (ignis' index arrays are int32)"
+                                       % (name, at, int(array[at])))
+        array = array.astype(numpy.int32)
+    return numpy.ascontiguousarray(array)
+
+
+def device_i32(x, name):
+    """A CUDA index array (PyTorch or CuPy) as int32 on its device: an int32 one unchanged; another
+    integer dtype converted there after checking that every entry fits int32 (reading the range
+    back is a sync, like plan's host copy of its other CUDA index arrays); other dtypes raise
+    DtypeError."""
+    if hasattr(x, "new_empty"):  # PyTorch
+        import torch
+
+        if x.dtype is torch.int32:
+            return x
+        integer = not (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype is torch.bool)
+    else:  # CuPy: a NumPy dtype
+        if x.dtype == "int32":
+            return x
+        integer = x.dtype.kind in "iu"
+    if not integer:
+        from ._errors import DtypeError
+
+        raise DtypeError("%s.dtype=%s but index arrays must hold integers" % (name, x.dtype))
+    if x.shape[0] and (int(x.max()) > INT32_MAX or int(x.min()) < -INT32_MAX - 1):
+        raise InvalidArgumentError("%s holds a value that does not fit int32 (ignis' index arrays are int32)" % name)
+    return x.to(torch.int32) if hasattr(x, "new_empty") else x.astype("int32")
+
+
+def page_axis_views(paged_kv_cache, kv_layout):
+    """A paged KV cache of page size 1 given without its page axis (FlashInfer takes (k, v) of
+    [num_pages, num_kv_heads, head_dim] and a combined [num_pages, 2, num_kv_heads, head_dim], as
+    SGLang passes its token pools) as views with that axis; anything else unchanged. kv_layout is
+    the ignis_kv_layout code: NHD puts the axis before the heads, HND after them."""
+    nhd = kv_layout == _ext.IGNIS_KV_LAYOUT_NHD
+    if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
+        k_cache, v_cache = paged_kv_cache
+        if getattr(k_cache, "ndim", 4) != 3:
+            return paged_kv_cache
+        return (k_cache[:, None], v_cache[:, None]) if nhd else (k_cache[:, :, None], v_cache[:, :, None])
+    if getattr(paged_kv_cache, "ndim", 5) != 4:
+        return paged_kv_cache
+    return paged_kv_cache[:, :, None] if nhd else paged_kv_cache[:, :, :, None]

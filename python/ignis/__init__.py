@@ -18,7 +18,7 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext, activation, cascade, decode, norm, page, prefill, quantization, rope, sampling
+from . import _ext, activation, cascade, decode, norm, page, prefill, quantization, rope, sampling, switch
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,

@@ -1,7 +1,9 @@
 """ignis: the kernel library of an LLM serving step, from Python.
 
 The functions have FlashInfer's names and arguments, so an engine switches by changing an import
-(``import ignis as flashinfer`` for the ops listed in ``__all__``). They take any array that
+(``import ignis as flashinfer`` for the ops listed in ``__all__``), or without any edit through the
+switch (:mod:`ignis.switch`: with ``IGNIS_AS_FLASHINFER=1`` and no FlashInfer installed, ``import
+flashinfer`` and its submodules load ignis' FlashInfer namespace). They take any array that
 supports DLPack (``__dlpack__`` / ``__dlpack_device__``: PyTorch, NumPy, CuPy, JAX, ...), on the
 host (CPU backend) or on a CUDA device (CUDA backend), and depend on no framework. Outputs that
 are not given are allocated by the input's framework (see :mod:`ignis._alloc`).
@@ -16,7 +18,7 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext, activation, cascade, decode, norm, page, prefill, quantization, rope, sampling
+from . import _ext, activation, cascade, decode, norm, page, prefill, quantization, rope, sampling, switch
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -29,52 +31,17 @@ from ._errors import (
     UnsupportedError,
 )
 from ._errors import STATUS_CLASSES as _STATUS_CLASSES
-from .activation import gelu_and_mul, gelu_tanh_and_mul, silu_and_mul
-from .cascade import (
-    BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
-    BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
-    MultiLevelCascadeAttentionWrapper,
-    merge_state,
-    merge_state_in_place,
-    merge_states,
-)
-from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
-from .norm import fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm
-from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
-from .prefill import (
-    BatchPrefillWithPagedKVCacheWrapper,
-    BatchPrefillWithRaggedKVCacheWrapper,
-    single_prefill_with_kv_cache,
-    single_prefill_with_kv_cache_return_lse,
-)
-from .quantization import packbits, segment_packbits
-from .sampling import (
-    chain_speculative_sampling,
-    min_p_sampling_from_probs,
-    sampling_from_logits,
-    sampling_from_probs,
-    softmax,
-    top_k,
-    top_k_mask_logits,
-    top_k_renorm_probs,
-    top_k_sampling_from_probs,
-    top_k_top_p_sampling_from_logits,
-    top_k_top_p_sampling_from_probs,
-    top_p_renorm_probs,
-    top_p_sampling_from_probs,
-)
-from .rope import (
-    apply_llama31_rope,
-    apply_llama31_rope_inplace,
-    apply_llama31_rope_pos_ids,
-    apply_llama31_rope_pos_ids_inplace,
-    apply_rope,
-    apply_rope_inplace,
-    apply_rope_pos_ids,
-    apply_rope_pos_ids_inplace,
-    apply_rope_with_cos_sin_cache,
-    apply_rope_with_cos_sin_cache_inplace,
-)
+
+# Each op module lists its names once, in __all__; the package exports them all.
+from .activation import *
+from .cascade import *
+from .decode import *
+from .norm import *
+from .page import *
+from .prefill import *
+from .quantization import *
+from .rope import *
+from .sampling import *
 
 _ext._set_error_classes(_STATUS_CLASSES, ArgumentTypeError, DtypeError)
 
@@ -96,10 +63,20 @@ def cuda_device_count():
     return _ext.cuda_device_count()
 
 
-# The ops are listed once, in their modules; the package exports them all.
+def device_info(device_type="cuda", device_id=0):
+    """The facts ignis knows of a device (``device_type`` "cuda" or "cpu"): a dict of ``name``,
+    ``compute_capability`` (major * 10 + minor; 0 for the CPU), ``multiprocessor_count`` (SMs;
+    logical cores for the CPU), ``l2_cache_bytes``, ``shared_memory_per_block_optin`` and
+    ``global_memory_bytes``. BackendUnavailableError without the CUDA backend or such a GPU."""
+    types = {"cuda": _ext.IGNIS_DEVICE_CUDA, "cpu": _ext.IGNIS_DEVICE_CPU}
+    if device_type not in types:
+        raise InvalidArgumentError("device_type=%r but it must be 'cuda' or 'cpu'" % (device_type,))
+    return _ext.device_info(types[device_type], device_id)
+
+
 __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
            + sampling.__all__ + prefill.__all__ + quantization.__all__
-           + ["version", "build_info", "cuda_device_count",
+           + ["version", "build_info", "cuda_device_count", "device_info",
               "Error",
               "InvalidArgumentError",
               "DtypeError",

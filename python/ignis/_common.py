@@ -392,3 +392,67 @@ def page_axis_views(paged_kv_cache, kv_layout):
     if getattr(paged_kv_cache, "ndim", 5) != 4:
         return paged_kv_cache
     return paged_kv_cache[:, :, None] if nhd else paged_kv_cache[:, :, :, None]
+
+
+# --- switch and sampling compatibility (eng-sw17) ---
+INT32_MIN = -(2**31)
+
+
+def dtype_name(x):
+    """The dtype of an array of any framework as NumPy names it ("int32", "int64", "bool", ...)."""
+    return str(x.dtype).replace("torch.", "")
+
+
+def _framework(x):
+    return type(x).__module__.split(".")[0]
+
+
+def index_i32(fn, name, x):
+    """An index array as int32, which the C ops read: int32 (or anything else, which the C op then
+    checks) as given, int64 converted on its device. Host values outside int32 raise; device values
+    are not read (that would synchronize) and must fit int32, as FlashInfer's kernels read them."""
+    if dtype_name(x) != "int64":
+        return x
+    if _framework(x) == "torch":
+        import torch  # already imported: x is a torch tensor
+
+        if not x.is_cuda and x.numel() and (int(x.min()) < INT32_MIN or int(x.max()) > INT32_MAX):
+            raise InvalidArgumentError("%s: %s holds a value outside int32" % (fn, name))
+        return x.to(torch.int32)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(x, numpy.ndarray) and x.size and (x.min() < INT32_MIN or x.max() > INT32_MAX):
+        raise InvalidArgumentError("%s: %s holds a value outside int32" % (fn, name))
+    if hasattr(x, "astype"):
+        return x.astype("int32")
+    namespace = x.__array_namespace__()
+    return namespace.astype(x, namespace.int32)
+
+
+def as_dtype(x, name):
+    """x converted to the integer dtype `name` ("int32", "int64") on its device (x itself when it
+    already has it)."""
+    if dtype_name(x) == name:
+        return x
+    if _framework(x) == "torch":
+        import torch
+
+        return x.to(getattr(torch, name))
+    if hasattr(x, "astype"):
+        return x.astype(name)
+    namespace = x.__array_namespace__()
+    return namespace.astype(x, getattr(namespace, name))
+
+
+def bool_as_u8(x):
+    """A bool array as the uint8 view of its bytes (DLPack bools are one byte; zero-copy, on any
+    device); other arrays, and None, as given."""
+    if x is None or dtype_name(x) != "bool":
+        return x
+    if _framework(x) == "torch":
+        import torch
+
+        return x.view(torch.uint8)
+    if hasattr(x, "view"):
+        return x.view("uint8")
+    namespace = x.__array_namespace__()
+    return namespace.astype(x, namespace.uint8)

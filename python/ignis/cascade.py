@@ -20,7 +20,7 @@ plan's schedule in the workspace).
 
 from . import _ext
 from ._alloc import new_output
-from ._common import lse_base_code, on_cuda
+from ._common import bool_as_u8, lse_base_code, on_cuda
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
@@ -37,8 +37,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
 
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="2", stream=None):
     """Merge ``(v_other, s_other)`` into ``(v, s)`` in place, for the rows where ``mask``
-    (``[seq_len]`` uint8 or bool-as-uint8, optional) is nonzero. Returns None."""
-    _ext.merge_state_in_place(v, s, v_other, s_other, mask, lse_base_code(lse_base), stream)
+    (``[seq_len]`` bool, as FlashInfer takes it, or uint8; optional) is nonzero. Returns None."""
+    _ext.merge_state_in_place(v, s, v_other, s_other, bool_as_u8(mask), lse_base_code(lse_base), stream)
 
 
 def merge_states(v, s, *, lse_base="2", stream=None):

@@ -5,7 +5,12 @@ Inputs are ``[batch, vocab]`` probabilities or logits (f32, f16 or bf16; the las
 contiguous, any row stride) on the host or a CUDA device. The rules (what is allowed, how NaN, Inf
 and all-zero rows behave, how ties are kept) are those of ``include/ignis/sampling.h``: nothing is
 sorted (a radix search finds the thresholds), the sample is drawn by inverse transform over the
-allowed set's exact fixed-point masses, and a sample is always in ``[0, vocab)``. Samples come back as int32 arrays in the input's framework.
+allowed set's exact fixed-point masses, and a sample is always in ``[0, vocab)``. Samples come back
+as arrays in the input's framework: int32, or the dtype of ``indices`` when it is given (FlashInfer's
+contract). ``return_valid=True`` (on the ``*_from_probs`` samplers, as in FlashInfer) also returns a
+bool ``[batch]`` array: False for an output row whose distribution row holds no finite positive
+probability (so nothing could be drawn and the sample is token 0) or whose ``indices`` entry is
+outside ``[0, rows)``; computed with the input framework's own operations on its device.
 
 Thresholds (``top_k``, ``top_p``, ``min_p``) are a scalar or one value per row (an int tensor for
 top_k, a float32 tensor for top_p and min_p). ``indices`` (int32/int64 ``[batch]``) maps output row b
@@ -17,16 +22,23 @@ give the same samples on every run and on both backends. Each may be an int or a
 draws new numbers when the caller advances the offset tensor in place. Without ``seed``, a seed and
 an offset are taken from ``generator`` (a torch.Generator: its initial seed, and its offset when it
 has one, advanced by 1 per call) or from a process-wide counter with a random seed.
-``deterministic`` is accepted: results are always deterministic. ``check_nan=True`` raises
-ValueError when the input holds a NaN (this reads the data on the host: it synchronizes).
+``deterministic`` (``is_deterministic`` on the renorms) is accepted: results are always
+deterministic. ``check_nan=True`` raises ValueError when the input holds a NaN (this reads the data on
+the host: it synchronizes).
+
+``top_k`` is FlashInfer's ``top_k`` selection, with its ``TopKTieBreak``: at the k-th largest value
+ignis keeps the lowest indices, which honours ``NONE`` (any choice) and ``SMALL``; ``LARGE`` raises
+UnsupportedError.
 """
 
+import enum
 import os
 import sys
 
 from . import _ext
 from ._alloc import new_output
-from ._errors import ArgumentTypeError
+from ._common import dtype_name
+from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = [
     "softmax",
@@ -42,6 +54,7 @@ __all__ = [
     "top_k_mask_logits",
     "chain_speculative_sampling",
     "top_k",
+    "TopKTieBreak",
 ]
 
 _counter = {"seed": int.from_bytes(os.urandom(8), "little") >> 1, "offset": 0, "generators": {}}
@@ -114,23 +127,47 @@ def _has_nan(x):
 _FILTER_ORDERS = {"top_k_first": _ext.IGNIS_FILTER_TOP_K_FIRST, "joint": _ext.IGNIS_FILTER_JOINT}
 
 
+def _valid_rows(probs, indices):
+    """valid[b] of the samplers' return_valid: output row b's distribution row holds an entry that
+    is finite and > 0 (the allowed set of every filter then holds its largest one), and its
+    indices[b] is in range."""
+    rows = probs.shape[0]
+    module = type(probs).__module__.split(".")[0]
+    if module == "torch":
+        drawable = ((probs > 0) & probs.isfinite()).any(dim=-1)
+        if indices is None:
+            return drawable
+        index = indices.long()
+        inside = (index >= 0) & (index < rows)
+        return drawable[index.clamp(0, max(rows - 1, 0))] & inside if rows else inside
+    xp = sys.modules[module] if module in ("numpy", "cupy") else probs.__array_namespace__()
+    drawable = xp.any((probs > 0) & xp.isfinite(probs), axis=-1)
+    if indices is None:
+        return drawable
+    index = xp.astype(indices, xp.int64) if not hasattr(indices, "astype") else indices.astype("int64")
+    inside = (index >= 0) & (index < rows)
+    return xp.take(drawable, xp.clip(index, 0, max(rows - 1, 0))) & inside if rows else inside
+
+
 def _sample(sample, input, input_name, indices, generator, check_nan, seed, offset, stream, top_k=None, top_p=None,
-            min_p=None, filter_apply_order="top_k_first"):
-    """Samples of `sample` (the _ext binding of the C sampling function) from input; a threshold
-    not given leaves the C default (no filtering)."""
+            min_p=None, filter_apply_order="top_k_first", return_valid=False):
+    """Samples of `sample` (the _ext binding of the C sampling function) from input, in the dtype
+    of indices (int32 without); a threshold not given leaves the C default (no filtering)."""
     if check_nan and _has_nan(input):
         raise ValueError("Input %s contains NaN." % input_name)
     order = _FILTER_ORDERS.get(filter_apply_order)
     if order is None:
         raise ValueError("filter_apply_order=%r but it must be 'top_k_first' or 'joint'" % (filter_apply_order,))
     batch = indices.shape[0] if indices is not None else input.shape[0]
-    samples = _empty(input, (batch,), "int32")
+    samples = _empty(input, (batch,), "int32" if indices is None else dtype_name(indices))
     k_arr, k_val = _threshold(top_k)
     p_arr, p_val = _threshold(top_p)
     m_arr, m_val = _threshold(min_p)
     seed, offset = _seed_offset(generator, seed, offset)
     sample(input, samples, indices=indices, top_k_arr=k_arr, top_k=k_val, top_p_arr=p_arr, top_p=p_val,
            min_p_arr=m_arr, min_p=m_val, filter_apply_order=order, seed=seed, offset=offset, stream=stream)
+    if return_valid:
+        return samples, _valid_rows(input, indices)
     return samples
 
 
@@ -146,9 +183,11 @@ def softmax(logits, temperature=None, enable_pdl=None, *, stream=None):
 
 
 def sampling_from_probs(probs, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
-                        offset=None, *, stream=None):
-    """Sample a token per row of ``probs`` (unnormalized rows are fine). Returns int32 ``[batch]``."""
-    return _sample(_ext.sampling_from_probs, probs, "probs", indices, generator, check_nan, seed, offset, stream)
+                        offset=None, return_valid=False, *, stream=None):
+    """Sample a token per row of ``probs`` (unnormalized rows are fine). Returns ``[batch]`` samples
+    (and the valid mask when ``return_valid``)."""
+    return _sample(_ext.sampling_from_probs, probs, "probs", indices, generator, check_nan, seed, offset, stream,
+                   return_valid=return_valid)
 
 
 def sampling_from_logits(logits, indices=None, deterministic=True, generator=None, check_nan=False, seed=None,
@@ -158,36 +197,37 @@ def sampling_from_logits(logits, indices=None, deterministic=True, generator=Non
 
 
 def top_p_sampling_from_probs(probs, top_p, indices=None, deterministic=True, generator=None, check_nan=False,
-                              seed=None, offset=None, *, stream=None):
+                              seed=None, offset=None, return_valid=False, *, stream=None):
     """Top-p (nucleus) sampling: the smallest set of largest probabilities reaching ``top_p`` of the
     row's mass (ties kept). top_p: a float in (0, 1] or a float32 tensor ``[batch]``."""
     return _sample(_ext.top_p_sampling_from_probs, probs, "probs",
-                   indices, generator, check_nan, seed, offset, stream, top_p=top_p)
+                   indices, generator, check_nan, seed, offset, stream, top_p=top_p, return_valid=return_valid)
 
 
 def top_k_sampling_from_probs(probs, top_k, indices=None, deterministic=True, generator=None, check_nan=False,
-                              seed=None, offset=None, *, stream=None):
+                              seed=None, offset=None, return_valid=False, *, stream=None):
     """Top-k sampling (ties at the k-th largest kept; 0 or >= vocab: no filtering). top_k: an int or
     an int tensor ``[batch]``."""
     return _sample(_ext.top_k_sampling_from_probs, probs, "probs",
-                   indices, generator, check_nan, seed, offset, stream, top_k=top_k)
+                   indices, generator, check_nan, seed, offset, stream, top_k=top_k, return_valid=return_valid)
 
 
 def min_p_sampling_from_probs(probs, min_p, indices=None, deterministic=True, generator=None, check_nan=False,
-                              seed=None, offset=None, *, stream=None):
+                              seed=None, offset=None, return_valid=False, *, stream=None):
     """Min-p sampling: tokens with probability >= min_p * max. min_p: a float in [0, 1] or a float32
     tensor ``[batch]``."""
     return _sample(_ext.min_p_sampling_from_probs, probs, "probs",
-                   indices, generator, check_nan, seed, offset, stream, min_p=min_p)
+                   indices, generator, check_nan, seed, offset, stream, min_p=min_p, return_valid=return_valid)
 
 
 def top_k_top_p_sampling_from_probs(probs, top_k, top_p, indices=None, filter_apply_order="top_k_first",
-                                    deterministic=True, generator=None, check_nan=False, seed=None, offset=None, *,
-                                    stream=None):
+                                    deterministic=True, generator=None, check_nan=False, seed=None, offset=None,
+                                    return_valid=False, *, stream=None):
     """Top-k and top-p sampling. filter_apply_order "top_k_first": top-p within the renormalized
     top-k set; "joint": both filters on the original row."""
     return _sample(_ext.top_k_top_p_sampling_from_probs, probs, "probs", indices, generator, check_nan, seed, offset,
-                   stream, top_k=top_k, top_p=top_p, filter_apply_order=filter_apply_order)
+                   stream, top_k=top_k, top_p=top_p, filter_apply_order=filter_apply_order,
+                   return_valid=return_valid)
 
 
 def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_apply_order="top_k_first",
@@ -199,7 +239,7 @@ def top_k_top_p_sampling_from_logits(logits, top_k, top_p, indices=None, filter_
                    offset, stream, top_k=top_k, top_p=top_p, filter_apply_order=filter_apply_order)
 
 
-def top_p_renorm_probs(probs, top_p, *, stream=None):
+def top_p_renorm_probs(probs, top_p, is_deterministic=False, *, stream=None):
     """Probabilities restricted to the top-p set and renormalized (others 0); probs' shape and dtype."""
     out, finish = new_output(probs)
     arr, value = _threshold(top_p, 1.0)
@@ -207,7 +247,7 @@ def top_p_renorm_probs(probs, top_p, *, stream=None):
     return finish(out)
 
 
-def top_k_renorm_probs(probs, top_k, *, stream=None):
+def top_k_renorm_probs(probs, top_k, is_deterministic=False, *, stream=None):
     """Probabilities restricted to the top-k set and renormalized (others 0); probs' shape and dtype."""
     out, finish = new_output(probs)
     arr, value = _threshold(top_k, 0)
@@ -246,11 +286,30 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     return out, accepted, emitted
 
 
-def top_k(input, k, sorted=False, *, stream=None):
+class TopKTieBreak(enum.IntEnum):
+    """FlashInfer's choice among equal values at the k-th largest (int values as FlashInfer's):
+    NONE any, SMALL the lower indices, LARGE the higher ones."""
+
+    NONE = 0
+    SMALL = 1
+    LARGE = 2
+
+
+def top_k(input, k, sorted=False, deterministic=False, tie_break=TopKTieBreak.NONE, dsa_graph_safe=False, *,
+          stream=None):
     """The k largest entries of each row of ``input [batch, d]`` (0 <= k <= d): (values in input's
     dtype, int64 indices), both ``[batch, k]``. sorted=True: descending values (lower index first
     among equals); False: the entries above the k-th largest in index order, then those equal to it.
-    NaN ranks below -inf."""
+    NaN ranks below -inf. Among entries equal to the k-th largest the lowest indices are kept
+    (``TopKTieBreak.SMALL``, which also satisfies ``NONE``; ``LARGE`` raises UnsupportedError).
+    ``deterministic`` is accepted (results are always deterministic), and so is ``dsa_graph_safe``
+    (the call never synchronizes and is safe inside CUDA-graph capture)."""
+    if tie_break not in (TopKTieBreak.NONE, TopKTieBreak.SMALL):
+        if tie_break == TopKTieBreak.LARGE:
+            raise UnsupportedError("ignis.top_k: tie_break=TopKTieBreak.LARGE is not supported: among values equal "
+                                   "to the k-th largest ignis keeps the lowest indices (TopKTieBreak.SMALL)")
+        raise InvalidArgumentError("ignis.top_k: tie_break=%r but it must be a TopKTieBreak (0, 1 or 2)"
+                                   % (tie_break,))
     batch = input.shape[0]
     values = _empty_like_dtype(input, (batch, k))
     indices = _empty(input, (batch, k), "int64")

@@ -1,0 +1,3 @@
+"""flashinfer.cascade under the switch: ignis.cascade's names (the attention-state merges and cascade wrappers)."""
+
+from ignis.cascade import *

@@ -92,9 +92,9 @@ from ._common import (INT32_MAX, Q_DTYPES, attention_options, copy_index_into, d
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
-# BatchAttentionWithAttentionSinkWrapper joins __all__ once the package's __init__ imports it.
 __all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_lse",
-           "BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper"]
+           "BatchPrefillWithRaggedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+           "BatchAttentionWithAttentionSinkWrapper"]
 
 _LN2 = math.log(2.0)
 _PLAN_LSE_BASES = {"2": "2", "log2": "2", "ln": "ln"}  # ignis' plan-time spelling, and FlashInfer's

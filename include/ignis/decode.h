@@ -41,16 +41,17 @@
  * Batch decode is split in two, as in FlashInfer, so that the run is cheap and CUDA-graph safe:
  *   - ignis_decode_plan_create fixes what a captured graph may not change: device, head counts,
  *     head dim, page size, dtypes, options, the largest batch and KV length it will serve, and the
- *     split policy. It allocates only host memory (the planner's staging), and tells the size of
- *     the device workspace the caller must provide (ignis_decode_workspace_size): a guaranteed
- *     bound for every batch up to max_batch_size and KV length up to max_kv_len.
+ *     split policy. It allocates the plan's memory (the planner's pinned staging, and device
+ *     memory for the schedule), and tells the size of the device workspace the caller must provide
+ *     to the runs (ignis_decode_workspace_size): a guaranteed bound for every batch up to
+ *     max_batch_size and KV length up to max_kv_len.
  *   - ignis_decode_plan_update takes the batch's kv_indptr and kv_last_page_len as HOST arrays,
  *     never reads device memory, never synchronizes, chooses how to split long requests across
- *     the GPU (split-KV: partial results merged by LSE), and writes its schedule into the
- *     workspace with one asynchronous copy on `stream`.
+ *     the GPU (split-KV: partial results merged by LSE), and writes its schedule into the plan's
+ *     device memory with one asynchronous copy on `stream`.
  *   - ignis_decode_run launches a grid that depends only on what plan_create fixed (so one
- *     captured graph serves every batch size up to the maximum) and reads the schedule from the
- *     workspace: re-plan outside the graph, replay it.
+ *     captured graph serves every batch size up to the maximum), reads the plan's schedule and
+ *     keeps its split partials in the workspace: re-plan outside the graph, replay it.
  * On the CPU backend (host tensors) the plan still validates and records the lengths; the run
  * computes each request directly. */
 #ifndef IGNIS_DECODE_H
@@ -149,14 +150,15 @@ IGNIS_API ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *
                                                 ignis_decode_plan **out_plan);
 IGNIS_API ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan);
 
-/* Device workspace bytes the plan needs (0 on the CPU); the bound holds for every update within
- * the plan's maxima. The workspace must stay the same buffer from update to run, and it holds
- * state between them (the schedule, and counters the run's merge of split requests uses and
- * leaves zero), so it is the plan's alone from an update to its runs: a run after another plan's
- * update, or after a single decode / prefill given the same buffer, fails (INVALID_ARGUMENT,
- * "workspace was used by another call"; update again, or give each plan its own buffer). Two runs
- * of one plan at once on different streams are not detected and must not happen. Runs in order on
- * one stream, and CUDA-graph replays with or without an update between them, are fine. */
+/* Device workspace bytes the plan's runs need (0 on the CPU; 0 too when nothing is ever split);
+ * the bound holds for every update within the plan's maxima. The workspace holds only what a run
+ * writes and reads within itself (split partial rows): the schedule and the counters of the
+ * split-request merges are in the plan's own device memory. So calls whose runs are ordered on one
+ * stream may share one buffer (plans of decode and prefill, single decode / prefill), as engines
+ * share FlashInfer's float workspace between their wrappers; runs that may overlap (other
+ * streams) need buffers of their own. Two runs of one plan at once must not happen (its merge
+ * counters are shared). Runs in order on one stream, and CUDA-graph replays with or without an
+ * update between them, are fine. */
 IGNIS_API ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes);
 
 /* The largest max_kv_len (0..INT32_MAX) for which a plan of `config` (its max_kv_len ignored) can
@@ -171,7 +173,9 @@ IGNIS_API ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_
 /* Schedule a batch. kv_indptr_host [batch_size + 1] and kv_last_page_len_host [batch_size] are
  * host arrays describing the same batch the run will see (they are validated here: monotonic,
  * last_page_len in 1..page_size for requests with pages, lengths <= max_kv_len). The schedule is
- * copied into `workspace` on `stream` (asynchronously: the host arrays may be reused at once).
+ * copied into the plan's device memory on `stream` (asynchronously: the host arrays may be reused
+ * at once). workspace may be NULL; when given, it is checked as the runs will check it (size,
+ * device), so a wrong buffer fails here already.
  * The plan keeps a small ring of pinned staging buffers; an update only waits if it would reuse
  * one whose previous copy has not run yet. */
 IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
@@ -179,9 +183,9 @@ IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const i
                                                 void *workspace, size_t workspace_bytes, void *stream);
 
 /* The last update's kv_indptr [batch_size + 1] and kv_last_page_len [batch_size] as 1-D i32
- * tensors on the plan's device: copies inside `workspace` (the buffer given to the update), written
- * by the update's one asynchronous copy together with the schedule (CPU plans: the plan's host
- * copies; workspace NULL). Pass them as cache->indptr / cache->last_page_len of ignis_decode_run to
+ * tensors on the plan's device: copies in the plan's memory, written by the update's one
+ * asynchronous copy together with the schedule (CPU plans: the plan's host copies). workspace and
+ * workspace_bytes are not read (pass NULL, 0; kept for the ABI). Pass them as cache->indptr / cache->last_page_len of ignis_decode_run to
  * skip uploading the arrays separately. Valid until the next update of the plan. */
 IGNIS_API ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *workspace,
                                                      size_t workspace_bytes, ignis_tensor *kv_indptr,

@@ -47,10 +47,11 @@
  *   - ignis_prefill_plan_update takes qo_indptr, kv_indptr (and kv_last_page_len when paged) as
  *     HOST arrays, never reads device memory or synchronizes, cuts each request's packed query
  *     rows into tiles and, when the tiles alone would leave the GPU idle, splits the keys of long
- *     tiles into chunks merged by LSE (split-KV), and writes the schedule into the workspace with
- *     one asynchronous copy on `stream` (sched/prefill_plan.h documents it).
- *   - the run launches a grid fixed by the plan and reads the schedule from the workspace, so one
- *     captured CUDA graph serves every batch within the maxima: re-plan outside the graph, replay.
+ *     tiles into chunks merged by LSE (split-KV), and writes the schedule into the plan's device
+ *     memory with one asynchronous copy on `stream` (sched/prefill_plan.h documents it).
+ *   - the run launches a grid fixed by the plan, reads the plan's schedule and keeps its split
+ *     partials in the workspace, so one captured CUDA graph serves every batch within the maxima:
+ *     re-plan outside the graph, replay.
  * On the CPU backend the plan keeps the schedule in host memory and the run checks the cache's
  * index arrays against the planned lengths. */
 #ifndef IGNIS_PREFILL_H
@@ -132,11 +133,10 @@ IGNIS_API ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config
                                                  ignis_prefill_plan **out_plan);
 IGNIS_API ignis_status ignis_prefill_plan_destroy(ignis_prefill_plan *plan);
 
-/* Device workspace bytes the plan needs (0 on the CPU); the bound holds for every update within
- * the plan's maxima. The workspace must stay the same buffer from update to run, and it is the
- * plan's alone in between (it holds the schedule): a run after another plan's update, or after a
- * single decode / prefill given the same buffer, fails (INVALID_ARGUMENT, "workspace was used by
- * another call"; update again, or give each plan its own buffer). */
+/* Device workspace bytes the plan's runs need (0 on the CPU; 0 too when nothing is ever split);
+ * the bound holds for every update within the plan's maxima. As in decode, the workspace holds
+ * only a run's split partials (the schedule is in the plan's own device memory), so calls whose
+ * runs are ordered on one stream may share one buffer; runs that may overlap need their own. */
 IGNIS_API ignis_status ignis_prefill_workspace_size(const ignis_prefill_plan *plan, size_t *bytes);
 
 /* The kernel the plan's runs take, chosen by its backend at creation (for diagnostics and
@@ -147,9 +147,9 @@ IGNIS_API ignis_status ignis_prefill_plan_kernel(const ignis_prefill_plan *plan,
  * (non-decreasing, from 0 or more), kv_indptr_host [batch_size + 1] (ragged: key rows; paged:
  * page entries) and, paged only, kv_last_page_len_host [batch_size] (NULL for ragged). Validated
  * here (monotonic, last_page_len 1..page_size for requests with pages, query tokens within
- * max_qo_tokens, keys within max_kv_len). The schedule is copied into `workspace` on `stream`
- * asynchronously (a ring of pinned staging buffers, as in decode); the host arrays may be reused
- * at once. */
+ * max_qo_tokens, keys within max_kv_len). The schedule is copied into the plan's device memory on
+ * `stream` asynchronously (a ring of pinned staging buffers, as in decode); the host arrays may be
+ * reused at once. workspace may be NULL; when given, it is checked as the runs will check it. */
 IGNIS_API ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *qo_indptr_host,
                                                  const int32_t *kv_indptr_host,
                                                  const int32_t *kv_last_page_len_host, int64_t batch_size,

@@ -1,6 +1,5 @@
-/* The attention plans' shared machinery (see attention_plan.h): plan devices, workspace claims,
- * the staging ring and the plan storage built from them. */
-#include <stdatomic.h>
+/* The attention plans' shared machinery (see attention_plan.h): plan devices, the staging ring and
+ * the plan storage built on it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,76 +28,6 @@ ignis_status ignis_check_run_device(const char *fn, ignis_device run, ignis_devi
     return IGNIS_OK;
   return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q is on %s:%d but the plan is for %s:%d", fn,
                          ignis_device_type_name(run.type), run.id, ignis_device_type_name(plan.type), plan.id);
-}
-
-/* ---- workspace claims ---- */
-static struct {
-  const void *buffer;
-  uint64_t claim; /* the current claim; 0: none */
-  uint64_t used;  /* when the entry was last touched */
-} claims[IGNIS_WORKSPACE_CLAIMS];
-static uint64_t claim_clock;
-static atomic_flag claims_lock = ATOMIC_FLAG_INIT;
-
-static void claims_enter(void) {
-  while (atomic_flag_test_and_set_explicit(&claims_lock, memory_order_acquire))
-    ;
-}
-static void claims_leave(void) {
-  atomic_flag_clear_explicit(&claims_lock, memory_order_release);
-}
-/* The entry of `buffer`, or -1. */
-static int claims_find(const void *buffer) {
-  for (int i = 0; i < IGNIS_WORKSPACE_CLAIMS; ++i)
-    if (claims[i].buffer == buffer && claims[i].used)
-      return i;
-  return -1;
-}
-
-uint64_t ignis_workspace_claim(const void *workspace) {
-  claims_enter();
-  int at = claims_find(workspace);
-  if (at < 0) { /* a free entry, else the least recently used one */
-    at = 0;
-    for (int i = 1; i < IGNIS_WORKSPACE_CLAIMS; ++i)
-      if (claims[i].used < claims[at].used)
-        at = i;
-    claims[at].buffer = workspace;
-  }
-  uint64_t claim = ++claim_clock;
-  claims[at].claim = claim;
-  claims[at].used = claim;
-  claims_leave();
-  return claim;
-}
-
-void ignis_workspace_release(const void *workspace) {
-  if (!workspace)
-    return;
-  claims_enter();
-  int at = claims_find(workspace);
-  if (at >= 0) {
-    claims[at].claim = 0;
-    claims[at].used = ++claim_clock;
-  }
-  claims_leave();
-}
-
-ignis_status ignis_check_workspace_claim(const char *fn, const void *workspace, uint64_t claim) {
-  claims_enter();
-  int at = claims_find(workspace);
-  int held = at < 0 || claims[at].claim == claim;
-  if (at >= 0)
-    claims[at].used = ++claim_clock;
-  claims_leave();
-  if (held)
-    return IGNIS_OK;
-  return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                         "%s: workspace was used by another call (another plan's update or run, or a single "
-                         "decode / prefill) since this plan's last update, which may have overwritten the "
-                         "schedule the update left there: update the plan again, or give each plan its own "
-                         "workspace",
-                         fn);
 }
 
 /* ---- the staging ring ---- */
@@ -161,7 +90,9 @@ ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *
     storage->host_schedule = malloc(schedule_bytes);
     status = storage->host_schedule ? IGNIS_OK : ignis_set_error(IGNIS_ERROR_INTERNAL, "out of host memory");
   } else {
-    status = staging_ring_create(&storage->staging, storage->backend, device.id, schedule_bytes);
+    status = storage->backend->device_alloc(device.id, schedule_bytes, &storage->device_schedule);
+    if (status == IGNIS_OK)
+      status = staging_ring_create(&storage->staging, storage->backend, device.id, schedule_bytes);
   }
   if (status != IGNIS_OK) {
     char message[512];
@@ -173,43 +104,39 @@ ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *
 }
 
 void ignis_plan_storage_destroy(ignis_plan_storage *storage) {
-  staging_ring_destroy(&storage->staging);
+  staging_ring_destroy(&storage->staging); /* waits for the uploads into the device schedule */
+  if (storage->device_schedule)
+    storage->backend->device_free(storage->device_schedule);
+  storage->device_schedule = NULL;
   free(storage->host_schedule);
   storage->host_schedule = NULL;
 }
 
-ignis_status ignis_plan_begin_update(ignis_plan_storage *storage, const char *fn, const void *workspace,
-                                     void **image) {
+ignis_status ignis_plan_check_workspace(const ignis_plan_storage *storage, const char *fn, const void *workspace) {
+  ignis_plan_storage *cache = (ignis_plan_storage *)storage; /* plans are never const objects */
+  if (storage->backend->host_memory ||
+      atomic_load_explicit(&cache->checked_workspace, memory_order_relaxed) == (uintptr_t)workspace)
+    return IGNIS_OK;
+  ignis_device_type type;
+  int32_t id;
+  if (storage->backend->pointer_location(workspace, &type, &id) == IGNIS_OK &&
+      (type != storage->backend->type || id != storage->device))
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of %s:%d (the plan's device)",
+                           fn, storage->backend->name, storage->device);
+  atomic_store_explicit(&cache->checked_workspace, (uintptr_t)workspace, memory_order_relaxed);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_plan_begin_update(ignis_plan_storage *storage, void **image) {
   if (storage->backend->host_memory) {
     *image = storage->host_schedule;
     return IGNIS_OK;
   }
-  ignis_device_type type;
-  int32_t id;
-  if (workspace != storage->workspace &&
-      storage->backend->pointer_location(workspace, &type, &id) == IGNIS_OK &&
-      (type != storage->backend->type || id != storage->device))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not memory of %s:%d (the plan's device)",
-                           fn, storage->backend->name, storage->device);
   return staging_ring_acquire(&storage->staging, image);
 }
 
-ignis_status ignis_plan_finish_update(ignis_plan_storage *storage, void *workspace, void *schedule, size_t used,
-                                      void *stream) {
-  if (storage->backend->host_memory) {
-    storage->workspace = NULL;
+ignis_status ignis_plan_finish_update(ignis_plan_storage *storage, size_t used, void *stream) {
+  if (storage->backend->host_memory)
     return IGNIS_OK;
-  }
-  IGNIS_TRY(staging_ring_upload(&storage->staging, schedule, used, storage->device, stream));
-  storage->claim = ignis_workspace_claim(workspace);
-  storage->workspace = workspace;
-  return IGNIS_OK;
-}
-
-ignis_status ignis_plan_open_run(const ignis_plan_storage *storage, const char *fn, const char *update_fn,
-                                 const void *workspace) {
-  if (workspace != storage->workspace)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: workspace is not the buffer given to %s", fn,
-                           update_fn);
-  return ignis_check_workspace_claim(fn, workspace, storage->claim);
+  return staging_ring_upload(&storage->staging, storage->device_schedule, used, storage->device, stream);
 }

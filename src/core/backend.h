@@ -32,13 +32,16 @@ typedef struct ignis_backend {
   ignis_status (*device_info)(int32_t ordinal, ignis_device_info *info);
   const char *(*compiled_targets)(void); /* e.g. "sm_90a,sm_80" */
 
-  /* ---- plan staging (backends without host_memory; attention_plan.h) ----
-   * Pinned host memory, events, and one asynchronous host-to-device copy on `stream` followed by
-   * recording `event` there. Events belong to the device they were created on; free / destroy
-   * accept NULL. event_query sets *complete = 1 when the work before the event's last record has
-   * run (or it was never recorded); event_synchronize blocks the host until then. */
+  /* ---- plan storage (backends without host_memory; attention_plan.h) ----
+   * Pinned host memory, device memory (a plan's schedule, allocated at plan creation), events, and
+   * one asynchronous host-to-device copy on `stream` followed by recording `event` there. Events
+   * belong to the device they were created on; free / destroy accept NULL. event_query sets
+   * *complete = 1 when the work before the event's last record has run (or it was never recorded);
+   * event_synchronize blocks the host until then. */
   ignis_status (*pinned_alloc)(size_t bytes, void **ptr);
   void (*pinned_free)(void *ptr);
+  ignis_status (*device_alloc)(int32_t device, size_t bytes, void **ptr);
+  void (*device_free)(void *ptr);
   ignis_status (*event_create)(int32_t device, void **event);
   void (*event_destroy)(void *event);
   ignis_status (*event_query)(void *event, int *complete);

@@ -2,17 +2,18 @@
  * plan (create / workspace size / update / run / destroy).
  *
  * Validation names every parameter; nothing is written before all of it has passed. The device
- * workspace is carved by one function per entry point, used both in counting mode (the size
- * query) and over the caller's buffer (the run), so the two cannot drift:
- *   batch decode:  schedule image (sched/decode_plan.h) | partial_out [max_partials, q_len, Hq, D]
- *                  f32 | partial_lse [max_partials, q_len, Hq] f32
+ * workspace (what a run writes and reads within itself) is carved by one function per entry point,
+ * used both in counting mode (the size query) and over the caller's buffer (the run), so the two
+ * cannot drift:
+ *   batch decode:  partial_out [max_partials, q_len, Hq, D] f32 | partial_lse [max_partials, q_len, Hq]
+ *                  f32
  *   single decode: partial_out [chunks, Hq, D] f32 | partial_lse [chunks, Hq] f32, chunks the most
  *                  any device uses for that length (none when it never splits)
  *
- * Where the schedule lives between update and run is the plan storage's business
- * (core/attention_plan.h): device plans upload it into the workspace through a pinned staging
- * ring, and the run only reads the workspace (it allocates nothing, synchronizes nothing, and its
- * launch shape depends only on the plan); host-memory plans keep it on the host and need no
+ * Where the schedule (sched/decode_plan.h) lives between update and run is the plan storage's
+ * business (core/attention_plan.h): device plans upload it into their own device memory through a
+ * pinned staging ring, and the run only reads it (it allocates nothing, synchronizes nothing, and
+ * its launch shape depends only on the plan); host-memory plans keep it on the host and need no
  * workspace. Every plan remembers the planned lengths, which a run checks against the cache's
  * index arrays where they are host memory. Single decode plans its split on the host and passes it
  * as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
@@ -306,8 +307,6 @@ ignis_status ignis_single_decode(const ignis_tensor *q, const ignis_tensor *k, c
   single_call call;
   IGNIS_TRY(check_single(fn, q, k, v, layout, options, extras, out, lse, &call, &p));
   IGNIS_TRY(fill_single_params(fn, &call, q, k, v, out, lse, workspace, workspace_bytes, &p));
-  if (!call.target.backend->host_memory)
-    ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
   return call.target.backend->decode(&p, call.target.device.id, stream);
 }
 
@@ -434,18 +433,16 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   return IGNIS_OK;
 }
 
-/* Where the pieces of a plan's workspace are (NULL in counting mode). */
+/* Where a run's schedule (the plan's) and the pieces of its workspace are (NULL in counting mode). */
 typedef struct plan_pieces {
   void *schedule;
   float *partial_out;
   float *partial_lse;
 } plan_pieces;
 
-/* The plan's workspace: the schedule image, then the partial rows of every split item. */
-static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, size_t schedule_bytes,
-                                         int64_t max_partials, const ignis_decode_plan_config *c,
-                                         plan_pieces *pieces) {
-  IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)schedule_bytes, 1, &pieces->schedule));
+/* The plan's workspace: the partial rows of every split item. */
+static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, int64_t max_partials,
+                                         const ignis_decode_plan_config *c, plan_pieces *pieces) {
   const int64_t q_len = c->q_len_per_req > 0 ? c->q_len_per_req : 1;
   return carve_partials(ws, fn, max_partials * q_len, c->num_qo_heads, c->head_dim, &pieces->partial_out,
                         &pieces->partial_lse);
@@ -453,7 +450,7 @@ static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, si
 
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_decode_plan *plan,
                                plan_pieces *pieces) {
-  return carve_plan_workspace(ws, fn, plan->bounds.schedule_bytes, plan->bounds.max_partials, &plan->config, pieces);
+  return carve_plan_workspace(ws, fn, plan->bounds.max_partials, &plan->config, pieces);
 }
 
 ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan, size_t *bytes) {
@@ -485,7 +482,7 @@ static ignis_status bytes_for_max_kv_len(const char *fn, const ignis_decode_plan
   }
   ignis_workspace ws = ignis_workspace_counting();
   plan_pieces pieces;
-  IGNIS_TRY(carve_plan_workspace(&ws, fn, bounds.schedule_bytes, bounds.max_partials, &c, &pieces));
+  IGNIS_TRY(carve_plan_workspace(&ws, fn, bounds.max_partials, &c, &pieces));
   *bytes = ignis_attention_required_bytes(&ws);
   return IGNIS_OK;
 }
@@ -521,26 +518,25 @@ ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_confi
   return IGNIS_OK;
 }
 
-/* The workspace of a plan that uses one: large enough for its pieces. */
+/* The workspace of a plan that uses one: large enough for its pieces, on the plan's device. */
 static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                         size_t workspace_bytes, plan_pieces *pieces) {
   ignis_workspace ws =
       workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
   IGNIS_TRY(carve_plan(&ws, fn, plan, pieces));
-  return workspace ? IGNIS_OK : ignis_attention_missing_workspace(fn, &ws);
+  if (!workspace)
+    return ws.offset ? ignis_attention_missing_workspace(fn, &ws) : IGNIS_OK;
+  return ignis_plan_check_workspace(&plan->storage, fn, workspace);
 }
 
-/* The schedule a run (or the index views) reads, and the partial rows: the plan's host schedule,
- * or the pieces of the last update's workspace, still claimed by it. */
+/* The schedule a run reads (the plan's) and the partial rows (in the workspace, of device plans). */
 static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                        size_t workspace_bytes, plan_pieces *pieces) {
   memset(pieces, 0, sizeof *pieces);
-  if (!ignis_plan_uses_workspace(&plan->storage)) {
-    pieces->schedule = plan->storage.host_schedule;
-    return IGNIS_OK;
-  }
-  IGNIS_TRY(ignis_plan_open_run(&plan->storage, fn, "ignis_decode_plan_update", workspace));
-  return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
+  if (ignis_plan_uses_workspace(&plan->storage))
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces));
+  pieces->schedule = ignis_plan_schedule(&plan->storage);
+  return IGNIS_OK;
 }
 
 /* An update's host arrays: batch within the plan's maxima, contents valid, no request too long. */
@@ -602,13 +598,13 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
   ignis_clear_error();
   IGNIS_TRY(check_update(fn, plan, kv_indptr_host, kv_last_page_len_host, batch_size));
   plan_pieces pieces = {0};
-  if (ignis_plan_uses_workspace(&plan->storage))
+  if (workspace && ignis_plan_uses_workspace(&plan->storage)) /* optional here: checked for the runs */
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   void *image;
-  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
+  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, &image));
   plan->updated = 0;
   size_t used = plan_batch(plan, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
+  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, used, stream));
   if (!ignis_plan_uses_workspace(&plan->storage)) /* its runs check host index arrays against these */
     for (int64_t b = 0; b < batch_size; ++b)
       plan->planned_kv_len[b] =
@@ -644,9 +640,7 @@ ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *
   if (!plan->updated)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
-  plan_pieces pieces;
-  IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-  void *schedule = pieces.schedule;
+  void *schedule = ignis_plan_schedule(&plan->storage);
   *kv_indptr = index_view(ignis_decode_schedule_indptr_of(&plan->bounds.planner, schedule), plan->batch_size + 1,
                           plan->config.device);
   *kv_last_page_len = index_view(ignis_decode_schedule_last_page_len_of(&plan->bounds.planner, schedule),

@@ -2,17 +2,18 @@
  * plan (create / workspace size / update / ragged run / paged run / destroy).
  *
  * It mirrors op_decode.c: validation names every parameter and nothing is written before all of it
- * has passed; the device workspace is carved by one function per entry point, in counting mode for
- * the size query and over the caller's buffer for the run:
- *   batch prefill:  schedule image (sched/prefill_plan.h) | partial_out [max_partials * Hkv *
- *                   q_tile_rows, head_dim_vo] f32 | partial_lse [max_partials * Hkv * q_tile_rows] f32
+ * has passed; the device workspace (what a run writes and reads within itself) is carved by one
+ * function per entry point, in counting mode for the size query and over the caller's buffer for
+ * the run:
+ *   batch prefill:  partial_out [max_partials * Hkv * q_tile_rows, head_dim_vo] f32 | partial_lse
+ *                   [max_partials * Hkv * q_tile_rows] f32
  *   single prefill: partial_out / partial_lse for the most slots any device uses (none when the
  *                   longest key length is never split)
- * The plan storage (core/attention_plan.h) keeps the schedule: device plans upload it through a
- * staging ring (pinned buffers, one asynchronous copy per update, a wait only when a slot's
- * previous copy has not run) and the run only reads the workspace; host-memory plans keep it on
- * the host and remember the planned lengths, which the run checks against the index arrays it
- * gets. Single prefill plans its split on the host and passes it as the implicit schedule
+ * The plan storage (core/attention_plan.h) keeps the schedule (sched/prefill_plan.h): device plans
+ * upload it into their own device memory through a staging ring (pinned buffers, one asynchronous
+ * copy per update, a wait only when a slot's previous copy has not run) and the run only reads it;
+ * host-memory plans keep it on the host and remember the planned lengths, which the run checks
+ * against the index arrays it gets. Single prefill plans its split on the host and passes it as the implicit schedule
  * (core/params.h). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -319,8 +320,6 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   p.contiguous_kv_len = kv_len;
   if (qo_len == 0)
     return IGNIS_OK;
-  if (scratch)
-    ignis_workspace_release(workspace); /* scratch writes: a plan's state there is gone */
   return target.backend->prefill(&p, target.device.id, stream);
 }
 
@@ -441,8 +440,8 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   return IGNIS_OK;
 }
 
+/* Where the pieces of a plan's workspace are (NULL in counting mode). */
 typedef struct plan_pieces {
-  void *schedule;
   float *partial_out;
   float *partial_lse;
 } plan_pieces;
@@ -450,7 +449,6 @@ typedef struct plan_pieces {
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_prefill_plan *plan,
                                plan_pieces *pieces) {
   const ignis_prefill_planner *pl = &plan->planner;
-  IGNIS_TRY(ignis_workspace_take(ws, fn, "schedule", (int64_t)plan->schedule_bytes, 1, &pieces->schedule));
   return carve_partials(ws, fn, pl->max_partials * pl->num_kv_heads * pl->q_tile_rows, plan->config.head_dim_vo,
                         &pieces->partial_out, &pieces->partial_lse);
 }
@@ -475,7 +473,9 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_prefill_plan
                                         size_t workspace_bytes, plan_pieces *pieces) {
   ignis_workspace ws = workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
   IGNIS_TRY(carve_plan(&ws, fn, plan, pieces));
-  return workspace ? IGNIS_OK : ignis_attention_missing_workspace(fn, &ws);
+  if (!workspace)
+    return ws.offset ? ignis_attention_missing_workspace(fn, &ws) : IGNIS_OK;
+  return ignis_plan_check_workspace(&plan->storage, fn, workspace);
 }
 
 static int64_t planned_kv_len(const ignis_prefill_plan *plan, const int32_t *kv_indptr,
@@ -549,13 +549,13 @@ ignis_status ignis_prefill_plan_update(ignis_prefill_plan *plan, const int32_t *
                                 &mask_bytes));
   const int32_t *last = c->kv_kind == IGNIS_PREFILL_PAGED ? kv_last_page_len_host : NULL;
   plan_pieces pieces = {0};
-  if (ignis_plan_uses_workspace(&plan->storage))
+  if (workspace && ignis_plan_uses_workspace(&plan->storage)) /* optional here: checked for the runs */
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   void *image;
-  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, fn, workspace, &image));
+  IGNIS_TRY(ignis_plan_begin_update(&plan->storage, &image));
   plan->updated = 0;
   size_t used = ignis_prefill_plan_batch(&plan->planner, qo_indptr_host, kv_indptr_host, last, batch_size, image);
-  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, workspace, pieces.schedule, used, stream));
+  IGNIS_TRY(ignis_plan_finish_update(&plan->storage, used, stream));
   if (!ignis_plan_uses_workspace(&plan->storage)) { /* its runs check host index arrays against these */
     for (int64_t b = 0; b <= batch_size; ++b)
       plan->planned_kv_indptr[b] = kv_indptr_host[b];
@@ -588,12 +588,10 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
   ignis_target target;
   IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 10, &target));
   IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
-  void *schedule = plan->storage.host_schedule;
+  void *schedule = ignis_plan_schedule(&plan->storage);
   if (ignis_plan_uses_workspace(&plan->storage)) {
-    IGNIS_TRY(ignis_plan_open_run(&plan->storage, fn, "ignis_prefill_plan_update", workspace));
     plan_pieces pieces;
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
-    schedule = pieces.schedule;
     p->partial_out = pieces.partial_out;
     p->partial_lse = pieces.partial_lse;
   }

@@ -39,6 +39,8 @@ const char *ignis_cuda_compiled_targets(void);
 int ignis_cuda_device_sm_count(int32_t device);
 ignis_status ignis_cuda_pinned_alloc(size_t bytes, void **ptr);
 void ignis_cuda_pinned_free(void *ptr);
+ignis_status ignis_cuda_device_alloc(int32_t device, size_t bytes, void **ptr);
+void ignis_cuda_device_free(void *ptr);
 ignis_status ignis_cuda_event_create(int32_t device, void **event);
 void ignis_cuda_event_destroy(void *event);
 ignis_status ignis_cuda_event_query(void *event, int *complete);

@@ -84,6 +84,18 @@ extern "C" void ignis_cuda_pinned_free(void *ptr) {
     cudaFreeHost(ptr);
 }
 
+extern "C" ignis_status ignis_cuda_device_alloc(int32_t device, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  IGNIS_CUDA_ON_DEVICE(device);
+  IGNIS_CUDA_CHECK(cudaMalloc(ptr, bytes > 0 ? bytes : 1));
+  return IGNIS_OK;
+}
+
+extern "C" void ignis_cuda_device_free(void *ptr) {
+  if (ptr)
+    cudaFree(ptr);
+}
+
 extern "C" ignis_status ignis_cuda_event_create(int32_t device, void **event) {
   *event = NULL;
   IGNIS_CUDA_ON_DEVICE(device);

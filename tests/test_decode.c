@@ -258,6 +258,19 @@ static void qo_make(qo_set *s, h_backend backend, ignis_dtype dtype, int ndim, i
   h_buf_upload(&s->q);
 }
 
+/* q as fp8 e4m3 (the values rounded to it, the same view): a plan with an fp8 q_dtype and a
+ * 16-bit o_dtype, out staying in the dtype s was made with. */
+static void qo_quantize_q(qo_set *s) {
+  h_buf q8 = h_buf_alloc(s->q.backend, IGNIS_FP8_E4M3, s->q.count);
+  for (int64_t i = 0; i < s->q.count; ++i)
+    h_set(&q8, i, h_get(&s->q, i));
+  h_buf_upload(&q8);
+  ignis_tensor view = h_view(&q8, 0, s->tq.ndim, s->tq.shape, s->tq.strides);
+  h_buf_free(&s->q);
+  s->q = q8;
+  s->tq = view;
+}
+
 #ifdef IGNIS_HAVE_CUDA /* used by the graph replay test */
 /* The first `rows` rows of s (same buffers), with masks of just those rows; qo_sub_free after. */
 static qo_set qo_sub(const qo_set *s, int64_t rows) {
@@ -597,7 +610,7 @@ static const char *const split_names[] = {"auto", "disabled", "fixed"};
 
 typedef struct plan_spec {
   int64_t H, Hkv, D, P, q_len, max_batch, max_kv_len, fixed_pages;
-  ignis_dtype q_dtype, kv_dtype;
+  ignis_dtype q_dtype, kv_dtype; /* q fp8 e4m3: out (o_dtype) bf16 */
   split_mode mode;
   attn_opts o;
 } plan_spec;
@@ -619,6 +632,8 @@ static int plan_open(plan_env *e, h_backend backend, const plan_spec *sp) {
   config.page_size = sp->P;
   config.q_dtype = sp->q_dtype;
   config.kv_dtype = sp->kv_dtype;
+  if (sp->q_dtype == IGNIS_FP8_E4M3)
+    config.o_dtype = IGNIS_BF16;
   config.q_len_per_req = sp->q_len == 1 ? 0 : sp->q_len; /* 0 means 1: both spellings get used */
   config.max_batch_size = sp->max_batch;
   config.max_kv_len = sp->max_kv_len;
@@ -1007,8 +1022,11 @@ static void run_batch_case(h_backend backend, const batch_shape *bs, attn_opts o
   kv_make(&c, backend, bs->kv_dtype, bs->B, bs->P, bs->Hkv, D, bs->layout, bs->combined, bs->lens,
           bs->max_len, &o, rng);
   const int64_t max_len = kv_max_len(&c);
+  const ignis_dtype out_dtype = bs->q_dtype == IGNIS_FP8_E4M3 ? IGNIS_BF16 : bs->q_dtype;
   qo_set s;
-  qo_make(&s, backend, bs->q_dtype, 3, rows, H, D, bs->strided, rng, 1.5);
+  qo_make(&s, backend, out_dtype, 3, rows, H, D, bs->strided, rng, 1.5);
+  if (bs->q_dtype != out_dtype)
+    qo_quantize_q(&s);
   extras_set x;
   extras_make(&x, backend, &o, H, log((double)max_len + 1.0) + 1.0, rng);
   double *ref_out = malloc(sizeof(double) * (size_t)(rows * H * D + 1)),
@@ -1052,7 +1070,7 @@ static void run_batch_case(h_backend backend, const batch_shape *bs, attn_opts o
               auto_out[(b * H + h) * D + d] = got;
             else if (mode == SPLIT_DISABLED)
               h_cmp_add(&cross, (b * H + h) * D + d, got, auto_out[(b * H + h) * D + d],
-                        2 * rtol_of(bs->q_dtype) * tol_scale_for(max_len));
+                        2 * rtol_of(out_dtype) * tol_scale_for(max_len));
           }
       if (mode == SPLIT_DISABLED)
         CHECK_CMP(&cross, "split auto vs disabled");
@@ -1132,6 +1150,16 @@ static void test_batch(h_backend backend) {
     if (k == 0)
       o.window_left = 2;
     run_batch_case(backend, &bs, o, &rng);
+  }
+
+  /* An fp8 e4m3 q (as FlashInfer's fp8 decode on an fp8 KV cache takes it) with a bf16 out: the
+   * kernels run on q converted to bf16, exactly, so the reference is that of the rounded q. Both
+   * fp8 caches, GQA 4, a long request that splits, q_len 1 and 3, strided q. */
+  static const int64_t fp8_lens[3] = {2500, 37, 900};
+  for (int k = 0; k < 2 && general; ++k) {
+    batch_shape bs = {3, 16, 2, 4, 128, k == 0 ? 1 : 3, 2500, IGNIS_FP8_E4M3,
+                      k == 0 ? IGNIS_FP8_E4M3 : IGNIS_FP8_E5M2, IGNIS_KV_LAYOUT_NHD, k, 1, fp8_lens};
+    run_batch_case(backend, &bs, opts_variant(0), &rng);
   }
 
   /* The page kernel's shapes (CUDA on sm_90: 8 KV heads, head dim 128, 16-bit K/V in NHD, pages of
@@ -1607,6 +1635,17 @@ static void test_bad_inputs(h_backend backend) {
     BAD(ignis_decode_plan_create(&bad, &plan), status, needle);                                              \
   } while (0)
   CONFIG_BAD(head_dim, 96, UNS, "config.head_dim");
+  CONFIG_BAD(o_dtype, IGNIS_F16, UNS, "config.o_dtype"); /* a bf16 q writes out in bf16 */
+  CONFIG_BAD(q_dtype, IGNIS_FP8_E4M3, INV, "config.kv_dtype"); /* an fp8 q needs an fp8 cache */
+  bad = good;
+  bad.q_dtype = bad.kv_dtype = IGNIS_FP8_E4M3;
+  BAD(ignis_decode_plan_create(&bad, &plan), INV, "config.o_dtype"); /* and a 16-bit o_dtype */
+  bad.o_dtype = IGNIS_FP8_E4M3;
+  BAD(ignis_decode_plan_create(&bad, &plan), INV, "config.o_dtype");
+  bad.o_dtype = IGNIS_F16;
+  if (CHECK_STATUS(ignis_decode_plan_create(&bad, &plan), IGNIS_OK))
+    CHECK_STATUS(ignis_decode_plan_destroy(plan), IGNIS_OK);
+  plan = NULL;
   CONFIG_BAD(num_qo_heads, 5, INV, "config.num_qo_heads");
   CONFIG_BAD(num_kv_heads, 0, INV, "config.num_kv_heads");
   CONFIG_BAD(page_size, 0, INV, "config.page_size");

@@ -72,6 +72,9 @@ typedef enum ignis_pos_encoding {
   IGNIS_POS_ENCODING_ALIBI = 2
 } ignis_pos_encoding;
 
+/* Not a dtype: a plan's o_dtype (out's dtype) that means "q's dtype", the default. */
+#define IGNIS_DTYPE_OF_Q IGNIS_DTYPE_COUNT
+
 /* Options of an attention call. size = sizeof(ignis_attention_options) (IGNIS_ATTENTION_OPTIONS_INIT). */
 typedef struct ignis_attention_options {
   size_t size;
@@ -122,7 +125,7 @@ typedef struct ignis_decode_plan_config {
   int64_t num_kv_heads;
   int64_t head_dim;
   int64_t page_size;          /* 1..256 */
-  ignis_dtype q_dtype;        /* f16 or bf16; out the same */
+  ignis_dtype q_dtype;        /* f16 or bf16; or fp8 e4m3 with an fp8 cache and a 16-bit o_dtype */
   ignis_dtype kv_dtype;       /* the cache: q_dtype, fp8 e4m3 or fp8 e5m2 */
   int64_t q_len_per_req;      /* query tokens per request, 1..IGNIS_DECODE_MAX_Q_LEN (speculative
                                  decoding: causal among them); 0 means 1 */
@@ -132,6 +135,11 @@ typedef struct ignis_decode_plan_config {
   int64_t fixed_split_size;   /* > 0: split every request into chunks of this many pages
                                  (deterministic: the split does not depend on the batch); 0: auto */
   ignis_attention_options options;
+  /* Out's dtype: IGNIS_DTYPE_OF_Q (q's, the only choice for a 16-bit q), or with an fp8 q f16 or
+   * bf16, the dtype the kernels compute in (an fp8 q converts to it exactly, as FlashInfer's fp8
+   * prefill / decode on an fp8 KV cache takes it). Added after the first release: callers built
+   * against the older, smaller struct get the default. */
+  ignis_dtype o_dtype;
 } ignis_decode_plan_config;
 
 #define IGNIS_DECODE_PLAN_CONFIG_INIT                                                              \
@@ -139,7 +147,7 @@ typedef struct ignis_decode_plan_config {
    /* num_qo_heads */ 0, /* num_kv_heads */ 0, /* head_dim */ 0, /* page_size */ 0,                    \
    /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* q_len_per_req */ 1, /* max_batch_size */ 0,  \
    /* max_kv_len */ 0, /* disable_split_kv */ 0, /* fixed_split_size */ 0,                            \
-   /* options */ IGNIS_ATTENTION_OPTIONS_INIT}
+   /* options */ IGNIS_ATTENTION_OPTIONS_INIT, /* o_dtype */ IGNIS_DTYPE_OF_Q}
 
 /* The most query tokens per request a decode plan takes (q_len_per_req). */
 #define IGNIS_DECODE_MAX_Q_LEN 16

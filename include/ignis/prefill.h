@@ -107,7 +107,7 @@ typedef struct ignis_prefill_plan_config {
   int64_t head_dim_qk;
   int64_t head_dim_vo;        /* 0 means head_dim_qk */
   int64_t page_size;          /* paged: 1..256; ragged: ignored */
-  ignis_dtype q_dtype;        /* f16 or bf16; out the same */
+  ignis_dtype q_dtype;        /* f16 or bf16; or fp8 e4m3 with fp8 K/V and a 16-bit o_dtype */
   ignis_dtype kv_dtype;       /* q_dtype, fp8 e4m3 or fp8 e5m2 */
   ignis_mask_mode mask_mode;
   int64_t max_batch_size;     /* >= 1 */
@@ -117,6 +117,9 @@ typedef struct ignis_prefill_plan_config {
   int64_t fixed_split_size;   /* > 0: key chunks of this many pages (ragged: tokens), whatever the
                                  batch (deterministic); 0: auto */
   ignis_attention_options options;
+  /* Out's dtype: IGNIS_DTYPE_OF_Q (q's, the only choice for a 16-bit q), or with an fp8 q f16 or
+   * bf16 (decode.h: ignis_decode_plan_config.o_dtype). Added after the first release. */
+  ignis_dtype o_dtype;
 } ignis_prefill_plan_config;
 
 #define IGNIS_PREFILL_PLAN_CONFIG_INIT                                                             \
@@ -125,7 +128,7 @@ typedef struct ignis_prefill_plan_config {
    /* num_kv_heads */ 0, /* head_dim_qk */ 0, /* head_dim_vo */ 0, /* page_size */ 0,                  \
    /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* mask_mode */ IGNIS_MASK_NONE,                \
    /* max_batch_size */ 0, /* max_qo_tokens */ 0, /* max_kv_len */ 0, /* disable_split_kv */ 0,        \
-   /* fixed_split_size */ 0, /* options */ IGNIS_ATTENTION_OPTIONS_INIT}
+   /* fixed_split_size */ 0, /* options */ IGNIS_ATTENTION_OPTIONS_INIT, /* o_dtype */ IGNIS_DTYPE_OF_Q}
 
 typedef struct ignis_prefill_plan ignis_prefill_plan;
 

@@ -89,6 +89,31 @@ ignis_status ignis_check_attention_kv_dtype(const char *fn, const char *name, ig
                          fn, name, ignis_dtype_name(kv_dtype), q_name, ignis_dtype_name(q_dtype));
 }
 
+ignis_status ignis_check_attention_plan_dtypes(const char *fn, ignis_dtype q_dtype, ignis_dtype kv_dtype,
+                                             ignis_dtype o_dtype, ignis_dtype *out_dtype) {
+  if (q_dtype == IGNIS_FP8_E4M3) {
+    if (kv_dtype != IGNIS_FP8_E4M3 && kv_dtype != IGNIS_FP8_E5M2)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: config.q_dtype=fp8_e4m3 needs an fp8 cache, but config.kv_dtype=%s", fn,
+                             ignis_dtype_name(kv_dtype));
+    if (o_dtype != IGNIS_F16 && o_dtype != IGNIS_BF16)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: config.o_dtype=%s but with config.q_dtype=fp8_e4m3 it must be f16 or bf16", fn,
+                             o_dtype == IGNIS_DTYPE_OF_Q ? "IGNIS_DTYPE_OF_Q" : ignis_dtype_name(o_dtype));
+    *out_dtype = o_dtype;
+    return IGNIS_OK;
+  }
+  IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", q_dtype));
+  IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "config.kv_dtype", kv_dtype, "config.q_dtype", q_dtype));
+  if (o_dtype != IGNIS_DTYPE_OF_Q && o_dtype != q_dtype)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: config.o_dtype=%s but with config.q_dtype=%s out is written in q's dtype "
+                           "(IGNIS_DTYPE_OF_Q)",
+                           fn, ignis_dtype_name(o_dtype), ignis_dtype_name(q_dtype));
+  *out_dtype = q_dtype;
+  return IGNIS_OK;
+}
+
 ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
                                           float *k_scale, float *v_scale, const float **sinks) {
   static const ignis_attention_extras defaults = IGNIS_ATTENTION_EXTRAS_INIT;

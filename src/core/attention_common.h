@@ -31,6 +31,11 @@ ignis_status ignis_check_attention_dtype(const char *fn, const char *name, ignis
 ignis_status ignis_check_attention_kv_dtype(const char *fn, const char *name, ignis_dtype kv_dtype,
                                             const char *q_name, ignis_dtype q_dtype);
 /* Run extras (NULL: the defaults): finite positive scales, sinks [num_qo_heads] f32 contiguous. */
+/* A plan's q / K/V / out dtypes (config.q_dtype, config.kv_dtype, config.o_dtype): a 16-bit q with
+ * K/V of its dtype or fp8, out in q's dtype; or an fp8 e4m3 q with fp8 K/V and out f16 / bf16, the
+ * dtype its kernels compute in. *out_dtype: out's dtype. */
+ignis_status ignis_check_attention_plan_dtypes(const char *fn, ignis_dtype q_dtype, ignis_dtype kv_dtype,
+                                             ignis_dtype o_dtype, ignis_dtype *out_dtype);
 ignis_status ignis_check_attention_extras(const char *fn, const ignis_attention_extras *e, int64_t num_qo_heads,
                                           float *k_scale, float *v_scale, const float **sinks);
 /* lse (may be NULL): [rows, num_qo_heads] f32, disjoint from q and out. */

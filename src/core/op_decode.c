@@ -90,12 +90,17 @@ static void fill_options(ignis_decode_params *p, const ignis_attention_resolved 
   p->rope_log2_theta = opt->rope_log2_theta;
 }
 
-/* q and out: [lead..., num_qo_heads, head_dim] (ndim 3 with batch, 2 without), q's dtype, last
- * dimension contiguous; lse (may be NULL): q's shape without the last dimension, f32. */
+/* q and out: [lead..., num_qo_heads, head_dim] (ndim 3 with batch, 2 without), out of out_dtype
+ * (q's, or a plan's o_dtype), last dimension contiguous; lse (may be NULL): q's shape without the
+ * last dimension, f32. */
 static ignis_status check_q_out_lse(const char *fn, const ignis_tensor *q, const ignis_tensor *out,
-                                    const ignis_tensor *lse, int ndim) {
+                                    const ignis_tensor *lse, int ndim, ignis_dtype out_dtype) {
   IGNIS_TRY(ignis_check_tensor(fn, "out", out, ndim, ndim));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
+  if (out_dtype == q->dtype)
+    IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
+  else if (out->dtype != out_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but the plan's o_dtype=%s", fn,
+                           ignis_dtype_name(out->dtype), ignis_dtype_name(out_dtype));
   IGNIS_TRY(ignis_check_same_shape(fn, "out", out, "q", q));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "q", q));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "out", out));
@@ -221,7 +226,7 @@ static ignis_status check_single(const char *fn, const ignis_tensor *q, const ig
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: k.shape[%d]=%" PRId64 " keys but at most %d are taken", fn, call->token_dim,
                            call->kv_len, INT32_MAX);
-  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 2));
+  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 2, q->dtype));
   const ignis_tensor *kv[] = {k, v};
   const char *kv_names[] = {"k", "v"};
   for (int i = 0; i < 2; ++i) {
@@ -266,6 +271,7 @@ static ignis_status fill_single_params(const char *fn, const single_call *call, 
   p->num_kv_heads = call->num_kv_heads;
   p->head_dim = call->head_dim;
   p->dtype = q->dtype;
+  p->q_dtype = q->dtype;
   p->q_len = 1;
   p->q = q->data;
   p->q_stride_head = q->strides[0];
@@ -321,8 +327,7 @@ static ignis_status check_config(const char *fn, const ignis_decode_plan_config 
   IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   IGNIS_TRY(ignis_check_attention_heads(fn, "config.num_qo_heads", c->num_qo_heads, "config.num_kv_heads", c->num_kv_heads));
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
-  IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
-  IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "config.kv_dtype", c->kv_dtype, "config.q_dtype", c->q_dtype));
+  IGNIS_TRY(ignis_check_attention_plan_dtypes(fn, c->q_dtype, c->kv_dtype, c->o_dtype, &c->o_dtype));
   if (c->q_len_per_req < 0 || c->q_len_per_req > IGNIS_DECODE_MAX_Q_LEN)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.q_len_per_req=%" PRId64 " but it must be 0..%d (0 means 1)", fn,
@@ -436,14 +441,20 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
 /* Where a run's schedule (the plan's) and the pieces of its workspace are (NULL in counting mode). */
 typedef struct plan_pieces {
   void *schedule;
+  void *q_scratch;
   float *partial_out;
   float *partial_lse;
 } plan_pieces;
 
-/* The plan's workspace: the partial rows of every split item. */
+/* The plan's workspace: an fp8 q's converted copy (core/params.h: q_scratch), then the partial
+ * rows of every split item. */
 static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, int64_t max_partials,
                                          const ignis_decode_plan_config *c, plan_pieces *pieces) {
   const int64_t q_len = c->q_len_per_req > 0 ? c->q_len_per_req : 1;
+  pieces->q_scratch = NULL;
+  if (c->q_dtype != c->o_dtype)
+    IGNIS_TRY(ignis_workspace_take(ws, fn, "q_scratch", c->max_batch_size * q_len * c->num_qo_heads * c->head_dim,
+                                   ignis_dtype_size(c->o_dtype), &pieces->q_scratch));
   return carve_partials(ws, fn, max_partials * q_len, c->num_qo_heads, c->head_dim, &pieces->partial_out,
                         &pieces->partial_lse);
 }
@@ -687,7 +698,7 @@ static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, con
                             "the planned batch_size * q_len_per_req"));
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
   IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
-  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3));
+  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3, c->o_dtype));
   IGNIS_TRY(check_run_cache(fn, plan, q, cache, &p->cache));
   const ignis_tensor *kv[] = {&cache->k_cache, &cache->v_cache};
   const char *kv_names[] = {"cache.k_cache", "cache.v_cache"};
@@ -727,7 +738,9 @@ static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pi
   p->num_qo_heads = c->num_qo_heads;
   p->num_kv_heads = c->num_kv_heads;
   p->head_dim = c->head_dim;
-  p->dtype = q->dtype;
+  p->dtype = c->o_dtype;
+  p->q_dtype = q->dtype;
+  p->q_scratch = pieces->q_scratch;
   p->q_len = (int32_t)c->q_len_per_req;
   p->q = q->data;
   p->q_stride_batch = q->strides[0];

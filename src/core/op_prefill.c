@@ -99,12 +99,17 @@ static ignis_status check_custom_mask(const char *fn, ignis_mask_mode mode, cons
   return IGNIS_OK;
 }
 
-/* q [rows, num_qo_heads, head_dim_qk] of `q_dtype`; out [rows, num_qo_heads, head_dim_vo] q's dtype;
- * lse [rows, num_qo_heads] or NULL; last dimensions contiguous; outputs disjoint from q. */
+/* q [rows, num_qo_heads, head_dim_qk]; out [rows, num_qo_heads, head_dim_vo] of out_dtype (q's, or
+ * a plan's o_dtype); lse [rows, num_qo_heads] or NULL; last dimensions contiguous; outputs disjoint
+ * from q. */
 static ignis_status check_q_out(const char *fn, const ignis_tensor *q, const ignis_tensor *out,
-                                const ignis_tensor *lse, int64_t head_dim_vo) {
+                                const ignis_tensor *lse, int64_t head_dim_vo, ignis_dtype out_dtype) {
   IGNIS_TRY(ignis_check_tensor(fn, "out", out, 3, 3));
-  IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
+  if (out_dtype == q->dtype)
+    IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
+  else if (out->dtype != out_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but the plan's o_dtype=%s", fn,
+                           ignis_dtype_name(out->dtype), ignis_dtype_name(out_dtype));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 0, q->shape[0], "q.shape[0]"));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 1, q->shape[1], "q.shape[1]"));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 2, head_dim_vo, "head_dim_vo"));
@@ -179,7 +184,8 @@ static void fill_q_out(ignis_prefill_params *p, const ignis_tensor *q, ignis_ten
   p->num_qo_heads = q->shape[1];
   p->head_dim_qk = q->shape[2];
   p->head_dim_vo = out->shape[2];
-  p->dtype = q->dtype;
+  p->dtype = out->dtype; /* the kernels compute in out's dtype; an fp8 q is converted to it */
+  p->q_dtype = q->dtype;
   p->q = q->data;
   p->q_stride_token = q->strides[0];
   p->q_stride_head = q->strides[1];
@@ -272,7 +278,7 @@ ignis_status ignis_single_prefill(const ignis_tensor *q, const ignis_tensor *k, 
   if (qo_len > INT32_MAX / (num_qo_heads / num_kv_heads))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.shape[0]=%" PRId64 " query tokens is too many", fn,
                            qo_len);
-  IGNIS_TRY(check_q_out(fn, q, out, lse, head_dim_vo));
+  IGNIS_TRY(check_q_out(fn, q, out, lse, head_dim_vo, q->dtype));
   IGNIS_TRY(check_mask_mode(fn, "mask_mode", mask_mode));
   IGNIS_TRY(check_custom_mask(fn, mask_mode, custom_mask, ignis_prefill_mask_bytes(qo_len, kv_len)));
   IGNIS_TRY(check_outputs_disjoint(fn, out, lse, k, "k", v, "v", custom_mask));
@@ -342,8 +348,7 @@ static ignis_status check_config(const char *fn, const ignis_prefill_plan_config
                                         c->num_kv_heads));
   if (c->kv_kind == IGNIS_PREFILL_PAGED)
     IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
-  IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
-  IGNIS_TRY(ignis_check_attention_kv_dtype(fn, "config.kv_dtype", c->kv_dtype, "config.q_dtype", c->q_dtype));
+  IGNIS_TRY(ignis_check_attention_plan_dtypes(fn, c->q_dtype, c->kv_dtype, c->o_dtype, &c->o_dtype));
   IGNIS_TRY(check_mask_mode(fn, "config.mask_mode", c->mask_mode));
   if (c->max_batch_size < 1 || c->max_batch_size >= INT32_MAX)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.max_batch_size=%" PRId64 " but it must be 1..%d",
@@ -399,7 +404,7 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   int64_t head_dim_vo = c->head_dim_vo ? c->head_dim_vo : c->head_dim_qk;
   int64_t page_size = c->kv_kind == IGNIS_PREFILL_PAGED ? c->page_size : 1;
   const ignis_kernel_choice choice =
-      prefill_choice(c->device, c->q_dtype, c->kv_dtype, c->head_dim_qk, head_dim_vo, c->mask_mode, &options);
+      prefill_choice(c->device, c->o_dtype, c->kv_dtype, c->head_dim_qk, head_dim_vo, c->mask_mode, &options);
   ignis_prefill_planner planner;
   if (ignis_prefill_planner_init(&planner, c->max_batch_size, c->max_qo_tokens, c->max_kv_len, page_size,
                                  c->num_kv_heads, c->num_qo_heads / c->num_kv_heads,
@@ -442,13 +447,21 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
 
 /* Where the pieces of a plan's workspace are (NULL in counting mode). */
 typedef struct plan_pieces {
+  void *q_scratch;
   float *partial_out;
   float *partial_lse;
 } plan_pieces;
 
+/* The plan's workspace: an fp8 q's converted copy (core/params.h: q_scratch; its rows start at 0,
+ * so such plans take batches whose qo_indptr starts at 0), then the partial rows. */
 static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_prefill_plan *plan,
                                plan_pieces *pieces) {
   const ignis_prefill_planner *pl = &plan->planner;
+  const ignis_prefill_plan_config *c = &plan->config;
+  pieces->q_scratch = NULL;
+  if (c->q_dtype != c->o_dtype)
+    IGNIS_TRY(ignis_workspace_take(ws, fn, "q_scratch", c->max_qo_tokens * c->num_qo_heads * c->head_dim_qk,
+                                   ignis_dtype_size(c->o_dtype), &pieces->q_scratch));
   return carve_partials(ws, fn, pl->max_partials * pl->num_kv_heads * pl->q_tile_rows, plan->config.head_dim_vo,
                         &pieces->partial_out, &pieces->partial_lse);
 }
@@ -510,6 +523,11 @@ static ignis_status check_update_arrays(const char *fn, const ignis_prefill_plan
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: qo_indptr_host describes %" PRId64 " query tokens but the plan's max_qo_tokens=%" PRId64,
                            fn, tokens, c->max_qo_tokens);
+  if (c->q_dtype != c->o_dtype && qo_indptr[0] != 0)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: qo_indptr_host[0]=%d but a plan with an fp8 q_dtype takes batches whose query rows "
+                           "start at 0",
+                           fn, (int)qo_indptr[0]);
   *mask_bytes = 0;
   for (int64_t b = 0; b < batch_size; ++b) {
     int64_t kv_len = planned_kv_len(plan, kv_indptr, kv_last_page_len, b);
@@ -578,7 +596,7 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
                              ignis_tensor *lse, void *workspace, size_t workspace_bytes, void *stream,
                              const ignis_tensor *const *kv, const char *const *kv_names, ignis_prefill_params *p) {
   const ignis_prefill_plan_config *c = &plan->config;
-  IGNIS_TRY(check_q_out(fn, q, out, lse, c->head_dim_vo));
+  IGNIS_TRY(check_q_out(fn, q, out, lse, c->head_dim_vo, c->o_dtype));
   IGNIS_TRY(check_custom_mask(fn, c->mask_mode, custom_mask, plan->mask_bytes));
   IGNIS_TRY(check_outputs_disjoint(fn, out, lse, kv[0], kv_names[0], kv[1], kv_names[1], custom_mask));
   IGNIS_TRY(ignis_check_attention_extras(fn, extras, c->num_qo_heads, &p->k_scale, &p->v_scale, &p->sinks));
@@ -592,6 +610,8 @@ static ignis_status run_plan(const char *fn, const ignis_prefill_plan *plan, con
   if (ignis_plan_uses_workspace(&plan->storage)) {
     plan_pieces pieces;
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    p->q_scratch = pieces.q_scratch;
+    p->max_q_rows = c->max_qo_tokens;
     p->partial_out = pieces.partial_out;
     p->partial_lse = pieces.partial_lse;
   }

@@ -271,6 +271,11 @@ typedef struct ignis_decode_params {
    * merge (max_batch = 1) combines rows 0 .. max_work - 1 into request 0.
    * On the CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
   int64_t implicit_chunk_tokens;
+  /* q as the caller gave it: dtype (the kernels' compute dtype, out's), or fp8 e4m3. The CPU
+   * reads an fp8 q itself; CUDA first converts it (exactly) into q_scratch [rows, num_qo_heads,
+   * head_dim] of dtype, contiguous (the workspace's), and runs on that. */
+  ignis_dtype q_dtype;
+  void *q_scratch;
 } ignis_decode_params;
 
 /* ---- sampling ---- */
@@ -428,6 +433,11 @@ typedef struct ignis_prefill_params {
   int64_t implicit_chunk_tokens;
   int64_t contiguous_q_len;
   int64_t contiguous_kv_len;
+  /* q as given, and CUDA's converted copy of an fp8 q (as in ignis_decode_params), whose rows
+   * are [0, max_q_rows) (the plan's max_qo_tokens: such plans take batches from row 0). */
+  ignis_dtype q_dtype;
+  void *q_scratch;
+  int64_t max_q_rows;
 } ignis_prefill_params;
 
 #ifdef __cplusplus

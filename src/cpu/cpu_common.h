@@ -115,6 +115,14 @@ static inline void ignis_cpu_load_row(const void *base, ignis_dtype dtype, int64
     for (int64_t i = 0; i < n; ++i)
       out[i] = ignis_cpu_bf16_to_float(h[i]);
     break;
+  case IGNIS_FP8_E4M3:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = ignis_fp8_e4m3_to_f32(((const uint8_t *)base)[i]);
+    break;
+  case IGNIS_FP8_E5M2:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = ignis_fp8_e5m2_to_f32(((const uint8_t *)base)[i]);
+    break;
   default:
     memcpy(out, base, (size_t)n * sizeof(float));
     break;

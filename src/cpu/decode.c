@@ -79,7 +79,7 @@ static void attend_block(const ignis_decode_params *p, const ignis_decode_work *
     q_pos[r] = kv_len - p->q_len + token[r];
     first[r] = p->window_left >= 0 ? q_pos[r] - p->window_left : 0;
     int64_t q_offset = (b * p->q_len + token[r]) * p->q_stride_batch + head[r] * p->q_stride_head;
-    ignis_cpu_attention_load_query(scratch, p->q, p->dtype, q_offset, D, rope ? q_pos[r] : -1, q[r]);
+    ignis_cpu_attention_load_query(scratch, p->q, p->q_dtype, q_offset, D, rope ? q_pos[r] : -1, q[r]);
     for (int64_t d = 0; d < D; ++d)
       acc[r][d] = 0.0;
     slope[r] = alibi ? ignis_cpu_alibi_slope(head[r], p->num_qo_heads) : 0.0;

@@ -97,7 +97,7 @@ static void attend_block(const ignis_prefill_params *p, const ignis_prefill_requ
     head[x] = kv_head * group + (r0 + x) % group;
     q_pos[x] = (int64_t)r->kv_len - r->q_len + token[x];
     int64_t q_offset = (r->q_start + token[x]) * p->q_stride_token + head[x] * p->q_stride_head;
-    ignis_cpu_attention_load_query(scratch, p->q, p->dtype, q_offset, Dqk, rope ? q_pos[x] : -1, q[x]);
+    ignis_cpu_attention_load_query(scratch, p->q, p->q_dtype, q_offset, Dqk, rope ? q_pos[x] : -1, q[x]);
     for (int64_t d = 0; d < Dvo; ++d)
       acc[x][d] = 0.0;
     slope[x] = alibi ? ignis_cpu_alibi_slope(head[x], p->num_qo_heads) : 0.0;

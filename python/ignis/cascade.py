@@ -20,7 +20,7 @@ plan's schedule in the workspace).
 
 from . import _ext
 from ._alloc import new_output
-from ._common import bool_as_u8, lse_base_code, on_cuda
+from ._common import bool_as_u8, byte_workspace, lse_base_code, on_cuda
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
@@ -28,7 +28,7 @@ __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCas
 def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
     """Merge two states: returns ``(v, s)`` with ``s = log(base**s_a + base**s_b)`` and
     ``v = base**(s_a - s) * v_a + base**(s_b - s) * v_b``, allocated like ``v_a`` / ``s_a``."""
-    base = lse_base_code(lse_base)
+    base = lse_base_code("ignis.merge_state", lse_base)
     v_out, finish_v = new_output(v_a)
     s_out, finish_s = new_output(s_a)
     _ext.merge_state(v_a, s_a, v_b, s_b, base, v_out, s_out, stream)
@@ -38,14 +38,15 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="2", stream=None):
     """Merge ``(v_other, s_other)`` into ``(v, s)`` in place, for the rows where ``mask``
     (``[seq_len]`` bool, as FlashInfer takes it, or uint8; optional) is nonzero. Returns None."""
-    _ext.merge_state_in_place(v, s, v_other, s_other, bool_as_u8(mask), lse_base_code(lse_base), stream)
+    base = lse_base_code("ignis.merge_state_in_place", lse_base)
+    _ext.merge_state_in_place(v, s, v_other, s_other, bool_as_u8(mask), base, stream)
 
 
 def merge_states(v, s, *, lse_base="2", stream=None):
     """Merge ``num_states`` states per row: ``v`` ``[seq_len, num_states, num_heads, head_dim]``,
     ``s`` ``[seq_len, num_states, num_heads]``; returns ``(v, s)`` of shapes
     ``[seq_len, num_heads, head_dim]`` and ``[seq_len, num_heads]``."""
-    base = lse_base_code(lse_base)
+    base = lse_base_code("ignis.merge_states", lse_base)
     v_out, finish_v = new_output(v[:, 0])
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)

@@ -1,6 +1,7 @@
 /* ignis._ext: the CPython extension behind the ignis package (this file: DLPack, arguments, errors,
- * the module, and the norm, activation, RoPE, paged-cache, merge and decode bindings; prefill and
- * sampling have their own files, sharing _ext.h).
+ * the module, the library and device facts (version, build, device_info), and the norm,
+ * activation, RoPE, paged-cache, merge and decode bindings; prefill and sampling have their own
+ * files, sharing _ext.h).
  *
  * Each op function takes its arguments positionally when there are a few, and by name past the
  * first tensors when there are many (parse_args: a spec table per binding, so the order is
@@ -1800,6 +1801,33 @@ static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
   return PyLong_FromLong(ignis_cuda_device_count());
 }
 
+/* (device_type, device_id) -> dict of ignis_device_info's fields by name (device_type an
+ * ignis_device_type value). */
+static PyObject *ext_device_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.device_info";
+  int64_t type = 0, id = 0;
+  if (check_nargs(fn, nargs, 2) < 0 || parse_int64(fn, "device_type", args[0], &type) < 0 ||
+      parse_int64(fn, "device_id", args[1], &id) < 0)
+    return NULL;
+  if ((type != IGNIS_DEVICE_CPU && type != IGNIS_DEVICE_CUDA) || id < 0 || id > INT32_MAX) {
+    raise_status(IGNIS_ERROR_INVALID_ARGUMENT, "ignis.device_info: no such device (device_type, device_id)");
+    return NULL;
+  }
+  ignis_device device = {(ignis_device_type)type, (int32_t)id};
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_get_device_info(device, &info);
+  Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return Py_BuildValue("{s:s,s:i,s:i,s:L,s:L,s:L}", "name", info.name, "compute_capability",
+                       (int)info.compute_capability, "multiprocessor_count", (int)info.multiprocessor_count,
+                       "l2_cache_bytes", (long long)info.l2_cache_bytes, "shared_memory_per_block_optin",
+                       (long long)info.shared_memory_per_block_optin, "global_memory_bytes",
+                       (long long)info.global_memory_bytes);
+}
+
 /* The status value of a C status name ("IGNIS_ERROR_CUDA"), or -1. */
 static int status_named(const char *name) {
 #define STATUS_NAMED(status, value, message)                                                                 \
@@ -1879,6 +1907,7 @@ static PyMethodDef ext_methods[] = {
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},
+    FASTCALL(device_info, "device_info(device_type, device_id): the fields of ignis_get_device_info"),
     {"_set_error_classes", ext_set_error_classes, METH_VARARGS, "Register ignis's exception classes."},
     {NULL, NULL, 0, NULL}};
 

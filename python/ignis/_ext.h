@@ -1,7 +1,7 @@
-/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module and
- * the norm, activation, RoPE, paged-cache, merge and decode bindings), _ext_prefill.c and
- * _ext_sampling.c. Internal to the extension (never installed); every name here has hidden
- * visibility, so nothing leaks out of the module but PyInit__ext.
+/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module,
+ * the library and device facts, and the norm, activation, RoPE, paged-cache, merge and decode
+ * bindings), _ext_prefill.c and _ext_sampling.c. Internal to the extension (never installed);
+ * every name here has hidden visibility, so nothing leaks out of the module but PyInit__ext.
  *
  * A binding reads its tensors through one op_call (op_call_begin: DLPack in, stream chosen),
  * calls the C API with the GIL released, and returns op_call_finish (None, or the status raised as

@@ -1394,7 +1394,8 @@ int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_sl
   return 0;
 }
 
-paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
+/* Add a paged-cache run's tensors from *a to l (its workspace and custom mask are the caller's). */
+static paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
   paged_run_slots s;
   s.combined = a->v == Py_None;
   s.q = tensor_list_add(l, a->q, "q");
@@ -1411,8 +1412,8 @@ paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
 
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
-                     int combined, ignis_paged_kv_cache *cache) {
+static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name,
+                            int v_at, int combined, ignis_paged_kv_cache *cache) {
   if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;
@@ -1420,6 +1421,54 @@ int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, cons
     return split_combined_cache(fn, &c->tensors[k_at], &cache->k_cache, &cache->v_cache);
   cache->k_cache = c->tensors[k_at];
   cache->v_cache = c->tensors[v_at];
+  return 0;
+}
+
+int paged_run_begin(const char *fn, attention_args *a, op_call *c, paged_run_slots *s,
+                    ignis_paged_kv_cache *cache, void **ws, size_t *ws_bytes) {
+  static const ignis_paged_kv_cache init = IGNIS_PAGED_KV_CACHE_INIT;
+  tensor_list l = {.count = 0};
+  *s = paged_run_tensors(&l, a);
+  int ws_at = tensor_list_add(&l, a->workspace, "workspace");
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0)
+    return -1;
+  *cache = init;
+  cache->layout = a->kv_layout;
+  *ws = NULL;
+  *ws_bytes = 0;
+  if (paged_kv_tensors(fn, c, a->kv_view, s->k, l.names[s->k], s->v, s->combined, cache) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0)) {
+    op_call_release(c);
+    return -1;
+  }
+  cache->indices = c->tensors[s->indices];
+  if (s->indptr >= 0 && s->last_page_len >= 0) {
+    cache->indptr = c->tensors[s->indptr];
+    cache->last_page_len = c->tensors[s->last_page_len];
+  }
+  a->extras.sinks = s->sinks >= 0 ? &c->tensors[s->sinks] : NULL;
+  return 0;
+}
+
+int plan_update_workspace(const char *fn, PyObject *workspace, PyObject *stream_arg, op_call *c, void **ws,
+                          size_t *ws_bytes, void **stream) {
+  static const char *const name[] = {"float_workspace_buffer"};
+  c->count = 0;
+  *ws = NULL;
+  *ws_bytes = 0;
+  *stream = NULL;
+  if (workspace == Py_None)
+    return stream_arg == Py_None ? 0 : parse_stream(fn, stream_arg, stream);
+  if (op_call_begin(c, fn, &workspace, name, 1, 0, stream_arg) < 0) {
+    c->count = 0;
+    return -1;
+  }
+  *stream = c->stream;
+  if (workspace_of(fn, &c->tensors[0], ws, ws_bytes) < 0) {
+    op_call_release(c);
+    c->count = 0;
+    return -1;
+  }
   return 0;
 }
 
@@ -1665,7 +1714,6 @@ static PyObject *plan_update_declined(int host_copy_needed, int64_t batch, int64
  * done). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const ws_name[] = {"float_workspace_buffer"};
   if (check_nargs(fn, nargs, 6) < 0)
     return NULL;
   decode_plan_handle *handle = decode_plan_of(fn, args[0]);
@@ -1701,20 +1749,11 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
     memcpy(staging.data, indptr.data, sizeof(int32_t) * (size_t)(batch + 1));
     memcpy(staging.data + batch + 1, last.data, sizeof(int32_t) * (size_t)batch);
   }
-  void *ws = NULL, *stream = NULL;
-  size_t ws_bytes = 0;
-  op_call c = {.count = 0};
-  if (args[3] != Py_None) {
-    if (op_call_begin(&c, fn, args + 3, ws_name, 1, 0, args[5]) < 0)
-      goto done;
-    stream = c.stream;
-    if (workspace_of(fn, &c.tensors[0], &ws, &ws_bytes) < 0) {
-      op_call_release(&c);
-      goto done;
-    }
-  } else if (args[5] != Py_None && parse_stream(fn, args[5], &stream) < 0) {
+  void *ws, *stream;
+  size_t ws_bytes;
+  op_call c;
+  if (plan_update_workspace(fn, args[3], args[5], &c, &ws, &ws_bytes, &stream) < 0)
     goto done;
-  }
   PyThreadState *thread = PyEval_SaveThread();
   ignis_status status =
       ignis_decode_plan_update(handle->plan, indptr.data, last.data, batch, ws, ws_bytes, stream);
@@ -1756,30 +1795,16 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  tensor_list l = {.count = 0};
-  paged_run_slots s = paged_run_tensors(&l, &a);
-  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
+  paged_run_slots s;
+  ignis_paged_kv_cache cache;
+  void *ws;
+  size_t ws_bytes;
+  if (paged_run_begin(fn, &a, &c, &s, &cache, &ws, &ws_bytes) < 0)
     return NULL;
-  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = a.kv_layout;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0 ||
-      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
-    op_call_release(&c);
-    return NULL;
-  }
-  cache.indices = c.tensors[s.indices];
   ignis_status status = IGNIS_OK;
-  if (s.indptr >= 0 && s.last_page_len >= 0) {
-    cache.indptr = c.tensors[s.indptr];
-    cache.last_page_len = c.tensors[s.last_page_len];
-  } else {
+  if (s.indptr < 0 || s.last_page_len < 0) /* the plan's copies in the workspace */
     status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
-  }
-  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   if (status != IGNIS_OK)
     return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =

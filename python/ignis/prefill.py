@@ -280,10 +280,12 @@ class _BatchPrefillWrapper:
     def _resolve(self, fn, qo_indptr, kv_indptr, kv_last_page_len, page_size, num_qo_heads, num_kv_heads,
                  head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
                  window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type,
-                 o_data_type, multi_item, seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv,
-                 fixed_split_size, disable_split_kv, uniform_q_len, lse_base, stream):
+                 o_data_type, prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+                 seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size, disable_split_kv,
+                 uniform_q_len, lse_base, stream):
         """Check plan()'s arguments and resolve them into a _Batch (the wrapper is not changed)."""
-        _refuse(fn, _MULTI_ITEM, **multi_item)
+        _refuse(fn, _MULTI_ITEM, prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
+                token_pos_in_items_len=token_pos_in_items_len or None, max_item_len_ptr=max_item_len_ptr)
         q_code, kv_code = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         head_dim_vo = head_dim_vo or head_dim_qk
         self._check_spec(fn, q_code, kv_code, head_dim_qk, head_dim_vo, pos_encoding_mode)
@@ -589,9 +591,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         b = self._resolve(fn, qo_indptr, kv_indptr, None, 1, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
                           custom_mask, packed_custom_mask, causal, pos_encoding_mode, window_left, logits_soft_cap,
                           sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type,
-                          dict(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
-                               token_pos_in_items_len=token_pos_in_items_len or None,
-                               max_item_len_ptr=max_item_len_ptr),
+                          prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
                           seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size,
                           disable_split_kv, uniform_q_len, lse_base, stream)
         for given, same, name, other in ((v_indptr, b.kv, "v_indptr", "kv_indptr"),
@@ -677,12 +677,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         b = self._resolve(fn, qo_indptr, paged_kv_indptr, paged_kv_last_page_len, page_size, num_qo_heads,
                           num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal,
                           pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta,
-                          q_data_type, kv_data_type, o_data_type,
-                          dict(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
-                               token_pos_in_items_len=token_pos_in_items_len or None,
-                               max_item_len_ptr=max_item_len_ptr),
-                          seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size,
-                          disable_split_kv, uniform_q_len, lse_base, stream)
+                          q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
+                          token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, max_token_per_sequence,
+                          max_sequence_kv, fixed_split_size, disable_split_kv, uniform_q_len, lse_base, stream)
         if self._use_cuda_graph and paged_kv_indices.shape[0] > self._paged_kv_indices_buf.shape[0]:
             raise InvalidArgumentError("%s: paged_kv_indices has %d entries but paged_kv_indices_buf holds %d"
                                        % (fn, paged_kv_indices.shape[0], self._paged_kv_indices_buf.shape[0]))

@@ -2,8 +2,8 @@
 
 A state is ``(v, s)``: ``v`` ``[seq_len, num_heads, head_dim]`` (f16, bf16 or f32), the attention
 output over a set of keys, and ``s`` ``[seq_len, num_heads]`` float32, the log-sum-exp of the
-scores. ``lse_base`` says which logarithm ``s`` uses: ``"2"`` (default; FlashInfer's kernels
-return log2 of the sum of exp2) or ``"ln"`` (FlashAttention, PyTorch). Empty states
+scores. ``lse_base`` says which logarithm ``s`` uses: ``"2"`` (default, also spelled ``"log2"``;
+FlashInfer's kernels return log2 of the sum of exp2) or ``"ln"`` (FlashAttention, PyTorch). Empty states
 (``s = -inf``) contribute nothing; merging only empty states gives ``v = 0, s = -inf``. Leading
 dimensions may have any strides; ``v``'s last dimension must be contiguous. Every op takes a
 keyword-only ``stream=``.

@@ -5,7 +5,7 @@
 - k / v / q scales given as numbers or one-element host tensors;
 - arrays of any framework: dtype names, where they live, dtype changes on their device;
 - index arrays as the int32 the C library reads: host copies, device conversions and copies into
-  persistent (CUDA-graph) buffers, every value checked to fit int32 where it is read;
+  persistent (CUDA-graph) buffers; a value ignis reads that does not fit int32 raises, named;
 - K/V as the extension takes them: fp8 NumPy views, paged caches given with or without their page
   axis;
 - workspaces: byte views and sizes, the single-request ops' scratch, plan bounds.

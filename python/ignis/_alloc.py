@@ -16,6 +16,9 @@ mirrors, on the input's device and with its dtype:
 
 Frameworks are found through ``sys.modules`` (never imported here), and the choice is cached per
 input type, so the per-call cost is one dict lookup plus the framework's own allocation.
+
+``new_array`` allocates an array of a named dtype instead (LSEs, samples, index arrays, scratch):
+in like's framework (PyTorch, NumPy, CuPy, else like's array-API namespace), on its device.
 """
 
 import sys
@@ -81,10 +84,10 @@ def _pick(like):
     return None
 
 
-def new_output(like, halve_last=False):
+def new_output(like, halve_last=False, shape=None):
     """An uninitialized array shaped like ``like`` (with the last dimension halved when
-    ``halve_last``), with its dtype, on its device, in its framework. Returns ``(buffer, finish)``:
-    write into buffer, then hand ``finish(buffer)`` to the caller."""
+    ``halve_last``; of ``shape`` when given), with its dtype, on its device, in its framework.
+    Returns ``(buffer, finish)``: write into buffer, then hand ``finish(buffer)`` to the caller."""
     kind = type(like)
     allocate = _allocators.get(kind)
     if allocate is None:
@@ -95,7 +98,39 @@ def new_output(like, halve_last=False):
                 % (kind.__module__, kind.__qualname__)
             )
         _allocators[kind] = allocate
-    shape = like.shape
-    if halve_last:
-        shape = tuple(shape[:-1]) + (shape[-1] // 2,) if len(shape) else shape
+    if shape is None:
+        shape = like.shape
+        if halve_last:
+            shape = tuple(shape[:-1]) + (shape[-1] // 2,) if len(shape) else shape
     return allocate(like, shape)
+
+
+def framework_of(x):
+    """The top-level module of x's type: "torch", "numpy", "cupy", ... (no framework is imported to
+    ask)."""
+    return type(x).__module__.split(".")[0]
+
+
+def new_array(like, shape, dtype, fill=None):
+    """An array of ``shape`` and ``dtype`` (NumPy's name: "float32", "int32", "int64", "uint8")
+    on like's device, in like's framework: uninitialized, or every element ``fill``."""
+    framework = framework_of(like)
+    if framework == "torch":
+        torch = sys.modules["torch"]
+        if fill is None:
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        return torch.full(shape, fill, dtype=getattr(torch, dtype), device=like.device)
+    if framework == "numpy":
+        numpy = sys.modules["numpy"]
+        return numpy.empty(shape, dtype=dtype) if fill is None else numpy.full(shape, fill, dtype=dtype)
+    if framework == "cupy":
+        cupy = sys.modules["cupy"]
+        with like.device:
+            return cupy.empty(shape, dtype=dtype) if fill is None else cupy.full(shape, fill, dtype=dtype)
+    if hasattr(like, "__array_namespace__"):
+        xp = like.__array_namespace__()
+        if fill is None:
+            return xp.empty(shape, dtype=getattr(xp, dtype), device=like.device)
+        return xp.full(shape, fill, dtype=getattr(xp, dtype), device=like.device)
+    raise ArgumentTypeError("ignis cannot allocate an array like a %s.%s (PyTorch, NumPy, CuPy or an array-API "
+                            "array): pass the output" % (type(like).__module__, type(like).__qualname__))

@@ -1,6 +1,7 @@
 /* ignis._ext: the CPython extension behind the ignis package (this file: DLPack, arguments, errors,
- * the module, and the norm, activation, RoPE, paged-cache, merge and decode bindings; prefill and
- * sampling have their own files, sharing _ext.h).
+ * the module, the library and device facts (version, build, device_info), and the norm,
+ * activation, RoPE, paged-cache, merge and decode bindings; prefill and sampling have their own
+ * files, sharing _ext.h).
  *
  * Each op function takes its arguments positionally when there are a few, and by name past the
  * first tensors when there are many (parse_args: a spec table per binding, so the order is
@@ -1393,7 +1394,8 @@ int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_sl
   return 0;
 }
 
-paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
+/* Add a paged-cache run's tensors from *a to l (its workspace and custom mask are the caller's). */
+static paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
   paged_run_slots s;
   s.combined = a->v == Py_None;
   s.q = tensor_list_add(l, a->q, "q");
@@ -1410,8 +1412,8 @@ paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a) {
 
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
-                     int combined, ignis_paged_kv_cache *cache) {
+static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name,
+                            int v_at, int combined, ignis_paged_kv_cache *cache) {
   if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;
@@ -1419,6 +1421,54 @@ int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, cons
     return split_combined_cache(fn, &c->tensors[k_at], &cache->k_cache, &cache->v_cache);
   cache->k_cache = c->tensors[k_at];
   cache->v_cache = c->tensors[v_at];
+  return 0;
+}
+
+int paged_run_begin(const char *fn, attention_args *a, op_call *c, paged_run_slots *s,
+                    ignis_paged_kv_cache *cache, void **ws, size_t *ws_bytes) {
+  static const ignis_paged_kv_cache init = IGNIS_PAGED_KV_CACHE_INIT;
+  tensor_list l = {.count = 0};
+  *s = paged_run_tensors(&l, a);
+  int ws_at = tensor_list_add(&l, a->workspace, "workspace");
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0)
+    return -1;
+  *cache = init;
+  cache->layout = a->kv_layout;
+  *ws = NULL;
+  *ws_bytes = 0;
+  if (paged_kv_tensors(fn, c, a->kv_view, s->k, l.names[s->k], s->v, s->combined, cache) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0)) {
+    op_call_release(c);
+    return -1;
+  }
+  cache->indices = c->tensors[s->indices];
+  if (s->indptr >= 0 && s->last_page_len >= 0) {
+    cache->indptr = c->tensors[s->indptr];
+    cache->last_page_len = c->tensors[s->last_page_len];
+  }
+  a->extras.sinks = s->sinks >= 0 ? &c->tensors[s->sinks] : NULL;
+  return 0;
+}
+
+int plan_update_workspace(const char *fn, PyObject *workspace, PyObject *stream_arg, op_call *c, void **ws,
+                          size_t *ws_bytes, void **stream) {
+  static const char *const name[] = {"float_workspace_buffer"};
+  c->count = 0;
+  *ws = NULL;
+  *ws_bytes = 0;
+  *stream = NULL;
+  if (workspace == Py_None)
+    return stream_arg == Py_None ? 0 : parse_stream(fn, stream_arg, stream);
+  if (op_call_begin(c, fn, &workspace, name, 1, 0, stream_arg) < 0) {
+    c->count = 0;
+    return -1;
+  }
+  *stream = c->stream;
+  if (workspace_of(fn, &c->tensors[0], ws, ws_bytes) < 0) {
+    op_call_release(c);
+    c->count = 0;
+    return -1;
+  }
   return 0;
 }
 
@@ -1664,7 +1714,6 @@ static PyObject *plan_update_declined(int host_copy_needed, int64_t batch, int64
  * done). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
-  static const char *const ws_name[] = {"float_workspace_buffer"};
   if (check_nargs(fn, nargs, 6) < 0)
     return NULL;
   decode_plan_handle *handle = decode_plan_of(fn, args[0]);
@@ -1700,20 +1749,11 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
     memcpy(staging.data, indptr.data, sizeof(int32_t) * (size_t)(batch + 1));
     memcpy(staging.data + batch + 1, last.data, sizeof(int32_t) * (size_t)batch);
   }
-  void *ws = NULL, *stream = NULL;
-  size_t ws_bytes = 0;
-  op_call c = {.count = 0};
-  if (args[3] != Py_None) {
-    if (op_call_begin(&c, fn, args + 3, ws_name, 1, 0, args[5]) < 0)
-      goto done;
-    stream = c.stream;
-    if (workspace_of(fn, &c.tensors[0], &ws, &ws_bytes) < 0) {
-      op_call_release(&c);
-      goto done;
-    }
-  } else if (args[5] != Py_None && parse_stream(fn, args[5], &stream) < 0) {
+  void *ws, *stream;
+  size_t ws_bytes;
+  op_call c;
+  if (plan_update_workspace(fn, args[3], args[5], &c, &ws, &ws_bytes, &stream) < 0)
     goto done;
-  }
   PyThreadState *thread = PyEval_SaveThread();
   ignis_status status =
       ignis_decode_plan_update(handle->plan, indptr.data, last.data, batch, ws, ws_bytes, stream);
@@ -1755,30 +1795,16 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  tensor_list l = {.count = 0};
-  paged_run_slots s = paged_run_tensors(&l, &a);
-  int ws_at = tensor_list_add(&l, a.workspace, "workspace");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
+  paged_run_slots s;
+  ignis_paged_kv_cache cache;
+  void *ws;
+  size_t ws_bytes;
+  if (paged_run_begin(fn, &a, &c, &s, &cache, &ws, &ws_bytes) < 0)
     return NULL;
-  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = a.kv_layout;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0 ||
-      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
-    op_call_release(&c);
-    return NULL;
-  }
-  cache.indices = c.tensors[s.indices];
   ignis_status status = IGNIS_OK;
-  if (s.indptr >= 0 && s.last_page_len >= 0) {
-    cache.indptr = c.tensors[s.indptr];
-    cache.last_page_len = c.tensors[s.last_page_len];
-  } else {
+  if (s.indptr < 0 || s.last_page_len < 0) /* the plan's copies in the workspace */
     status = ignis_decode_plan_index_views(handle->plan, ws, ws_bytes, &cache.indptr, &cache.last_page_len);
-  }
-  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   if (status != IGNIS_OK)
     return op_call_finish(&c, status);
   Py_BEGIN_ALLOW_THREADS status =
@@ -1798,6 +1824,33 @@ static PyObject *ext_build_info(PyObject *self, PyObject *unused) {
 
 static PyObject *ext_cuda_device_count(PyObject *self, PyObject *unused) {
   return PyLong_FromLong(ignis_cuda_device_count());
+}
+
+/* (device_type, device_id) -> dict of ignis_device_info's fields by name (device_type an
+ * ignis_device_type value). */
+static PyObject *ext_device_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.device_info";
+  int64_t type = 0, id = 0;
+  if (check_nargs(fn, nargs, 2) < 0 || parse_int64(fn, "device_type", args[0], &type) < 0 ||
+      parse_int64(fn, "device_id", args[1], &id) < 0)
+    return NULL;
+  if ((type != IGNIS_DEVICE_CPU && type != IGNIS_DEVICE_CUDA) || id < 0 || id > INT32_MAX) {
+    raise_status(IGNIS_ERROR_INVALID_ARGUMENT, "ignis.device_info: no such device (device_type, device_id)");
+    return NULL;
+  }
+  ignis_device device = {(ignis_device_type)type, (int32_t)id};
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_get_device_info(device, &info);
+  Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  return Py_BuildValue("{s:s,s:i,s:i,s:L,s:L,s:L}", "name", info.name, "compute_capability",
+                       (int)info.compute_capability, "multiprocessor_count", (int)info.multiprocessor_count,
+                       "l2_cache_bytes", (long long)info.l2_cache_bytes, "shared_memory_per_block_optin",
+                       (long long)info.shared_memory_per_block_optin, "global_memory_bytes",
+                       (long long)info.global_memory_bytes);
 }
 
 /* The status value of a C status name ("IGNIS_ERROR_CUDA"), or -1. */
@@ -1879,6 +1932,7 @@ static PyMethodDef ext_methods[] = {
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},
+    FASTCALL(device_info, "device_info(device_type, device_id): the fields of ignis_get_device_info"),
     {"_set_error_classes", ext_set_error_classes, METH_VARARGS, "Register ignis's exception classes."},
     {NULL, NULL, 0, NULL}};
 

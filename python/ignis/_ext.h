@@ -1,7 +1,7 @@
-/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module and
- * the norm, activation, RoPE, paged-cache, merge and decode bindings), _ext_prefill.c and
- * _ext_sampling.c. Internal to the extension (never installed); every name here has hidden
- * visibility, so nothing leaks out of the module but PyInit__ext.
+/* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module,
+ * the library and device facts, and the norm, activation, RoPE, paged-cache, merge and decode
+ * bindings), _ext_prefill.c and _ext_sampling.c. Internal to the extension (never installed);
+ * every name here has hidden visibility, so nothing leaks out of the module but PyInit__ext.
  *
  * A binding reads its tensors through one op_call (op_call_begin: DLPack in, stream chosen),
  * calls the C API with the GIL released, and returns op_call_finish (None, or the status raised as
@@ -195,13 +195,19 @@ typedef struct {
   int combined; /* k is the one [pages, 2, ...] cache tensor (v_cache None) */
 } paged_run_slots;
 
-/* Add a paged-cache run's tensors from *a to l (its workspace and custom mask are the caller's). */
-paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a);
+/* Read a paged-cache run's tensors from *a (all but a custom mask: with the workspace they fill an
+ * op_call) into c, on the stream it chooses: *cache gets the layout, K / V (the fp8 view applied, a
+ * combined cache split) and the page indices, and indptr / last_page_len when both are given;
+ * *ws / *ws_bytes the workspace (NULL, 0 without); the sinks are attached to a->extras. -1 with the
+ * error set and nothing held. */
+int paged_run_begin(const char *fn, attention_args *a, op_call *c, paged_run_slots *s,
+                    ignis_paged_kv_cache *cache, void **ws, size_t *ws_bytes);
 
-/* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
- * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at,
-                     int combined, ignis_paged_kv_cache *cache);
+/* The workspace and stream of a plan update: workspace None (a CPU plan keeps its schedule on the
+ * host) or the workspace tensor, read through *c (the caller releases it after the C call when
+ * c->count); stream_arg the caller's stream=. -1 with the error set and nothing held. */
+int plan_update_workspace(const char *fn, PyObject *workspace, PyObject *stream_arg, op_call *c, void **ws,
+                          size_t *ws_bytes, void **stream);
 /* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
 void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what);
 

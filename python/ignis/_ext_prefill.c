@@ -1,7 +1,7 @@
 /* Python bindings of prefill attention (include/ignis/prefill.h), with the argument helpers of
- * _ext.h (op_call, tensor_list, attention_args, host_i32, ...). prefill.py gives them FlashInfer's
- * names and passes the configs and options by keyword. A prefill plan travels as a capsule, as a
- * decode plan does.
+ * _ext.h (op_call, attention_args, paged_run_begin, host_i32, ...). prefill.py gives them
+ * FlashInfer's names and passes the configs and options by keyword. A prefill plan travels as a
+ * capsule, as a decode plan does.
  * ext_prefill_methods is the method table the module adds. */
 #include "_ext.h"
 
@@ -121,7 +121,6 @@ static PyObject *ext_prefill_workspace_size(PyObject *self, PyObject *const *arg
  * arrays must be 1-D contiguous int32 host arrays (prefill.py converts them). */
 static PyObject *ext_prefill_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchPrefillWrapper.plan";
-  static const char *const ws_name[] = {"float_workspace_buffer"};
   static const char *const array_names[] = {"qo_indptr", "kv_indptr", "kv_last_page_len"};
   if (check_nargs(fn, nargs, 6) < 0)
     return NULL;
@@ -146,20 +145,11 @@ static PyObject *ext_prefill_plan_update(PyObject *self, PyObject *const *args, 
                  (long long)arrays[0].len, (long long)arrays[1].len, taken == 3 ? " and kv_last_page_len more" : "");
     goto done;
   }
-  void *ws = NULL, *stream = NULL;
-  size_t ws_bytes = 0;
-  op_call c = {.count = 0};
-  if (args[4] != Py_None) {
-    if (op_call_begin(&c, fn, args + 4, ws_name, 1, 0, args[5]) < 0)
-      goto done;
-    stream = c.stream;
-    if (workspace_of(fn, &c.tensors[0], &ws, &ws_bytes) < 0) {
-      op_call_release(&c);
-      goto done;
-    }
-  } else if (args[5] != Py_None && parse_stream(fn, args[5], &stream) < 0) {
+  void *ws, *stream;
+  size_t ws_bytes;
+  op_call c;
+  if (plan_update_workspace(fn, args[4], args[5], &c, &ws, &ws_bytes, &stream) < 0)
     goto done;
-  }
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_prefill_plan_update(plan, arrays[0].data, arrays[1].data,
                                                             taken == 3 ? arrays[2].data : NULL, batch, ws, ws_bytes,
@@ -175,32 +165,26 @@ done:
   return result;
 }
 
-/* The custom mask and the workspace of a run, read in a second op_call (a paged run has more
- * tensors than one holds), on the stream the first one chose. */
-static int prefill_run_side(const char *fn, PyObject *mask, PyObject *workspace, void *stream, op_call *side,
-                            const ignis_tensor **mask_t, void **ws, size_t *ws_bytes) {
-  tensor_list l = {.count = 0};
-  int mask_at = tensor_list_add(&l, mask, "custom_mask"), ws_at = tensor_list_add(&l, workspace, "workspace");
+/* The custom mask of a paged run, read in a second op_call (the run's other tensors fill the first)
+ * on the stream the first one chose; none (side->count 0, *mask_t NULL) when mask is None. */
+static int prefill_mask_call(const char *fn, PyObject *mask, void *stream, op_call *side,
+                             const ignis_tensor **mask_t) {
+  static const char *const name[] = {"custom_mask"};
   side->count = 0;
   *mask_t = NULL;
-  *ws = NULL;
-  *ws_bytes = 0;
-  if (l.count == 0)
+  if (mask == Py_None)
     return 0;
   PyObject *stream_obj = stream ? PyLong_FromVoidPtr(stream) : Py_None;
   if (!stream_obj)
     return -1;
-  int r = op_call_begin(side, fn, l.objs, l.names, l.count, 0, stream_obj);
+  int r = op_call_begin(side, fn, &mask, name, 1, 0, stream_obj);
   if (stream)
     Py_DECREF(stream_obj);
-  if (r < 0)
-    return -1;
-  if (ws_at >= 0 && workspace_of(fn, &side->tensors[ws_at], ws, ws_bytes) < 0) {
-    op_call_release(side);
+  if (r < 0) {
     side->count = 0;
     return -1;
   }
-  *mask_t = mask_at >= 0 ? &side->tensors[mask_at] : NULL;
+  *mask_t = &side->tensors[0];
   return 0;
 }
 
@@ -263,30 +247,18 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
   ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
   if (!plan)
     return NULL;
-  tensor_list l = {.count = 0};
-  paged_run_slots s = paged_run_tensors(&l, &a);
   op_call c, side;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(s.out) | slot_bit(s.lse), a.stream) < 0)
+  paged_run_slots s;
+  ignis_paged_kv_cache cache;
+  void *ws;
+  size_t ws_bytes;
+  const ignis_tensor *mask;
+  if (paged_run_begin(fn, &a, &c, &s, &cache, &ws, &ws_bytes) < 0)
     return NULL;
-  const ignis_tensor *mask = NULL;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if (prefill_run_side(fn, a.custom_mask, a.workspace, c.stream, &side, &mask, &ws, &ws_bytes) < 0) {
+  if (prefill_mask_call(fn, a.custom_mask, c.stream, &side, &mask) < 0) {
     op_call_release(&c);
     return NULL;
   }
-  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
-  cache.layout = a.kv_layout;
-  if (paged_kv_tensors(fn, &c, a.kv_view, s.k, l.names[s.k], s.v, s.combined, &cache) < 0) {
-    if (side.count)
-      op_call_release(&side);
-    op_call_release(&c);
-    return NULL;
-  }
-  cache.indptr = c.tensors[s.indptr];
-  cache.indices = c.tensors[s.indices];
-  cache.last_page_len = c.tensors[s.last_page_len];
-  a.extras.sinks = s.sinks >= 0 ? &c.tensors[s.sinks] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status =
       ignis_prefill_paged_run(plan, &c.tensors[s.q], &cache, mask, &a.extras, &c.tensors[s.out],

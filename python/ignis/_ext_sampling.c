@@ -3,9 +3,7 @@
  * sampling calls take their input and samples first and the rest by name (sampling_spec), the
  * short ones positionally with the stream last; tensors through DLPack, None for an absent
  * optional tensor. A seed or offset is an int (a value) or a tensor (read by the kernel).
- * ext_sampling_methods is the method table the module adds; it also carries device_info (the
- * facts of ignis_get_device_info), which the FlashInfer namespace's flashinfer.utils answers
- * from (SM count, compute capability) and which has no other binding file yet. */
+ * ext_sampling_methods is the method table the module adds. */
 #include "_ext.h"
 
 /* The tensors of one call, optional ones skipped when None; key -> slot in the op_call. */
@@ -267,33 +265,6 @@ static PyObject *ext_top_k(PyObject *self, PyObject *const *args, Py_ssize_t nar
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (device_type, device_id) -> dict of ignis_device_info's fields by name (device_type an
- * ignis_device_type value). */
-static PyObject *ext_device_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char *const fn = "ignis.device_info";
-  int64_t type, id;
-  if (check_nargs(fn, nargs, 2) < 0 || parse_int64(fn, "device_type", args[0], &type) < 0 ||
-      parse_int64(fn, "device_id", args[1], &id) < 0)
-    return NULL;
-  if ((type != IGNIS_DEVICE_CPU && type != IGNIS_DEVICE_CUDA) || id < 0 || id > INT32_MAX) {
-    raise_status(IGNIS_ERROR_INVALID_ARGUMENT, "ignis.device_info: no such device (device_type, device_id)");
-    return NULL;
-  }
-  ignis_device device = {(ignis_device_type)type, (int32_t)id};
-  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
-  ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_get_device_info(device, &info);
-  Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
-    raise_status(status, ignis_last_error());
-    return NULL;
-  }
-  return Py_BuildValue("{s:s,s:i,s:i,s:L,s:L,s:L}", "name", info.name, "compute_capability",
-                       (int)info.compute_capability, "multiprocessor_count", (int)info.multiprocessor_count,
-                       "l2_cache_bytes", (long long)info.l2_cache_bytes, "shared_memory_per_block_optin",
-                       (long long)info.shared_memory_per_block_optin, "global_memory_bytes",
-                       (long long)info.global_memory_bytes);
-}
-
 #define SAMPLING_DOC(name) #name "(input, samples, **arguments): ignis_" #name " (sampling_spec)"
 #define TRANSFORM_DOC(name) #name "(input, arr, value, out, stream): ignis_" #name
 PyMethodDef ext_sampling_methods[] = {
@@ -313,5 +284,4 @@ PyMethodDef ext_sampling_methods[] = {
         "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "
         "emitted, seed, offset, stream)"),
     FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
-    FASTCALL(device_info, "device_info(device_type, device_id): the fields of ignis_get_device_info"),
     {NULL, NULL, 0, NULL}};

@@ -2,8 +2,8 @@
 
 A state is ``(v, s)``: ``v`` ``[seq_len, num_heads, head_dim]`` (f16, bf16 or f32), the attention
 output over a set of keys, and ``s`` ``[seq_len, num_heads]`` float32, the log-sum-exp of the
-scores. ``lse_base`` says which logarithm ``s`` uses: ``"2"`` (default; FlashInfer's kernels
-return log2 of the sum of exp2) or ``"ln"`` (FlashAttention, PyTorch). Empty states
+scores. ``lse_base`` says which logarithm ``s`` uses: ``"2"`` (default, also spelled ``"log2"``;
+FlashInfer's kernels return log2 of the sum of exp2) or ``"ln"`` (FlashAttention, PyTorch). Empty states
 (``s = -inf``) contribute nothing; merging only empty states gives ``v = 0, s = -inf``. Leading
 dimensions may have any strides; ``v``'s last dimension must be contiguous. Every op takes a
 keyword-only ``stream=``.
@@ -15,20 +15,24 @@ into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
 ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
 (single prefill, not causal) and merge it with each request's unique suffix (batch decode /
 prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
-plan's schedule in the workspace).
+plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` takes FlashInfer 0.7.2's
+arguments in its order; with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
+each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
 """
 
 from . import _ext
 from ._alloc import new_output
-from ._common import bool_as_u8, lse_base_code, on_cuda
+from ._common import bool_as_u8, byte_workspace, lse_base_code, on_cuda
+from ._errors import InvalidArgumentError
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
 
+
 def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
     """Merge two states: returns ``(v, s)`` with ``s = log(base**s_a + base**s_b)`` and
     ``v = base**(s_a - s) * v_a + base**(s_b - s) * v_b``, allocated like ``v_a`` / ``s_a``."""
-    base = lse_base_code(lse_base)
+    base = lse_base_code("ignis.merge_state", lse_base)
     v_out, finish_v = new_output(v_a)
     s_out, finish_s = new_output(s_a)
     _ext.merge_state(v_a, s_a, v_b, s_b, base, v_out, s_out, stream)
@@ -38,14 +42,15 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="2", stream=None):
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="2", stream=None):
     """Merge ``(v_other, s_other)`` into ``(v, s)`` in place, for the rows where ``mask``
     (``[seq_len]`` bool, as FlashInfer takes it, or uint8; optional) is nonzero. Returns None."""
-    _ext.merge_state_in_place(v, s, v_other, s_other, bool_as_u8(mask), lse_base_code(lse_base), stream)
+    base = lse_base_code("ignis.merge_state_in_place", lse_base)
+    _ext.merge_state_in_place(v, s, v_other, s_other, bool_as_u8(mask), base, stream)
 
 
 def merge_states(v, s, *, lse_base="2", stream=None):
     """Merge ``num_states`` states per row: ``v`` ``[seq_len, num_states, num_heads, head_dim]``,
     ``s`` ``[seq_len, num_states, num_heads]``; returns ``(v, s)`` of shapes
     ``[seq_len, num_heads, head_dim]`` and ``[seq_len, num_heads]``."""
-    base = lse_base_code(lse_base)
+    base = lse_base_code("ignis.merge_states", lse_base)
     v_out, finish_v = new_output(v[:, 0])
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)
@@ -53,39 +58,80 @@ def merge_states(v, s, *, lse_base="2", stream=None):
 
 
 def _level_workspaces(buffer, levels):
-    """Equal byte slices of a CUDA workspace (the whole host buffer, unused, on the CPU)."""
+    """Equal 256-byte slices of a CUDA workspace, one a level (the whole host buffer, unused, on
+    the CPU)."""
     if buffer is None or not hasattr(buffer, "__dlpack_device__") or not on_cuda(buffer):
         return [buffer] * levels
-    flat = buffer.reshape(-1).view(dtype=buffer.dtype)
+    flat = byte_workspace(buffer).reshape(-1)
     size = flat.shape[0] // levels // 256 * 256
     return [flat[i * size:(i + 1) * size] for i in range(levels)]
 
 
-class MultiLevelCascadeAttentionWrapper:
-    """Attention over ``num_levels`` paged KV levels (level 0 the most shared), merged by LSE."""
+def _per_level(fn, levels, arrays):
+    """The entries of `arrays` (name -> a list of one per level, or None) level by level: a tuple
+    per level, None for the lists not given; a list of another length raises."""
+    for name, array in arrays.items():
+        if array is not None and len(array) != levels:
+            raise InvalidArgumentError("%s: %s has %d entries but there are %d levels" % (fn, name, len(array), levels))
+    return [tuple(None if array is None else array[i] for array in arrays.values()) for i in range(levels)]
 
-    def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, **unused):
+
+class MultiLevelCascadeAttentionWrapper:
+    """Attention over ``num_levels`` paged KV levels (level 0 the most shared), merged by LSE.
+    With ``use_cuda_graph=True`` the four ``*_buf_arr`` lists (one buffer per level each) are
+    required; level i's prefill wrapper copies its plans into buffer i of each."""
+
+    def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None, paged_kv_indices_buf_arr=None,
+                 paged_kv_last_page_len_buf_arr=None):
         from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
-        self._wrappers = [BatchPrefillWithPagedKVCacheWrapper(buffer, kv_layout, use_cuda_graph)
-                          for buffer in _level_workspaces(float_workspace_buffer, num_levels)]
+        fn = "ignis.MultiLevelCascadeAttentionWrapper"
+        arrays = {"qo_indptr_buf_arr": qo_indptr_buf_arr, "paged_kv_indptr_buf_arr": paged_kv_indptr_buf_arr,
+                  "paged_kv_indices_buf_arr": paged_kv_indices_buf_arr,
+                  "paged_kv_last_page_len_buf_arr": paged_kv_last_page_len_buf_arr}
+        missing = [name for name, array in arrays.items() if array is None]
+        if use_cuda_graph and missing:
+            raise InvalidArgumentError("%s: use_cuda_graph=True needs %s" % (fn, ", ".join(missing)))
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._wrappers = [
+            BatchPrefillWithPagedKVCacheWrapper(buffer, kv_layout, use_cuda_graph, qo_indptr_buf=qo_indptr_buf,
+                                                paged_kv_indptr_buf=paged_kv_indptr_buf,
+                                                paged_kv_indices_buf=paged_kv_indices_buf,
+                                                paged_kv_last_page_len_buf=paged_kv_last_page_len_buf)
+            for buffer, (qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, paged_kv_last_page_len_buf)
+            in zip(_level_workspaces(float_workspace_buffer, num_levels), _per_level(fn, num_levels, arrays))]
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._use_cuda_graph
 
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffers=None):
         for wrapper, buffer in zip(self._wrappers, _level_workspaces(float_workspace_buffer, len(self._wrappers))):
             wrapper.reset_workspace_buffer(buffer)
 
     def plan(self, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr, paged_kv_last_page_len, num_qo_heads,
-             num_kv_heads, head_dim, page_size, custom_mask=None, packed_custom_mask=None, causal=False, **kwargs):
+             num_kv_heads, head_dim, page_size, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+             sm_scale=None, window_left=-1, logits_soft_cap=None, rope_scale=None, rope_theta=None,
+             q_data_type="float16", kv_data_type=None, *, custom_mask=None, packed_custom_mask=None, **kwargs):
         """One plan per level: ``qo_indptr_arr[i]`` groups the queries sharing level i's entries of
-        the paged cache (``paged_kv_*_arr[i]``); the other arguments are those of
-        BatchPrefillWithPagedKVCacheWrapper.plan, the mask ones applying to the last level."""
+        the paged cache (``paged_kv_*_arr[i]``, ``paged_kv_last_page_len[i]``). ``causal`` applies
+        to the last level, as do the ignis extensions ``custom_mask`` / ``packed_custom_mask``
+        (keyword-only); the other arguments, and any further keyword of
+        BatchPrefillWithPagedKVCacheWrapper.plan, to every level."""
+        fn = "ignis.MultiLevelCascadeAttentionWrapper.plan"
+        levels = _per_level(fn, len(self._wrappers), {
+            "qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
+            "paged_kv_indices_arr": paged_kv_indices_arr, "paged_kv_last_page_len": paged_kv_last_page_len})
         last = len(self._wrappers) - 1
-        for i, wrapper in enumerate(self._wrappers):
-            wrapper.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i], paged_kv_last_page_len[i],
-                         num_qo_heads, num_kv_heads, head_dim, page_size,
+        for i, (wrapper, level) in enumerate(zip(self._wrappers, levels)):
+            wrapper.plan(*level, num_qo_heads, num_kv_heads, head_dim, page_size,
                          custom_mask=custom_mask if i == last else None,
                          packed_custom_mask=packed_custom_mask if i == last else None,
-                         causal=causal if i == last else False, **kwargs)
+                         causal=causal if i == last else False, pos_encoding_mode=pos_encoding_mode,
+                         use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale, window_left=window_left,
+                         logits_soft_cap=logits_soft_cap, rope_scale=rope_scale, rope_theta=rope_theta,
+                         q_data_type=q_data_type, kv_data_type=kv_data_type, **kwargs)
 
     begin_forward = plan
 
@@ -124,14 +170,8 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
                 rope_scale=None, rope_theta=None, *, stream=None):
         """``q`` ``[batch, num_qo_heads, head_dim]``: every token sees all of the shared prefix and its
         own unique keys."""
-        from .prefill import single_prefill_with_kv_cache
-
-        out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=self._kv_layout, sm_scale=sm_scale,
-                                                rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
-                                                stream=stream)
-        out_u, lse_u = self._decode.run(q, unique_kv_cache, return_lse=True, stream=stream)
-        merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
-        return out
+        return _with_shared_prefix(self._decode, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
+                                   rope_scale, rope_theta, stream)
 
     run = forward
 
@@ -162,17 +202,26 @@ class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
                 sm_scale=None, rope_scale=None, rope_theta=None, *, stream=None):
         """Every query sees the whole shared prefix (no mask) and its request's unique keys (causal
         when asked; the unique part is re-planned when ``causal`` changes)."""
-        from .prefill import single_prefill_with_kv_cache
-
         if causal != self._causal:
             self._prefill.plan(*self._args, causal=causal, sm_scale=sm_scale, rope_scale=rope_scale,
                                rope_theta=rope_theta, stream=stream, **self._kwargs)
             self._causal = causal
-        out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=self._kv_layout, sm_scale=sm_scale,
-                                                rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
-                                                stream=stream)
-        out_u, lse_u = self._prefill.run(q, unique_kv_cache, return_lse=True, stream=stream)
-        merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
-        return out
+        return _with_shared_prefix(self._prefill, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
+                                   rope_scale, rope_theta, stream)
 
     run = forward
+
+
+def _with_shared_prefix(unique, q, k_shared, v_shared, unique_kv_cache, kv_layout, sm_scale, rope_scale, rope_theta,
+                        stream):
+    """Attention of q over a prefix every query sees (contiguous k_shared / v_shared, no mask; single
+    prefill) merged with its attention over its request's unique keys (`unique`: the planned decode
+    or prefill wrapper over unique_kv_cache)."""
+    from .prefill import single_prefill_with_kv_cache
+
+    out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=kv_layout, sm_scale=sm_scale,
+                                            rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
+                                            stream=stream)
+    out_u, lse_u = unique.run(q, unique_kv_cache, return_lse=True, stream=stream)
+    merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
+    return out

@@ -94,10 +94,10 @@ import functools
 import sys
 
 from . import _ext
-from ._alloc import new_output
-from ._common import (INT32_MAX, Q_DTYPES, attention_options, byte_workspace, checked_host_i32, device_i32,
-                      dtype_code, is_cuda, kv_views, layout_code, lse_base_name, new_f32, next_pow2, on_cuda,
-                      page_axis_views, paged_kv_views, pos_encoding_code, scales, single_workspace)
+from ._alloc import new_array, new_output
+from ._common import (INT32_MAX, attention_dtypes, attention_options, byte_workspace, capturing, copy_index_into,
+                      device_i32, fixed_split, host_i32, is_cuda, kv_views, layout_code, lse_base_name, nbytes_of,
+                      next_pow2, on_cuda, paged_kv_views, pos_encoding_code, scales, single_workspace, to_device_of)
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper",
@@ -105,6 +105,8 @@ __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper",
 
 _MIN_MAX_BATCH = 64
 _MIN_MAX_KV_LEN = 4096
+_PLAN = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+_RUN = "ignis.BatchDecodeWithPagedKVCacheWrapper.run"
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE", use_tensor_cores=False,
@@ -120,8 +122,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     the GPU; the scratch for that is allocated once per device and kept."""
     fn = "ignis.single_decode_with_kv_cache"
     layout = layout_code(kv_layout)
-    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base_name(lse_base),
-                                pos_encoding_mode, rope_scale, rope_theta)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     k_value = v_value = None
     if k_scale is not None or v_scale is not None or q_scale is not None:
         k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
@@ -131,7 +133,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         kv_len = k.shape[0] if layout == _ext.IGNIS_KV_LAYOUT_NHD else k.shape[1]
         workspace = single_workspace(q, _ext.single_decode_workspace_size(q.shape[0], q.shape[-1], kv_len))
     out, finish = new_output(q)
-    lse = new_f32(q, (q.shape[0],)) if return_lse else None
+    lse = new_array(q, (q.shape[0],), "float32") if return_lse else None
     _ext.single_decode(q, k, v, out, lse=lse, workspace=workspace, kv_layout=layout, options=options, k_scale=k_value,
                        v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
     return (finish(out), lse) if return_lse else finish(out)
@@ -203,34 +205,18 @@ class _IndexUploader:
         """The page indices on the device as int32: in place when they are already there (without
         CUDA-graph buffers), else copied into the indices buffer or a new device array."""
         buffer = None if self.graph_buffers is None else self.graph_buffers[1]
-        if buffer is None:
-            if is_cuda(indices):
-                return device_i32(indices, "indices")
-            host = checked_host_i32(indices, "indices")
-            if self.torch:
-                import torch
-
-                return torch.from_numpy(host).to(self.workspace.device, non_blocking=True)
-            cupy = sys.modules["cupy"]
-            with self.workspace.device:
-                return cupy.asarray(host)
-        if indices is buffer or (self.torch and is_cuda(indices) and indices.data_ptr() == buffer.data_ptr()):
+        if buffer is not None and (indices is buffer or (self.torch and is_cuda(indices)
+                                                         and indices.data_ptr() == buffer.data_ptr())):
             return buffer
-        if self.torch:
-            import torch
-
-            source = (device_i32(indices, "indices") if is_cuda(indices)
-                      else torch.from_numpy(checked_host_i32(indices, "indices")))
+        if is_cuda(indices):
+            source = device_i32(_PLAN, "indices", indices)
+            if buffer is None:
+                return source
         else:
-            source = checked_host_i32(indices, "indices")
-        n = source.shape[0]
-        if buffer.shape[0] < n:
-            raise InvalidArgumentError("ignis.BatchDecodeWithPagedKVCacheWrapper.plan: paged_kv_indices_buffer holds "
-                                       "%d entries but indices has %d" % (buffer.shape[0], n))
-        if self.torch:
-            buffer[:n].copy_(source, non_blocking=True)
-        else:
-            buffer[:n].set(source)
+            source = host_i32(_PLAN, "indices", indices)
+            if buffer is None:
+                return to_device_of(self.workspace, source)
+        copy_index_into(_PLAN, "indices", buffer, source)
         return buffer
 
 
@@ -259,16 +245,6 @@ def _address(x):
     return None if interface is None else interface["data"][0]
 
 
-def _fill(buffer, values, n):
-    """Copy n host int32 values (NumPy or a CPU tensor) into buffer[:n], a host array of NumPy or PyTorch."""
-    if hasattr(buffer, "copy_"):
-        import torch
-
-        buffer[:n].copy_(values if isinstance(values, torch.Tensor) else torch.from_numpy(values))
-    else:
-        buffer[:n] = values
-
-
 # dtype object -> whether it is int32, for plan's per-call check of its indices (str() of a NumPy
 # dtype takes microseconds; a dict lookup, nanoseconds)
 _int32_dtypes = {}
@@ -282,7 +258,7 @@ def _host_indices(indices):
         int32 = _int32_dtypes[dtype] = str(dtype) in ("int32", "torch.int32")
     if int32 and indices.ndim == 1:
         return indices
-    return checked_host_i32(indices, "indices")
+    return host_i32(_PLAN, "indices", indices)
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -341,7 +317,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         workspace = byte_workspace(workspace)
         device_type, device_id = workspace.__dlpack_device__()
         self._workspace = workspace
-        self._workspace_size = workspace.nbytes
+        self._workspace_size = nbytes_of(workspace)
         self._cuda = device_type == _ext.DLPACK_CUDA
         self._device_id = device_id if self._cuda else 0
         self._plan_workspace = workspace if self._cuda else None  # CPU plans keep their schedule on the host
@@ -388,8 +364,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         ``block_tables`` is refused. ``max_batch_size`` / ``max_kv_len`` bound the batches the
         plan serves (see the module's notes for the defaults)."""
         if block_tables is not None or is_causal is not None:
-            _check_plan_extras("ignis.BatchDecodeWithPagedKVCacheWrapper.plan", block_tables, is_causal,
-                               q_len_per_req)
+            _check_plan_extras(_PLAN, block_tables, is_causal, q_len_per_req)
         key = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
                q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
                disable_split_kv, q_len_per_req, max_batch_size, max_kv_len, lse_base)
@@ -416,11 +391,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         indptr, last_page_len = self._batch_arrays
         lengths = numpy.empty(last_page_len.shape[0], numpy.int32)
         _ext.get_seq_lens(indptr, last_page_len, page_size, lengths, None)
-        given = checked_host_i32(seq_lens, "seq_lens")
+        given = host_i32(_PLAN, "seq_lens", seq_lens)
         if given.tobytes() == lengths.tobytes():  # both int32: equal bytes, equal arrays (and faster)
             return
         self._indexes = None
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+        fn = _PLAN
         if given.shape != lengths.shape:
             raise InvalidArgumentError("%s: seq_lens has %d entries but the batch has %d requests"
                                        % (fn, given.shape[0], lengths.shape[0]))
@@ -465,14 +440,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._graph_buffers is None:
             return indptr, indices, last_page_len
         indptr_buffer, indices_buffer, last_buffer = self._graph_buffers
-        _fill(indptr_buffer, indptr, batch + 1)
-        _fill(last_buffer, last_page_len, batch)
+        copy_index_into(_PLAN, "indptr", indptr_buffer, indptr)
+        copy_index_into(_PLAN, "last_page_len", last_buffer, last_page_len)
         if _address(indices) != _address(indices_buffer):
-            if indices_buffer.shape[0] < indices.shape[0]:
-                raise InvalidArgumentError("ignis.BatchDecodeWithPagedKVCacheWrapper.plan: paged_kv_indices_buffer "
-                                           "holds %d entries but indices has %d"
-                                           % (indices_buffer.shape[0], indices.shape[0]))
-            _fill(indices_buffer, indices, indices.shape[0])
+            copy_index_into(_PLAN, "indices", indices_buffer, indices)
         return indptr_buffer[: batch + 1], indices_buffer, last_buffer[:batch]
 
     def _plan_config(self, fn, key, window_right=0):
@@ -491,31 +462,23 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 kv_data_type = data_type
         if q_data_type is None:
             q_data_type = "float16"
-        q_code = dtype_code(fn, "q_data_type", q_data_type)
-        if q_code not in Q_DTYPES:
-            raise UnsupportedError("%s: q_data_type=%s is not supported: float16 or bfloat16" % (fn, q_data_type))
-        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
-        if o_data_type is not None and dtype_code(fn, "o_data_type", o_data_type) != q_code:
-            raise UnsupportedError("%s: o_data_type=%s but the output has q's dtype (%s)"
-                                   % (fn, o_data_type, q_data_type))
+        q_code, kv_code = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
-        # FlashInfer's "no fixed split": None, or -1 (what vLLM passes)
-        fixed = fixed_split_size if fixed_split_size is not None and fixed_split_size > 0 else 0
         config = dict(
             device_type=_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, device_id=self._device_id,
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
             q_dtype=q_code, kv_dtype=kv_code, q_len_per_req=q_len_per_req, disable_split_kv=bool(disable_split_kv),
-            fixed_split_size=fixed,
-            options=attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base_name(lse_base),
-                                      pos_encoding_mode, rope_scale, rope_theta))
+            fixed_split_size=fixed_split(fixed_split_size),
+            options=attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode,
+                                      rope_scale, rope_theta))
         stored = (pos_encoding_mode, window_left, 0.0 if logits_soft_cap is None else logits_soft_cap, sm_scale,
                   rope_scale, rope_theta)
         return config, stored
 
     def _configure(self, key, window_right=0):
         """Resolve plan()'s configuration arguments and make the C plan (the slow path)."""
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+        fn = _PLAN
         config, stored = self._plan_config(fn, key, window_right)
         q_len_per_req = key[16]
         if self._graph_buffers is not None and self._frozen_q_len not in (None, q_len_per_req):
@@ -525,7 +488,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._key = None
         self._indexes = None
         self._config = config
-        self._lse_base = lse_base_name(key[19])
+        self._lse_base = lse_base_name(fn, key[19])
         self._planned_options = stored
         self._canonical_options = {}
         self._base_options = self._canonical(stored)
@@ -542,7 +505,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         default sm_scale is written head_dim ** -0.5, as vLLM and SGLang compute the scale they
         pass (for head dim 128 it differs from 1 / sqrt(128) in the last bit)."""
         pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta = options
-        return (pos_encoding_code("ignis.BatchDecodeWithPagedKVCacheWrapper.run", pos_encoding_mode), window_left,
+        return (pos_encoding_code(_RUN, pos_encoding_mode), window_left,
                 0.0 if logits_soft_cap is None else logits_soft_cap,
                 self._config["head_dim"] ** -0.5 if sm_scale is None else sm_scale,
                 1.0 if rope_scale is None else rope_scale, 1e4 if rope_theta is None else rope_theta)
@@ -563,7 +526,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             max_kv_len = INT32_MAX  # the workspace does not grow with it
         elif self._cuda and self._graph_buffers is not None:
             # the longest KV length whose fixed splits fit the CUDA-graph workspace, or the longest request
-            bound = _ext.decode_max_kv_len_for_workspace(self._workspace.nbytes, max_batch_size=max_batch, **config)
+            bound = _ext.decode_max_kv_len_for_workspace(self._workspace_size, max_batch_size=max_batch, **config)
             max_kv_len = max(longest, bound)
         else:  # the grid grows with the bound: keep it within twice the longest request seen
             max_kv_len = next_pow2(longest, _MIN_MAX_KV_LEN)
@@ -585,10 +548,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def _update_slow(self, indptr, last_page_len, declined, stream):
         """plan_update when the fast path declined (an _ext.PlanUpdateDeclined): index arrays not on
         the host as int32 (copied there), or a batch past the plan's maxima (a larger plan)."""
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan"
+        fn = _PLAN
         if declined.host_copy_needed:
-            indptr = checked_host_i32(indptr, "indptr")
-            last_page_len = checked_host_i32(last_page_len, "last_page_len")
+            indptr = host_i32(fn, "indptr", indptr)
+            last_page_len = host_i32(fn, "last_page_len", last_page_len)
             declined = self._update(indptr, last_page_len, stream)
             if declined.__class__ is int:
                 return indptr, last_page_len, declined
@@ -610,7 +573,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if result.__class__ is not int:
             raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d keys "
                                        "with fixed_split_size=%d"
-                                       % (fn, self._workspace.nbytes, longest, self._config["fixed_split_size"]))
+                                       % (fn, self._workspace_size, longest, self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
     def _update(self, indptr, last_page_len, stream):
@@ -622,7 +585,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """Make the active C plan the one of the wrapper's current options (forward's overrides, or
         option attributes an engine wrote): each distinct set gets its own C plan, made once per
         configuration and scheduled with the planned batch when it becomes active."""
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run"
+        fn = _RUN
         options = self._options
         try:
             canonical = self._canonical_options.get(options)
@@ -635,8 +598,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             except TypeError:
                 pass
         if canonical != self._active:
-            torch = sys.modules.get("torch")
-            if self._cuda and torch is not None and torch.cuda.is_current_stream_capturing():
+            if capturing(self._workspace):
                 raise InvalidArgumentError(
                     "%s: the options (forward's overrides or the wrapper's option attributes) differ from the "
                     "active plan's and the stream is capturing a CUDA graph, where ignis cannot re-plan: run once "
@@ -669,7 +631,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         ``lse_base``; a given ``lse`` is written either way). ``k_scale`` / ``v_scale`` /
         ``q_scale``: numbers (or one-element host tensors); ``sinks``: float32 ``[num_qo_heads]``
         on q's device. The wrapper's options (see the module's notes) apply."""
-        fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.run"
+        fn = _RUN
         if self._indexes is None:
             raise InvalidArgumentError("%s: call plan first" % fn)
         if args:
@@ -685,7 +647,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                        % (fn, q_len_per_req, self._q_len_per_req))
         if self._options_changed:
             self._apply_options(stream)
-        k_cache, v_cache, kv_view = paged_kv_views(fn, page_axis_views(paged_kv_cache, self._layout))
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache, self._layout)
         k_value = v_value = None
         if k_scale is not None or v_scale is not None or q_scale is not None:
             k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
@@ -693,7 +655,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if out is None:
             out, finish = new_output(q)
         if return_lse and lse is None:
-            lse = new_f32(q, (q.shape[0], q.shape[1]))
+            lse = new_array(q, (q.shape[0], q.shape[1]), "float32")
         indptr, indices, last = self._indexes
         _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr,
                         kv_last_page_len=last, lse=lse, workspace=self._workspace, kv_layout=self._layout,
@@ -749,15 +711,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
                q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
                disable_split_kv, q_len_per_req, None, None, "2")
         config, _ = self._plan_config(fn, key)
-        indptr = checked_host_i32(indptr, "indptr")
-        last_page_len = checked_host_i32(last_page_len, "last_page_len")
+        indptr = host_i32(fn, "indptr", indptr)
+        last_page_len = host_i32(fn, "last_page_len", last_page_len)
         if last_page_len.shape[0] != indptr.shape[0] - 1:
             raise InvalidArgumentError("%s: last_page_len has %d entries but indptr (%d entries) describes %d "
                                        "requests" % (fn, last_page_len.shape[0], indptr.shape[0],
                                                      max(indptr.shape[0] - 1, 0)))
         lengths = numpy.empty(last_page_len.shape[0], numpy.int32)
         _ext.get_seq_lens(indptr, last_page_len, page_size, lengths, None)
-        if seq_lens is not None and not numpy.array_equal(checked_host_i32(seq_lens, "seq_lens"), lengths):
+        if seq_lens is not None and not numpy.array_equal(host_i32(fn, "seq_lens", seq_lens), lengths):
             raise InvalidArgumentError("%s: seq_lens differs from the lengths indptr and last_page_len give (ignis "
                                        "reads the lengths from them)" % fn)
         longest = int(lengths.max()) if lengths.shape[0] else 0

@@ -11,31 +11,11 @@ host every index is validated; on a CUDA device the kernels skip tokens whose in
 the cache (see include/ignis/paged_kv.h). Every op takes a keyword-only ``stream=``.
 """
 
-import sys
-
 from . import _ext
-from ._alloc import new_output
-from ._common import as_dtype, dtype_name, index_i32, layout_code
-from ._errors import ArgumentTypeError
+from ._alloc import new_array, new_output
+from ._common import as_dtype, dtype_name, i64_as_i32, layout_code
 
 __all__ = ["append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens"]
-
-
-def _new_index(like, n, value):
-    """An int32 array of n elements, all `value`, on like's device in like's framework (like:
-    an int32 array)."""
-    if hasattr(like, "new_full"):  # PyTorch
-        return like.new_full((n,), value)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(like, numpy.ndarray):
-        return numpy.full((n,), value, dtype=like.dtype)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
-        with like.device:
-            return cupy.full((n,), value, dtype=like.dtype)
-    if hasattr(like, "__array_namespace__"):
-        return like.__array_namespace__().full((n,), value, dtype=like.dtype, device=like.device)
-    raise ArgumentTypeError("ignis cannot allocate an index array like a %s" % type(like).__qualname__)
 
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache, kv_indices,
@@ -49,10 +29,10 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
         k_cache, v_cache = paged_kv_cache
     else:
         k_cache, v_cache = paged_kv_cache, None
-    _ext.append_paged_kv_cache(append_key, append_value, index_i32(fn, "batch_indices", batch_indices),
-                               index_i32(fn, "positions", positions), k_cache, v_cache,
-                               index_i32(fn, "kv_indices", kv_indices), index_i32(fn, "kv_indptr", kv_indptr),
-                               index_i32(fn, "kv_last_page_len", kv_last_page_len), layout_code(kv_layout), stream)
+    _ext.append_paged_kv_cache(append_key, append_value, i64_as_i32(fn, "batch_indices", batch_indices),
+                               i64_as_i32(fn, "positions", positions), k_cache, v_cache,
+                               i64_as_i32(fn, "kv_indices", kv_indices), i64_as_i32(fn, "kv_indptr", kv_indptr),
+                               i64_as_i32(fn, "kv_last_page_len", kv_last_page_len), layout_code(kv_layout), stream)
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz, batch_indices=None, positions=None, *, stream=None):
@@ -62,14 +42,14 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz, batch_indices=None
     tokens are -1 and 0, as FlashInfer leaves them. ``batch_indices`` / ``positions``: int32
     ``[nnz]`` arrays to write instead of new ones (``batch_indices`` is first filled with -1)."""
     fn = "ignis.get_batch_indices_positions"
-    append_indptr = index_i32(fn, "append_indptr", append_indptr)
+    append_indptr = i64_as_i32(fn, "append_indptr", append_indptr)
     if batch_indices is None:
-        batch_indices = _new_index(append_indptr, nnz, -1)
+        batch_indices = new_array(append_indptr, (nnz,), "int32", fill=-1)
     else:
         batch_indices[...] = -1
     if positions is None:
-        positions = _new_index(append_indptr, nnz, 0)
-    _ext.get_batch_indices_positions(append_indptr, index_i32(fn, "seq_lens", seq_lens), batch_indices, positions,
+        positions = new_array(append_indptr, (nnz,), "int32", fill=0)
+    _ext.get_batch_indices_positions(append_indptr, i64_as_i32(fn, "seq_lens", seq_lens), batch_indices, positions,
                                      stream)
     return batch_indices, positions
 
@@ -79,8 +59,8 @@ def get_seq_lens(kv_indptr, kv_last_page_len, page_size, *, stream=None):
     (0 for requests without pages), ``[B]``: int64 when either input is int64, else int32."""
     fn = "ignis.get_seq_lens"
     wide = dtype_name(kv_indptr) == "int64" or dtype_name(kv_last_page_len) == "int64"
-    kv_last_page_len = index_i32(fn, "kv_last_page_len", kv_last_page_len)
+    kv_last_page_len = i64_as_i32(fn, "kv_last_page_len", kv_last_page_len)
     seq_lens, finish = new_output(kv_last_page_len)
-    _ext.get_seq_lens(index_i32(fn, "kv_indptr", kv_indptr), kv_last_page_len, page_size, seq_lens, stream)
+    _ext.get_seq_lens(i64_as_i32(fn, "kv_indptr", kv_indptr), kv_last_page_len, page_size, seq_lens, stream)
     seq_lens = finish(seq_lens)
     return as_dtype(seq_lens, "int64") if wide else seq_lens

@@ -81,14 +81,14 @@ written). Every call takes a keyword-only ``stream=``; plan and run must use the
 
 import functools
 import math
-import sys
 import warnings
 
 from . import _ext
-from ._alloc import _pick
-from ._common import (INT32_MAX, Q_DTYPES, attention_options, copy_index_into, dtype_code, host_index_i32,
-                      is_cuda, kv_views, layout_code, nbytes_of, new_f32, next_pow2, on_cuda, paged_kv_views,
-                      scales, single_workspace)
+from ._alloc import new_array, new_output
+from ._common import (INT32_MAX, attention_dtypes, attention_options, byte_workspace, capturing, copy_index_into,
+                      dtype_code, dtype_name, fixed_split, host_i32, host_numpy, is_cuda, kv_views, layout_code,
+                      lse_base_name, nbytes_of, next_pow2, on_cuda, paged_kv_views, scales, single_workspace,
+                      to_device_of)
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
@@ -97,17 +97,8 @@ __all__ = ["single_prefill_with_kv_cache", "single_prefill_with_kv_cache_return_
            "BatchAttentionWithAttentionSinkWrapper"]
 
 _LN2 = math.log(2.0)
-_PLAN_LSE_BASES = {"2": "2", "log2": "2", "ln": "ln"}  # ignis' plan-time spelling, and FlashInfer's
-_RUN_LSE_BASES = {"log2": "2", "2": "2", "ln": "ln"}
 _MAX_PLANS = 4  # C plans a wrapper keeps without CUDA graphs (configurations seen recently)
 _MULTI_ITEM = "multi-item scoring (FlashInfer's item masks) is not supported"
-
-
-def _new_output(q, shape):
-    allocate = _pick(q)
-    if allocate is None:
-        raise InvalidArgumentError("ignis cannot allocate an output like a %s: pass out=" % type(q).__qualname__)
-    return allocate(q, shape)
 
 
 def _mask_mode(causal, custom_mask, packed_custom_mask):
@@ -123,18 +114,6 @@ def _refuse(fn, why, **named):
         raise UnsupportedError("%s: %s given, but %s" % (fn, ", ".join(given), why))
 
 
-def _plan_lse_base(fn, lse_base):
-    try:
-        return _PLAN_LSE_BASES[lse_base]
-    except (KeyError, TypeError):
-        raise InvalidArgumentError("%s: lse_base=%r must be 'log2' (or '2') or 'ln'" % (fn, lse_base)) from None
-
-
-def _fixed_split(fixed_split_size):
-    """FlashInfer's fixed_split_size as the C plan's: None or <= 0 (FlashInfer's -1) is off (0)."""
-    return 0 if fixed_split_size is None or fixed_split_size <= 0 else int(fixed_split_size)
-
-
 def _options_key(causal, pos_encoding_mode, window_left, logits_soft_cap, rope_scale, rope_theta):
     """The plan-time options (all but sm_scale) with FlashInfer's None defaults resolved, so that
     equal requests compare equal."""
@@ -144,45 +123,12 @@ def _options_key(causal, pos_encoding_mode, window_left, logits_soft_cap, rope_s
 
 
 def _is_u8(x):
-    return str(x.dtype) in ("uint8", "torch.uint8")
+    return dtype_name(x) == "uint8"
 
 
 def _is_device_index(x):
     """A CUDA int32 index array or uint8 mask (used in place on the device)."""
-    return is_cuda(x) and str(x.dtype) in ("int32", "torch.int32", "uint8", "torch.uint8")
-
-
-def _byte_view(buffer):
-    """A workspace as uint8 (the C library reads bytes; DLPack has no int8 there)."""
-    if buffer is None or _is_u8(buffer):
-        return buffer
-    flat = buffer.reshape(-1)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(buffer, torch.Tensor):
-        return flat.view(torch.uint8)
-    return flat.view(sys.modules[type(buffer).__module__.split(".")[0]].uint8)
-
-
-def _expand_paged(paged_kv_cache, layout):
-    """FlashInfer's page-size-1 shorthand: (k, v) of 3-D ``[tokens, heads, dim]`` (SGLang's) or one
-    4-D ``[tokens, 2, heads, dim]`` tensor, given the page axis back (a view)."""
-    nhd = layout == _ext.IGNIS_KV_LAYOUT_NHD
-    if paged_kv_cache.__class__ is tuple or paged_kv_cache.__class__ is list:
-        k_cache, v_cache = paged_kv_cache
-        if k_cache.ndim == 3:
-            return (k_cache[:, None], v_cache[:, None]) if nhd else (k_cache[:, :, None], v_cache[:, :, None])
-        return paged_kv_cache
-    if paged_kv_cache.ndim == 4:
-        return paged_kv_cache[:, :, None] if nhd else paged_kv_cache[:, :, :, None]
-    return paged_kv_cache
-
-
-def _capturing(workspace):
-    """Whether a PyTorch CUDA graph is being captured on the current stream of the workspace's device."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(workspace, torch.Tensor) or not workspace.is_cuda:
-        return False
-    return torch.cuda.is_current_stream_capturing()
+    return is_cuda(x) and dtype_name(x) in ("int32", "uint8")
 
 
 def _scale_in_place(lse, factor):
@@ -194,6 +140,14 @@ def _scale_in_place(lse, factor):
     except TypeError:  # immutable arrays (JAX)
         return lse * factor
     return lse
+
+
+def _arguments(local_names):
+    """A method's arguments by name: its locals() taken before it binds any other name, less self
+    (so that plan() and workspace_size() hand the same long list to one checker)."""
+    arguments = dict(local_names)
+    del arguments["self"]
+    return arguments
 
 
 def _transpose_into(dst, src):
@@ -219,8 +173,8 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
     fn = "ignis.single_prefill_with_kv_cache"
     _refuse(fn, "NVFP4 K/V is not supported", kv_cache_sf=kv_cache_sf)
     layout = layout_code(kv_layout)
-    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, _plan_lse_base(fn, lse_base),
-                                pos_encoding_mode, rope_scale, rope_theta)
+    options = attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,
+                                rope_theta)
     if o_dtype is not None and str(o_dtype) != str(q.dtype):
         raise UnsupportedError("%s: o_dtype=%s but out has q's dtype (%s)" % (fn, o_dtype, q.dtype))
     k_value = v_value = None
@@ -240,8 +194,8 @@ def single_prefill_with_kv_cache(q, k, v, scale_q=None, scale_k=None, scale_v=No
         kv_len, kv_heads = (k.shape[0], k.shape[1]) if nhd else (k.shape[1], k.shape[0])
         workspace = single_workspace(q, _ext.single_prefill_workspace_size(
             q.shape[1], kv_heads, q.shape[-1], head_dim_vo, q.shape[0], kv_len))
-    out, finish = _new_output(q, (q.shape[0], q.shape[1], head_dim_vo))
-    lse = new_f32(q, (q.shape[0], q.shape[1])) if return_lse else None
+    out, finish = new_output(q, shape=(q.shape[0], q.shape[1], head_dim_vo))
+    lse = new_array(q, (q.shape[0], q.shape[1]), "float32") if return_lse else None
     _ext.single_prefill(q, k, v, out, lse=lse, workspace=workspace, custom_mask=packed_custom_mask, kv_layout=layout,
                         mask_mode=mode, options=options, k_scale=k_value, v_scale=v_value, sinks=sinks,
                         kv_view=kv_view, stream=stream)
@@ -298,7 +252,7 @@ class _BatchPrefillWrapper:
         self._set_workspace(float_workspace_buffer)
 
     def _set_workspace(self, buffer):
-        self._workspace = _byte_view(buffer)
+        self._workspace = byte_workspace(buffer)
         self._float_workspace_buffer = buffer
         self._workspace_size = nbytes_of(buffer)
         self._cuda = buffer is not None and on_cuda(buffer)
@@ -326,23 +280,19 @@ class _BatchPrefillWrapper:
     def _resolve(self, fn, qo_indptr, kv_indptr, kv_last_page_len, page_size, num_qo_heads, num_kv_heads,
                  head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
                  window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type,
-                 o_data_type, multi_item, seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv,
-                 fixed_split_size, disable_split_kv, uniform_q_len, lse_base, stream):
+                 o_data_type, prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
+                 seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size, disable_split_kv,
+                 uniform_q_len, lse_base, stream):
         """Check plan()'s arguments and resolve them into a _Batch (the wrapper is not changed)."""
-        _refuse(fn, _MULTI_ITEM, **multi_item)
-        q_code = dtype_code(fn, "q_data_type", q_data_type)
-        if q_code not in Q_DTYPES:
-            raise UnsupportedError("%s: q_data_type=%s is not supported: float16 or bfloat16" % (fn, q_data_type))
-        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
-        if o_data_type is not None and dtype_code(fn, "o_data_type", o_data_type) != q_code:
-            raise UnsupportedError("%s: o_data_type=%s but the output has q's dtype (%s)"
-                                   % (fn, o_data_type, q_data_type))
+        _refuse(fn, _MULTI_ITEM, prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
+                token_pos_in_items_len=token_pos_in_items_len or None, max_item_len_ptr=max_item_len_ptr)
+        q_code, kv_code = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         head_dim_vo = head_dim_vo or head_dim_qk
         self._check_spec(fn, q_code, kv_code, head_dim_qk, head_dim_vo, pos_encoding_mode)
         b = _Batch()
-        b.qo = host_index_i32(qo_indptr, "qo_indptr").copy()
-        b.kv = host_index_i32(kv_indptr, self._indptr_name).copy()
-        b.last = None if kv_last_page_len is None else host_index_i32(kv_last_page_len, "paged_kv_last_page_len").copy()
+        b.qo = host_i32(fn, "qo_indptr", qo_indptr).copy()
+        b.kv = host_i32(fn, self._indptr_name, kv_indptr).copy()
+        b.last = None if kv_last_page_len is None else host_i32(fn, "paged_kv_last_page_len", kv_last_page_len).copy()
         if b.qo.size < 1 or b.kv.size != b.qo.size or (b.last is not None and b.last.size != b.qo.size - 1):
             raise InvalidArgumentError("%s: qo_indptr has %d entries, %s %d%s: they must describe the same batch"
                                        % (fn, b.qo.size, self._indptr_name, b.kv.size,
@@ -354,7 +304,7 @@ class _BatchPrefillWrapper:
             lengths[b.kv[1:] == b.kv[:-1]] = 0
         for given, actual, name in ((seq_lens, lengths, "seq_lens"), (seq_lens_q, q_lens, "seq_lens_q")):
             if given is not None:
-                given = host_index_i32(given.reshape(-1) if hasattr(given, "reshape") else given, name)
+                given = host_i32(fn, name, given.reshape(-1) if hasattr(given, "reshape") else given)
                 if given.shape != actual.shape or (given != actual).any():
                     raise InvalidArgumentError("%s: %s=%s disagrees with the lengths the index arrays give (%s)"
                                                % (fn, name, given.tolist(), actual.tolist()))
@@ -382,10 +332,10 @@ class _BatchPrefillWrapper:
         b.num_qo_heads, b.num_kv_heads = num_qo_heads, num_kv_heads
         b.head_dim_qk, b.head_dim_vo = head_dim_qk, head_dim_vo
         b.q_code, b.kv_code = q_code, kv_code
-        b.disable_split_kv, b.fixed_split = bool(disable_split_kv), _fixed_split(fixed_split_size)
+        b.disable_split_kv, b.fixed_split = bool(disable_split_kv), fixed_split(fixed_split_size)
         b.sm_scale = sm_scale
         b.sm_resolved = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim_qk)
-        b.lse_base = _plan_lse_base(fn, lse_base)
+        b.lse_base = lse_base_name(fn, lse_base)
         b.plan_options = _options_key(causal and b.mask is None, pos_encoding_mode, window_left, logits_soft_cap,
                                       rope_scale, rope_theta)
         b.stream = stream
@@ -490,22 +440,14 @@ class _BatchPrefillWrapper:
         self._rope_scale = rope_scale
         self._rope_theta = rope_theta
 
-    def _on_device(self, x, name):
+    def _on_device(self, fn, name, x):
         """x (a host array, or a tensor) where the run reads it: the host on the CPU backend (int32
         index arrays converted), else the workspace's CUDA device (in place when already there)."""
         if not self._cuda:
-            return x if _is_u8(x) else host_index_i32(x, name)
+            return x if _is_u8(x) else host_i32(fn, name, x)
         if _is_device_index(x):
             return x
-        if not _is_u8(x):
-            x = host_index_i32(x, name)
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(self._workspace, torch.Tensor):
-            source = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
-            return source.to(self._workspace.device, non_blocking=True)
-        cupy = sys.modules["cupy"]
-        with self._workspace.device:
-            return cupy.asarray(x)
+        return to_device_of(self._workspace, x if _is_u8(x) else host_i32(fn, name, x))
 
     def _store(self, fn, arrays):
         """Publish the plan's arrays under FlashInfer's ``_..._buf`` names: copied into the
@@ -517,11 +459,11 @@ class _BatchPrefillWrapper:
                     setattr(self, "_" + name, None)
                 continue
             if not self._use_cuda_graph:
-                setattr(self, "_" + name, self._on_device(array, name))
+                setattr(self, "_" + name, self._on_device(fn, name, array))
                 continue
             if not (self._cuda and _is_device_index(array)) and not _is_u8(array):
-                array = host_index_i32(array, name)
-            copy_index_into(fn, getattr(self, "_" + name), array, name, whole)
+                array = host_i32(fn, name, array)
+            copy_index_into(fn, name, getattr(self, "_" + name), array, whole)
 
     # ---- run -----------------------------------------------------------------------------------
     def _wanted(self, window_left):
@@ -534,7 +476,7 @@ class _BatchPrefillWrapper:
     def _replan(self, fn, opts, stream):
         """Re-schedule the last plan's batch with other options, and remember the change."""
         b = self._batch
-        if _capturing(self._workspace):
+        if capturing(self._workspace):
             raise InvalidArgumentError("%s: this run needs options other than the plan's (%r, planned %r) while a CUDA "
                                        "graph is being captured: plan() with them, or run once before capturing"
                                        % (fn, opts, self._active))
@@ -553,10 +495,7 @@ class _BatchPrefillWrapper:
             raise UnsupportedError("%s: extra positional arguments (FlashInfer's JIT variants and fp8-q scale "
                                    "tensors) are not supported" % fn)
         _refuse(fn, "NVFP4 K/V is not supported", kv_cache_sf=kv_cache_sf)
-        try:
-            base = _RUN_LSE_BASES[lse_base]
-        except (KeyError, TypeError):
-            raise InvalidArgumentError("%s: lse_base=%r must be 'log2' or 'ln'" % (fn, lse_base)) from None
+        base = lse_base_name(fn, lse_base)
         if lse_layout not in ("NH", "HN"):
             raise InvalidArgumentError("%s: lse_layout=%r must be 'NH' or 'HN'" % (fn, lse_layout))
         opts = self._wanted(window_left)
@@ -576,19 +515,19 @@ class _BatchPrefillWrapper:
                 k_value, v_value = (1.0 if k_value is None else k_value) * ratio, 1.0 if v_value is None else v_value
         finish = None
         if out is None:
-            out, finish = _new_output(q, (q.shape[0], q.shape[1], b.head_dim_vo))
+            out, finish = new_output(q, shape=(q.shape[0], q.shape[1], b.head_dim_vo))
         lse_plan = (None, None)
         if return_lse:
             factor = None if base == b.lse_base else (_LN2 if base == "ln" else 1.0 / _LN2)
             destination = None
             if lse_layout == "HN":
-                destination = lse if lse is not None else new_f32(q, (q.shape[1], q.shape[0]))
+                destination = lse if lse is not None else new_array(q, (q.shape[1], q.shape[0]), "float32")
                 if tuple(destination.shape) != (q.shape[1], q.shape[0]):
                     raise InvalidArgumentError("%s: with lse_layout='HN' lse must be [num_qo_heads, tokens] = %r, "
                                                "not %r" % (fn, (q.shape[1], q.shape[0]), tuple(destination.shape)))
                 lse = None
             if lse is None:
-                lse = new_f32(q, (q.shape[0], q.shape[1]))
+                lse = new_array(q, (q.shape[0], q.shape[1]), "float32")
             lse_plan = (factor, destination)
         return out, finish, lse, lse_plan, k_value, v_value
 
@@ -652,15 +591,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
         b = self._resolve(fn, qo_indptr, kv_indptr, None, 1, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
                           custom_mask, packed_custom_mask, causal, pos_encoding_mode, window_left, logits_soft_cap,
                           sm_scale, rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type,
-                          dict(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
-                               token_pos_in_items_len=token_pos_in_items_len or None,
-                               max_item_len_ptr=max_item_len_ptr),
+                          prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr,
                           seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size,
                           disable_split_kv, uniform_q_len, lse_base, stream)
         for given, same, name, other in ((v_indptr, b.kv, "v_indptr", "kv_indptr"),
                                          (o_indptr, b.qo, "o_indptr", "qo_indptr")):
             if given is not None:
-                given = host_index_i32(given, name)
+                given = host_i32(fn, name, given)
                 if given.shape != same.shape or (given != same).any():
                     raise UnsupportedError("%s: %s differs from %s: separate row offsets are not supported"
                                            % (fn, name, other))
@@ -730,20 +667,19 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
 
     def _resolve_paged(self, fn, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
                        num_kv_heads, head_dim_qk, page_size, head_dim_vo, custom_mask, packed_custom_mask, causal,
-                       pos_encoding_mode, sm_scale, window_left, logits_soft_cap, rope_scale, rope_theta,
-                       q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
+                       pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
+                       rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
                        token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, block_tables,
                        max_token_per_sequence, max_sequence_kv, fixed_split_size, disable_split_kv, uniform_q_len,
-                       lse_base, stream):
+                       lse_base, stream=None, non_blocking=True):
+        """_resolve for plan() and workspace_size(), which pass their arguments by name (see
+        _arguments); use_fp16_qk_reduction and non_blocking change nothing here."""
         b = self._resolve(fn, qo_indptr, paged_kv_indptr, paged_kv_last_page_len, page_size, num_qo_heads,
                           num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask, causal,
                           pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta,
-                          q_data_type, kv_data_type, o_data_type,
-                          dict(prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
-                               token_pos_in_items_len=token_pos_in_items_len or None,
-                               max_item_len_ptr=max_item_len_ptr),
-                          seq_lens, seq_lens_q, max_token_per_sequence, max_sequence_kv, fixed_split_size,
-                          disable_split_kv, uniform_q_len, lse_base, stream)
+                          q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
+                          token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, max_token_per_sequence,
+                          max_sequence_kv, fixed_split_size, disable_split_kv, uniform_q_len, lse_base, stream)
         if self._use_cuda_graph and paged_kv_indices.shape[0] > self._paged_kv_indices_buf.shape[0]:
             raise InvalidArgumentError("%s: paged_kv_indices has %d entries but paged_kv_indices_buf holds %d"
                                        % (fn, paged_kv_indices.shape[0], self._paged_kv_indices_buf.shape[0]))
@@ -757,13 +693,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         """block_tables[r, :pages of r] must be request r's page indices."""
         import numpy
 
-        table = block_tables.detach().cpu().numpy() if hasattr(block_tables, "detach") else (
-            block_tables.get() if hasattr(block_tables, "get") else numpy.asarray(block_tables))
+        table = host_numpy(block_tables)
         counts = (b.kv[1:] - b.kv[:-1]).astype(numpy.int64)
         if table.ndim != 2 or table.shape[0] < counts.size or (counts.size and counts.max() > table.shape[1]):
             raise InvalidArgumentError("%s: block_tables has shape %r but the batch needs [%d, >= %d]"
                                        % (fn, tuple(table.shape), counts.size, int(counts.max()) if counts.size else 0))
-        indices = host_index_i32(paged_kv_indices, "paged_kv_indices")[b.kv[0]:b.kv[-1]]
+        indices = host_i32(fn, "paged_kv_indices", paged_kv_indices)[b.kv[0]:b.kv[-1]]
         rows = numpy.repeat(numpy.arange(counts.size), counts)
         cols = numpy.arange(rows.size) - numpy.repeat(b.kv[:-1].astype(numpy.int64) - b.kv[0], counts)
         if (table[rows, cols] != indices).any():
@@ -778,14 +713,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
              max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
              uniform_q_len=None, *, lse_base="2", stream=None):
         """Plan a batch from its metadata (see the module docstring)."""
+        arguments = _arguments(locals())
         fn = "ignis.%s.plan" % self._name
-        b = self._resolve_paged(fn, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
-                                num_qo_heads, num_kv_heads, head_dim_qk, page_size, head_dim_vo, custom_mask,
-                                packed_custom_mask, causal, pos_encoding_mode, sm_scale, window_left, logits_soft_cap,
-                                rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr,
-                                token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr, seq_lens,
-                                seq_lens_q, block_tables, max_token_per_sequence, max_sequence_kv, fixed_split_size,
-                                disable_split_kv, uniform_q_len, lse_base, stream)
+        b = self._resolve_paged(fn, **arguments)
         self._commit(fn, b, causal, pos_encoding_mode, use_fp16_qk_reduction, window_left, logits_soft_cap, sm_scale,
                      rope_scale, rope_theta)
         self._store(fn, (("qo_indptr_buf", b.qo, True), ("paged_kv_indptr_buf", b.kv, True),
@@ -806,14 +736,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         """``(float_workspace_bytes, int_workspace_bytes)`` a plan with these arguments needs, as
         FlashInfer's: the device workspace of the C plan this wrapper would use (0 on the CPU),
         and 0 (ignis has no int workspace). Nothing is planned or changed."""
+        arguments = _arguments(locals())
         fn = "ignis.%s.workspace_size" % self._name
-        b = self._resolve_paged(fn, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
-                                num_qo_heads, num_kv_heads, head_dim_qk, page_size, head_dim_vo, custom_mask,
-                                packed_custom_mask, causal, pos_encoding_mode, sm_scale, window_left, logits_soft_cap,
-                                rope_scale, rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr,
-                                token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr, seq_lens,
-                                seq_lens_q, block_tables, max_token_per_sequence, max_sequence_kv, fixed_split_size,
-                                disable_split_kv, uniform_q_len, lse_base, None)
+        b = self._resolve_paged(fn, **arguments)
         config, key = self._config_for(fn, b, self._memo.get(b.plan_options, b.plan_options))
         maxima = self._maxima_for(b, self._plans.get(key))
         plan = _ext.prefill_plan_create(max_batch_size=maxima[0], max_qo_tokens=maxima[1], max_kv_len=maxima[2],
@@ -841,7 +766,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
         out, finish, lse, lse_plan, k_value, v_value = self._prepare(
             fn, q, args, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, window_left,
             sm_scale, kv_cache_sf, stream)
-        k_cache, v_cache, kv_view = paged_kv_views(fn, _expand_paged(paged_kv_cache, self._layout))
+        k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache, self._layout)
         mask = self._custom_mask_buf if self._batch.mask is not None else None
         _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, out, kv_indptr=self._paged_kv_indptr_buf,
                                kv_indices=self._paged_kv_indices_buf, kv_last_page_len=self._paged_kv_last_page_len_buf,

@@ -36,9 +36,9 @@ import os
 import sys
 
 from . import _ext
-from ._alloc import new_output
+from ._alloc import framework_of, new_array, new_output
 from ._common import dtype_name
-from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
+from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = [
     "softmax",
@@ -58,27 +58,6 @@ __all__ = [
 ]
 
 _counter = {"seed": int.from_bytes(os.urandom(8), "little") >> 1, "offset": 0, "generators": {}}
-
-
-def _empty(like, shape, dtype, zero=False):
-    """A new array of `dtype` ("int32", "int64", "float32") in like's framework and device."""
-    module = type(like).__module__.split(".")[0]
-    if module == "torch":
-        torch = sys.modules["torch"]
-        make = torch.zeros if zero else torch.empty
-        return make(shape, dtype=getattr(torch, dtype), device=like.device)
-    if module == "numpy":
-        numpy = sys.modules["numpy"]
-        return (numpy.zeros if zero else numpy.empty)(shape, dtype=dtype)
-    if module == "cupy":
-        cupy = sys.modules["cupy"]
-        with like.device:
-            return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
-    if hasattr(like, "__array_namespace__"):
-        xp = like.__array_namespace__()
-        return (xp.zeros if zero else xp.empty)(shape, dtype=getattr(xp, dtype), device=like.device)
-    raise ArgumentTypeError("ignis cannot allocate an output like a %s.%s" % (type(like).__module__,
-                                                                           type(like).__qualname__))
 
 
 def _is_scalar(x):
@@ -132,7 +111,7 @@ def _valid_rows(probs, indices):
     is finite and > 0 (the allowed set of every filter then holds its largest one), and its
     indices[b] is in range."""
     rows = probs.shape[0]
-    module = type(probs).__module__.split(".")[0]
+    module = framework_of(probs)
     if module == "torch":
         drawable = ((probs > 0) & probs.isfinite()).any(dim=-1)
         if indices is None:
@@ -159,7 +138,7 @@ def _sample(sample, input, input_name, indices, generator, check_nan, seed, offs
     if order is None:
         raise ValueError("filter_apply_order=%r but it must be 'top_k_first' or 'joint'" % (filter_apply_order,))
     batch = indices.shape[0] if indices is not None else input.shape[0]
-    samples = _empty(input, (batch,), "int32" if indices is None else dtype_name(indices))
+    samples = new_array(input, (batch,), "int32" if indices is None else dtype_name(indices))
     k_arr, k_val = _threshold(top_k)
     p_arr, p_val = _threshold(top_p)
     m_arr, m_val = _threshold(min_p)
@@ -176,7 +155,7 @@ def softmax(logits, temperature=None, enable_pdl=None, *, stream=None):
 
     temperature: None (1), a positive scalar, or a float32 tensor ``[batch]`` (a row whose value is
     NaN or <= 0 becomes one-hot at its largest logit)."""
-    probs = _empty(logits, tuple(logits.shape), "float32")
+    probs = new_array(logits, tuple(logits.shape), "float32")
     arr, value = _threshold(temperature, 1.0)
     _ext.softmax(logits, arr, value, probs, stream)
     return probs
@@ -273,13 +252,13 @@ def chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, maybe
     output_accepted_token_num, output_emitted_draft_token_num); the two counts are added to the
     given arrays (int32 zeros when None)."""
     batch, n = draft_token_ids.shape[0], draft_token_ids.shape[1]
-    out = _empty(draft_probs, (batch, n + 1), "int32")
+    out = new_array(draft_probs, (batch, n + 1), "int32")
     accepted = maybe_output_accepted_token_num
     if accepted is None:
-        accepted = _empty(draft_probs, (batch,), "int32", zero=True)
+        accepted = new_array(draft_probs, (batch,), "int32", fill=0)
     emitted = maybe_output_emitted_draft_token_num
     if emitted is None:
-        emitted = _empty(draft_probs, (batch,), "int32", zero=True)
+        emitted = new_array(draft_probs, (batch,), "int32", fill=0)
     seed, offset = _seed_offset(generator, seed, offset)
     _ext.chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, out, accepted, emitted, seed, offset,
                                     stream)
@@ -311,22 +290,7 @@ def top_k(input, k, sorted=False, deterministic=False, tie_break=TopKTieBreak.NO
         raise InvalidArgumentError("ignis.top_k: tie_break=%r but it must be a TopKTieBreak (0, 1 or 2)"
                                    % (tie_break,))
     batch = input.shape[0]
-    values = _empty_like_dtype(input, (batch, k))
-    indices = _empty(input, (batch, k), "int64")
+    values, finish = new_output(input, shape=(batch, k))
+    indices = new_array(input, (batch, k), "int64")
     _ext.top_k(input, k, 1 if sorted else 0, values, indices, stream)
-    return values, indices
-
-
-def _empty_like_dtype(like, shape):
-    module = type(like).__module__.split(".")[0]
-    if module == "torch":
-        return like.new_empty(shape)
-    if module == "numpy":
-        return sys.modules["numpy"].empty(shape, dtype=like.dtype)
-    if module == "cupy":
-        with like.device:
-            return sys.modules["cupy"].empty(shape, dtype=like.dtype)
-    if hasattr(like, "__array_namespace__"):
-        return like.__array_namespace__().empty(shape, dtype=like.dtype, device=like.device)
-    raise ArgumentTypeError("ignis cannot allocate an output like a %s.%s" % (type(like).__module__,
-                                                                           type(like).__qualname__))
+    return finish(values), indices

@@ -1,14 +1,17 @@
 """Attention-state merges (merge_state, merge_state_in_place, merge_states) against float64 NumPy
 references on every framework and dtype present: both LSE bases, empty (-inf) states, large LSEs,
-masks, strided views, and the errors."""
+masks, strided views, and the errors. MultiLevelCascadeAttentionWrapper with FlashInfer 0.7.2's
+signature (causal the 9th positional argument of plan) and its CUDA-graph buffer arrays (buffer i
+to level i), against refs.prefill_ref of each request over its levels' keys."""
 
+import inspect
 import math
 
 import numpy as np
 import pytest
 
 import ignis
-from refs import FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, torch
+from refs import FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, prefill_ref, torch
 
 rng = np.random.default_rng(3)
 
@@ -115,3 +118,159 @@ def test_merge_errors():
         ignis.merge_state(v, s, v[:, :1], s)
     with pytest.raises(ignis.InvalidArgumentError, match="mask"):
         ignis.merge_state_in_place(v, s, v.copy(), s.copy(), np.ones(3, np.uint8))
+
+
+# ---- MultiLevelCascadeAttentionWrapper ----------------------------------------------------------
+# FlashInfer 0.7.2.post1's parameters (name, default; REQ: none), from its cascade.py.
+REQ = inspect.Parameter.empty
+CASCADE_INIT = [("num_levels", REQ), ("float_workspace_buffer", REQ), ("kv_layout", "NHD"), ("use_cuda_graph", False),
+                ("qo_indptr_buf_arr", None), ("paged_kv_indptr_buf_arr", None), ("paged_kv_indices_buf_arr", None),
+                ("paged_kv_last_page_len_buf_arr", None)]
+CASCADE_PLAN = [("qo_indptr_arr", REQ), ("paged_kv_indptr_arr", REQ), ("paged_kv_indices_arr", REQ),
+                ("paged_kv_last_page_len", REQ), ("num_qo_heads", REQ), ("num_kv_heads", REQ), ("head_dim", REQ),
+                ("page_size", REQ), ("causal", False), ("pos_encoding_mode", "NONE"),
+                ("use_fp16_qk_reduction", False), ("sm_scale", None), ("window_left", -1), ("logits_soft_cap", None),
+                ("rope_scale", None), ("rope_theta", None), ("q_data_type", "float16"), ("kv_data_type", None)]
+HEADS, KV_HEADS, DIM, PAGE = 4, 2, 64, 8
+
+
+@pytest.mark.parametrize("fn, expected", [(ignis.MultiLevelCascadeAttentionWrapper.__init__, CASCADE_INIT),
+                                          (ignis.MultiLevelCascadeAttentionWrapper.plan, CASCADE_PLAN),
+                                          (ignis.MultiLevelCascadeAttentionWrapper.begin_forward, CASCADE_PLAN)],
+                         ids=["init", "plan", "begin_forward"])
+def test_cascade_signatures(fn, expected):
+    """FlashInfer's parameters in its order; ignis' extras (custom_mask, ...) only by keyword."""
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+    assert [(p.name, p.default) for p in params[:len(expected)]] == expected
+    assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params[len(expected):])
+
+
+class Levels:
+    """A cascade batch in one paged cache (f16, NHD, shuffled pages): level 0 one prefix every
+    query shares, level 1 a prefix per group of requests, level 2 each request's own keys (at least
+    as many as its queries, so that causal attention over the levels is causal attention over the
+    concatenated keys)."""
+
+    def __init__(self, q_lens, group_of, shared, group_lens, unique):
+        self.q_lens = np.asarray(q_lens)
+        self.qo = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+        self.q = (rng.standard_normal((self.qo[-1], HEADS, DIM))).astype(np.float16)
+        self.keys, self.values, self.tables = [], [], []
+        pages = 0
+        for level in ([shared], group_lens, unique):
+            ks = [rng.standard_normal((n, KV_HEADS, DIM)).astype(np.float16) for n in level]
+            vs = [rng.standard_normal((n, KV_HEADS, DIM)).astype(np.float16) for n in level]
+            counts = [(n + PAGE - 1) // PAGE for n in level]
+            indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+            self.tables.append((pages + indptr[:-1], counts, level))
+            self.keys.append(ks)
+            self.values.append(vs)
+            pages += indptr[-1]
+        groups = np.asarray(group_of)
+        # queries of level 0: all; of level 1: each group's requests (consecutive); of level 2: each request's
+        group_q = [self.q_lens[groups == g].sum() for g in range(len(group_lens))]
+        self.level_qo = [np.array([0, self.qo[-1]], np.int32),
+                         np.concatenate([[0], np.cumsum(group_q)]).astype(np.int32), self.qo]
+        self.group_of = groups
+        self.order = rng.permutation(pages + 3).astype(np.int32)
+        self.cache = np.zeros((pages + 3, 2, PAGE, KV_HEADS, DIM), np.float16)
+        self.indptr, self.indices, self.last = [], [], []
+        for (first, counts, lengths), ks, vs in zip(self.tables, self.keys, self.values):
+            level_indices = []
+            for start, count, n, k, v in zip(first, counts, lengths, ks, vs):
+                slots = self.order[start:start + count]
+                level_indices.append(slots)
+                for j in range(n):
+                    self.cache[slots[j // PAGE], 0, j % PAGE] = k[j]
+                    self.cache[slots[j // PAGE], 1, j % PAGE] = v[j]
+            self.indptr.append(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+            self.indices.append(np.concatenate(level_indices).astype(np.int32))
+            self.last.append(np.array([n - (c - 1) * PAGE for n, c in zip(lengths, counts)], np.int32))
+
+    def reference(self, causal):
+        """out of each request over its level 0, 1 and 2 keys, concatenated."""
+        outs = []
+        for b in range(self.q_lens.size):
+            g = self.group_of[b]
+            k = np.concatenate([self.keys[0][0], self.keys[1][g], self.keys[2][b]])
+            v = np.concatenate([self.values[0][0], self.values[1][g], self.values[2][b]])
+            outs.append(prefill_ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, causal=causal)[0])
+        return np.concatenate(outs)
+
+
+def three_levels(scale=1):
+    return Levels([3, 5, 2, 4], [0, 0, 1, 1], 20 * scale, [9 * scale, 17], [6, 11 * scale, 2, 30])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cascade_plan_takes_flashinfer_order(causal):
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    assert not wrapper.is_cuda_graph_enabled
+    # FlashInfer's positional order: causal 9th, then pos_encoding_mode, use_fp16_qk_reduction, sm_scale
+    wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, causal,
+                 "NONE", False, None)
+    assert_close(wrapper.run(batch.q, batch.cache), batch.reference(causal), "f16")
+    with pytest.raises(TypeError):  # ignis' mask arguments are keyword-only now
+        wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, False,
+                     "NONE", False, None, -1, None, None, None, "float16", None, None)
+
+
+def cuda_graph_arrays(frame, batches, max_pages):
+    """Per level (batch sizes `batches`): qo / kv indptr buffers, indices and last_page_len buffers."""
+    make = (lambda n: np.zeros(n, np.int32)) if frame == "numpy" else (lambda n: torch.zeros(n, dtype=torch.int32))
+    return dict(qo_indptr_buf_arr=[make(b + 1) for b in batches],
+                paged_kv_indptr_buf_arr=[make(b + 1) for b in batches],
+                paged_kv_indices_buf_arr=[make(max_pages) for _ in batches],
+                paged_kv_last_page_len_buf_arr=[make(b) for b in batches])
+
+
+def host(x):
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+@pytest.mark.parametrize("frame", ["numpy"] + (["torch"] if torch is not None else []))
+def test_cascade_cuda_graph_buffers_per_level(frame):
+    arrays = cuda_graph_arrays(frame, [1, 2, 4], 64)
+    workspace = np.zeros(1 << 20, np.uint8) if frame == "numpy" else torch.zeros(1 << 20, dtype=torch.uint8)
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, workspace, "NHD", True, **arrays)
+    assert wrapper.is_cuda_graph_enabled
+    for i, level in enumerate(wrapper._wrappers):
+        assert level.is_cuda_graph_enabled
+        for name, buffers in arrays.items():
+            assert getattr(level, "_" + name[:-len("_arr")]) is buffers[i]
+    for batch in (three_levels(), three_levels(scale=2)):  # re-plan: same batch sizes, other lengths
+        wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                     causal=True)
+        for i in range(3):
+            np.testing.assert_array_equal(host(arrays["qo_indptr_buf_arr"][i]), batch.level_qo[i])
+            np.testing.assert_array_equal(host(arrays["paged_kv_indptr_buf_arr"][i]), batch.indptr[i])
+            np.testing.assert_array_equal(host(arrays["paged_kv_indices_buf_arr"][i])[:batch.indices[i].size],
+                                          batch.indices[i])
+            np.testing.assert_array_equal(host(arrays["paged_kv_last_page_len_buf_arr"][i]), batch.last[i])
+        q, cache = batch.q, batch.cache
+        if frame == "torch":
+            q, cache = torch.from_numpy(q), torch.from_numpy(cache)
+        assert_close(host(wrapper.run(q, cache)), batch.reference(True), "f16")
+    # the runs read the buffers: the last level's pages moved, and its indices buffer rewritten to match
+    moved = batch.cache.copy()
+    spare = [p for p in range(moved.shape[0]) if p not in set(np.concatenate(batch.indices).tolist())]
+    first = batch.indices[2][0]
+    moved[spare[0]], moved[first] = batch.cache[first], 0
+    arrays["paged_kv_indices_buf_arr"][2][0] = int(spare[0])
+    q, cache = (batch.q, moved) if frame == "numpy" else (torch.from_numpy(batch.q), torch.from_numpy(moved))
+    assert_close(host(wrapper.run(q, cache)), batch.reference(True), "f16")
+
+
+def test_cascade_buffer_arrays_checked():
+    arrays = cuda_graph_arrays("numpy", [1, 4], 64)
+    with pytest.raises(ignis.InvalidArgumentError, match="paged_kv_indices_buf_arr, paged_kv_last_page_len_buf_arr"):
+        ignis.MultiLevelCascadeAttentionWrapper(2, None, use_cuda_graph=True,
+                                                qo_indptr_buf_arr=arrays["qo_indptr_buf_arr"],
+                                                paged_kv_indptr_buf_arr=arrays["paged_kv_indptr_buf_arr"])
+    with pytest.raises(ignis.InvalidArgumentError, match="qo_indptr_buf_arr has 2 entries but there are 3 levels"):
+        ignis.MultiLevelCascadeAttentionWrapper(3, None, use_cuda_graph=True, **arrays)
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    with pytest.raises(ignis.InvalidArgumentError, match="paged_kv_last_page_len has 2 entries"):
+        wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last[:2], HEADS, KV_HEADS, DIM, PAGE)

@@ -17,6 +17,7 @@ import functools
 import sys
 
 from ignis import InvalidArgumentError, device_info
+from ignis._common import dtype_name
 
 
 def _cuda_index(fn, device):
@@ -58,9 +59,9 @@ class FP4Tensor:
     row of this tensor), ``original_shape`` (the shape before packing)."""
 
     def __init__(self, data, scale, scale_start_index=0, original_shape=None):
-        if str(data.dtype).replace("torch.", "") != "uint8":
+        if dtype_name(data) != "uint8":
             raise InvalidArgumentError("FP4Tensor: data.dtype=%s but it must be uint8" % data.dtype)
-        if str(scale.dtype).replace("torch.", "") != "float8_e4m3fn":
+        if dtype_name(scale) != "float8_e4m3fn":
             raise InvalidArgumentError("FP4Tensor: scale.dtype=%s but it must be float8_e4m3fn" % scale.dtype)
         if scale.shape[0] % 128:
             raise InvalidArgumentError("FP4Tensor: scale.shape[0]=%d must be a multiple of 128" % scale.shape[0])

@@ -19,7 +19,7 @@ import math
 import sys
 
 from . import _ext
-from ._alloc import framework_of, new_array
+from ._alloc import framework_of, new_array, new_output
 from ._errors import ArgumentTypeError, DtypeError, InvalidArgumentError, UnsupportedError
 
 # ---- FlashInfer's strings as C enum values; attention options and dtypes --------------------------
@@ -36,6 +36,8 @@ _DTYPES = {
     "float8_e5m2": _E5M2, "fp8_e5m2": _E5M2, "e5m2": _E5M2,
 }
 _Q_DTYPES = (_F16, _BF16)
+_OUT_NAMES = {_F16: "float16", _BF16: "bfloat16"}  # an fp8 q's out, by its dtype
+_FP8_NAMES = frozenset(("float8_e4m3fn", "float8_e5m2"))
 
 
 # The lookups below run on every call: a try costs nothing on success, and the message is only
@@ -87,15 +89,45 @@ def dtype_code(fn, name, dtype):
 
 
 def attention_dtypes(fn, q_data_type, kv_data_type, o_data_type):
-    """(q, K/V) ignis dtypes of a plan's ``q_data_type`` and ``kv_data_type`` (None: q's). q must be
-    f16 or bf16 and ``o_data_type``, when given, q's: the kernels write q's dtype."""
+    """(q, K/V, out) ignis dtypes of a plan's ``q_data_type``, ``kv_data_type`` (None: q's) and
+    ``o_data_type``, and the plan's o_dtype: a 16-bit q writes out in its dtype (``o_data_type``
+    None or q's; o_dtype IGNIS_DTYPE_OF_Q); an fp8 e4m3 q (FlashInfer's fp8 prefill / decode on an
+    fp8 KV cache) needs fp8 K/V and ``o_data_type`` float16 or bfloat16. Returns
+    ``(q_code, kv_code, out_code, o_dtype)``."""
     q_code = dtype_code(fn, "q_data_type", q_data_type)
+    if q_code == _E4M3:
+        kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
+        if kv_code not in (_E4M3, _E5M2):
+            raise UnsupportedError("%s: q_data_type=%s needs an fp8 kv_data_type, not %s"
+                                   % (fn, q_data_type, kv_data_type))
+        out_code = None if o_data_type is None else dtype_code(fn, "o_data_type", o_data_type)
+        if out_code not in _Q_DTYPES:
+            raise UnsupportedError("%s: o_data_type=%s but with an fp8 q_data_type it must be float16 or bfloat16"
+                                   % (fn, o_data_type))
+        return q_code, kv_code, out_code, out_code
     if q_code not in _Q_DTYPES:
-        raise UnsupportedError("%s: q_data_type=%s is not supported: float16 or bfloat16" % (fn, q_data_type))
+        raise UnsupportedError("%s: q_data_type=%s is not supported: float16, bfloat16 or float8_e4m3fn (with an "
+                               "fp8 KV cache)" % (fn, q_data_type))
     kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
     if o_data_type is not None and dtype_code(fn, "o_data_type", o_data_type) != q_code:
-        raise UnsupportedError("%s: o_data_type=%s but the output has q's dtype (%s)" % (fn, o_data_type, q_data_type))
-    return q_code, kv_code
+        raise UnsupportedError("%s: o_data_type=%s but with a 16-bit q the output has q's dtype (%s)"
+                               % (fn, o_data_type, q_data_type))
+    return q_code, kv_code, q_code, _ext.IGNIS_DTYPE_OF_Q
+
+
+def attention_output(q, out_code, shape=None):
+    """An uninitialized output of ``shape`` (q's) for out dtype ``out_code`` in q's framework and on
+    its device, and the finish to apply to it (as _alloc.new_output): like q for a 16-bit q, of
+    out's dtype for an fp8 one."""
+    if dtype_name(q) not in _FP8_NAMES:
+        return new_output(q, shape=shape)
+    return new_array(q, tuple(q.shape) if shape is None else shape, _OUT_NAMES[out_code]), None
+
+
+def q_view(q):
+    """q for the extension and its fp8 view (None unless q is a NumPy array of ml_dtypes' fp8)."""
+    q, view = _fp8_numpy_view(q)
+    return q, -1 if view is None else view
 
 
 def attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode, rope_scale,

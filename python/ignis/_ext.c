@@ -1298,11 +1298,10 @@ _Static_assert(sizeof(ignis_dtype) == sizeof(int32_t) && sizeof(ignis_device_typ
                    sizeof(ignis_filter_apply_order) == sizeof(int32_t),
                "ARG_ENUM stores an int32_t");
 
-/* K/V handed over as a uint8 view of fp8 data: the view must be an fp8 dtype (-1: none). */
-static int check_kv_view(const char *fn, int64_t view) {
+/* K/V (or q) handed over as a uint8 view of fp8 data: the view must be an fp8 dtype (-1: none). */
+static int check_fp8_view(const char *fn, const char *name, int64_t view) {
   if (view != -1 && view != IGNIS_FP8_E4M3 && view != IGNIS_FP8_E5M2) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: kv_view=%lld must be None or an fp8 dtype", fn,
-                 (long long)view);
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: %s=%lld must be None or an fp8 dtype", fn, name, (long long)view);
     return -1;
   }
   return 0;
@@ -1315,13 +1314,14 @@ int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py
   *a = (attention_args){.kv_layout = IGNIS_KV_LAYOUT_NHD,
                         .mask_mode = IGNIS_MASK_NONE,
                         .kv_view = -1,
+                        .q_view = -1,
                         .options = options,
                         .extras = extras};
   a->plan = a->q = a->k = a->v = a->out = a->lse = a->workspace = a->custom_mask = a->kv_indptr =
       a->kv_indices = a->kv_last_page_len = a->sinks = a->stream = Py_None;
   if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
-  return check_kv_view(fn, a->kv_view);
+  return check_fp8_view(fn, "kv_view", a->kv_view) < 0 ? -1 : check_fp8_view(fn, "q_view", a->q_view);
 }
 
 /* Append obj (unless None); returns its slot, or -1 for None. */
@@ -1333,7 +1333,7 @@ int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   return l->count++;
 }
 
-static int apply_kv_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
+static int apply_fp8_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
   if (view < 0 || !t)
     return 0;
   if (t->dtype != IGNIS_U8) {
@@ -1355,15 +1355,16 @@ int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *byt
   return 0;
 }
 
-/* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 view of
- * k and v. On error the call is released and -1 returned. */
-static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int k_at, int v_at,
-                          void **ws, size_t *ws_bytes) {
+/* Contiguous k / v of an attention call: the workspace (slot ws_at, -1: none) and the fp8 views of
+ * q and of k and v. On error the call is released and -1 returned. */
+static int kv_pair_inputs(const char *fn, op_call *c, int ws_at, int64_t kv_view, int64_t q_view, int q_at,
+                          int k_at, int v_at, void **ws, size_t *ws_bytes) {
   *ws = NULL;
   *ws_bytes = 0;
   if ((ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0) ||
-      apply_kv_view(fn, kv_view, &c->tensors[k_at], "k") < 0 ||
-      apply_kv_view(fn, kv_view, &c->tensors[v_at], "v") < 0) {
+      apply_fp8_view(fn, q_view, &c->tensors[q_at], "q") < 0 ||
+      apply_fp8_view(fn, kv_view, &c->tensors[k_at], "k") < 0 ||
+      apply_fp8_view(fn, kv_view, &c->tensors[v_at], "v") < 0) {
     op_call_release(c);
     return -1;
   }
@@ -1388,7 +1389,7 @@ int kv_pair_call_begin(const char *fn, attention_args *a, op_call *c, kv_pair_sl
   tensor_list l = {.count = 0};
   *s = kv_pair_tensors(&l, a);
   if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0 ||
-      kv_pair_inputs(fn, c, s->workspace, a->kv_view, s->k, s->v, ws, ws_bytes) < 0)
+      kv_pair_inputs(fn, c, s->workspace, a->kv_view, a->q_view, s->q, s->k, s->v, ws, ws_bytes) < 0)
     return -1;
   a->extras.sinks = s->sinks >= 0 ? &c->tensors[s->sinks] : NULL;
   return 0;
@@ -1414,8 +1415,8 @@ static paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
 static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name,
                             int v_at, int combined, ignis_paged_kv_cache *cache) {
-  if (apply_kv_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
-      (v_at >= 0 && apply_kv_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
+  if (apply_fp8_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
+      (v_at >= 0 && apply_fp8_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;
   if (combined)
     return split_combined_cache(fn, &c->tensors[k_at], &cache->k_cache, &cache->v_cache);
@@ -1436,7 +1437,8 @@ int paged_run_begin(const char *fn, attention_args *a, op_call *c, paged_run_slo
   cache->layout = a->kv_layout;
   *ws = NULL;
   *ws_bytes = 0;
-  if (paged_kv_tensors(fn, c, a->kv_view, s->k, l.names[s->k], s->v, s->combined, cache) < 0 ||
+  if (apply_fp8_view(fn, a->q_view, &c->tensors[s->q], "q") < 0 ||
+      paged_kv_tensors(fn, c, a->kv_view, s->k, l.names[s->k], s->v, s->combined, cache) < 0 ||
       (ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0)) {
     op_call_release(c);
     return -1;
@@ -1559,7 +1561,8 @@ static arg_spec decode_plan_spec[] = {DEVICE_ARGS(ignis_decode_plan_config, devi
                                       ARG(ignis_decode_plan_config, max_kv_len, ARG_INT64),
                                       ARG(ignis_decode_plan_config, disable_split_kv, ARG_BOOL),
                                       ARG(ignis_decode_plan_config, fixed_split_size, ARG_INT64),
-                                      ARG(ignis_decode_plan_config, options, ARG_OPTIONS)};
+                                      ARG(ignis_decode_plan_config, options, ARG_OPTIONS),
+                                      ARG(ignis_decode_plan_config, o_dtype, ARG_ENUM)};
 static arg_table decode_plan_args = ARG_TABLE(decode_plan_spec);
 
 /* A decode plan config from keywords (fields not given keep IGNIS_DECODE_PLAN_CONFIG_INIT's values). */
@@ -1968,6 +1971,7 @@ static int add_constants(PyObject *module) {
 #define ADD_DTYPE(name, value, text, bytes) ADD_CONSTANT(name)
   IGNIS_STATUS_MAP(ADD_STATUS)
   IGNIS_DTYPE_MAP(ADD_DTYPE)
+  ADD_CONSTANT(IGNIS_DTYPE_OF_Q)
   ADD_CONSTANT(IGNIS_DEVICE_CPU)
   ADD_CONSTANT(IGNIS_DEVICE_CUDA)
   ADD_CONSTANT(IGNIS_KV_LAYOUT_NHD)

@@ -157,6 +157,7 @@ typedef struct {
   ignis_mask_mode mask_mode;
   int64_t kv_view; /* K / V are uint8 views of fp8 data (NumPy arrays of ml_dtypes' types, which
                       DLPack cannot carry): the ignis_dtype to read them as; -1: no view */
+  int64_t q_view;  /* the same for q (a plan with an fp8 q_dtype) */
   ignis_attention_options options;
   ignis_attention_extras extras; /* k_scale, v_scale; sinks attached once read */
 } attention_args;
@@ -171,7 +172,7 @@ int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py
   ARG_NAMED("k_scale", attention_args, extras.k_scale, ARG_DOUBLE),                                          \
       ARG_NAMED("v_scale", attention_args, extras.v_scale, ARG_DOUBLE),                                      \
       ARG(attention_args, sinks, ARG_OBJECT), ARG(attention_args, kv_view, ARG_INT64),                       \
-      ARG(attention_args, stream, ARG_OBJECT)
+      ARG(attention_args, q_view, ARG_INT64), ARG(attention_args, stream, ARG_OBJECT)
 
 /* The device fields (ignis_device `member`) of a plan config, as device_type and device_id. */
 #define DEVICE_ARGS(config, member)                                                                          \

@@ -82,7 +82,8 @@ static arg_spec prefill_plan_spec[] = {DEVICE_ARGS(ignis_prefill_plan_config, de
                                        ARG(ignis_prefill_plan_config, max_kv_len, ARG_INT64),
                                        ARG(ignis_prefill_plan_config, disable_split_kv, ARG_BOOL),
                                        ARG(ignis_prefill_plan_config, fixed_split_size, ARG_INT64),
-                                       ARG(ignis_prefill_plan_config, options, ARG_OPTIONS)};
+                                       ARG(ignis_prefill_plan_config, options, ARG_OPTIONS),
+                                       ARG(ignis_prefill_plan_config, o_dtype, ARG_ENUM)};
 static arg_table prefill_plan_args = ARG_TABLE(prefill_plan_spec);
 
 /* (**config) -> plan capsule; fields not given keep IGNIS_PREFILL_PLAN_CONFIG_INIT's values. */

@@ -17,7 +17,10 @@ What is supported (the math is the header comment of include/ignis/decode.h):
   ml_dtypes' ``float8_e4m3fn`` / ``float8_e5m2``) with any q. Head dims 64, 128 and 256; any GQA
   group. ``data_type`` (FlashInfer's old name) sets K/V's dtype where ``kv_data_type`` is None and
   q's where ``q_data_type`` is None, as in FlashInfer (plan's ``q_data_type`` defaults to
-  "float16", so there it sets K/V only). ``o_data_type`` must be q's (the kernels write q's dtype).
+  "float16", so there it sets K/V only). ``o_data_type`` must be q's (the kernels write q's dtype),
+  except for the wrapper's fp8 q: ``q_data_type=float8_e4m3fn`` on an fp8 cache with
+  ``o_data_type`` float16 or bfloat16 (FlashInfer's fp8 decode, as vLLM plans it on an fp8 KV
+  cache): out is of ``o_data_type``, and q is converted to it exactly before the kernels run.
 - ``k_scale`` / ``v_scale`` scale the keys and values of any dtype (FlashInfer folds ``k_scale``
   into the softmax scale and multiplies the output by ``v_scale``: the same result);
   ``q_scale`` multiplies the logits, so ignis folds it into ``k_scale``. Each is a Python number
@@ -95,9 +98,10 @@ import sys
 
 from . import _ext
 from ._alloc import new_array, new_output
-from ._common import (INT32_MAX, attention_dtypes, attention_options, byte_workspace, capturing, copy_index_into,
-                      device_i32, fixed_split, host_i32, is_cuda, kv_views, layout_code, lse_base_name, nbytes_of,
-                      next_pow2, on_cuda, paged_kv_views, pos_encoding_code, scales, single_workspace, to_device_of)
+from ._common import (INT32_MAX, attention_dtypes, attention_options, attention_output, byte_workspace, capturing,
+                      copy_index_into, device_i32, fixed_split, host_i32, is_cuda, kv_views, layout_code,
+                      lse_base_name, nbytes_of, next_pow2, on_cuda, paged_kv_views, pos_encoding_code, q_view,
+                      scales, single_workspace, to_device_of)
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["single_decode_with_kv_cache", "BatchDecodeWithPagedKVCacheWrapper",
@@ -356,7 +360,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         for the fast path (read in place, no synchronization); anything else is converted on the
         host first (a CUDA tensor synchronizes, as in FlashInfer). ``data_type`` (FlashInfer's old
         name) sets K/V's dtype where ``kv_data_type`` is None and q's where ``q_data_type`` is
-        None; ``o_data_type`` must be q's. ``q_len_per_req`` (1..16) query tokens per request:
+        None; ``o_data_type`` must be q's, or float16 / bfloat16 with an fp8 q (module notes).
+        ``q_len_per_req`` (1..16) query tokens per request:
         ``run`` then takes ``q`` ``[B * q_len_per_req, num_qo_heads, head_dim]``.
         ``fixed_split_size`` (pages; None, 0 or -1: off) splits every request the same way
         whatever the batch, ``disable_split_kv`` not at all: both make results batch-invariant.
@@ -462,13 +467,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 kv_data_type = data_type
         if q_data_type is None:
             q_data_type = "float16"
-        q_code, kv_code = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
+        q_code, kv_code, out_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
         config = dict(
             device_type=_ext.IGNIS_DEVICE_CUDA if self._cuda else _ext.IGNIS_DEVICE_CPU, device_id=self._device_id,
             num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
-            q_dtype=q_code, kv_dtype=kv_code, q_len_per_req=q_len_per_req, disable_split_kv=bool(disable_split_kv),
+            q_dtype=q_code, kv_dtype=kv_code, o_dtype=o_dtype, q_len_per_req=q_len_per_req,
+            disable_split_kv=bool(disable_split_kv),
             fixed_split_size=fixed_split(fixed_split_size),
             options=attention_options(fn, window_left, logits_soft_cap, sm_scale, lse_base, pos_encoding_mode,
                                       rope_scale, rope_theta))
@@ -653,13 +659,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
             k_value, v_value = scales(fn, q_scale, k_scale, v_scale)
         finish = None
         if out is None:
-            out, finish = new_output(q)
+            out, finish = attention_output(q, self._config["o_dtype"])
         if return_lse and lse is None:
             lse = new_array(q, (q.shape[0], q.shape[1]), "float32")
         indptr, indices, last = self._indexes
+        q, view = q_view(q)
         _ext.decode_run(self._plan, q, k_cache, v_cache, out, kv_indices=indices, kv_indptr=indptr,
                         kv_last_page_len=last, lse=lse, workspace=self._workspace, kv_layout=self._layout,
-                        k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
+                        k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, q_view=view, stream=stream)
         if finish is not None:
             out = finish(out)
         return (out, lse) if return_lse else out

@@ -85,10 +85,10 @@ import warnings
 
 from . import _ext
 from ._alloc import new_array, new_output
-from ._common import (INT32_MAX, attention_dtypes, attention_options, byte_workspace, capturing, copy_index_into,
-                      dtype_code, dtype_name, fixed_split, host_i32, host_numpy, is_cuda, kv_views, layout_code,
-                      lse_base_name, nbytes_of, next_pow2, on_cuda, paged_kv_views, scales, single_workspace,
-                      to_device_of)
+from ._common import (INT32_MAX, attention_dtypes, attention_options, attention_output, byte_workspace, capturing,
+                      copy_index_into, dtype_code, dtype_name, fixed_split, host_i32, host_numpy, is_cuda, kv_views,
+                      layout_code, lse_base_name, nbytes_of, next_pow2, on_cuda, paged_kv_views, q_view, scales,
+                      single_workspace, to_device_of)
 from ._errors import InvalidArgumentError, UnsupportedError
 from .quantization import packbits, segment_packbits
 
@@ -210,8 +210,9 @@ class _Batch:
     scheduled from, the configuration fields other than the options, and what re-plans need."""
 
     __slots__ = ("qo", "kv", "last", "indices", "page_size", "mask", "mask_indptr", "needs", "num_qo_heads",
-                 "num_kv_heads", "head_dim_qk", "head_dim_vo", "q_code", "kv_code", "disable_split_kv",
-                 "fixed_split", "sm_scale", "sm_resolved", "lse_base", "plan_options", "stream")
+                 "num_kv_heads", "head_dim_qk", "head_dim_vo", "q_code", "kv_code", "o_dtype",
+                 "disable_split_kv", "fixed_split", "sm_scale", "sm_resolved", "lse_base", "plan_options",
+                 "stream")
 
 
 class _BatchPrefillWrapper:
@@ -286,7 +287,7 @@ class _BatchPrefillWrapper:
         """Check plan()'s arguments and resolve them into a _Batch (the wrapper is not changed)."""
         _refuse(fn, _MULTI_ITEM, prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
                 token_pos_in_items_len=token_pos_in_items_len or None, max_item_len_ptr=max_item_len_ptr)
-        q_code, kv_code = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
+        q_code, kv_code, out_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         head_dim_vo = head_dim_vo or head_dim_qk
         self._check_spec(fn, q_code, kv_code, head_dim_qk, head_dim_vo, pos_encoding_mode)
         b = _Batch()
@@ -331,7 +332,10 @@ class _BatchPrefillWrapper:
         b.needs = (b.qo.size - 1, max(1, int(b.qo[-1] - b.qo[0])), longest_kv)
         b.num_qo_heads, b.num_kv_heads = num_qo_heads, num_kv_heads
         b.head_dim_qk, b.head_dim_vo = head_dim_qk, head_dim_vo
-        b.q_code, b.kv_code = q_code, kv_code
+        b.q_code, b.kv_code, b.o_dtype = q_code, kv_code, o_dtype
+        if o_dtype != _ext.IGNIS_DTYPE_OF_Q and b.qo[0] != 0:
+            raise UnsupportedError("%s: qo_indptr[0]=%d but with an fp8 q_data_type the batch's query rows must "
+                                   "start at 0" % (fn, b.qo[0]))
         b.disable_split_kv, b.fixed_split = bool(disable_split_kv), fixed_split(fixed_split_size)
         b.sm_scale = sm_scale
         b.sm_resolved = float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim_qk)
@@ -386,6 +390,7 @@ class _BatchPrefillWrapper:
         return dict(device_type=device_type, device_id=device_id, kv_kind=self._kind, kv_layout=self._layout,
                     num_qo_heads=b.num_qo_heads, num_kv_heads=b.num_kv_heads, head_dim_qk=b.head_dim_qk,
                     head_dim_vo=b.head_dim_vo, page_size=b.page_size, q_dtype=b.q_code, kv_dtype=b.kv_code,
+                    o_dtype=b.o_dtype,
                     mask_mode=mode, disable_split_kv=b.disable_split_kv, fixed_split_size=b.fixed_split,
                     options=options)
 
@@ -515,7 +520,7 @@ class _BatchPrefillWrapper:
                 k_value, v_value = (1.0 if k_value is None else k_value) * ratio, 1.0 if v_value is None else v_value
         finish = None
         if out is None:
-            out, finish = new_output(q, shape=(q.shape[0], q.shape[1], b.head_dim_vo))
+            out, finish = attention_output(q, b.o_dtype, shape=(q.shape[0], q.shape[1], b.head_dim_vo))
         lse_plan = (None, None)
         if return_lse:
             factor = None if base == b.lse_base else (_LN2 if base == "ln" else 1.0 / _LN2)
@@ -622,10 +627,11 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchPrefillWrapper):
             fn, q, args, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, None, None,
             kv_cache_sf, stream)
         k, v, kv_view = kv_views(fn, k, v, "k", "v")
+        q, view = q_view(q)
         mask = self._custom_mask_buf if self._batch.mask is not None else None
         _ext.prefill_ragged_run(self._plan, q, k, v, out, custom_mask=mask, lse=lse,
                                 workspace=self._plan_workspace, k_scale=k_value, v_scale=v_value, sinks=sinks,
-                                kv_view=kv_view, stream=stream)
+                                kv_view=kv_view, q_view=view, stream=stream)
         return self._finish(out, finish, lse, lse_plan, return_lse)
 
     def forward(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
@@ -767,11 +773,13 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchPrefillWrapper):
             fn, q, args, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, window_left,
             sm_scale, kv_cache_sf, stream)
         k_cache, v_cache, kv_view = paged_kv_views(fn, paged_kv_cache, self._layout)
+        q, view = q_view(q)
         mask = self._custom_mask_buf if self._batch.mask is not None else None
         _ext.prefill_paged_run(self._plan, q, k_cache, v_cache, out, kv_indptr=self._paged_kv_indptr_buf,
                                kv_indices=self._paged_kv_indices_buf, kv_last_page_len=self._paged_kv_last_page_len_buf,
                                kv_layout=self._layout, custom_mask=mask, lse=lse, workspace=self._plan_workspace,
-                               k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, stream=stream)
+                               k_scale=k_value, v_scale=v_value, sinks=sinks, kv_view=kv_view, q_view=view,
+                               stream=stream)
         return self._finish(out, finish, lse, lse_plan, return_lse)
 
     def forward(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,

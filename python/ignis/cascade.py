@@ -135,11 +135,13 @@ class MultiLevelCascadeAttentionWrapper:
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *, stream=None, **kwargs):
-        """``out`` of the cascade (like q); ``lse_base`` of the plans must be the default "2"."""
-        out, lse = self._wrappers[0].run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+    def run(self, q, paged_kv_cache, *, stream=None):
+        """``out`` of the cascade (like q). FlashInfer's run takes only q and the cache: each level
+        writes its own ``(out, lse)`` (LSE base 2 whatever the plans' ``lse_base``), merged into
+        level 0's."""
+        out, lse = self._wrappers[0].run(q, paged_kv_cache, return_lse=True, stream=stream)
         for wrapper in self._wrappers[1:]:
-            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, stream=stream)
             merge_state_in_place(out, lse, out_i, lse_i, stream=stream)
         return out
 

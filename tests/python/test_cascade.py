@@ -1,8 +1,9 @@
 """Attention-state merges (merge_state, merge_state_in_place, merge_states) against float64 NumPy
 references on every framework and dtype present: both LSE bases, empty (-inf) states, large LSEs,
 masks, strided views, and the errors. MultiLevelCascadeAttentionWrapper with FlashInfer 0.7.2's
-signature (causal the 9th positional argument of plan) and its CUDA-graph buffer arrays (buffer i
-to level i), against refs.prefill_ref of each request over its levels' keys."""
+signature (causal the 9th positional argument of plan; run takes only q and the cache) and its
+CUDA-graph buffer arrays (buffer i to level i), against refs.prefill_ref of each request over its
+levels' keys."""
 
 import inspect
 import math
@@ -187,14 +188,14 @@ class Levels:
             self.indices.append(np.concatenate(level_indices).astype(np.int32))
             self.last.append(np.array([n - (c - 1) * PAGE for n, c in zip(lengths, counts)], np.int32))
 
-    def reference(self, causal):
+    def reference(self, causal, **options):
         """out of each request over its level 0, 1 and 2 keys, concatenated."""
         outs = []
         for b in range(self.q_lens.size):
             g = self.group_of[b]
             k = np.concatenate([self.keys[0][0], self.keys[1][g], self.keys[2][b]])
             v = np.concatenate([self.values[0][0], self.values[1][g], self.values[2][b]])
-            outs.append(prefill_ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, causal=causal)[0])
+            outs.append(prefill_ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, causal=causal, **options)[0])
         return np.concatenate(outs)
 
 
@@ -214,6 +215,27 @@ def test_cascade_plan_takes_flashinfer_order(causal):
     with pytest.raises(TypeError):  # ignis' mask arguments are keyword-only now
         wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, False,
                      "NONE", False, None, -1, None, None, None, "float16", None, None)
+
+
+def test_cascade_run_takes_flashinfer_arguments():
+    """run(q, paged_kv_cache) as in FlashInfer 0.7.2 (and ignis' keyword-only stream): run's other
+    keywords are refused (TypeError, as FlashInfer's), not handed to every level, where out= / lse=
+    made each level write the merged buffers and lse_base="ln" broke the (base-2) merge."""
+    params = list(inspect.signature(ignis.MultiLevelCascadeAttentionWrapper.run).parameters.values())[1:]
+    assert [(p.name, p.default) for p in params[:2]] == [("q", REQ), ("paged_kv_cache", REQ)]
+    assert [(p.name, p.kind) for p in params[2:]] == [("stream", inspect.Parameter.KEYWORD_ONLY)]
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, causal=True,
+                 sm_scale=0.2, logits_soft_cap=4.0)
+    out = np.full(batch.q.shape, 7, np.float16)
+    lse = np.full(batch.q.shape[:2], 7, np.float32)
+    for extra in (dict(out=out), dict(lse=lse), dict(out=out, lse=lse), dict(lse_base="ln"), dict(return_lse=True),
+                  dict(window_left=4), dict(sinks=np.zeros(HEADS, np.float32))):
+        with pytest.raises(TypeError):
+            wrapper.run(batch.q, batch.cache, **extra)
+    assert np.all(out == 7) and np.all(lse == 7)
+    assert_close(wrapper.run(batch.q, batch.cache), batch.reference(True, sm_scale=0.2, logits_soft_cap=4.0), "f16")
 
 
 def cuda_graph_arrays(frame, batches, max_pages):

@@ -18,12 +18,17 @@ prefill). On CUDA each level plans into its own equal slice of the workspace buf
 plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` takes FlashInfer 0.7.2's
 arguments in its order; with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
 each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
+
+With more than one level, ``pos_encoding_mode`` other than "NONE" and a window (``window_left``
+>= 0) are refused (UnsupportedError): each level places its queries by its own lengths (level 0
+holds every query as one request), so all but the last would attend with wrong positions, as
+FlashInfer's cascade does.
 """
 
 from . import _ext
 from ._alloc import new_output
 from ._common import bool_as_u8, byte_workspace, lse_base_code, on_cuda
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
@@ -55,6 +60,22 @@ def merge_states(v, s, *, lse_base="2", stream=None):
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)
     return finish_v(v_out), finish_s(s_out)
+
+
+_LEVEL_POSITIONS = ("each level places its queries by its own lengths (level 0 holds every query as one request), "
+                    "so all but the last level would attend with wrong positions")
+
+
+def _refuse_positions(fn, pos_encoding_mode, window_left, why):
+    """UnsupportedError naming pos_encoding_mode (other than "NONE") and window_left (a window,
+    >= 0) when given: `why` says why the positions are lost."""
+    given = []
+    if pos_encoding_mode != "NONE":
+        given.append("pos_encoding_mode=%r" % (pos_encoding_mode,))
+    if window_left is not None and window_left >= 0:
+        given.append("window_left=%r" % (window_left,))
+    if given:
+        raise UnsupportedError("%s: %s given, but %s" % (fn, " and ".join(given), why))
 
 
 def _level_workspaces(buffer, levels):
@@ -118,8 +139,11 @@ class MultiLevelCascadeAttentionWrapper:
         the paged cache (``paged_kv_*_arr[i]``, ``paged_kv_last_page_len[i]``). ``causal`` applies
         to the last level, as do the ignis extensions ``custom_mask`` / ``packed_custom_mask``
         (keyword-only); the other arguments, and any further keyword of
-        BatchPrefillWithPagedKVCacheWrapper.plan, to every level."""
+        BatchPrefillWithPagedKVCacheWrapper.plan, to every level. With more than one level a
+        position encoding or a window is refused (see the module docstring)."""
         fn = "ignis.MultiLevelCascadeAttentionWrapper.plan"
+        if len(self._wrappers) > 1:
+            _refuse_positions(fn, pos_encoding_mode, window_left, _LEVEL_POSITIONS)
         levels = _per_level(fn, len(self._wrappers), {
             "qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
             "paged_kv_indices_arr": paged_kv_indices_arr, "paged_kv_last_page_len": paged_kv_last_page_len})

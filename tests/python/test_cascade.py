@@ -217,6 +217,20 @@ def test_cascade_plan_takes_flashinfer_order(causal):
                      "NONE", False, None, -1, None, None, None, "float16", None, None)
 
 
+def paged(k, v, kv):
+    """Ragged k / v (request b: rows kv[b]:kv[b+1]) in pages of PAGE, in reversed page order:
+    (cache, indptr, indices, last_page_len)."""
+    counts = [(n + PAGE - 1) // PAGE for n in np.diff(kv)]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.arange(indptr[-1])[::-1].astype(np.int32)
+    cache = np.zeros((indptr[-1], 2, PAGE, k.shape[1], k.shape[2]), k.dtype)
+    for b in range(len(counts)):
+        for j in range(kv[b + 1] - kv[b]):
+            cache[indices[indptr[b] + j // PAGE], :, j % PAGE] = k[kv[b] + j], v[kv[b] + j]
+    last = np.array([n - (c - 1) * PAGE for n, c in zip(np.diff(kv), counts)], np.int32)
+    return cache, indptr, indices, last
+
+
 def test_cascade_run_takes_flashinfer_arguments():
     """run(q, paged_kv_cache) as in FlashInfer 0.7.2 (and ignis' keyword-only stream): run's other
     keywords are refused (TypeError, as FlashInfer's), not handed to every level, where out= / lse=
@@ -236,6 +250,28 @@ def test_cascade_run_takes_flashinfer_arguments():
             wrapper.run(batch.q, batch.cache, **extra)
     assert np.all(out == 7) and np.all(lse == 7)
     assert_close(wrapper.run(batch.q, batch.cache), batch.reference(True, sm_scale=0.2, logits_soft_cap=4.0), "f16")
+
+
+@pytest.mark.parametrize("option", [dict(pos_encoding_mode="ROPE_LLAMA"), dict(pos_encoding_mode="ALIBI"),
+                                    dict(window_left=10)], ids=["rope", "alibi", "window"])
+def test_cascade_refuses_level_positions(option):
+    """Each level attends with its own positions (level 0 holds every query as one request), so
+    an option that depends on where a query and a key sit gives garbage on all but the last level:
+    refused with more than one level (one level is one paged prefill, right with them)."""
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    with pytest.raises(ignis.UnsupportedError, match=next(iter(option))):
+        wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                     causal=True, **option)
+    single = ignis.MultiLevelCascadeAttentionWrapper(1, None)
+    keys = [np.concatenate([batch.keys[0][0], batch.keys[1][g], batch.keys[2][b]])
+            for b, g in enumerate(batch.group_of)]
+    values = [np.concatenate([batch.values[0][0], batch.values[1][g], batch.values[2][b]])
+              for b, g in enumerate(batch.group_of)]
+    kv = np.concatenate([[0], np.cumsum([k.shape[0] for k in keys])]).astype(np.int32)
+    cache, indptr, indices, last = paged(np.concatenate(keys), np.concatenate(values), kv)
+    single.plan([batch.qo], [indptr], [indices], [last], HEADS, KV_HEADS, DIM, PAGE, causal=True, **option)
+    assert_close(single.run(batch.q, cache), batch.reference(True, **option), "f16")
 
 
 def cuda_graph_arrays(frame, batches, max_pages):

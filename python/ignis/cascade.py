@@ -15,14 +15,28 @@ into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
 ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
 (single prefill, not causal) and merge it with each request's unique suffix (batch decode /
 prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
-plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` takes FlashInfer 0.7.2's
-arguments in its order; with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
-each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
+plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` and the decode one take
+FlashInfer 0.7.2's arguments in its order (ignis' extras by keyword only); with
+``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of each ``*_buf_arr`` (its
+CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
 
-With more than one level, ``pos_encoding_mode`` other than "NONE" and a window (``window_left``
->= 0) are refused (UnsupportedError): each level places its queries by its own lengths (level 0
-holds every query as one request), so all but the last would attend with wrong positions, as
-FlashInfer's cascade does.
+Options. The levels of a cascade, and the two parts of the decode shared-prefix wrapper, attend
+with the same options, and each merge takes the LSEs in the base they were written in:
+
+- ``MultiLevelCascadeAttentionWrapper``: ``plan``'s, on every level (``causal`` and the custom
+  masks on the last). ``run`` takes only q and the cache, as FlashInfer's; each level writes its
+  own ``(out, lse)``.
+- ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper``: ``begin_forward``'s (FlashInfer's takes only
+  ``data_type``; ignis' also any keyword of BatchDecodeWithPagedKVCacheWrapper.plan). ``forward``
+  takes only the operands, as FlashInfer's, and its shared part reads the decode wrapper's
+  ``_sm_scale`` and rope values, as FlashInfer's does, and its ``_logits_soft_cap``.
+
+Refused (UnsupportedError), because a query's position is lost: ``pos_encoding_mode`` other than
+"NONE" and a window (``window_left`` >= 0), on the decode shared-prefix wrapper (a query sits past
+the prefix by its request's own length, which the shared part, one single prefill for the whole
+batch, cannot place; FlashInfer's takes neither) and on a cascade of more than one level (each
+level places its queries by its own lengths, level 0 holding every query as one request;
+FlashInfer's attends with those wrong positions).
 """
 
 from . import _ext
@@ -62,6 +76,8 @@ def merge_states(v, s, *, lse_base="2", stream=None):
     return finish_v(v_out), finish_s(s_out)
 
 
+_SHARED_POSITIONS = ("a query sits past the shared prefix by its request's own length, which the shared part (one "
+                     "single prefill for the batch) cannot place")
 _LEVEL_POSITIONS = ("each level places its queries by its own lengths (level 0 holds every query as one request), "
                     "so all but the last level would attend with wrong positions")
 
@@ -174,9 +190,9 @@ class MultiLevelCascadeAttentionWrapper:
 
 class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
     """Decode with a prefix shared by the whole batch (contiguous ``k_shared`` / ``v_shared``) and a
-    paged unique suffix per request."""
+    paged unique suffix per request; ``begin_forward``'s options apply to both."""
 
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
         from .decode import BatchDecodeWithPagedKVCacheWrapper
 
         self._kv_layout = kv_layout
@@ -187,17 +203,27 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
 
     def begin_forward(self, unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
                       head_dim, page_size, data_type="float16", **kwargs):
+        """Plan the unique part: FlashInfer's arguments, and by keyword any other of
+        BatchDecodeWithPagedKVCacheWrapper.plan's (``sm_scale``, ``logits_soft_cap``,
+        ``q_len_per_req``, ``lse_base``, ...; a position encoding or a window is refused)."""
+        _refuse_positions("ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward",
+                          kwargs.get("pos_encoding_mode", "NONE"), kwargs.get("window_left", -1), _SHARED_POSITIONS)
         self._decode.plan(unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
                           head_dim, page_size, data_type=data_type, **kwargs)
 
     plan = begin_forward
 
-    def forward(self, q, k_shared, v_shared, unique_kv_cache, allow_fp16_qk_reduction=False, sm_scale=None,
-                rope_scale=None, rope_theta=None, *, stream=None):
-        """``q`` ``[batch, num_qo_heads, head_dim]``: every token sees all of the shared prefix and its
-        own unique keys."""
-        return _with_shared_prefix(self._decode, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
-                                   rope_scale, rope_theta, stream)
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, *, stream=None):
+        """``q`` ``[batch * q_len_per_req, num_qo_heads, head_dim]``: every token sees all of the
+        shared prefix and its own unique keys, with the decode wrapper's options (plan's, or the
+        FlashInfer attributes written since) on both."""
+        decode = self._decode
+        _refuse_positions("ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward", decode._pos_encoding_mode,
+                          decode._window_left, _SHARED_POSITIONS)
+        unique = decode.run(q, unique_kv_cache, return_lse=True, stream=stream)
+        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, decode._lse_base, stream,
+                                   sm_scale=decode._sm_scale, logits_soft_cap=decode._logits_soft_cap or None,
+                                   rope_scale=decode._rope_scale, rope_theta=decode._rope_theta)
 
     run = forward
 
@@ -232,22 +258,20 @@ class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
             self._prefill.plan(*self._args, causal=causal, sm_scale=sm_scale, rope_scale=rope_scale,
                                rope_theta=rope_theta, stream=stream, **self._kwargs)
             self._causal = causal
-        return _with_shared_prefix(self._prefill, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
-                                   rope_scale, rope_theta, stream)
+        unique = self._prefill.run(q, unique_kv_cache, return_lse=True, stream=stream)
+        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, "2", stream, sm_scale=sm_scale,
+                                   rope_scale=rope_scale, rope_theta=rope_theta)
 
     run = forward
 
 
-def _with_shared_prefix(unique, q, k_shared, v_shared, unique_kv_cache, kv_layout, sm_scale, rope_scale, rope_theta,
-                        stream):
+def _with_shared_prefix(q, k_shared, v_shared, kv_layout, unique, lse_base, stream, **options):
     """Attention of q over a prefix every query sees (contiguous k_shared / v_shared, no mask; single
-    prefill) merged with its attention over its request's unique keys (`unique`: the planned decode
-    or prefill wrapper over unique_kv_cache)."""
+    prefill with `options`, those the unique part attended with) merged with `unique`, q's
+    ``(out, lse)`` over its request's own keys (LSE base `lse_base`)."""
     from .prefill import single_prefill_with_kv_cache
 
-    out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=kv_layout, sm_scale=sm_scale,
-                                            rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
-                                            stream=stream)
-    out_u, lse_u = unique.run(q, unique_kv_cache, return_lse=True, stream=stream)
-    merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
+    out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=kv_layout, return_lse=True,
+                                            lse_base=lse_base, stream=stream, **options)
+    merge_state_in_place(out, lse, *unique, lse_base=lse_base, stream=stream)
     return out

@@ -3,7 +3,10 @@ references on every framework and dtype present: both LSE bases, empty (-inf) st
 masks, strided views, and the errors. MultiLevelCascadeAttentionWrapper with FlashInfer 0.7.2's
 signature (causal the 9th positional argument of plan; run takes only q and the cache) and its
 CUDA-graph buffer arrays (buffer i to level i), against refs.prefill_ref of each request over its
-levels' keys."""
+levels' keys. The decode shared-prefix wrapper with FlashInfer 0.7.2's signature, against
+refs.decode_ref over the shared prefix followed by each request's own keys: every option of the
+plan reaches both parts, and the position-dependent ones, which the shared part cannot place, are
+refused."""
 
 import inspect
 import math
@@ -12,7 +15,8 @@ import numpy as np
 import pytest
 
 import ignis
-from refs import FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, prefill_ref, torch
+from refs import (FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, decode_ref, prefill_ref,
+                  torch)
 
 rng = np.random.default_rng(3)
 
@@ -332,3 +336,92 @@ def test_cascade_buffer_arrays_checked():
     wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
     with pytest.raises(ignis.InvalidArgumentError, match="paged_kv_last_page_len has 2 entries"):
         wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last[:2], HEADS, KV_HEADS, DIM, PAGE)
+
+
+# ---- the shared-prefix wrappers -----------------------------------------------------------------
+class SharedPrefix:
+    """A batch whose requests share a prefix (k_shared / v_shared, f16) and then have keys of their
+    own (unique_lens) in a paged cache, with q_lens query tokens each."""
+
+    def __init__(self, shared_len, unique_lens, q_lens):
+        self.k_shared = rng.standard_normal((shared_len, KV_HEADS, DIM)).astype(np.float16)
+        self.v_shared = rng.standard_normal((shared_len, KV_HEADS, DIM)).astype(np.float16)
+        self.kv = np.concatenate([[0], np.cumsum(unique_lens)]).astype(np.int32)
+        self.k = rng.standard_normal((self.kv[-1], KV_HEADS, DIM)).astype(np.float16)
+        self.v = rng.standard_normal((self.kv[-1], KV_HEADS, DIM)).astype(np.float16)
+        self.cache, self.indptr, self.indices, self.last = paged(self.k, self.v, self.kv)
+        self.qo = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+        self.q = rng.standard_normal((self.qo[-1], HEADS, DIM)).astype(np.float16)
+
+    def reference(self, ref, **options):
+        """ref (decode_ref or prefill_ref) of each request's queries over the shared prefix
+        followed by its own keys, concatenated."""
+        outs = []
+        for b in range(self.kv.size - 1):
+            k = np.concatenate([self.k_shared, self.k[self.kv[b]:self.kv[b + 1]]])
+            v = np.concatenate([self.v_shared, self.v[self.kv[b]:self.kv[b + 1]]])
+            outs.append(ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, **options)[0])
+        return np.concatenate(outs)
+
+
+def parameters(fn):
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if p.name != "self" and p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+
+
+SHARED_INIT = [("float_workspace_buffer", REQ), ("kv_layout", "NHD")]
+SHARED_DECODE_PLAN = [("unique_kv_indptr", REQ), ("unique_kv_indices", REQ), ("unique_kv_last_page_len", REQ),
+                      ("num_qo_heads", REQ), ("num_kv_heads", REQ), ("head_dim", REQ), ("page_size", REQ),
+                      ("data_type", "float16")]
+SHARED_OPERANDS = [("q", REQ), ("k_shared", REQ), ("v_shared", REQ), ("unique_kv_cache", REQ)]
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__, SHARED_INIT),
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward, SHARED_DECODE_PLAN),
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_OPERANDS)],
+    ids=["decode-init", "decode-begin_forward", "decode-forward"])
+def test_shared_prefix_signatures(fn, expected):
+    """FlashInfer 0.7.2's positional parameters exactly (ignis' extras only by keyword)."""
+    assert parameters(fn) == expected
+
+
+@pytest.mark.parametrize("cls", [ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper], ids=["decode"])
+def test_shared_prefix_init_takes_nothing_more(cls):
+    """FlashInfer 0.7.2's constructors take the workspace and the layout only: anything more (a
+    CUDA-graph request, say) is a TypeError, not dropped."""
+    with pytest.raises(TypeError):
+        cls(None, "NHD", use_cuda_graph=True)
+
+
+@pytest.mark.parametrize("lse_base", ["2", "ln"])
+@pytest.mark.parametrize("q_len_per_req", [1, 3])
+def test_shared_prefix_decode_options_reach_both_parts(q_len_per_req, lse_base):
+    """begin_forward's options (ignis' keywords; FlashInfer reads the decode wrapper's sm_scale and
+    rope values for the shared part too) apply to the shared prefix as to the unique keys, and the
+    merge uses the LSE base the plan asked for."""
+    batch = SharedPrefix(37, [9, 20, 3], [q_len_per_req] * 3)
+    wrapper = ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.empty(1 << 20, np.uint8))
+    wrapper.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, sm_scale=0.3,
+                          logits_soft_cap=6.0, q_len_per_req=q_len_per_req, lse_base=lse_base)
+    out = wrapper.forward(batch.q, batch.k_shared, batch.v_shared, batch.cache)
+    assert_close(out, batch.reference(decode_ref, sm_scale=0.3, logits_soft_cap=6.0), "f16")
+    assert_close(wrapper.run(batch.q, batch.k_shared, batch.v_shared, batch.cache), out, "f16")
+
+
+@pytest.mark.parametrize("option", [dict(pos_encoding_mode="ROPE_LLAMA"), dict(pos_encoding_mode="ALIBI"),
+                                    dict(window_left=8)], ids=["rope", "alibi", "window"])
+def test_shared_prefix_refuses_positions(option):
+    """A query's position in its request is past the shared prefix, which the shared part (one
+    single prefill for the whole batch) cannot place: position-dependent options are refused by
+    begin_forward, and by forward when set on the wrapper since."""
+    batch = SharedPrefix(12, [5, 9], [2, 3])
+    name = next(iter(option))
+    decode = ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.empty(1 << 20, np.uint8))
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        decode.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, **option)
+    decode.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE)
+    setattr(decode._decode, "_" + name, option[name])  # as an engine may write FlashInfer's attributes
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        decode.forward(batch.q[:2], batch.k_shared, batch.v_shared, batch.cache)
+

@@ -15,13 +15,12 @@ into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
 ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
 (single prefill, not causal) and merge it with each request's unique suffix (batch decode /
 prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
-plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` and the decode one take
-FlashInfer 0.7.2's arguments in its order (ignis' extras by keyword only); with
-``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of each ``*_buf_arr`` (its
-CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
+plan's schedule in the workspace). All three take FlashInfer 0.7.2's arguments in its order (ignis'
+extras by keyword only); with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
+each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
 
-Options. The levels of a cascade, and the two parts of the decode shared-prefix wrapper, attend
-with the same options, and each merge takes the LSEs in the base they were written in:
+Options. The levels of a cascade, and the two parts of a shared-prefix wrapper, attend with the
+same options, and each merge takes the LSEs in the base they were written in:
 
 - ``MultiLevelCascadeAttentionWrapper``: ``plan``'s, on every level (``causal`` and the custom
   masks on the last). ``run`` takes only q and the cache, as FlashInfer's; each level writes its
@@ -30,11 +29,15 @@ with the same options, and each merge takes the LSEs in the base they were writt
   ``data_type``; ignis' also any keyword of BatchDecodeWithPagedKVCacheWrapper.plan). ``forward``
   takes only the operands, as FlashInfer's, and its shared part reads the decode wrapper's
   ``_sm_scale`` and rope values, as FlashInfer's does, and its ``_logits_soft_cap``.
+- ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper``: each ``forward``'s (``causal`` on the unique
+  part only), which the paged wrapper's ``forward_return_lse`` applies to the unique part
+  (re-planning when they change), with ``begin_forward``'s other keywords; ``begin_forward``
+  refuses those ``forward`` sets on every call.
 
 Refused (UnsupportedError), because a query's position is lost: ``pos_encoding_mode`` other than
-"NONE" and a window (``window_left`` >= 0), on the decode shared-prefix wrapper (a query sits past
-the prefix by its request's own length, which the shared part, one single prefill for the whole
-batch, cannot place; FlashInfer's takes neither) and on a cascade of more than one level (each
+"NONE" and a window (``window_left`` >= 0), on the shared-prefix wrappers (a query sits past the
+prefix by its request's own length, which the shared part, one single prefill for the whole
+batch, cannot place; FlashInfer's take neither) and on a cascade of more than one level (each
 level places its queries by its own lengths, level 0 holding every query as one request;
 FlashInfer's attends with those wrong positions).
 """
@@ -228,39 +231,52 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
     run = forward
 
 
-class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
-    """Prefill with a prefix shared by the whole batch and a paged unique suffix per request."""
+_FORWARD_OPTIONS = ("causal", "use_fp16_qk_reduction", "sm_scale", "rope_scale", "rope_theta")
 
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
+    """Prefill with a prefix shared by the whole batch and a paged unique suffix per request; each
+    ``forward``'s options apply to both."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
         from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
         self._kv_layout = kv_layout
         self._prefill = BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
-        self._args = None
+        self._logits_soft_cap = None
 
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         self._prefill.reset_workspace_buffer(float_workspace_buffer)
 
     def begin_forward(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
                       num_kv_heads, head_dim, page_size, **kwargs):
-        self._args = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
-                      num_kv_heads, head_dim, page_size)
-        self._kwargs = kwargs
-        self._causal = None
+        """Plan the unique part: FlashInfer's arguments, and by keyword any other of
+        BatchPrefillWithPagedKVCacheWrapper.plan's (``logits_soft_cap``, ``q_data_type``, ...) but
+        those ``forward`` sets on every call (``causal``, ``use_fp16_qk_reduction``, ``sm_scale``,
+        ``rope_scale``, ``rope_theta``) and a position encoding or a window (refused)."""
+        fn = "ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward"
+        given = [name for name in _FORWARD_OPTIONS if name in kwargs]
+        if given:
+            raise UnsupportedError("%s: %s given, but forward's arguments set them on every call, as in FlashInfer: "
+                                   "pass them to forward" % (fn, ", ".join(given)))
+        _refuse_positions(fn, kwargs.get("pos_encoding_mode", "NONE"), kwargs.get("window_left", -1),
+                          _SHARED_POSITIONS)
+        self._prefill.plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                           num_kv_heads, head_dim, page_size, **kwargs)
+        self._logits_soft_cap = kwargs.get("logits_soft_cap")
 
     plan = begin_forward
 
-    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False, allow_fp16_qk_reduction=False,
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False, use_fp16_qk_reduction=False,
                 sm_scale=None, rope_scale=None, rope_theta=None, *, stream=None):
         """Every query sees the whole shared prefix (no mask) and its request's unique keys (causal
-        when asked; the unique part is re-planned when ``causal`` changes)."""
-        if causal != self._causal:
-            self._prefill.plan(*self._args, causal=causal, sm_scale=sm_scale, rope_scale=rope_scale,
-                               rope_theta=rope_theta, stream=stream, **self._kwargs)
-            self._causal = causal
-        unique = self._prefill.run(q, unique_kv_cache, return_lse=True, stream=stream)
-        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, "2", stream, sm_scale=sm_scale,
-                                   rope_scale=rope_scale, rope_theta=rope_theta)
+        when asked), both with these options and begin_forward's ``logits_soft_cap``; the unique
+        part goes through the paged wrapper's ``forward_return_lse``, which re-plans when they
+        differ from the plan's."""
+        options = dict(use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                       logits_soft_cap=self._logits_soft_cap, rope_scale=rope_scale, rope_theta=rope_theta)
+        unique = self._prefill.forward_return_lse(q, unique_kv_cache, causal=causal, stream=stream, **options)
+        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, "2", stream, **options)
 
     run = forward
 

@@ -3,10 +3,10 @@ references on every framework and dtype present: both LSE bases, empty (-inf) st
 masks, strided views, and the errors. MultiLevelCascadeAttentionWrapper with FlashInfer 0.7.2's
 signature (causal the 9th positional argument of plan; run takes only q and the cache) and its
 CUDA-graph buffer arrays (buffer i to level i), against refs.prefill_ref of each request over its
-levels' keys. The decode shared-prefix wrapper with FlashInfer 0.7.2's signature, against
-refs.decode_ref over the shared prefix followed by each request's own keys: every option of the
-plan reaches both parts, and the position-dependent ones, which the shared part cannot place, are
-refused."""
+levels' keys. The shared-prefix wrappers with FlashInfer 0.7.2's signatures, against
+refs.decode_ref / refs.prefill_ref over the shared prefix followed by each request's own keys:
+every option reaches both parts (plan's on the decode one, each forward's on the prefill one), and
+the position-dependent ones, which the shared part cannot place, are refused."""
 
 import inspect
 import math
@@ -373,20 +373,30 @@ SHARED_INIT = [("float_workspace_buffer", REQ), ("kv_layout", "NHD")]
 SHARED_DECODE_PLAN = [("unique_kv_indptr", REQ), ("unique_kv_indices", REQ), ("unique_kv_last_page_len", REQ),
                       ("num_qo_heads", REQ), ("num_kv_heads", REQ), ("head_dim", REQ), ("page_size", REQ),
                       ("data_type", "float16")]
+SHARED_PREFILL_PLAN = [("qo_indptr", REQ), ("paged_kv_indptr", REQ), ("paged_kv_indices", REQ),
+                       ("paged_kv_last_page_len", REQ), ("num_qo_heads", REQ), ("num_kv_heads", REQ),
+                       ("head_dim", REQ), ("page_size", REQ)]
 SHARED_OPERANDS = [("q", REQ), ("k_shared", REQ), ("v_shared", REQ), ("unique_kv_cache", REQ)]
+SHARED_PREFILL_FORWARD = SHARED_OPERANDS + [("causal", False), ("use_fp16_qk_reduction", False), ("sm_scale", None),
+                                            ("rope_scale", None), ("rope_theta", None)]
 
 
 @pytest.mark.parametrize("fn, expected", [
     (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__, SHARED_INIT),
     (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward, SHARED_DECODE_PLAN),
-    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_OPERANDS)],
-    ids=["decode-init", "decode-begin_forward", "decode-forward"])
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_OPERANDS),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.__init__, SHARED_INIT),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward, SHARED_PREFILL_PLAN),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_PREFILL_FORWARD)],
+    ids=["decode-init", "decode-begin_forward", "decode-forward", "prefill-init", "prefill-begin_forward",
+         "prefill-forward"])
 def test_shared_prefix_signatures(fn, expected):
     """FlashInfer 0.7.2's positional parameters exactly (ignis' extras only by keyword)."""
     assert parameters(fn) == expected
 
 
-@pytest.mark.parametrize("cls", [ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper], ids=["decode"])
+@pytest.mark.parametrize("cls", [ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
+                                 ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper], ids=["decode", "prefill"])
 def test_shared_prefix_init_takes_nothing_more(cls):
     """FlashInfer 0.7.2's constructors take the workspace and the layout only: anything more (a
     CUDA-graph request, say) is a TypeError, not dropped."""
@@ -414,7 +424,7 @@ def test_shared_prefix_decode_options_reach_both_parts(q_len_per_req, lse_base):
 def test_shared_prefix_refuses_positions(option):
     """A query's position in its request is past the shared prefix, which the shared part (one
     single prefill for the whole batch) cannot place: position-dependent options are refused by
-    begin_forward, and by forward when set on the wrapper since."""
+    both wrappers' begin_forward, and by the decode forward when set on the wrapper since."""
     batch = SharedPrefix(12, [5, 9], [2, 3])
     name = next(iter(option))
     decode = ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.empty(1 << 20, np.uint8))
@@ -424,4 +434,29 @@ def test_shared_prefix_refuses_positions(option):
     setattr(decode._decode, "_" + name, option[name])  # as an engine may write FlashInfer's attributes
     with pytest.raises(ignis.UnsupportedError, match=name):
         decode.forward(batch.q[:2], batch.k_shared, batch.v_shared, batch.cache)
+    prefill = ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(None)
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        prefill.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                              **option)
 
+
+def test_shared_prefix_prefill_applies_every_forward_option():
+    """Each forward's causal and sm_scale reach the unique part (re-planned by the paged wrapper's
+    forward, as FlashInfer's forward sets them) as well as the shared one, whichever of them
+    changed since the last call; begin_forward's logits_soft_cap (an ignis keyword) stays on both,
+    and its lse_base changes only what the kernel writes (the merge gets base 2 from the run)."""
+    batch = SharedPrefix(29, [11, 4, 17], [6, 4, 9])
+    wrapper = ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(None)
+    wrapper.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                          logits_soft_cap=5.0, lse_base="ln")
+    operands = (batch.q, batch.k_shared, batch.v_shared, batch.cache)
+    for causal, sm_scale in ((True, None), (True, 0.25), (False, 0.25), (False, None), (True, 0.4)):
+        out = wrapper.forward(*operands, causal=causal, sm_scale=sm_scale)
+        # the reference's query positions are the request's: causal over the unique keys, all of the prefix seen
+        ref = batch.reference(prefill_ref, causal=causal, sm_scale=sm_scale, logits_soft_cap=5.0)
+        assert_close(out, ref, "f16")
+    assert_close(wrapper.forward(*operands, True, False, 0.4, 1.0, 1e4), ref, "f16")  # FlashInfer's order
+    for name in ("causal", "sm_scale", "rope_theta"):  # forward's arguments: forward sets them on every call
+        with pytest.raises(ignis.UnsupportedError, match=name):
+            wrapper.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                                  **{name: 1.0})

@@ -15,15 +15,37 @@ into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
 ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
 (single prefill, not causal) and merge it with each request's unique suffix (batch decode /
 prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
-plan's schedule in the workspace). ``MultiLevelCascadeAttentionWrapper`` takes FlashInfer 0.7.2's
-arguments in its order; with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
+plan's schedule in the workspace). All three take FlashInfer 0.7.2's arguments in its order (ignis'
+extras by keyword only); with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
 each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
+
+Options. The levels of a cascade, and the two parts of a shared-prefix wrapper, attend with the
+same options, and each merge takes the LSEs in the base they were written in:
+
+- ``MultiLevelCascadeAttentionWrapper``: ``plan``'s, on every level (``causal`` and the custom
+  masks on the last). ``run`` takes only q and the cache, as FlashInfer's; each level writes its
+  own ``(out, lse)``.
+- ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper``: ``begin_forward``'s (FlashInfer's takes only
+  ``data_type``; ignis' also any keyword of BatchDecodeWithPagedKVCacheWrapper.plan). ``forward``
+  takes only the operands, as FlashInfer's, and its shared part reads the decode wrapper's
+  ``_sm_scale`` and rope values, as FlashInfer's does, and its ``_logits_soft_cap``.
+- ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper``: each ``forward``'s (``causal`` on the unique
+  part only), which the paged wrapper's ``forward_return_lse`` applies to the unique part
+  (re-planning when they change), with ``begin_forward``'s other keywords; ``begin_forward``
+  refuses those ``forward`` sets on every call.
+
+Refused (UnsupportedError), because a query's position is lost: ``pos_encoding_mode`` other than
+"NONE" and a window (``window_left`` >= 0), on the shared-prefix wrappers (a query sits past the
+prefix by its request's own length, which the shared part, one single prefill for the whole
+batch, cannot place; FlashInfer's take neither) and on a cascade of more than one level (each
+level places its queries by its own lengths, level 0 holding every query as one request;
+FlashInfer's attends with those wrong positions).
 """
 
 from . import _ext
 from ._alloc import new_output
 from ._common import bool_as_u8, byte_workspace, lse_base_code, on_cuda
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = ["merge_state", "merge_state_in_place", "merge_states", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper"]
@@ -55,6 +77,24 @@ def merge_states(v, s, *, lse_base="2", stream=None):
     s_out, finish_s = new_output(s[:, 0])
     _ext.merge_states(v, s, base, v_out, s_out, stream)
     return finish_v(v_out), finish_s(s_out)
+
+
+_SHARED_POSITIONS = ("a query sits past the shared prefix by its request's own length, which the shared part (one "
+                     "single prefill for the batch) cannot place")
+_LEVEL_POSITIONS = ("each level places its queries by its own lengths (level 0 holds every query as one request), "
+                    "so all but the last level would attend with wrong positions")
+
+
+def _refuse_positions(fn, pos_encoding_mode, window_left, why):
+    """UnsupportedError naming pos_encoding_mode (other than "NONE") and window_left (a window,
+    >= 0) when given: `why` says why the positions are lost."""
+    given = []
+    if pos_encoding_mode != "NONE":
+        given.append("pos_encoding_mode=%r" % (pos_encoding_mode,))
+    if window_left is not None and window_left >= 0:
+        given.append("window_left=%r" % (window_left,))
+    if given:
+        raise UnsupportedError("%s: %s given, but %s" % (fn, " and ".join(given), why))
 
 
 def _level_workspaces(buffer, levels):
@@ -118,8 +158,11 @@ class MultiLevelCascadeAttentionWrapper:
         the paged cache (``paged_kv_*_arr[i]``, ``paged_kv_last_page_len[i]``). ``causal`` applies
         to the last level, as do the ignis extensions ``custom_mask`` / ``packed_custom_mask``
         (keyword-only); the other arguments, and any further keyword of
-        BatchPrefillWithPagedKVCacheWrapper.plan, to every level."""
+        BatchPrefillWithPagedKVCacheWrapper.plan, to every level. With more than one level a
+        position encoding or a window is refused (see the module docstring)."""
         fn = "ignis.MultiLevelCascadeAttentionWrapper.plan"
+        if len(self._wrappers) > 1:
+            _refuse_positions(fn, pos_encoding_mode, window_left, _LEVEL_POSITIONS)
         levels = _per_level(fn, len(self._wrappers), {
             "qo_indptr_arr": qo_indptr_arr, "paged_kv_indptr_arr": paged_kv_indptr_arr,
             "paged_kv_indices_arr": paged_kv_indices_arr, "paged_kv_last_page_len": paged_kv_last_page_len})
@@ -135,11 +178,13 @@ class MultiLevelCascadeAttentionWrapper:
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *, stream=None, **kwargs):
-        """``out`` of the cascade (like q); ``lse_base`` of the plans must be the default "2"."""
-        out, lse = self._wrappers[0].run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+    def run(self, q, paged_kv_cache, *, stream=None):
+        """``out`` of the cascade (like q). FlashInfer's run takes only q and the cache: each level
+        writes its own ``(out, lse)`` (LSE base 2 whatever the plans' ``lse_base``), merged into
+        level 0's."""
+        out, lse = self._wrappers[0].run(q, paged_kv_cache, return_lse=True, stream=stream)
         for wrapper in self._wrappers[1:]:
-            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, stream=stream, **kwargs)
+            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, stream=stream)
             merge_state_in_place(out, lse, out_i, lse_i, stream=stream)
         return out
 
@@ -148,9 +193,9 @@ class MultiLevelCascadeAttentionWrapper:
 
 class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
     """Decode with a prefix shared by the whole batch (contiguous ``k_shared`` / ``v_shared``) and a
-    paged unique suffix per request."""
+    paged unique suffix per request; ``begin_forward``'s options apply to both."""
 
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
         from .decode import BatchDecodeWithPagedKVCacheWrapper
 
         self._kv_layout = kv_layout
@@ -161,67 +206,88 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
 
     def begin_forward(self, unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
                       head_dim, page_size, data_type="float16", **kwargs):
+        """Plan the unique part: FlashInfer's arguments, and by keyword any other of
+        BatchDecodeWithPagedKVCacheWrapper.plan's (``sm_scale``, ``logits_soft_cap``,
+        ``q_len_per_req``, ``lse_base``, ...; a position encoding or a window is refused)."""
+        _refuse_positions("ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward",
+                          kwargs.get("pos_encoding_mode", "NONE"), kwargs.get("window_left", -1), _SHARED_POSITIONS)
         self._decode.plan(unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len, num_qo_heads, num_kv_heads,
                           head_dim, page_size, data_type=data_type, **kwargs)
 
     plan = begin_forward
 
-    def forward(self, q, k_shared, v_shared, unique_kv_cache, allow_fp16_qk_reduction=False, sm_scale=None,
-                rope_scale=None, rope_theta=None, *, stream=None):
-        """``q`` ``[batch, num_qo_heads, head_dim]``: every token sees all of the shared prefix and its
-        own unique keys."""
-        return _with_shared_prefix(self._decode, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
-                                   rope_scale, rope_theta, stream)
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, *, stream=None):
+        """``q`` ``[batch * q_len_per_req, num_qo_heads, head_dim]``: every token sees all of the
+        shared prefix and its own unique keys, with the decode wrapper's options (plan's, or the
+        FlashInfer attributes written since) on both."""
+        decode = self._decode
+        _refuse_positions("ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward", decode._pos_encoding_mode,
+                          decode._window_left, _SHARED_POSITIONS)
+        unique = decode.run(q, unique_kv_cache, return_lse=True, stream=stream)
+        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, decode._lse_base, stream,
+                                   sm_scale=decode._sm_scale, logits_soft_cap=decode._logits_soft_cap or None,
+                                   rope_scale=decode._rope_scale, rope_theta=decode._rope_theta)
 
     run = forward
 
 
-class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
-    """Prefill with a prefix shared by the whole batch and a paged unique suffix per request."""
+_FORWARD_OPTIONS = ("causal", "use_fp16_qk_reduction", "sm_scale", "rope_scale", "rope_theta")
 
-    def __init__(self, float_workspace_buffer, kv_layout="NHD", **unused):
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
+    """Prefill with a prefix shared by the whole batch and a paged unique suffix per request; each
+    ``forward``'s options apply to both."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
         from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
         self._kv_layout = kv_layout
         self._prefill = BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
-        self._args = None
+        self._logits_soft_cap = None
 
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         self._prefill.reset_workspace_buffer(float_workspace_buffer)
 
     def begin_forward(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
                       num_kv_heads, head_dim, page_size, **kwargs):
-        self._args = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
-                      num_kv_heads, head_dim, page_size)
-        self._kwargs = kwargs
-        self._causal = None
+        """Plan the unique part: FlashInfer's arguments, and by keyword any other of
+        BatchPrefillWithPagedKVCacheWrapper.plan's (``logits_soft_cap``, ``q_data_type``, ...) but
+        those ``forward`` sets on every call (``causal``, ``use_fp16_qk_reduction``, ``sm_scale``,
+        ``rope_scale``, ``rope_theta``) and a position encoding or a window (refused)."""
+        fn = "ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward"
+        given = [name for name in _FORWARD_OPTIONS if name in kwargs]
+        if given:
+            raise UnsupportedError("%s: %s given, but forward's arguments set them on every call, as in FlashInfer: "
+                                   "pass them to forward" % (fn, ", ".join(given)))
+        _refuse_positions(fn, kwargs.get("pos_encoding_mode", "NONE"), kwargs.get("window_left", -1),
+                          _SHARED_POSITIONS)
+        self._prefill.plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                           num_kv_heads, head_dim, page_size, **kwargs)
+        self._logits_soft_cap = kwargs.get("logits_soft_cap")
 
     plan = begin_forward
 
-    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False, allow_fp16_qk_reduction=False,
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False, use_fp16_qk_reduction=False,
                 sm_scale=None, rope_scale=None, rope_theta=None, *, stream=None):
         """Every query sees the whole shared prefix (no mask) and its request's unique keys (causal
-        when asked; the unique part is re-planned when ``causal`` changes)."""
-        if causal != self._causal:
-            self._prefill.plan(*self._args, causal=causal, sm_scale=sm_scale, rope_scale=rope_scale,
-                               rope_theta=rope_theta, stream=stream, **self._kwargs)
-            self._causal = causal
-        return _with_shared_prefix(self._prefill, q, k_shared, v_shared, unique_kv_cache, self._kv_layout, sm_scale,
-                                   rope_scale, rope_theta, stream)
+        when asked), both with these options and begin_forward's ``logits_soft_cap``; the unique
+        part goes through the paged wrapper's ``forward_return_lse``, which re-plans when they
+        differ from the plan's."""
+        options = dict(use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                       logits_soft_cap=self._logits_soft_cap, rope_scale=rope_scale, rope_theta=rope_theta)
+        unique = self._prefill.forward_return_lse(q, unique_kv_cache, causal=causal, stream=stream, **options)
+        return _with_shared_prefix(q, k_shared, v_shared, self._kv_layout, unique, "2", stream, **options)
 
     run = forward
 
 
-def _with_shared_prefix(unique, q, k_shared, v_shared, unique_kv_cache, kv_layout, sm_scale, rope_scale, rope_theta,
-                        stream):
+def _with_shared_prefix(q, k_shared, v_shared, kv_layout, unique, lse_base, stream, **options):
     """Attention of q over a prefix every query sees (contiguous k_shared / v_shared, no mask; single
-    prefill) merged with its attention over its request's unique keys (`unique`: the planned decode
-    or prefill wrapper over unique_kv_cache)."""
+    prefill with `options`, those the unique part attended with) merged with `unique`, q's
+    ``(out, lse)`` over its request's own keys (LSE base `lse_base`)."""
     from .prefill import single_prefill_with_kv_cache
 
-    out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=kv_layout, sm_scale=sm_scale,
-                                            rope_scale=rope_scale, rope_theta=rope_theta, return_lse=True,
-                                            stream=stream)
-    out_u, lse_u = unique.run(q, unique_kv_cache, return_lse=True, stream=stream)
-    merge_state_in_place(out, lse, out_u, lse_u, stream=stream)
+    out, lse = single_prefill_with_kv_cache(q, k_shared, v_shared, kv_layout=kv_layout, return_lse=True,
+                                            lse_base=lse_base, stream=stream, **options)
+    merge_state_in_place(out, lse, *unique, lse_base=lse_base, stream=stream)
     return out

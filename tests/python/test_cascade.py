@@ -1,8 +1,12 @@
 """Attention-state merges (merge_state, merge_state_in_place, merge_states) against float64 NumPy
 references on every framework and dtype present: both LSE bases, empty (-inf) states, large LSEs,
 masks, strided views, and the errors. MultiLevelCascadeAttentionWrapper with FlashInfer 0.7.2's
-signature (causal the 9th positional argument of plan) and its CUDA-graph buffer arrays (buffer i
-to level i), against refs.prefill_ref of each request over its levels' keys."""
+signature (causal the 9th positional argument of plan; run takes only q and the cache) and its
+CUDA-graph buffer arrays (buffer i to level i), against refs.prefill_ref of each request over its
+levels' keys. The shared-prefix wrappers with FlashInfer 0.7.2's signatures, against
+refs.decode_ref / refs.prefill_ref over the shared prefix followed by each request's own keys:
+every option reaches both parts (plan's on the decode one, each forward's on the prefill one), and
+the position-dependent ones, which the shared part cannot place, are refused."""
 
 import inspect
 import math
@@ -11,7 +15,8 @@ import numpy as np
 import pytest
 
 import ignis
-from refs import FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, prefill_ref, torch
+from refs import (FRAME_DTYPE_IDS, FRAME_DTYPES, VIEW_FRAME_IDS, VIEW_FRAMES, assert_close, decode_ref, prefill_ref,
+                  torch)
 
 rng = np.random.default_rng(3)
 
@@ -187,14 +192,14 @@ class Levels:
             self.indices.append(np.concatenate(level_indices).astype(np.int32))
             self.last.append(np.array([n - (c - 1) * PAGE for n, c in zip(lengths, counts)], np.int32))
 
-    def reference(self, causal):
+    def reference(self, causal, **options):
         """out of each request over its level 0, 1 and 2 keys, concatenated."""
         outs = []
         for b in range(self.q_lens.size):
             g = self.group_of[b]
             k = np.concatenate([self.keys[0][0], self.keys[1][g], self.keys[2][b]])
             v = np.concatenate([self.values[0][0], self.values[1][g], self.values[2][b]])
-            outs.append(prefill_ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, causal=causal)[0])
+            outs.append(prefill_ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, causal=causal, **options)[0])
         return np.concatenate(outs)
 
 
@@ -214,6 +219,63 @@ def test_cascade_plan_takes_flashinfer_order(causal):
     with pytest.raises(TypeError):  # ignis' mask arguments are keyword-only now
         wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, False,
                      "NONE", False, None, -1, None, None, None, "float16", None, None)
+
+
+def paged(k, v, kv):
+    """Ragged k / v (request b: rows kv[b]:kv[b+1]) in pages of PAGE, in reversed page order:
+    (cache, indptr, indices, last_page_len)."""
+    counts = [(n + PAGE - 1) // PAGE for n in np.diff(kv)]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.arange(indptr[-1])[::-1].astype(np.int32)
+    cache = np.zeros((indptr[-1], 2, PAGE, k.shape[1], k.shape[2]), k.dtype)
+    for b in range(len(counts)):
+        for j in range(kv[b + 1] - kv[b]):
+            cache[indices[indptr[b] + j // PAGE], :, j % PAGE] = k[kv[b] + j], v[kv[b] + j]
+    last = np.array([n - (c - 1) * PAGE for n, c in zip(np.diff(kv), counts)], np.int32)
+    return cache, indptr, indices, last
+
+
+def test_cascade_run_takes_flashinfer_arguments():
+    """run(q, paged_kv_cache) as in FlashInfer 0.7.2 (and ignis' keyword-only stream): run's other
+    keywords are refused (TypeError, as FlashInfer's), not handed to every level, where out= / lse=
+    made each level write the merged buffers and lse_base="ln" broke the (base-2) merge."""
+    params = list(inspect.signature(ignis.MultiLevelCascadeAttentionWrapper.run).parameters.values())[1:]
+    assert [(p.name, p.default) for p in params[:2]] == [("q", REQ), ("paged_kv_cache", REQ)]
+    assert [(p.name, p.kind) for p in params[2:]] == [("stream", inspect.Parameter.KEYWORD_ONLY)]
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, causal=True,
+                 sm_scale=0.2, logits_soft_cap=4.0)
+    out = np.full(batch.q.shape, 7, np.float16)
+    lse = np.full(batch.q.shape[:2], 7, np.float32)
+    for extra in (dict(out=out), dict(lse=lse), dict(out=out, lse=lse), dict(lse_base="ln"), dict(return_lse=True),
+                  dict(window_left=4), dict(sinks=np.zeros(HEADS, np.float32))):
+        with pytest.raises(TypeError):
+            wrapper.run(batch.q, batch.cache, **extra)
+    assert np.all(out == 7) and np.all(lse == 7)
+    assert_close(wrapper.run(batch.q, batch.cache), batch.reference(True, sm_scale=0.2, logits_soft_cap=4.0), "f16")
+
+
+@pytest.mark.parametrize("option", [dict(pos_encoding_mode="ROPE_LLAMA"), dict(pos_encoding_mode="ALIBI"),
+                                    dict(window_left=10)], ids=["rope", "alibi", "window"])
+def test_cascade_refuses_level_positions(option):
+    """Each level attends with its own positions (level 0 holds every query as one request), so
+    an option that depends on where a query and a key sit gives garbage on all but the last level:
+    refused with more than one level (one level is one paged prefill, right with them)."""
+    batch = three_levels()
+    wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
+    with pytest.raises(ignis.UnsupportedError, match=next(iter(option))):
+        wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                     causal=True, **option)
+    single = ignis.MultiLevelCascadeAttentionWrapper(1, None)
+    keys = [np.concatenate([batch.keys[0][0], batch.keys[1][g], batch.keys[2][b]])
+            for b, g in enumerate(batch.group_of)]
+    values = [np.concatenate([batch.values[0][0], batch.values[1][g], batch.values[2][b]])
+              for b, g in enumerate(batch.group_of)]
+    kv = np.concatenate([[0], np.cumsum([k.shape[0] for k in keys])]).astype(np.int32)
+    cache, indptr, indices, last = paged(np.concatenate(keys), np.concatenate(values), kv)
+    single.plan([batch.qo], [indptr], [indices], [last], HEADS, KV_HEADS, DIM, PAGE, causal=True, **option)
+    assert_close(single.run(batch.q, cache), batch.reference(True, **option), "f16")
 
 
 def cuda_graph_arrays(frame, batches, max_pages):
@@ -274,3 +336,127 @@ def test_cascade_buffer_arrays_checked():
     wrapper = ignis.MultiLevelCascadeAttentionWrapper(3, None)
     with pytest.raises(ignis.InvalidArgumentError, match="paged_kv_last_page_len has 2 entries"):
         wrapper.plan(batch.level_qo, batch.indptr, batch.indices, batch.last[:2], HEADS, KV_HEADS, DIM, PAGE)
+
+
+# ---- the shared-prefix wrappers -----------------------------------------------------------------
+class SharedPrefix:
+    """A batch whose requests share a prefix (k_shared / v_shared, f16) and then have keys of their
+    own (unique_lens) in a paged cache, with q_lens query tokens each."""
+
+    def __init__(self, shared_len, unique_lens, q_lens):
+        self.k_shared = rng.standard_normal((shared_len, KV_HEADS, DIM)).astype(np.float16)
+        self.v_shared = rng.standard_normal((shared_len, KV_HEADS, DIM)).astype(np.float16)
+        self.kv = np.concatenate([[0], np.cumsum(unique_lens)]).astype(np.int32)
+        self.k = rng.standard_normal((self.kv[-1], KV_HEADS, DIM)).astype(np.float16)
+        self.v = rng.standard_normal((self.kv[-1], KV_HEADS, DIM)).astype(np.float16)
+        self.cache, self.indptr, self.indices, self.last = paged(self.k, self.v, self.kv)
+        self.qo = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+        self.q = rng.standard_normal((self.qo[-1], HEADS, DIM)).astype(np.float16)
+
+    def reference(self, ref, **options):
+        """ref (decode_ref or prefill_ref) of each request's queries over the shared prefix
+        followed by its own keys, concatenated."""
+        outs = []
+        for b in range(self.kv.size - 1):
+            k = np.concatenate([self.k_shared, self.k[self.kv[b]:self.kv[b + 1]]])
+            v = np.concatenate([self.v_shared, self.v[self.kv[b]:self.kv[b + 1]]])
+            outs.append(ref(self.q[self.qo[b]:self.qo[b + 1]], k, v, **options)[0])
+        return np.concatenate(outs)
+
+
+def parameters(fn):
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if p.name != "self" and p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
+
+
+SHARED_INIT = [("float_workspace_buffer", REQ), ("kv_layout", "NHD")]
+SHARED_DECODE_PLAN = [("unique_kv_indptr", REQ), ("unique_kv_indices", REQ), ("unique_kv_last_page_len", REQ),
+                      ("num_qo_heads", REQ), ("num_kv_heads", REQ), ("head_dim", REQ), ("page_size", REQ),
+                      ("data_type", "float16")]
+SHARED_PREFILL_PLAN = [("qo_indptr", REQ), ("paged_kv_indptr", REQ), ("paged_kv_indices", REQ),
+                       ("paged_kv_last_page_len", REQ), ("num_qo_heads", REQ), ("num_kv_heads", REQ),
+                       ("head_dim", REQ), ("page_size", REQ)]
+SHARED_OPERANDS = [("q", REQ), ("k_shared", REQ), ("v_shared", REQ), ("unique_kv_cache", REQ)]
+SHARED_PREFILL_FORWARD = SHARED_OPERANDS + [("causal", False), ("use_fp16_qk_reduction", False), ("sm_scale", None),
+                                            ("rope_scale", None), ("rope_theta", None)]
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__, SHARED_INIT),
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward, SHARED_DECODE_PLAN),
+    (ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_OPERANDS),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.__init__, SHARED_INIT),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward, SHARED_PREFILL_PLAN),
+    (ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward, SHARED_PREFILL_FORWARD)],
+    ids=["decode-init", "decode-begin_forward", "decode-forward", "prefill-init", "prefill-begin_forward",
+         "prefill-forward"])
+def test_shared_prefix_signatures(fn, expected):
+    """FlashInfer 0.7.2's positional parameters exactly (ignis' extras only by keyword)."""
+    assert parameters(fn) == expected
+
+
+@pytest.mark.parametrize("cls", [ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
+                                 ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper], ids=["decode", "prefill"])
+def test_shared_prefix_init_takes_nothing_more(cls):
+    """FlashInfer 0.7.2's constructors take the workspace and the layout only: anything more (a
+    CUDA-graph request, say) is a TypeError, not dropped."""
+    with pytest.raises(TypeError):
+        cls(None, "NHD", use_cuda_graph=True)
+
+
+@pytest.mark.parametrize("lse_base", ["2", "ln"])
+@pytest.mark.parametrize("q_len_per_req", [1, 3])
+def test_shared_prefix_decode_options_reach_both_parts(q_len_per_req, lse_base):
+    """begin_forward's options (ignis' keywords; FlashInfer reads the decode wrapper's sm_scale and
+    rope values for the shared part too) apply to the shared prefix as to the unique keys, and the
+    merge uses the LSE base the plan asked for."""
+    batch = SharedPrefix(37, [9, 20, 3], [q_len_per_req] * 3)
+    wrapper = ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.empty(1 << 20, np.uint8))
+    wrapper.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, sm_scale=0.3,
+                          logits_soft_cap=6.0, q_len_per_req=q_len_per_req, lse_base=lse_base)
+    out = wrapper.forward(batch.q, batch.k_shared, batch.v_shared, batch.cache)
+    assert_close(out, batch.reference(decode_ref, sm_scale=0.3, logits_soft_cap=6.0), "f16")
+    assert_close(wrapper.run(batch.q, batch.k_shared, batch.v_shared, batch.cache), out, "f16")
+
+
+@pytest.mark.parametrize("option", [dict(pos_encoding_mode="ROPE_LLAMA"), dict(pos_encoding_mode="ALIBI"),
+                                    dict(window_left=8)], ids=["rope", "alibi", "window"])
+def test_shared_prefix_refuses_positions(option):
+    """A query's position in its request is past the shared prefix, which the shared part (one
+    single prefill for the whole batch) cannot place: position-dependent options are refused by
+    both wrappers' begin_forward, and by the decode forward when set on the wrapper since."""
+    batch = SharedPrefix(12, [5, 9], [2, 3])
+    name = next(iter(option))
+    decode = ignis.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.empty(1 << 20, np.uint8))
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        decode.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE, **option)
+    decode.begin_forward(batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE)
+    setattr(decode._decode, "_" + name, option[name])  # as an engine may write FlashInfer's attributes
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        decode.forward(batch.q[:2], batch.k_shared, batch.v_shared, batch.cache)
+    prefill = ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(None)
+    with pytest.raises(ignis.UnsupportedError, match=name):
+        prefill.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                              **option)
+
+
+def test_shared_prefix_prefill_applies_every_forward_option():
+    """Each forward's causal and sm_scale reach the unique part (re-planned by the paged wrapper's
+    forward, as FlashInfer's forward sets them) as well as the shared one, whichever of them
+    changed since the last call; begin_forward's logits_soft_cap (an ignis keyword) stays on both,
+    and its lse_base changes only what the kernel writes (the merge gets base 2 from the run)."""
+    batch = SharedPrefix(29, [11, 4, 17], [6, 4, 9])
+    wrapper = ignis.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(None)
+    wrapper.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                          logits_soft_cap=5.0, lse_base="ln")
+    operands = (batch.q, batch.k_shared, batch.v_shared, batch.cache)
+    for causal, sm_scale in ((True, None), (True, 0.25), (False, 0.25), (False, None), (True, 0.4)):
+        out = wrapper.forward(*operands, causal=causal, sm_scale=sm_scale)
+        # the reference's query positions are the request's: causal over the unique keys, all of the prefix seen
+        ref = batch.reference(prefill_ref, causal=causal, sm_scale=sm_scale, logits_soft_cap=5.0)
+        assert_close(out, ref, "f16")
+    assert_close(wrapper.forward(*operands, True, False, 0.4, 1.0, 1e4), ref, "f16")  # FlashInfer's order
+    for name in ("causal", "sm_scale", "rope_theta"):  # forward's arguments: forward sets them on every call
+        with pytest.raises(ignis.UnsupportedError, match=name):
+            wrapper.begin_forward(batch.qo, batch.indptr, batch.indices, batch.last, HEADS, KV_HEADS, DIM, PAGE,
+                                  **{name: 1.0})

@@ -1,11 +1,15 @@
 """The sampling calls vLLM 0.33 and SGLang 0.5.23 make through FlashInfer's names, made exactly as
 their sources make them (positional and keyword arguments, per-row threshold tensors of their
-dtypes, no seed or generator), on every framework present (NumPy; PyTorch on the host and on CUDA),
-checked against the float64 references of test_sampling.py: samples inside the allowed set and, for
-a batch of equal rows, their frequencies against the renormalized allowed distribution; renorms,
-softmax and top_k against their references. Then the FlashInfer 0.7.2 arguments those calls
-rely on: the signatures, return_valid (valid computed honestly, samples in the dtype of indices),
-is_deterministic, and top_k's tie_break.
+dtypes, no seed or generator), on every framework present (NumPy; PyTorch on the host and, with a
+GPU, on CUDA: probs, logits and the per-row top_k / top_p / min_p tensors on the device), checked
+against the float64 references of test_sampling.py: samples inside the allowed set and, for a
+batch of equal rows, their frequencies against the renormalized allowed distribution; renorms,
+softmax and top_k against their references. vLLM's sampler also as it runs (flashinfer_sample:
+torch's f32 softmax, its persistent device threshold buffers sliced to the batch, ``.view(-1)``).
+With a GPU, every engine call given the same seed and offset returns on CUDA exactly what it
+returns on the CPU (ignis draws the same numbers on both backends). Then the FlashInfer 0.7.2
+arguments those calls rely on: the signatures, return_valid (valid computed honestly, samples in
+the dtype of indices), is_deterministic, and top_k's tie_break.
 
 vLLM: v1/sample/ops/topk_topp_sampler.py (flashinfer_sample). SGLang: srt/layers/sampler.py,
 kernels/ops/sampling/renorm.py, kernels/ops/speculative/dspark/dspark_accept.py (softmax),
@@ -18,11 +22,14 @@ import numpy as np
 import pytest
 
 import ignis
+from engine_arrays import needs_cuda
 from refs import VIEW_FRAME_IDS, VIEW_FRAMES, torch
 from test_sampling import allowed_set, check_frequencies, distribution, weights
 
 sampling = ignis.sampling  # what flashinfer.sampling is under the switch (test_flashinfer_switch.py)
 FRAMES = pytest.mark.parametrize("frame", VIEW_FRAMES, ids=VIEW_FRAME_IDS)
+TORCH_FRAMES = pytest.mark.parametrize("frame", [f for f in VIEW_FRAMES if f.name.startswith("torch")],
+                                       ids=[name for name in VIEW_FRAME_IDS if name.startswith("torch")])
 VOCAB = 300
 SGLANG_TOP_K_ALL = 1 << 30  # SGLang's "no top-k" value
 rng = np.random.default_rng(11)
@@ -108,6 +115,47 @@ def test_vllm_mixed_per_row_thresholds(frame):
         assert s_k[0] == rows[0].argmax()
 
 
+def flashinfer_sample(logits, k, p):
+    """vLLM's flashinfer_sample, call for call: one filter samples torch's f32 softmax of the
+    logits, both filters the logits; the samples come back viewed as 1-D."""
+    if k is None:
+        ids = sampling.top_p_sampling_from_probs(logits.softmax(dim=-1, dtype=torch.float32), p, deterministic=True)
+    elif p is None:
+        ids = sampling.top_k_sampling_from_probs(logits.softmax(dim=-1, dtype=torch.float32), k, deterministic=True)
+    else:
+        ids = sampling.top_k_top_p_sampling_from_logits(logits, k, p, deterministic=True)
+    return ids.view(-1)
+
+
+@TORCH_FRAMES
+def test_vllm_flashinfer_sample_on_its_buffers(frame):
+    """vLLM's sampler on the tensors it keeps: InputBatch's persistent top_k (int32, the vocabulary
+    size for "no top-k") and top_p (float32) on the device, filled from their host copies and
+    sliced to the batch; float32 logits."""
+    num_reqs, max_num_reqs = 6, 16
+    rows = np.stack([distribution(VOCAB, 2.0, True) for _ in range(num_reqs)])
+    ks = np.array([1, 5, VOCAB, 40, 3, 20], np.int32)
+    ps = np.array([0.9, 0.3, 0.5, 1.0, 0.05, 1.0], np.float32)
+    top_k = torch.empty(max_num_reqs, dtype=torch.int32, device=frame.device)
+    top_p = torch.empty(max_num_reqs, dtype=torch.float32, device=frame.device)
+    top_k[:num_reqs].copy_(torch.from_numpy(ks))  # copy_slice(top_k_cpu_tensor, top_k, num_reqs)
+    top_p[:num_reqs].copy_(torch.from_numpy(ps))
+    k, p = top_k[:num_reqs], top_p[:num_reqs]
+    logits = frame.array(rows, "f32")
+    probs = to_numpy(logits.softmax(dim=-1, dtype=torch.float32))
+    for _ in range(20):
+        s_p, s_k, s_kp = (flashinfer_sample(logits, *kp) for kp in ((None, p), (k, None), (k, p)))
+        for s in (s_p, s_k, s_kp):
+            assert s.dtype == torch.int32 and tuple(s.shape) == (num_reqs,) and s.device == logits.device
+        s_p, s_k, s_kp = to_numpy(s_p), to_numpy(s_k), to_numpy(s_kp)
+        for r in range(num_reqs):
+            w = weights(probs[r], False)
+            assert allowed_set(w, p=float(ps[r]))[s_p[r]]
+            assert allowed_set(w, k=int(ks[r]))[s_k[r]]
+            assert allowed_set(weights(rows[r], True), k=int(ks[r]), p=float(ps[r]), order="top_k_first")[s_kp[r]]
+        assert s_k[0] == s_kp[0] == rows[0].argmax()
+
+
 # ---- SGLang: sampler.py, renorm.py, speculative decoding ------------------------------------------
 @FRAMES
 @pytest.mark.parametrize("top_k,top_p", [(30, 0.6), (SGLANG_TOP_K_ALL, 0.8), (5, 1.0)])
@@ -181,6 +229,41 @@ def test_sglang_top_k(frame, deterministic):
             tv, ti = torch.topk(torch.from_numpy(x), k, dim=-1)
             np.testing.assert_array_equal(v, tv.numpy())
             np.testing.assert_array_equal(i, ti.numpy())  # no ties in a normal sample: the same indices
+
+
+# ---- the same calls on both backends ---------------------------------------------------------------
+# The engines' calls with a seed and an offset added (they pass neither); each gets the distribution
+# rows (logits where it takes them) and the per-row thresholds, as int32 / float32 tensors.
+SEEDED_CALLS = {
+    "vllm_top_p": (False, lambda x, t, d: sampling.top_p_sampling_from_probs(x, t["p"], deterministic=True, **d)),
+    "vllm_top_k": (False, lambda x, t, d: sampling.top_k_sampling_from_probs(x, t["k"], deterministic=True, **d)),
+    "vllm_top_k_top_p": (True, lambda x, t, d: sampling.top_k_top_p_sampling_from_logits(x, t["k"], t["p"],
+                                                                                        deterministic=True, **d)),
+    "sglang_joint": (False, lambda x, t, d: sampling.top_k_top_p_sampling_from_probs(x, t["k"], t["p"],
+                                                                                    filter_apply_order="joint", **d)),
+    "sglang_min_p": (False, lambda x, t, d: sampling.min_p_sampling_from_probs(x, t["min_p"], **d)),
+    "sglang_top_k_renorm": (False, lambda x, t, d: sampling.top_k_renorm_probs(x, t["k"])),
+    "sglang_top_p_renorm": (False, lambda x, t, d: sampling.top_p_renorm_probs(x, t["p"])),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(SEEDED_CALLS))
+def test_engine_calls_agree_across_backends(name):
+    """On CUDA tensors each call returns exactly what it returns on the CPU: the same samples for the
+    same seed and offset, the same renormalized rows (include/ignis/sampling.h)."""
+    logits, call = SEEDED_CALLS[name]
+    rows = np.stack([distribution(VOCAB, 1.0 + 0.25 * r, logits) for r in range(8)])
+    thresholds = {"k": np.array([1, 5, 20, SGLANG_TOP_K_ALL, 40, 3, VOCAB, 10], np.int32),
+                  "p": np.array([0.9, 0.3, 0.5, 1.0, 0.05, 1.0, 0.7, 0.95], np.float32),
+                  "min_p": np.array([0.0, 0.05, 0.1, 0.2, 0.01, 0.5, 0.3, 0.0], np.float32)}
+    results = {}
+    for device in ("cpu", "cuda"):
+        x = torch.from_numpy(rows).to(device)
+        t = {key: torch.from_numpy(value).to(device) for key, value in thresholds.items()}
+        results[device] = [to_numpy(call(x, t, {"seed": 7, "offset": offset})) for offset in range(3)]
+    for on_cpu, on_cuda in zip(results["cpu"], results["cuda"]):
+        np.testing.assert_array_equal(on_cuda, on_cpu)
 
 
 # ---- FlashInfer 0.7.2's arguments ------------------------------------------------------------------

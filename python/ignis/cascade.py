@@ -14,8 +14,8 @@ as FlashInfer composes it: ``MultiLevelCascadeAttentionWrapper`` runs one paged 
 into the first's; ``BatchDecodeWithSharedPrefixPagedKVCacheWrapper`` and
 ``BatchPrefillWithSharedPrefixPagedKVCacheWrapper`` attend the shared prefix once for every query
 (single prefill, not causal) and merge it with each request's unique suffix (batch decode /
-prefill). On CUDA each level plans into its own equal slice of the workspace buffer (ignis keeps a
-plan's schedule in the workspace). All three take FlashInfer 0.7.2's arguments in its order (ignis'
+prefill). On CUDA each level runs in its own equal slice of the workspace buffer (its split
+partials; the schedules live in the plans). All three take FlashInfer 0.7.2's arguments in its order (ignis'
 extras by keyword only); with ``use_cuda_graph=True`` level i's prefill wrapper gets buffer i of
 each ``*_buf_arr`` (its CUDA-graph buffers, see ignis.prefill), as in FlashInfer.
 

@@ -422,8 +422,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if uploader is None:
             self._indexes = self._host_indexes(indptr, indices, last_page_len, batch)
         elif uploader.graph_buffers is None:
-            # indptr / last_page_len: the copies the plan's one asynchronous copy put in the
-            # workspace with the schedule (run passes None and the binding takes them from there)
+            # indptr / last_page_len: the copies the plan's one asynchronous copy put in its own
+            # device memory with the schedule (run passes None and the binding takes them from there)
             if stream is None:
                 self._indexes = (None, uploader.indices(indices), None)
             else:
@@ -577,8 +577,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._build(self._max_batch_seen, self._longest_seen)
         result = self._update(indptr, last_page_len, stream)
         if result.__class__ is not int:
-            raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the schedule of a request of %d keys "
-                                       "with fixed_split_size=%d"
+            raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the split partials of a request of "
+                                       "%d keys with fixed_split_size=%d"
                                        % (fn, self._workspace_size, longest, self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
@@ -706,9 +706,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
                        rope_theta=None, block_tables=None, seq_lens=None, fixed_split_size=None,
                        disable_split_kv=False, q_len_per_req=1):
         """FlashInfer's query of the workspace ``plan`` with these arguments needs:
-        ``(float_workspace_bytes, int_workspace_bytes)``. ignis keeps everything in the one
-        workspace, so the second is 0, and CPU plans keep their schedule on the host, so there
-        both are 0. The arguments are validated as plan() validates them; the wrapper's plan is
+        ``(float_workspace_bytes, int_workspace_bytes)``. ignis' runs keep their split partials in
+        the one workspace and its plans their schedule in memory of their own, so the second is 0,
+        and CPU plans need no workspace, so there both are 0. The arguments are validated as plan() validates them; the wrapper's plan is
         not changed."""
         import numpy
 

@@ -6,8 +6,8 @@
 ``kv_indptr``. ``BatchPrefillWithPagedKVCacheWrapper``: ``qo_indptr`` and the paged cache of
 decode; ``BatchAttentionWithAttentionSinkWrapper`` is the paged wrapper whose ``run`` takes
 per-head sinks and the softmax scale positionally (FlashInfer's JIT variant of it). The batch
-wrappers split into ``plan`` (host metadata; the schedule goes into the caller's workspace
-buffer) and ``run``, as FlashInfer's do, with FlashInfer 0.7.2's parameters, order and defaults.
+wrappers split into ``plan`` (host metadata; the schedule goes into the plan's own device memory,
+and the caller's workspace buffer holds only what a run splits) and ``run``, as FlashInfer's do, with FlashInfer 0.7.2's parameters, order and defaults.
 
 The math is the header comment of include/ignis/prefill.h: query token i of a request with
 qo_len q and kv_len k sits at position k - q + i; ``causal=True`` lets it see keys up to there;

@@ -171,9 +171,10 @@ IGNIS_API ignis_status ignis_decode_workspace_size(const ignis_decode_plan *plan
 
 /* The largest max_kv_len (0..INT32_MAX) for which a plan of `config` (its max_kv_len ignored) can
  * be created and needs at most workspace_bytes of workspace (ignis_decode_workspace_size of that
- * plan); -1 when not even max_kv_len 0 fits. For callers whose workspace is fixed (a CUDA-graph
- * buffer) and whose plans split into fixed chunks (fixed_split_size), where the bound sets the
- * workspace: create the plan with the answer (or less). CPU plans need no workspace, so there only
+ * plan); -1 when not even max_kv_len 0 fits. Requests that never split need no workspace, so 0
+ * bytes allow the longest of them (one chunk with fixed_split_size). For callers whose workspace is
+ * fixed (a CUDA-graph buffer) and whose plans split into fixed chunks (fixed_split_size), where the
+ * bound sets the workspace: create the plan with the answer (or less). CPU plans need no workspace, so there only
  * the schedule's int32 item count bounds the answer. */
 IGNIS_API ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_plan_config *config,
                                                              size_t workspace_bytes, int64_t *max_kv_len);

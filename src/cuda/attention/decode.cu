@@ -205,9 +205,7 @@ extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int
     const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_batch,
                                      params->q_stride_head, params->num_qo_heads, params->head_dim,
                                      params->max_batch * params->q_len, params->batch_size, params->q_len, nullptr};
-    const ignis_status status = attention_by_dtype(params->dtype, "decode", [&](auto qt) {
-      return q_convert(source, static_cast<decltype(qt) *>(params->q_scratch), s);
-    });
+    const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
     if (status != IGNIS_OK)
       return status;
     converted.q = params->q_scratch;

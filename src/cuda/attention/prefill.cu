@@ -169,9 +169,7 @@ extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, i
     const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_token,
                                      params->q_stride_head, params->num_qo_heads, params->head_dim_qk,
                                      params->max_q_rows, params->batch_size, 0, params->requests};
-    const ignis_status status = attention_by_dtype(params->dtype, "prefill", [&](auto qt) {
-      return q_convert(source, static_cast<decltype(qt) *>(params->q_scratch), s);
-    });
+    const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
     if (status != IGNIS_OK)
       return status;
     converted.q = params->q_scratch;

@@ -12,6 +12,7 @@
 
 #include <cuda_fp8.h>
 
+#include "cuda/attention/attention_tile.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "sched/schedule.h"
 
@@ -69,6 +70,14 @@ template <typename QT> static inline ignis_status q_convert(const q_convert_sour
   IGNIS_CUDA_CHECK(ignis_launch(q_convert_kernel<QT>, dim3((unsigned)blocks), dim3(Q_CONVERT_THREADS), 0, stream, s,
                                 dst));
   return ignis_check_launch("attention q conversion");
+}
+
+/* The conversion into scratch of the kernels' 16-bit dtype (f16 or bf16, else unsupported). */
+static inline ignis_status q_convert_to(ignis_dtype dtype, const q_convert_source &s, void *scratch,
+                                        cudaStream_t stream) {
+  return attention_by_dtype(dtype, "attention", [&](auto qt) {
+    return q_convert(s, static_cast<decltype(qt) *>(scratch), stream);
+  });
 }
 
 #endif

@@ -35,6 +35,7 @@
  * Bad inputs: each returns the right status naming the parameter and writes nothing. */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1661,6 +1662,14 @@ static void test_bad_inputs(h_backend backend) {
   CONFIG_BAD(fixed_split_size, -1, INV, "config.fixed_split_size");
   CONFIG_BAD(disable_split_kv, 2, INV, "config.disable_split_kv");
   CONFIG_BAD(size, 8, INV, "config.size");
+  /* a caller built against the first released layout (no o_dtype): its size ends before o_dtype,
+   * and what lies beyond its struct is never read (here an o_dtype the plan would refuse) */
+  bad = good;
+  bad.size = offsetof(ignis_decode_plan_config, o_dtype);
+  bad.o_dtype = IGNIS_FP8_E4M3;
+  if (CHECK_STATUS(ignis_decode_plan_create(&bad, &plan), IGNIS_OK))
+    CHECK_STATUS(ignis_decode_plan_destroy(plan), IGNIS_OK);
+  plan = NULL;
   CONFIG_BAD(options.size, 8, INV, "config.options.size");
   CONFIG_BAD(options.sm_scale, -1.0, INV, "config.options.sm_scale");
   CONFIG_BAD(options.logits_soft_cap, -0.5, INV, "config.options.logits_soft_cap");

@@ -16,6 +16,7 @@
  * with RoPE the rotated q and k, rounded to q's dtype), so it gets decode's GPU rule: out within
  * rtol * max|ref| (bf16 2e-2, f16 2e-3; doubled past 8192 keys), lse within rtol / 2 * (1 + |ref|). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -762,6 +763,14 @@ static void test_bad_inputs(h_backend backend) {
   ignis_prefill_plan_config bad = c;
   bad.num_qo_heads = 5;
   CHECK_ERROR(ignis_prefill_plan_create(&bad, &plan), IGNIS_ERROR_INVALID_ARGUMENT, "config.num_qo_heads");
+  /* a caller built against the first released layout (no o_dtype): what lies past its size is
+   * never read (here an o_dtype the plan would refuse) */
+  bad = c;
+  bad.size = offsetof(ignis_prefill_plan_config, o_dtype);
+  bad.o_dtype = IGNIS_FP8_E4M3;
+  if (CHECK_STATUS(ignis_prefill_plan_create(&bad, &plan), IGNIS_OK))
+    CHECK_STATUS(ignis_prefill_plan_destroy(plan), IGNIS_OK);
+  plan = NULL;
   bad = c;
   bad.max_qo_tokens = 0;
   CHECK_ERROR(ignis_prefill_plan_create(&bad, &plan), IGNIS_ERROR_INVALID_ARGUMENT, "config.max_qo_tokens");

@@ -37,7 +37,6 @@ _DTYPES = {
 }
 _Q_DTYPES = (_F16, _BF16)
 _OUT_NAMES = {_F16: "float16", _BF16: "bfloat16"}  # an fp8 q's out, by its dtype
-_FP8_NAMES = frozenset(("float8_e4m3fn", "float8_e5m2"))
 
 
 # The lookups below run on every call: a try costs nothing on success, and the message is only
@@ -89,11 +88,11 @@ def dtype_code(fn, name, dtype):
 
 
 def attention_dtypes(fn, q_data_type, kv_data_type, o_data_type):
-    """(q, K/V, out) ignis dtypes of a plan's ``q_data_type``, ``kv_data_type`` (None: q's) and
-    ``o_data_type``, and the plan's o_dtype: a 16-bit q writes out in its dtype (``o_data_type``
+    """The ignis dtypes of a plan's ``q_data_type`` and ``kv_data_type`` (None: q's) and the plan's
+    o_dtype from ``o_data_type``: a 16-bit q writes out in its dtype (``o_data_type``
     None or q's; o_dtype IGNIS_DTYPE_OF_Q); an fp8 e4m3 q (FlashInfer's fp8 prefill / decode on an
     fp8 KV cache) needs fp8 K/V and ``o_data_type`` float16 or bfloat16. Returns
-    ``(q_code, kv_code, out_code, o_dtype)``."""
+    ``(q_code, kv_code, o_dtype)``."""
     q_code = dtype_code(fn, "q_data_type", q_data_type)
     if q_code == _E4M3:
         kv_code = q_code if kv_data_type is None else dtype_code(fn, "kv_data_type", kv_data_type)
@@ -104,7 +103,7 @@ def attention_dtypes(fn, q_data_type, kv_data_type, o_data_type):
         if out_code not in _Q_DTYPES:
             raise UnsupportedError("%s: o_data_type=%s but with an fp8 q_data_type it must be float16 or bfloat16"
                                    % (fn, o_data_type))
-        return q_code, kv_code, out_code, out_code
+        return q_code, kv_code, out_code
     if q_code not in _Q_DTYPES:
         raise UnsupportedError("%s: q_data_type=%s is not supported: float16, bfloat16 or float8_e4m3fn (with an "
                                "fp8 KV cache)" % (fn, q_data_type))
@@ -112,16 +111,16 @@ def attention_dtypes(fn, q_data_type, kv_data_type, o_data_type):
     if o_data_type is not None and dtype_code(fn, "o_data_type", o_data_type) != q_code:
         raise UnsupportedError("%s: o_data_type=%s but with a 16-bit q the output has q's dtype (%s)"
                                % (fn, o_data_type, q_data_type))
-    return q_code, kv_code, q_code, _ext.IGNIS_DTYPE_OF_Q
+    return q_code, kv_code, _ext.IGNIS_DTYPE_OF_Q
 
 
-def attention_output(q, out_code, shape=None):
-    """An uninitialized output of ``shape`` (q's) for out dtype ``out_code`` in q's framework and on
-    its device, and the finish to apply to it (as _alloc.new_output): like q for a 16-bit q, of
-    out's dtype for an fp8 one."""
-    if dtype_name(q) not in _FP8_NAMES:
+def attention_output(q, o_dtype, shape=None):
+    """An uninitialized output of ``shape`` (q's) for a plan's ``o_dtype`` in q's framework and on
+    its device, and the finish to apply to it (as _alloc.new_output): like q when o_dtype is
+    IGNIS_DTYPE_OF_Q, else of that dtype (an fp8 q's out)."""
+    if o_dtype == _ext.IGNIS_DTYPE_OF_Q:
         return new_output(q, shape=shape)
-    return new_array(q, tuple(q.shape) if shape is None else shape, _OUT_NAMES[out_code]), None
+    return new_array(q, tuple(q.shape) if shape is None else shape, _OUT_NAMES[o_dtype]), None
 
 
 def q_view(q):

@@ -467,7 +467,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 kv_data_type = data_type
         if q_data_type is None:
             q_data_type = "float16"
-        q_code, kv_code, out_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
+        q_code, kv_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         if not isinstance(q_len_per_req, int) or not 1 <= q_len_per_req:
             raise InvalidArgumentError("%s: q_len_per_req=%r must be a positive int" % (fn, q_len_per_req))
         config = dict(

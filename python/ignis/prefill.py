@@ -287,7 +287,7 @@ class _BatchPrefillWrapper:
         """Check plan()'s arguments and resolve them into a _Batch (the wrapper is not changed)."""
         _refuse(fn, _MULTI_ITEM, prefix_len_ptr=prefix_len_ptr, token_pos_in_items_ptr=token_pos_in_items_ptr,
                 token_pos_in_items_len=token_pos_in_items_len or None, max_item_len_ptr=max_item_len_ptr)
-        q_code, kv_code, out_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
+        q_code, kv_code, o_dtype = attention_dtypes(fn, q_data_type, kv_data_type, o_data_type)
         head_dim_vo = head_dim_vo or head_dim_qk
         self._check_spec(fn, q_code, kv_code, head_dim_qk, head_dim_vo, pos_encoding_mode)
         b = _Batch()

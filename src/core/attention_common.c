@@ -171,6 +171,24 @@ const char *ignis_attention_kernel_name(ignis_attention_kernel kernel) {
   return "unknown";
 }
 
+ignis_status ignis_check_attention_out_dtype(const char *fn, const ignis_tensor *out, const ignis_tensor *q,
+                                             ignis_dtype out_dtype) {
+  if (out_dtype == q->dtype)
+    return ignis_check_same_dtype(fn, "out", out, "q", q);
+  if (out->dtype != out_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but the plan's o_dtype=%s", fn,
+                           ignis_dtype_name(out->dtype), ignis_dtype_name(out_dtype));
+  return IGNIS_OK;
+}
+
+ignis_status ignis_attention_carve_q_scratch(ignis_workspace *ws, const char *fn, ignis_dtype q_dtype,
+                                             ignis_dtype o_dtype, int64_t elements, void **q_scratch) {
+  *q_scratch = NULL;
+  if (q_dtype == o_dtype)
+    return IGNIS_OK;
+  return ignis_workspace_take(ws, fn, "q_scratch", elements, ignis_dtype_size(o_dtype), q_scratch);
+}
+
 size_t ignis_attention_required_bytes(const ignis_workspace *ws) {
   return ws->offset ? ignis_workspace_required(ws) : 0;
 }

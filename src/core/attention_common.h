@@ -44,6 +44,13 @@ ignis_status ignis_check_attention_lse(const char *fn, const ignis_tensor *lse, 
 /* Bytes a carving in counting mode asks for (0 when it took nothing). */
 /* The name of an attention kernel (core/params.h), as ignis_decode_plan_kernel reports it. */
 const char *ignis_attention_kernel_name(ignis_attention_kernel kernel);
+/* out's dtype: out_dtype, which is q's (checked as "out" against "q") or a plan's o_dtype. */
+ignis_status ignis_check_attention_out_dtype(const char *fn, const ignis_tensor *out, const ignis_tensor *q,
+                                             ignis_dtype out_dtype);
+/* A plan's converted copy of an fp8 q (core/params.h: q_scratch) of `elements` in o_dtype, carved
+ * from ws when q_dtype is not o_dtype; *q_scratch NULL otherwise. */
+ignis_status ignis_attention_carve_q_scratch(ignis_workspace *ws, const char *fn, ignis_dtype q_dtype,
+                                             ignis_dtype o_dtype, int64_t elements, void **q_scratch);
 size_t ignis_attention_required_bytes(const ignis_workspace *ws);
 /* The error for a NULL workspace where `counting` needs bytes. */
 ignis_status ignis_attention_missing_workspace(const char *fn, const ignis_workspace *counting);

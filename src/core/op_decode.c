@@ -96,11 +96,7 @@ static void fill_options(ignis_decode_params *p, const ignis_attention_resolved 
 static ignis_status check_q_out_lse(const char *fn, const ignis_tensor *q, const ignis_tensor *out,
                                     const ignis_tensor *lse, int ndim, ignis_dtype out_dtype) {
   IGNIS_TRY(ignis_check_tensor(fn, "out", out, ndim, ndim));
-  if (out_dtype == q->dtype)
-    IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
-  else if (out->dtype != out_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but the plan's o_dtype=%s", fn,
-                           ignis_dtype_name(out->dtype), ignis_dtype_name(out_dtype));
+  IGNIS_TRY(ignis_check_attention_out_dtype(fn, out, q, out_dtype));
   IGNIS_TRY(ignis_check_same_shape(fn, "out", out, "q", q));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "q", q));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "out", out));
@@ -438,9 +434,8 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   return IGNIS_OK;
 }
 
-/* Where a run's schedule (the plan's) and the pieces of its workspace are (NULL in counting mode). */
+/* Where the pieces of a plan's workspace are (NULL in counting mode). */
 typedef struct plan_pieces {
-  void *schedule;
   void *q_scratch;
   float *partial_out;
   float *partial_lse;
@@ -451,10 +446,9 @@ typedef struct plan_pieces {
 static ignis_status carve_plan_workspace(ignis_workspace *ws, const char *fn, int64_t max_partials,
                                          const ignis_decode_plan_config *c, plan_pieces *pieces) {
   const int64_t q_len = c->q_len_per_req > 0 ? c->q_len_per_req : 1;
-  pieces->q_scratch = NULL;
-  if (c->q_dtype != c->o_dtype)
-    IGNIS_TRY(ignis_workspace_take(ws, fn, "q_scratch", c->max_batch_size * q_len * c->num_qo_heads * c->head_dim,
-                                   ignis_dtype_size(c->o_dtype), &pieces->q_scratch));
+  IGNIS_TRY(ignis_attention_carve_q_scratch(ws, fn, c->q_dtype, c->o_dtype,
+                                            c->max_batch_size * q_len * c->num_qo_heads * c->head_dim,
+                                            &pieces->q_scratch));
   return carve_partials(ws, fn, max_partials * q_len, c->num_qo_heads, c->head_dim, &pieces->partial_out,
                         &pieces->partial_lse);
 }
@@ -540,14 +534,13 @@ static ignis_status open_plan_workspace(const char *fn, const ignis_decode_plan 
   return ignis_plan_check_workspace(&plan->storage, fn, workspace);
 }
 
-/* The schedule a run reads (the plan's) and the partial rows (in the workspace, of device plans). */
+/* A run's pieces of the workspace (device plans; none on the host). */
 static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *plan, void *workspace,
                                        size_t workspace_bytes, plan_pieces *pieces) {
   memset(pieces, 0, sizeof *pieces);
-  if (ignis_plan_uses_workspace(&plan->storage))
-    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces));
-  pieces->schedule = ignis_plan_schedule(&plan->storage);
-  return IGNIS_OK;
+  if (!ignis_plan_uses_workspace(&plan->storage))
+    return IGNIS_OK;
+  return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
 }
 
 /* An update's host arrays: batch within the plan's maxima, contents valid, no request too long. */
@@ -728,8 +721,8 @@ static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, con
   return IGNIS_OK;
 }
 
-/* The params of a checked run: q / out / lse, the options, and the schedule (the plan's host copy
- * or the workspace's) with the launch shape the last update recorded. */
+/* The params of a checked run: q / out / lse, the options, and the plan's schedule with the launch
+ * shape the last update recorded. */
 static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pieces, const ignis_tensor *q,
                             ignis_tensor *out, ignis_tensor *lse, ignis_decode_params *p) {
   const ignis_decode_plan_config *c = &plan->config;
@@ -754,7 +747,7 @@ static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pi
     p->lse_stride_head = lse->strides[1];
   }
   fill_options(p, &plan->options);
-  void *schedule = pieces->schedule;
+  void *schedule = ignis_plan_schedule(&plan->storage);
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
   p->work = ignis_decode_schedule_work_of(&plan->bounds.planner, schedule);
   p->num_work = &header->num_work;

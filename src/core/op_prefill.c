@@ -105,11 +105,7 @@ static ignis_status check_custom_mask(const char *fn, ignis_mask_mode mode, cons
 static ignis_status check_q_out(const char *fn, const ignis_tensor *q, const ignis_tensor *out,
                                 const ignis_tensor *lse, int64_t head_dim_vo, ignis_dtype out_dtype) {
   IGNIS_TRY(ignis_check_tensor(fn, "out", out, 3, 3));
-  if (out_dtype == q->dtype)
-    IGNIS_TRY(ignis_check_same_dtype(fn, "out", out, "q", q));
-  else if (out->dtype != out_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but the plan's o_dtype=%s", fn,
-                           ignis_dtype_name(out->dtype), ignis_dtype_name(out_dtype));
+  IGNIS_TRY(ignis_check_attention_out_dtype(fn, out, q, out_dtype));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 0, q->shape[0], "q.shape[0]"));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 1, q->shape[1], "q.shape[1]"));
   IGNIS_TRY(ignis_check_dim(fn, "out", out, 2, head_dim_vo, "head_dim_vo"));
@@ -458,10 +454,8 @@ static ignis_status carve_plan(ignis_workspace *ws, const char *fn, const ignis_
                                plan_pieces *pieces) {
   const ignis_prefill_planner *pl = &plan->planner;
   const ignis_prefill_plan_config *c = &plan->config;
-  pieces->q_scratch = NULL;
-  if (c->q_dtype != c->o_dtype)
-    IGNIS_TRY(ignis_workspace_take(ws, fn, "q_scratch", c->max_qo_tokens * c->num_qo_heads * c->head_dim_qk,
-                                   ignis_dtype_size(c->o_dtype), &pieces->q_scratch));
+  IGNIS_TRY(ignis_attention_carve_q_scratch(ws, fn, c->q_dtype, c->o_dtype,
+                                            c->max_qo_tokens * c->num_qo_heads * c->head_dim_qk, &pieces->q_scratch));
   return carve_partials(ws, fn, pl->max_partials * pl->num_kv_heads * pl->q_tile_rows, plan->config.head_dim_vo,
                         &pieces->partial_out, &pieces->partial_lse);
 }

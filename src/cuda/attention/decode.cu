@@ -199,28 +199,32 @@ extern "C" void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis
 extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  /* an fp8 q (a planned batch): the kernels run on its converted copy, made once every operand
+   * passed its checks */
+  const bool convert = params->q_dtype != params->dtype;
   ignis_decode_params converted;
-  if (params->q_dtype != params->dtype) { /* an fp8 q (a planned batch): run on its converted copy */
+  if (convert) {
     converted = *params;
-    const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_batch,
-                                     params->q_stride_head, params->num_qo_heads, params->head_dim,
-                                     params->max_batch * params->q_len, params->batch_size, params->q_len, nullptr};
-    const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
-    if (status != IGNIS_OK)
-      return status;
     converted.q = params->q_scratch;
     converted.q_stride_head = params->head_dim;
     converted.q_stride_batch = params->num_qo_heads * params->head_dim;
     converted.q_dtype = params->dtype;
-    params = &converted;
   }
-  const ignis_decode_params &p = *params;
+  const ignis_decode_params &p = convert ? converted : *params;
   if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
                                   p.out_stride_head, p.cache,
                                   p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
+  if (convert) {
+    const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_batch,
+                                     params->q_stride_head, params->num_qo_heads, params->head_dim,
+                                     params->max_batch * params->q_len, params->batch_size, params->q_len, nullptr};
+    const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
+    if (status != IGNIS_OK)
+      return status;
+  }
   /* q of f16 or bf16, else unsupported */
   return attention_by_dtype(p.dtype, "decode", [&](auto) { return launch(p, s); });
 }

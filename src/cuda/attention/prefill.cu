@@ -163,27 +163,31 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
 extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  /* an fp8 q (a planned batch): the kernels run on its converted copy, made once every operand
+   * passed its checks */
+  const bool convert = params->q_dtype != params->dtype;
   ignis_prefill_params converted;
-  if (params->q_dtype != params->dtype) { /* an fp8 q (a planned batch): run on its converted copy */
+  if (convert) {
     converted = *params;
+    converted.q = params->q_scratch;
+    converted.q_stride_head = params->head_dim_qk;
+    converted.q_stride_token = params->num_qo_heads * params->head_dim_qk;
+    converted.q_dtype = params->dtype;
+  }
+  const ignis_prefill_params &p = convert ? converted : *params;
+  if (!attention_operands_aligned(p.q, p.q_stride_token, p.q_stride_head, p.out, p.out_stride_token,
+                                  p.out_stride_head, p.cache, p.kv_source == IGNIS_PREFILL_KV_PAGED))
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "prefill: q, out, k and v (or the cache) must be 16-byte aligned, with strides of "
+                           "multiples of 16 bytes");
+  if (convert) {
     const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_token,
                                      params->q_stride_head, params->num_qo_heads, params->head_dim_qk,
                                      params->max_q_rows, params->batch_size, 0, params->requests};
     const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
     if (status != IGNIS_OK)
       return status;
-    converted.q = params->q_scratch;
-    converted.q_stride_head = params->head_dim_qk;
-    converted.q_stride_token = params->num_qo_heads * params->head_dim_qk;
-    converted.q_dtype = params->dtype;
-    params = &converted;
   }
-  const ignis_prefill_params &p = *params;
-  if (!attention_operands_aligned(p.q, p.q_stride_token, p.q_stride_head, p.out, p.out_stride_token,
-                                  p.out_stride_head, p.cache, p.kv_source == IGNIS_PREFILL_KV_PAGED))
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "prefill: q, out, k and v (or the cache) must be 16-byte aligned, with strides of "
-                           "multiples of 16 bytes");
   /* q of f16 or bf16, else unsupported */
   return attention_by_dtype(p.dtype, "prefill", [&](auto) { return launch(p, s); });
 }

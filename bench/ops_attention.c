@@ -182,6 +182,57 @@ static ignis_status call_batch_decode(const bench_case *c, ignis_tensor *t, void
                           stream);
 }
 
+/* The batch's pages as a block table: kv_indices (request b's pages at b * pages_per_request, as
+ * the batch decode's ramp of kv_indptr says) seen as [batch, pages_per_request], and seq_lens. */
+static int describe_block_table_decode(const bench_case *c, bench_tensor_spec *s) {
+  s[0] = BENCH_SPEC("q", c->dtype, BENCH_FILL_RANDOM, c->batch, c->q_heads, c->head_dim);
+  int n = 1 + bench_page_cache_specs(c, 0, &s[1]);
+  s[n] = BENCH_SPEC("seq_lens", IGNIS_I32, BENCH_FILL_SEQ_LENS, c->batch);
+  s[n + 1] = bench_output(BENCH_SPEC("out", c->dtype, BENCH_FILL_RANDOM, c->batch, c->q_heads, c->head_dim));
+  return n + 2;
+}
+
+/* A plan and its workspace; no update (block-table runs take none). */
+static int make_block_table_decode(const bench_case *c, void *stream, plan_state *s) {
+  (void)stream;
+  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
+  config.device = c->device;
+  config.num_qo_heads = c->q_heads;
+  config.num_kv_heads = c->k_heads;
+  config.head_dim = c->head_dim;
+  config.page_size = c->page_size;
+  config.q_dtype = c->dtype;
+  config.kv_dtype = c->dtype;
+  config.max_batch_size = c->batch;
+  config.max_kv_len = c->kv_len;
+  if (bench_check_status(ignis_decode_plan_create(&config, &s->decode), "ignis_decode_plan_create") != 0 ||
+      bench_check_status(ignis_decode_workspace_size(s->decode, &s->workspace_bytes),
+                         "ignis_decode_workspace_size") != 0)
+    return -1;
+  return allocate_workspace(c, s);
+}
+
+static int prepare_block_table_decode(const bench_case *c, void *stream, void **state) {
+  return prepare_state(c, stream, state, make_block_table_decode);
+}
+
+static ignis_status call_block_table_decode(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+  const plan_state *s = state;
+  ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  cache.k_cache = t[1];
+  cache.v_cache = t[2];
+  const int64_t pages = bench_pages_per_request(c);
+  cache.block_tables = t[3];
+  cache.block_tables.ndim = 2;
+  cache.block_tables.shape[0] = c->batch;
+  cache.block_tables.shape[1] = pages;
+  cache.block_tables.strides[0] = pages;
+  cache.block_tables.strides[1] = 1;
+  cache.seq_lens = t[4];
+  return ignis_decode_run_block_table(s->decode, &t[0], &cache, c->kv_len, NULL, &t[5], NULL, s->workspace,
+                                      s->workspace_bytes, stream);
+}
+
 /* "B64 L4k 32/8h d128 p16", "L32k 32/8h d128". */
 static void shape_decode(const bench_case *c, char *text, size_t size) {
   char batch[24] = "", kv_len[24], page[24] = "";
@@ -403,6 +454,14 @@ static const bench_routine decode_routines[] = {
                               DECODE_SHAPE(4, 128, 8192), DECODE_SHAPE(4, 1, 32768)),
      .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 4, 1024)), .describe = describe_batch_decode,
      .prepare = prepare_batch_decode, .call = call_batch_decode},
+    {DECODE_ENTRY, .name = "block_table_decode",
+     .summary = "batch decode over a block table and seq_lens (TRT-LLM / XQA form): plan once, no update",
+     .functions = "ignis_decode_run_block_table", .dims = DECODE_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
+     .bytes_rule = DECODE_BYTES " + block table (pages*4)",
+     .gpu_suite = BENCH_SUITE(DECODE_SHAPE(4, 64, 4096), DECODE_SHAPE(4, 256, 2048),
+                              DECODE_SHAPE(4, 128, 8192), DECODE_SHAPE(4, 1, 32768)),
+     .host_suite = BENCH_SUITE(DECODE_SHAPE(4, 4, 1024)), .describe = describe_block_table_decode,
+     .prepare = prepare_block_table_decode, .call = call_block_table_decode},
 };
 
 static const bench_routine prefill_routines[] = {

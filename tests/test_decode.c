@@ -687,6 +687,12 @@ static int plan_run_views(plan_env *e, const kv_batch *c, qo_set *s, extras_set 
 }
 
 /* ---- planner ------------------------------------------------------------------------------ */
+/* The planner's schedule of a batch, with the chunk its policy chooses for it. */
+static size_t plan_batch_of(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last, int64_t B,
+                            void *image) {
+  return ignis_decode_plan_batch(pl, ignis_decode_choose_chunk_pages(pl, indptr, 0, B), indptr, last, B, image);
+}
+
 static void check_schedule(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last,
                            int64_t B, void *image, const char *what) {
   ignis_decode_schedule_header *hd = ignis_decode_schedule_header_of(image);
@@ -806,8 +812,8 @@ static void test_planner(void) {
     }
     size_t bytes = ignis_decode_schedule_bytes(&pl);
     void *a = calloc(1, bytes), *b2 = calloc(1, bytes);
-    size_t used = ignis_decode_plan_batch(&pl, indptr, last, B, a);
-    size_t used2 = ignis_decode_plan_batch(&pl, indptr, last, B, b2);
+    size_t used = plan_batch_of(&pl, indptr, last, B, a);
+    size_t used2 = plan_batch_of(&pl, indptr, last, B, b2);
     CHECK(used <= bytes && used == used2 && memcmp(a, b2, used) == 0);
     ignis_decode_schedule_header *hd = ignis_decode_schedule_header_of(a);
     CHECK(used == ignis_decode_schedule_work_offset(&pl) + (size_t)hd->num_work * sizeof(ignis_decode_work) +
@@ -835,7 +841,7 @@ static void test_planner(void) {
   for (int b = 0; b < 64; ++b)
     last[b] = 16;
   void *image = malloc(ignis_decode_schedule_bytes(&pl));
-  ignis_decode_plan_batch(&pl, indptr, last, 64, image);
+  plan_batch_of(&pl, indptr, last, 64, image);
   CHECKF(ignis_decode_schedule_header_of(image)->chunk_pages == 86 &&
              ignis_decode_schedule_header_of(image)->num_work == 192,
          "balanced split of 64 x 4096: chunk %d pages, %d items", ignis_decode_schedule_header_of(image)->chunk_pages,
@@ -846,9 +852,9 @@ static void test_planner(void) {
     indptr[b + 1] = indptr[b] + 1 + (int32_t)h_rng_int(&rng, 0, 2047);
     last[b] = (int32_t)h_rng_int(&rng, 1, 16);
   }
-  ignis_decode_plan_batch(&pl, indptr, last, 256, image);
+  plan_batch_of(&pl, indptr, last, 256, image);
   check_schedule(&pl, indptr, last, 256, image, "256 random requests");
-  ignis_decode_plan_batch(&pl, indptr, last, 4, image);
+  plan_batch_of(&pl, indptr, last, 4, image);
   CHECK(ignis_decode_schedule_header_of(image)->chunk_pages > 0);
   check_schedule(&pl, indptr, last, 4, image, "4 long requests");
 
@@ -863,7 +869,7 @@ static void test_planner(void) {
     free(image);
     image = malloc(ignis_decode_schedule_bytes(&p1));
     for (int r = 0; r < reps; ++r)
-      ignis_decode_plan_batch(&p1, indptr, last, batches[k], image);
+      plan_batch_of(&p1, indptr, last, batches[k], image);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / reps;
     printf("planner: batch %lld: %.2f us per plan (chunk %d pages, %d items)\n", (long long)batches[k], us,
@@ -1596,6 +1602,262 @@ static void test_graph_replay(void) {
 }
 #endif
 
+/* ---- block-table runs ------------------------------------------------------------------------ */
+/* The batch's pages as a block table (ignis_block_table_kv_cache): row b holds request b's pages,
+ * rows of `width` entries at a stride of width + pad, every other entry poisoned (-7, or a page past
+ * the pool), so a kernel reading an entry past a request's pages shows. */
+typedef struct block_table {
+  h_buf table, seq_lens;
+  int64_t width, stride;
+  ignis_block_table_kv_cache cache;
+} block_table;
+
+/* Rows and lengths of the first B requests of c's index arrays (host mirrors), uploaded. */
+static void bt_fill(block_table *t, const kv_batch *c, int64_t B) {
+  for (int64_t e = 0; e < t->table.count; ++e)
+    h_set(&t->table, e, e % 2 ? -7.0 : (double)(c->num_pages + 5));
+  const int32_t *indptr = i32(&c->indptr), *indices = i32(&c->indices), *last = i32(&c->last);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t pages = indptr[b + 1] - indptr[b];
+    for (int64_t i = 0; i < pages; ++i)
+      h_set(&t->table, b * t->stride + i, (double)indices[indptr[b] + i]);
+    h_set(&t->seq_lens, b, pages ? (double)((pages - 1) * c->P + last[b]) : 0.0);
+  }
+  h_buf_upload(&t->table);
+  h_buf_upload(&t->seq_lens);
+}
+
+static void bt_make(block_table *t, h_backend backend, const kv_batch *c, int64_t width, int64_t pad) {
+  memset(t, 0, sizeof *t);
+  t->width = width;
+  t->stride = width + pad;
+  t->table = h_buf_alloc(backend, IGNIS_I32, c->B * t->stride + 1);
+  t->seq_lens = h_buf_alloc(backend, IGNIS_I32, c->B + 1);
+  bt_fill(t, c, c->B);
+  t->cache = (ignis_block_table_kv_cache)IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  t->cache.layout = c->layout;
+  t->cache.k_cache = c->cache.k_cache;
+  t->cache.v_cache = c->cache.v_cache;
+  t->cache.block_tables = h_view(&t->table, 0, 2, (int64_t[]){c->B, width}, (int64_t[]){t->stride, 1});
+  t->cache.seq_lens = h_view(&t->seq_lens, 0, 1, (int64_t[]){c->B}, NULL);
+}
+
+static void bt_free(block_table *t) {
+  h_buf_free(&t->table);
+  h_buf_free(&t->seq_lens);
+}
+
+static int bt_run(plan_env *e, const block_table *t, int64_t max_seq_len, qo_set *s, extras_set *x, int with_lse,
+                  void *stream) {
+  return CHECK_STATUS(ignis_decode_run_block_table(e->plan, &s->tq, &t->cache, max_seq_len, extras_of(x), &s->tout,
+                                                   with_lse ? &s->tlse : NULL, e->ws, e->ws_bytes, stream),
+                      IGNIS_OK);
+}
+
+/* Bytes of out and lse after a run (downloaded), to compare runs bit for bit. */
+static unsigned char *qo_bytes(qo_set *s) {
+  h_buf_download(&s->out);
+  h_buf_download(&s->lse);
+  size_t ob = (size_t)s->out.count * s->out.elem_size, lb = (size_t)s->lse.count * s->lse.elem_size;
+  unsigned char *bytes = malloc(ob + lb);
+  memcpy(bytes, s->out.host, ob);
+  memcpy(bytes + ob, s->lse.host, lb);
+  return bytes;
+}
+
+/* One batch through ignis_decode_run_block_table against the reference: for each split policy,
+ * with max_seq_len the longest request, the plan's max_kv_len, and a third of the longest (requests
+ * longer than the bound still computed in full); with `uniform` lengths the run gives the bits of
+ * ignis_decode_plan_update + ignis_decode_run on the same plan (the same split). */
+static void block_table_case(h_backend backend, const batch_shape *bs, attn_opts o, int uniform, h_rng *rng) {
+  o = opts_for_kv(o, bs->kv_dtype);
+  const int64_t H = bs->Hkv * bs->group, D = bs->D, q_len = bs->q_len, rows = bs->B * q_len;
+  h_case("block-table decode on %s: B=%lld q_len=%lld P=%lld Hkv=%lld group=%lld D=%lld q=%s kv=%s %s %s "
+         "max_len=%lld%s %s",
+         h_backend_name(backend), (long long)bs->B, (long long)q_len, (long long)bs->P, (long long)bs->Hkv,
+         (long long)bs->group, (long long)D, ignis_dtype_name(bs->q_dtype), ignis_dtype_name(bs->kv_dtype),
+         bs->layout == IGNIS_KV_LAYOUT_NHD ? "NHD" : "HND", bs->combined ? "combined" : "separate",
+         (long long)bs->max_len, uniform ? " uniform" : "", opts_text(&o));
+  int64_t *lens = NULL;
+  if (uniform) {
+    lens = malloc(sizeof(int64_t) * (size_t)bs->B);
+    for (int64_t b = 0; b < bs->B; ++b)
+      lens[b] = bs->max_len;
+  }
+  kv_batch c;
+  kv_make(&c, backend, bs->kv_dtype, bs->B, bs->P, bs->Hkv, D, bs->layout, bs->combined, lens, bs->max_len, &o,
+          rng);
+  const int64_t max_len = kv_max_len(&c), max_pages = (max_len + bs->P - 1) / bs->P;
+  block_table t;
+  bt_make(&t, backend, &c, max_pages + 2, backend == H_CUDA ? 3 : 1);
+  const ignis_dtype out_dtype = bs->q_dtype == IGNIS_FP8_E4M3 ? IGNIS_BF16 : bs->q_dtype;
+  qo_set s;
+  qo_make(&s, backend, out_dtype, 3, rows, H, D, bs->strided, rng, 1.5);
+  if (bs->q_dtype != out_dtype)
+    qo_quantize_q(&s);
+  extras_set x;
+  extras_make(&x, backend, &o, H, log((double)max_len + 1.0) + 1.0, rng);
+  double *ref_out = malloc(sizeof(double) * (size_t)(rows * H * D + 1)),
+         *ref_lse = malloc(sizeof(double) * (size_t)(rows * H + 1));
+  ref_cache rc = kv_ref(&c);
+  ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
+  const int64_t fixed_pages = 96 / bs->P > 1 ? 96 / bs->P : 1;
+  for (int mode = 0; mode < 3; ++mode) {
+    plan_spec sp = {H,        bs->Hkv,     D,           bs->P,           q_len, bs->B + 1, max_len + 40, fixed_pages,
+                    bs->q_dtype, bs->kv_dtype, (split_mode)mode, o};
+    plan_env e;
+    if (!plan_open(&e, backend, &sp))
+      continue;
+    const int64_t bounds[3] = {max_len, max_len + 40, max_len / 3};
+    for (int k = 0; k < 3; ++k) {
+      qo_poison(&s);
+      if (!bt_run(&e, &t, bounds[k], &s, &x, o.with_lse, NULL))
+        continue;
+      char what[96];
+      snprintf(what, sizeof what, "split %s, max_seq_len %lld", split_names[mode], (long long)bounds[k]);
+      qo_check(&s, ref_out, ref_lse, o.with_lse, tol_scale_for(max_len), what);
+    }
+    if (uniform) { /* the same split as the planned path: the same bits */
+      qo_poison(&s);
+      unsigned char *table_bits = bt_run(&e, &t, max_len, &s, &x, o.with_lse, NULL) ? qo_bytes(&s) : NULL;
+      qo_poison(&s);
+      if (table_bits && plan_update(&e, &c) && plan_run(&e, &c, &s, &x, o.with_lse)) {
+        unsigned char *plan_bits = qo_bytes(&s);
+        CHECKF(memcmp(table_bits, plan_bits,
+                      (size_t)s.out.count * s.out.elem_size + (size_t)s.lse.count * s.lse.elem_size) == 0,
+               "split %s: the block-table run differs from the planned run", split_names[mode]);
+        free(plan_bits);
+      }
+      free(table_bits);
+    }
+    plan_close(&e);
+  }
+  CHECK(h_buf_changed(&s.q, NULL) == 0 && h_buf_changed(&c.k, NULL) == 0 && h_buf_changed(&t.table, NULL) == 0);
+  free(ref_out);
+  free(ref_lse);
+  free(lens);
+  extras_free(&x);
+  qo_free(&s);
+  bt_free(&t);
+  kv_free(&c);
+}
+
+static void test_block_table(h_backend backend) {
+  const int cuda = backend == H_CUDA;
+  h_rng rng = h_rng_make(0xb10c + (uint64_t)backend);
+  const batch_shape shapes[] = {
+      /* B, P, Hkv, group, D, q_len, max_len, q, kv, layout, combined, strided */
+      {5, 16, 2, 4, 128, 1, 1500, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 0, 1, NULL},
+      {3, 1, 1, 8, 64, 1, 700, IGNIS_F16, IGNIS_F16, IGNIS_KV_LAYOUT_HND, 1, 0, NULL},
+      {4, 16, 2, 2, 128, 3, 900, IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_HND, 0, 0, NULL},
+      {2, 64, 4, 1, 256, 1, 1200, IGNIS_F16, IGNIS_F16, IGNIS_KV_LAYOUT_NHD, 1, 1, NULL},
+      {3, 16, 2, 4, 128, 2, 800, IGNIS_FP8_E4M3, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_NHD, 0, 0, NULL},
+      {cuda ? 40 : 6, 16, 8, 4, 128, 1, cuda ? 3000 : 600, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_HND, 0, 0, NULL},
+  };
+  int variant = 0;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
+    for (int uniform = 0; uniform < 2; ++uniform)
+      block_table_case(backend, &shapes[i], opts_variant(variant++), uniform, &rng);
+  if (cuda) { /* batches that fill the GPU unsplit (the page kernel's shape on sm_90), and more than a wave */
+    const batch_shape page = {264, 16, 8, 4, 128, 1, 512, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 1, 0, NULL};
+    block_table_case(backend, &page, opts_variant(0), 1, &rng);
+    block_table_case(backend, &page, opts_variant(3), 0, &rng);
+  }
+}
+
+#ifdef IGNIS_HAVE_CUDA
+/* One captured graph of ignis_decode_run_block_table (max_seq_len fixed at capture), replayed with
+ * new seq_lens, block tables and q written in place, some requests longer than the capture's bound
+ * and padding rows of length 0 (as engines pad a CUDA-graph batch); every replay against the
+ * reference. cfg 1: the page kernel's shape, captured on a batch it takes unsplit. */
+static void test_block_table_graph(void) {
+  enum { MAX_B = 132 };
+  for (int cfg = 0; cfg < 2; ++cfg) {
+    if (!h_selected("block table graph"))
+      continue;
+    const int page = cfg == 1;
+    const int64_t Bmax = page ? MAX_B : 6, P = 16, Hkv = page ? 8 : 2, group = 4, H = Hkv * group, D = 128;
+    const int64_t capacity = page ? 1024 : 4096, bound = page ? 256 : 1000;
+    const ignis_dtype q_dtype = IGNIS_BF16, kv_dtype = page ? IGNIS_BF16 : IGNIS_FP8_E4M3;
+    attn_opts o = opts_for_kv(opts_variant(page ? 10 : 6), kv_dtype);
+    h_case("block-table decode CUDA graph replay: batch=%lld P=%lld Hkv=%lld group=%lld D=%lld kv=%s bound=%lld %s",
+           (long long)Bmax, (long long)P, (long long)Hkv, (long long)group, (long long)D, ignis_dtype_name(kv_dtype),
+           (long long)bound, opts_text(&o));
+    h_rng rng = h_rng_make(0x9b7 + (uint64_t)cfg);
+    int64_t lens[MAX_B];
+    for (int64_t b = 0; b < Bmax; ++b)
+      lens[b] = capacity;
+    kv_batch c;
+    kv_make(&c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, lens, 0, &o, &rng);
+    block_table t;
+    bt_make(&t, H_CUDA, &c, capacity / P, 5);
+    for (int64_t b = 0; b < Bmax; ++b)
+      lens[b] = bound;
+    kv_tables(&c, Bmax, lens, &rng);
+    bt_fill(&t, &c, Bmax);
+    qo_set s;
+    qo_make(&s, H_CUDA, q_dtype, 3, Bmax, H, D, 0, &rng, 1.5);
+    extras_set x;
+    extras_make(&x, H_CUDA, &o, H, log((double)capacity) + 1.0, &rng);
+    double *ref_out = malloc(sizeof(double) * (size_t)(Bmax * H * D)),
+           *ref_lse = malloc(sizeof(double) * (size_t)(Bmax * H));
+    plan_spec sp = {H, Hkv, D, P, 1, Bmax, capacity, 0, q_dtype, kv_dtype, SPLIT_AUTO, o};
+    plan_env e;
+    cudaStream_t stream = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+    if (ready) {
+      cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+      ignis_status status = ignis_decode_run_block_table(e.plan, &s.tq, &t.cache, bound, extras_of(&x), &s.tout,
+                                                         o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, stream);
+      cudaError_t end = begin == cudaSuccess ? cudaStreamEndCapture(stream, &graph) : begin;
+      ready &= CHECK_STATUS(status, IGNIS_OK);
+      ready &= CHECKF(end == cudaSuccess, "capture: %s", cudaGetErrorString(end));
+      if (ready) {
+        cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+        ready = CHECKF(inst == cudaSuccess, "instantiate: %s", cudaGetErrorString(inst));
+      }
+    }
+    for (int rep = 0; ready && rep < 5; ++rep) {
+      for (int64_t b = 0; b < Bmax; ++b) /* padding rows, short, at the bound, past it, the capacity */
+        lens[b] = b % 5 == 4 && rep > 0 ? 0
+                  : rep == 0            ? bound
+                  : b % 5 == 1          ? capacity
+                                        : h_rng_int(&rng, 1, rep % 2 ? bound : capacity);
+      kv_tables(&c, Bmax, lens, &rng);
+      bt_fill(&t, &c, Bmax);
+      for (int64_t i = 0; i < s.q.count; ++i)
+        h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
+      h_buf_upload(&s.q);
+      qo_poison(&s);
+      cudaError_t launch = cudaGraphLaunch(exec, stream);
+      if (!CHECKF(launch == cudaSuccess, "replay %d: %s", rep, cudaGetErrorString(launch)))
+        break;
+      ref_cache rc = kv_ref(&c);
+      ref_decode(&rc, &s, 1, &o, extras_sinks(&x), ref_out, ref_lse);
+      char what[64];
+      snprintf(what, sizeof what, "replay %d", rep);
+      qo_check(&s, ref_out, ref_lse, o.with_lse, 1.0, what);
+    }
+    if (exec)
+      cudaGraphExecDestroy(exec);
+    if (graph)
+      cudaGraphDestroy(graph);
+    if (stream)
+      cudaStreamDestroy(stream);
+    if (e.plan)
+      plan_close(&e);
+    free(ref_out);
+    free(ref_lse);
+    extras_free(&x);
+    qo_free(&s);
+    bt_free(&t);
+    kv_free(&c);
+  }
+}
+#endif
+
 /* ---- bad inputs ----------------------------------------------------------------------------- */
 static int outputs_untouched(qo_set *s) {
   return h_buf_untouched(&s->out) && h_buf_untouched(&s->lse) && h_buf_untouched(&s->q);
@@ -1932,6 +2194,76 @@ static void test_bad_inputs(h_backend backend) {
  * the transposed kernel for blocks of at most 8 query rows, the m16 kernel above, and the page
  * kernel (sm_90, NHD with 8 KV heads at head dim 128, pages of 16) once an unsplit batch fills
  * its waves, which batch 1 does not. The knobs that move these choices skip their part. */
+/* ignis_decode_run_block_table's own checks: each names the parameter and writes nothing. */
+static void test_block_table_bad_inputs(h_backend backend) {
+  h_case("block-table decode bad inputs on %s", h_backend_name(backend));
+  h_rng rng = h_rng_make(0xbad7 + (uint64_t)backend);
+  const int64_t B = 2, P = 4, Hkv = 2, D = 64, H = 4;
+  const int64_t lens[2] = {6, 3};
+  const ignis_status INV = IGNIS_ERROR_INVALID_ARGUMENT;
+  attn_opts o = opts_variant(0);
+  kv_batch c;
+  kv_make(&c, backend, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens, 0, &o, &rng);
+  block_table t;
+  bt_make(&t, backend, &c, 3, 1);
+  qo_set s;
+  qo_make(&s, backend, IGNIS_BF16, 3, B, H, D, 0, &rng, 1.0);
+  qo_poison(&s);
+  plan_spec sp = {H, Hkv, D, P, 1, B, 8, 0, IGNIS_BF16, IGNIS_BF16, SPLIT_AUTO, o};
+  plan_env e;
+  plan_open(&e, backend, &sp);
+#define BT_RUN(plan, qt, cache, len, ot, lt)                                                                 \
+  ignis_decode_run_block_table((plan), (qt), (cache), (len), NULL, (ot), (lt), e.ws, e.ws_bytes, NULL)
+  ignis_block_table_kv_cache bc = t.cache;
+  BAD(BT_RUN(NULL, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "plan");
+  BAD(BT_RUN(e.plan, &s.tq, NULL, 8, &s.tout, &s.tlse), INV, "cache");
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 9, &s.tout, &s.tlse), INV, "max_seq_len");
+  BAD(BT_RUN(e.plan, &s.tq, &bc, -1, &s.tout, &s.tlse), INV, "max_seq_len");
+  bc.size = 8;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "cache.size");
+  bc = t.cache;
+  bc.block_tables.dtype = IGNIS_I64;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "cache.block_tables.dtype");
+  bc = t.cache;
+  bc.block_tables.ndim = 1;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "cache.block_tables.ndim");
+  bc = t.cache;
+  bc.block_tables.strides[1] = 2;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), IGNIS_ERROR_UNSUPPORTED, "cache.block_tables.strides[-1]");
+  bc = t.cache;
+  bc.seq_lens.shape[0] = B + 1;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "cache.seq_lens");
+  bc = t.cache;
+  bc.k_cache.dtype = bc.v_cache.dtype = IGNIS_F16;
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "kv_dtype");
+  bc = t.cache;
+  bc.block_tables.shape[0] = bc.seq_lens.shape[0] = B + 1; /* more requests than the plan's max_batch_size */
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "max_batch_size");
+  bc = t.cache;
+  bc.block_tables.shape[0] = bc.seq_lens.shape[0] = 1; /* q has rows for two */
+  BAD(BT_RUN(e.plan, &s.tq, &bc, 8, &s.tout, &s.tlse), INV, "q.shape[0]");
+  ignis_tensor lt = s.tlse;
+  lt.dtype = IGNIS_F16;
+  BAD(BT_RUN(e.plan, &s.tq, &t.cache, 8, &s.tout, &lt), INV, "lse.dtype");
+  if (backend == H_CPU) { /* host contents */
+    h_set(&t.seq_lens, 1, 13.0); /* 3 pages of 4 hold at most 12 */
+    h_buf_upload(&t.seq_lens);
+    BAD(BT_RUN(e.plan, &s.tq, &t.cache, 8, &s.tout, &s.tlse), INV, "cache.seq_lens[1]");
+    h_set(&t.seq_lens, 1, 3.0);
+    h_set(&t.table, t.stride, (double)c.num_pages);
+    h_buf_upload(&t.seq_lens);
+    h_buf_upload(&t.table);
+    BAD(BT_RUN(e.plan, &s.tq, &t.cache, 8, &s.tout, &s.tlse), INV, "cache.block_tables[1, 0]");
+    bt_fill(&t, &c, B);
+  }
+  CHECK_STATUS(BT_RUN(e.plan, &s.tq, &t.cache, 8, &s.tout, &s.tlse), IGNIS_OK);
+#undef BT_RUN
+  plan_close(&e);
+  qo_free(&s);
+  bt_free(&t);
+  kv_free(&c);
+}
+
 static int plan_kernel_is(h_backend backend, int64_t H, int64_t Hkv, int64_t batch, const char *want) {
   ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
   config.device = h_backend_device(backend);
@@ -1994,7 +2326,7 @@ static void test_kernel_choice(h_backend backend) {
 int main(void) {
   h_init("test_decode");
   /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
-   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice"; "page shape" the page kernel's cases of the batch,
+   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice", "block table"; "page shape" the page kernel's cases of the batch,
    * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
    * IGNIS_DECODE_PAGE_KERNEL=always) */
   if (h_selected("planner"))
@@ -2013,10 +2345,15 @@ int main(void) {
       test_workspace_bound(backend);
     if (h_selected("kernel choice"))
       test_kernel_choice(backend);
+    if (h_selected("block table")) {
+      test_block_table(backend);
+      test_block_table_bad_inputs(backend);
+    }
   }
 #ifdef IGNIS_HAVE_CUDA
   if (h_backend_count() > 1) {
     test_graph_replay();
+    test_block_table_graph();
     if (h_selected("workspace sharing"))
       test_workspace_sharing();
   }

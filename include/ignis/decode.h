@@ -217,6 +217,26 @@ IGNIS_API ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ign
                                         ignis_tensor *lse, void *workspace, size_t workspace_bytes,
                                         void *stream);
 
+/* Run a batch given as a block table (TensorRT-LLM's / vLLM's layout: ignis_block_table_kv_cache;
+ * FlashInfer's trtllm_batch_decode_with_kv_cache and xqa_batch_decode_with_kv_cache) with the plan's
+ * configuration, without a plan update: nothing per step on the host beyond the call, no copy of a
+ * schedule, so it is CUDA-graph safe with the block table, seq_lens and q rewritten in place between
+ * replays. The batch is cache.block_tables.shape[0] requests (at most the plan's max_batch_size);
+ * q [batch * q_len_per_req, num_qo_heads, head_dim], out like q, lse [batch * q_len_per_req,
+ * num_qo_heads] f32 or NULL, extras as ignis_decode_run. max_seq_len (0..the plan's max_kv_len) is a
+ * host-side bound on seq_lens that sets how requests are split: the split is the plan's policy for
+ * a batch whose every request has max_seq_len keys (fixed_split_size and disable_split_kv as
+ * configured), with the last chunk of each request running to its end, so a request longer than
+ * max_seq_len is still computed in full (only its balance suffers). A graph captured with one
+ * max_seq_len keeps its split for every replay. The plan's last update is neither needed nor
+ * changed; the workspace is the one ignis_decode_workspace_size gives. Runs of one plan must not
+ * overlap (they share its merge counters), as with ignis_decode_run. */
+IGNIS_API ignis_status ignis_decode_run_block_table(const ignis_decode_plan *plan, const ignis_tensor *q,
+                                                    const ignis_block_table_kv_cache *cache, int64_t max_seq_len,
+                                                    const ignis_attention_extras *extras, ignis_tensor *out,
+                                                    ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                                                    void *stream);
+
 #ifdef __cplusplus
 }
 #endif

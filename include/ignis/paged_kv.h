@@ -50,6 +50,30 @@ typedef struct ignis_paged_kv_cache {
 #define IGNIS_PAGED_KV_CACHE_INIT                                                                  \
   { sizeof(ignis_paged_kv_cache), IGNIS_KV_LAYOUT_NHD, {0}, {0}, {0}, {0}, {0} }
 
+/* The same cache addressed by a block table (TensorRT-LLM's and vLLM's native form; FlashInfer's
+ * trtllm_batch_decode_with_kv_cache / xqa_batch_decode_with_kv_cache take it): request b owns the
+ * pages block_tables[b, 0 ..] in order and has seq_lens[b] tokens, so token p lives in page
+ * block_tables[b, p / page_size], slot p % page_size; entries past a request's last page are not
+ * read. block_tables: [B, max_pages_per_seq] i32, last dimension contiguous, any row stride (a
+ * slice of a wider table is fine); seq_lens: [B] i32, contiguous; k_cache / v_cache and layout as
+ * in ignis_paged_kv_cache. Host tensors (CPU backend) are validated: 0 <= seq_lens[b] <=
+ * max_pages_per_seq * page_size and every page a request uses within the cache. On a CUDA device
+ * the contents cannot be checked without a synchronization; the kernels instead count a length
+ * beyond the table's capacity as that capacity (negative: 0) and mask the keys of a page number
+ * outside the cache (never an out-of-bounds read). size = sizeof(ignis_block_table_kv_cache)
+ * (IGNIS_BLOCK_TABLE_KV_CACHE_INIT). */
+typedef struct ignis_block_table_kv_cache {
+  size_t size;
+  ignis_kv_layout layout;
+  ignis_tensor k_cache;
+  ignis_tensor v_cache;
+  ignis_tensor block_tables; /* [B, max_pages_per_seq] i32 */
+  ignis_tensor seq_lens;     /* [B] i32 */
+} ignis_block_table_kv_cache;
+
+#define IGNIS_BLOCK_TABLE_KV_CACHE_INIT                                                            \
+  { sizeof(ignis_block_table_kv_cache), IGNIS_KV_LAYOUT_NHD, {0}, {0}, {0}, {0} }
+
 /* Write new tokens into the cache. append_key and append_value: [nnz, num_kv_heads, head_dim],
  * the cache's dtype (f16, bf16, f32, fp8 e4m3 or fp8 e5m2: the bytes are copied, no conversion;
  * quantize before appending), any token/head strides, last dimension stride 1. batch_indices and

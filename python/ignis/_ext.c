@@ -1318,7 +1318,7 @@ int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py
                         .options = options,
                         .extras = extras};
   a->plan = a->q = a->k = a->v = a->out = a->lse = a->workspace = a->custom_mask = a->kv_indptr =
-      a->kv_indices = a->kv_last_page_len = a->sinks = a->stream = Py_None;
+      a->kv_indices = a->kv_last_page_len = a->block_tables = a->seq_lens = a->sinks = a->stream = Py_None;
   if (parse_args(fn, t, args, nargs, kwnames, a) < 0)
     return -1;
   return check_fp8_view(fn, "kv_view", a->kv_view) < 0 ? -1 : check_fp8_view(fn, "q_view", a->q_view);
@@ -1816,6 +1816,65 @@ static PyObject *ext_decode_run(PyObject *self, PyObject *const *args, Py_ssize_
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* The block-table run (ignis_decode_run_block_table): k_cache is the combined [pages, 2, ...]
+ * cache when v_cache is None. */
+static arg_spec decode_block_table_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                             ARG(attention_args, q, ARG_REQUIRED),
+                                             ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                             ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                             ARG(attention_args, out, ARG_REQUIRED),
+                                             ARG(attention_args, block_tables, ARG_REQUIRED),
+                                             ARG(attention_args, seq_lens, ARG_REQUIRED),
+                                             ARG(attention_args, max_seq_len, ARG_INT64),
+                                             ARG(attention_args, lse, ARG_OBJECT),
+                                             ARG(attention_args, workspace, ARG_OBJECT),
+                                             ARG(attention_args, kv_layout, ARG_ENUM),
+                                             ATTENTION_EXTRA_ARGS};
+static arg_table decode_block_table_args = ARG_TABLE(decode_block_table_spec);
+
+static PyObject *ext_decode_run_block_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                            PyObject *kwnames) {
+  static const char *const fn = "ignis.decode_run_block_table";
+  static const ignis_block_table_kv_cache init = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  attention_args a;
+  if (parse_attention_args(fn, &decode_block_table_args, args, nargs, kwnames, &a) < 0)
+    return NULL;
+  decode_plan_handle *handle = decode_plan_of(fn, a.plan);
+  if (!handle)
+    return NULL;
+  tensor_list l = {.count = 0};
+  const int combined = a.v == Py_None;
+  const int q = tensor_list_add(&l, a.q, "q"), k = tensor_list_add(&l, a.k, combined ? "kv_cache" : "k_cache");
+  const int v = tensor_list_add(&l, a.v, "v_cache"), out = tensor_list_add(&l, a.out, "out");
+  const int table = tensor_list_add(&l, a.block_tables, "block_tables");
+  const int lens = tensor_list_add(&l, a.seq_lens, "seq_lens"), lse = tensor_list_add(&l, a.lse, "lse");
+  const int sinks = tensor_list_add(&l, a.sinks, "sinks"), ws_at = tensor_list_add(&l, a.workspace, "workspace");
+  op_call c;
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse), a.stream) < 0)
+    return NULL;
+  ignis_block_table_kv_cache cache = init;
+  ignis_paged_kv_cache kv = IGNIS_PAGED_KV_CACHE_INIT;
+  void *ws = NULL;
+  size_t ws_bytes = 0;
+  if (apply_fp8_view(fn, a.q_view, &c.tensors[q], "q") < 0 ||
+      paged_kv_tensors(fn, &c, a.kv_view, k, l.names[k], v, combined, &kv) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
+    op_call_release(&c);
+    return NULL;
+  }
+  cache.layout = a.kv_layout;
+  cache.k_cache = kv.k_cache;
+  cache.v_cache = kv.v_cache;
+  cache.block_tables = c.tensors[table];
+  cache.seq_lens = c.tensors[lens];
+  a.extras.sinks = sinks >= 0 ? &c.tensors[sinks] : NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_decode_run_block_table(handle->plan, &c.tensors[q], &cache, a.max_seq_len, &a.extras, &c.tensors[out],
+                                   lse >= 0 ? &c.tensors[lse] : NULL, ws, ws_bytes, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 /* ---- library facts and setup ---------------------------------------------------------------- */
 static PyObject *ext_version(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(ignis_version_string());
@@ -1932,6 +1991,9 @@ static PyMethodDef ext_methods[] = {
              "size, or PlanUpdateDeclined"),
     FASTCALL_KW(decode_run, "decode_run(plan, q, k_cache, v_cache, out, **arguments): ignis_decode_run "
                             "(decode_run_args)"),
+    FASTCALL_KW(decode_run_block_table,
+                "decode_run_block_table(plan, q, k_cache, v_cache, out, block_tables, seq_lens, max_seq_len, "
+                "**arguments): ignis_decode_run_block_table (decode_block_table_args)"),
     {"version", ext_version, METH_NOARGS, "The library's version string."},
     {"build_info", ext_build_info, METH_NOARGS, "How the library was built."},
     {"cuda_device_count", ext_cuda_device_count, METH_NOARGS, "CUDA devices usable by this build."},

@@ -151,7 +151,8 @@ void host_i32_release(host_i32 *a);
  * each binding's spec table says which it takes. */
 typedef struct {
   PyObject *plan, *q, *k, *v, *out, *lse, *workspace, *custom_mask, *kv_indptr, *kv_indices,
-      *kv_last_page_len;
+      *kv_last_page_len, *block_tables, *seq_lens;
+  int64_t max_seq_len; /* block-table runs */
   PyObject *sinks, *stream;
   ignis_kv_layout kv_layout;
   ignis_mask_mode mask_mode;

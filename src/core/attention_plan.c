@@ -79,7 +79,7 @@ static ignis_status staging_ring_upload(ignis_staging_ring *ring, void *dst, siz
 
 /* ---- plan storage ---- */
 ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *fn, ignis_device device,
-                                       size_t schedule_bytes) {
+                                       size_t schedule_bytes, size_t counter_bytes) {
   memset(storage, 0, sizeof *storage);
   storage->backend = ignis_backend_for(device.type);
   storage->device = device.id;
@@ -90,7 +90,11 @@ ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *
     storage->host_schedule = malloc(schedule_bytes);
     status = storage->host_schedule ? IGNIS_OK : ignis_set_error(IGNIS_ERROR_INTERNAL, "out of host memory");
   } else {
-    status = storage->backend->device_alloc(device.id, schedule_bytes, &storage->device_schedule);
+    /* one allocation (zeroed by device_alloc): the schedule, then the counters at a 16-byte offset */
+    const size_t counters_at = (schedule_bytes + 15) / 16 * 16;
+    status = storage->backend->device_alloc(device.id, counters_at + counter_bytes, &storage->device_schedule);
+    if (status == IGNIS_OK && counter_bytes > 0)
+      storage->device_counters = (char *)storage->device_schedule + counters_at;
     if (status == IGNIS_OK)
       status = staging_ring_create(&storage->staging, storage->backend, device.id, schedule_bytes);
   }
@@ -107,7 +111,7 @@ void ignis_plan_storage_destroy(ignis_plan_storage *storage) {
   staging_ring_destroy(&storage->staging); /* waits for the uploads into the device schedule */
   if (storage->device_schedule)
     storage->backend->device_free(storage->device_schedule);
-  storage->device_schedule = NULL;
+  storage->device_schedule = storage->device_counters = NULL;
   free(storage->host_schedule);
   storage->host_schedule = NULL;
 }

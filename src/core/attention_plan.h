@@ -49,14 +49,17 @@ typedef struct ignis_plan_storage {
   int32_t device;
   void *host_schedule;        /* host-memory backends */
   void *device_schedule;      /* the others: the plan's own device memory */
+  void *device_counters;      /* after it: counter_bytes, zero at creation (ignis_plan_storage_create) */
   ignis_staging_ring staging; /* and the staging ring that fills it */
   atomic_uintptr_t checked_workspace; /* the last workspace found to be memory of the plan's device */
 } ignis_plan_storage;
 
 /* Room for schedules of schedule_bytes on `device` (its backend exists: ignis_check_plan_device
- * passed). On failure the message names fn and what was made is released. */
+ * passed), and for a device plan counter_bytes more of device memory, zero at creation, for runs
+ * that keep counters outside any schedule (decode's block-table runs: they leave them zero). On
+ * failure the message names fn and what was made is released. */
 ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *fn, ignis_device device,
-                                       size_t schedule_bytes);
+                                       size_t schedule_bytes, size_t counter_bytes);
 /* Wait for the uploads still reading the staging buffers, then free everything (a zeroed storage
  * is fine). */
 void ignis_plan_storage_destroy(ignis_plan_storage *storage);

@@ -33,7 +33,8 @@ typedef struct ignis_backend {
   const char *(*compiled_targets)(void); /* e.g. "sm_90a,sm_80" */
 
   /* ---- plan storage (backends without host_memory; attention_plan.h) ----
-   * Pinned host memory, device memory (a plan's schedule, allocated at plan creation), events, and
+   * Pinned host memory, device memory (a plan's schedule, allocated at plan creation; zeroed
+   * before device_alloc returns), events, and
    * one asynchronous host-to-device copy on `stream` followed by recording `event` there. Events
    * belong to the device they were created on; free / destroy accept NULL. event_query sets
    * *complete = 1 when the work before the event's last record has run (or it was never recorded);

@@ -294,6 +294,7 @@ static ignis_status fill_single_params(const char *fn, const single_call *call, 
   p->max_work = items;
   p->max_batch = 1;
   p->implicit_chunk_tokens = chunk;
+  p->implicit_splits = items;
   p->kernel = (int32_t)choice.kernel;
   return IGNIS_OK;
 }
@@ -418,7 +419,11 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->options = options;
   plan->bounds = bounds;
   plan->kernel = bounds.general.kernel;
-  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes);
+  /* block-table runs' merge counters: as many as a planned schedule's at most */
+  const size_t counter_bytes = (size_t)ignis_decode_merge_counters(bounds.max_partials, config->max_batch_size,
+                                                                   config->num_kv_heads) * sizeof(uint32_t);
+  ignis_status status =
+      ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes, counter_bytes);
   const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
   if (keeps_lengths)
     plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
@@ -574,25 +579,57 @@ static ignis_status check_update(const char *fn, const ignis_decode_plan *plan, 
   return IGNIS_OK;
 }
 
-/* Plan the batch into image: the page kernel's schedule where it has no split and fills its waves,
- * else the general kernel's (plan->kernel says which). Unsplit, the items are the requests: a
- * batch too small to fill the waves skips that planner. Returns the bytes of the image used. */
-static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
-                         const int32_t *kv_last_page_len_host, int64_t batch_size, void *image) {
-  size_t used = 0;
-  int page = 0;
+/* How a batch runs: the planner whose schedule it takes, that planner's chunk, and the kernel. */
+typedef struct batch_choice {
+  const ignis_decode_planner *planner;
+  int64_t chunk_pages; /* 0: no split */
+  ignis_attention_kernel kernel;
+} batch_choice;
+
+/* Whether some request of the batch (as ignis_decode_choose_chunk_pages takes it) has more pages
+ * than a chunk. */
+static int batch_splits(const int32_t *kv_indptr, int64_t uniform_pages, int64_t batch_size, int64_t chunk_pages) {
+  if (chunk_pages <= 0)
+    return 0;
+  if (!kv_indptr)
+    return batch_size > 0 && uniform_pages > chunk_pages;
+  for (int64_t b = 0; b < batch_size; ++b)
+    if ((int64_t)kv_indptr[b + 1] - kv_indptr[b] > chunk_pages)
+      return 1;
+  return 0;
+}
+
+/* The choice for a batch (kv_indptr's requests, or with kv_indptr NULL batch_size requests of
+ * uniform_pages pages): the page kernel's planner where its schedule has no split and fills its
+ * waves (a batch too small to fill them skips it), else the general kernel's. Plan updates and
+ * block-table runs both choose here. */
+static batch_choice choose_batch(const ignis_decode_plan *plan, const int32_t *kv_indptr, int64_t uniform_pages,
+                                 int64_t batch_size) {
+  const plan_bounds *b = &plan->bounds;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
-  int64_t wave_items = plan->bounds.page_planner.wave / plan->config.num_kv_heads;
-  int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
+  const int64_t wave_items = b->page_planner.wave / plan->config.num_kv_heads;
+  const int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
   if (wave_items > 0 &&
       (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
-    used = ignis_decode_plan_batch(&plan->bounds.page_planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-    page = always || ignis_decode_schedule_header_of(image)->num_partials == 0;
+    batch_choice page = {&b->page_planner,
+                         ignis_decode_choose_chunk_pages(&b->page_planner, kv_indptr, uniform_pages, batch_size),
+                         b->page.kernel};
+    if (always || !batch_splits(kv_indptr, uniform_pages, batch_size, page.chunk_pages))
+      return page;
   }
-  if (!page)
-    used = ignis_decode_plan_batch(&plan->bounds.planner, kv_indptr_host, kv_last_page_len_host, batch_size, image);
-  plan->kernel = page ? plan->bounds.page.kernel : plan->bounds.general.kernel;
-  return used;
+  batch_choice general = {&b->planner, ignis_decode_choose_chunk_pages(&b->planner, kv_indptr, uniform_pages, batch_size),
+                          b->general.kernel};
+  return general;
+}
+
+/* Plan the batch into image by its choice (plan->kernel says which kernel). Returns the bytes of
+ * the image used. */
+static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
+                         const int32_t *kv_last_page_len_host, int64_t batch_size, void *image) {
+  const batch_choice choice = choose_batch(plan, kv_indptr_host, 0, batch_size);
+  plan->kernel = choice.kernel;
+  return ignis_decode_plan_batch(choice.planner, choice.chunk_pages, kv_indptr_host, kv_last_page_len_host,
+                                 batch_size, image);
 }
 
 ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
@@ -653,22 +690,52 @@ ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *plan, void *
 }
 
 /* ---- batch decode: run ---------------------------------------------------------------------- */
-static ignis_status check_run_cache(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *q,
-                                    const ignis_paged_kv_cache *cache, ignis_paged_kv_params *kv) {
-  const ignis_decode_plan_config *c = &plan->config;
-  IGNIS_TRY(ignis_check_paged_kv_cache(fn, cache, kv));
-  if (cache->k_cache.dtype != c->kv_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s",
-                           fn, ignis_dtype_name(cache->k_cache.dtype), ignis_dtype_name(c->kv_dtype));
-  int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size,
-                            "the plan's page_size"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 2 : 1, c->num_kv_heads,
-                            "the plan's num_kv_heads"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim, "the plan's head_dim"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.indptr", &cache->indptr, 0, plan->batch_size + 1,
-                            "the planned batch_size + 1"));
+/* The plan of a run: given and updated (block-table runs need no update). */
+static ignis_status check_run_plan(const char *fn, const ignis_decode_plan *plan, int need_update) {
+  if (!plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
+  if (need_update && !plan->updated)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
   return IGNIS_OK;
+}
+
+/* q [batch * q_len_per_req, num_qo_heads, head_dim] of the plan's q_dtype (batch_what names where
+ * the batch comes from), out, lse and the extras against the plan; out and lse disjoint from K/V. */
+static ignis_status check_run_tensors(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *q,
+                                      int64_t batch, const char *batch_what, const ignis_tensor *k_cache,
+                                      const ignis_tensor *v_cache, const ignis_attention_extras *extras,
+                                      const ignis_tensor *out, const ignis_tensor *lse, ignis_decode_params *p) {
+  const ignis_decode_plan_config *c = &plan->config;
+  IGNIS_TRY(ignis_check_tensor(fn, "q", q, 3, 3));
+  if (q->dtype != c->q_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.dtype=%s but the plan's q_dtype=%s", fn,
+                           ignis_dtype_name(q->dtype), ignis_dtype_name(c->q_dtype));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 0, batch * c->q_len_per_req, batch_what));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
+  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3, c->o_dtype));
+  const ignis_tensor *kv[] = {k_cache, v_cache};
+  const char *kv_names[] = {"cache.k_cache", "cache.v_cache"};
+  for (int i = 0; i < 2; ++i) {
+    IGNIS_TRY(ignis_check_disjoint(fn, "out", out, kv_names[i], kv[i]));
+    if (lse)
+      IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
+  }
+  return check_extras(fn, extras, c->num_qo_heads, p);
+}
+
+/* The cache's K/V against the plan: its KV dtype, page size, KV heads and head dim. */
+static ignis_status check_run_kv(const char *fn, const ignis_decode_plan *plan, const ignis_tensor *k_cache,
+                                 ignis_kv_layout layout) {
+  const ignis_decode_plan_config *c = &plan->config;
+  if (k_cache->dtype != c->kv_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s",
+                           fn, ignis_dtype_name(k_cache->dtype), ignis_dtype_name(c->kv_dtype));
+  int nhd = layout == IGNIS_KV_LAYOUT_NHD;
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", k_cache, nhd ? 1 : 2, c->page_size, "the plan's page_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", k_cache, nhd ? 2 : 1, c->num_kv_heads, "the plan's num_kv_heads"));
+  return ignis_check_dim(fn, "cache.k_cache", k_cache, 3, c->head_dim, "the plan's head_dim");
 }
 
 /* A run's arguments against its plan: q, out, lse, the cache (into p->cache) and the extras; the
@@ -677,30 +744,14 @@ static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, con
                               const ignis_paged_kv_cache *cache, const ignis_attention_extras *extras,
                               const ignis_tensor *out, const ignis_tensor *lse, ignis_target *target,
                               ignis_decode_params *p) {
-  if (!plan)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
-  if (!plan->updated)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: plan has no schedule: call ignis_decode_plan_update first", fn);
+  IGNIS_TRY(check_run_plan(fn, plan, 1));
   const ignis_decode_plan_config *c = &plan->config;
-  IGNIS_TRY(ignis_check_tensor(fn, "q", q, 3, 3));
-  if (q->dtype != c->q_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.dtype=%s but the plan's q_dtype=%s", fn,
-                           ignis_dtype_name(q->dtype), ignis_dtype_name(c->q_dtype));
-  IGNIS_TRY(ignis_check_dim(fn, "q", q, 0, plan->batch_size * c->q_len_per_req,
-                            "the planned batch_size * q_len_per_req"));
-  IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
-  IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim, "the plan's head_dim"));
-  IGNIS_TRY(check_q_out_lse(fn, q, out, lse, 3, c->o_dtype));
-  IGNIS_TRY(check_run_cache(fn, plan, q, cache, &p->cache));
-  const ignis_tensor *kv[] = {&cache->k_cache, &cache->v_cache};
-  const char *kv_names[] = {"cache.k_cache", "cache.v_cache"};
-  for (int i = 0; i < 2; ++i) {
-    IGNIS_TRY(ignis_check_disjoint(fn, "out", out, kv_names[i], kv[i]));
-    if (lse)
-      IGNIS_TRY(ignis_check_disjoint(fn, "lse", lse, kv_names[i], kv[i]));
-  }
-  IGNIS_TRY(check_extras(fn, extras, c->num_qo_heads, p));
+  IGNIS_TRY(ignis_check_paged_kv_cache(fn, cache, &p->cache));
+  IGNIS_TRY(check_run_kv(fn, plan, &cache->k_cache, cache->layout));
+  IGNIS_TRY(check_run_tensors(fn, plan, q, plan->batch_size, "the planned batch_size * q_len_per_req",
+                              &cache->k_cache, &cache->v_cache, extras, out, lse, p));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.indptr", &cache->indptr, 0, plan->batch_size + 1,
+                            "the planned batch_size + 1"));
   const ignis_tensor *tensors[] = {q,   &cache->k_cache,  &cache->v_cache, &cache->indptr, &cache->indices,
                                    &cache->last_page_len, out, lse, extras ? extras->sinks : NULL};
   const char *names[] = {"q",   "cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices",
@@ -721,10 +772,10 @@ static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, con
   return IGNIS_OK;
 }
 
-/* The params of a checked run: q / out / lse, the options, and the plan's schedule with the launch
- * shape the last update recorded. */
-static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pieces, const ignis_tensor *q,
-                            ignis_tensor *out, ignis_tensor *lse, ignis_decode_params *p) {
+/* The params of a checked run: q / out / lse and the options (fill_run_io), and the plan's schedule
+ * with the launch shape the last update recorded. */
+static void fill_run_io(const ignis_decode_plan *plan, const plan_pieces *pieces, const ignis_tensor *q,
+                        ignis_tensor *out, ignis_tensor *lse, ignis_decode_params *p) {
   const ignis_decode_plan_config *c = &plan->config;
   p->partial_out = pieces->partial_out;
   p->partial_lse = pieces->partial_lse;
@@ -747,6 +798,11 @@ static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pi
     p->lse_stride_head = lse->strides[1];
   }
   fill_options(p, &plan->options);
+}
+
+static void fill_run_params(const ignis_decode_plan *plan, const plan_pieces *pieces, const ignis_tensor *q,
+                            ignis_tensor *out, ignis_tensor *lse, ignis_decode_params *p) {
+  fill_run_io(plan, pieces, q, out, lse, p);
   void *schedule = ignis_plan_schedule(&plan->storage);
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(schedule);
   p->work = ignis_decode_schedule_work_of(&plan->bounds.planner, schedule);
@@ -785,5 +841,69 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
   if (plan->batch_size == 0)
     return IGNIS_OK;
   fill_run_params(plan, &pieces, q, out, lse, &p);
+  return target.backend->decode(&p, target.device.id, stream);
+}
+
+/* ---- block-table run ------------------------------------------------------------------------ */
+/* The implicit schedule of a block-table batch of batch_size requests of at most max_seq_len keys
+ * (the chunk choice of a batch whose every request has that many: choose_batch), into p. */
+static ignis_status fill_block_table_schedule(const char *fn, const ignis_decode_plan *plan, int64_t batch_size,
+                                              int64_t max_seq_len, ignis_decode_params *p) {
+  const int64_t page_size = plan->config.page_size;
+  const int64_t pages = ceil_div(max_seq_len, page_size);
+  const batch_choice choice = choose_batch(plan, NULL, pages, batch_size);
+  const int64_t splits = choice.chunk_pages > 0 ? max64(1, ceil_div(pages, choice.chunk_pages)) : 1;
+  p->implicit_chunk_tokens = splits > 1 ? choice.chunk_pages * page_size : INT32_MAX;
+  p->implicit_splits = splits;
+  p->max_work = batch_size * splits;
+  p->max_batch = batch_size;
+  p->kernel = (int32_t)choice.kernel;
+  if (splits > 1)
+    p->merge_counters = (uint32_t *)plan->storage.device_counters;
+  /* a batch of batch_size requests of max_seq_len keys is one the plan admits, so its bounds hold */
+  if (p->max_work > plan->bounds.max_work || (splits > 1 && p->max_work > plan->bounds.max_partials))
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: %" PRId64 " work items exceed the plan's bounds", fn,
+                           p->max_work);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_decode_run_block_table(const ignis_decode_plan *plan, const ignis_tensor *q,
+                                          const ignis_block_table_kv_cache *cache, int64_t max_seq_len,
+                                          const ignis_attention_extras *extras, ignis_tensor *out, ignis_tensor *lse,
+                                          void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_decode_run_block_table";
+  ignis_clear_error();
+  ignis_decode_params p;
+  memset(&p, 0, sizeof p);
+  IGNIS_TRY(check_run_plan(fn, plan, 0));
+  const ignis_decode_plan_config *c = &plan->config;
+  IGNIS_TRY(ignis_check_block_table_kv_cache(fn, cache, &p.cache));
+  IGNIS_TRY(check_run_kv(fn, plan, &cache->k_cache, cache->layout));
+  const int64_t batch = p.cache.batch_size;
+  if (batch > c->max_batch_size)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: cache.block_tables.shape[0]=%" PRId64 " requests but the plan's max_batch_size=%" PRId64,
+                           fn, batch, c->max_batch_size);
+  if (max_seq_len < 0 || max_seq_len > c->max_kv_len)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: max_seq_len=%" PRId64 " but it must be 0..%" PRId64 " (the plan's max_kv_len)", fn,
+                           max_seq_len, c->max_kv_len);
+  IGNIS_TRY(check_run_tensors(fn, plan, q, batch, "cache.block_tables.shape[0] * q_len_per_req", &cache->k_cache,
+                              &cache->v_cache, extras, out, lse, &p));
+  const ignis_tensor *tensors[] = {q,   &cache->k_cache, &cache->v_cache, &cache->block_tables, &cache->seq_lens,
+                                   out, lse,             extras ? extras->sinks : NULL};
+  const char *names[] = {"q",   "cache.k_cache", "cache.v_cache", "cache.block_tables", "cache.seq_lens",
+                         "out", "lse",           "extras.sinks"};
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 8, &target));
+  IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
+  if (!ignis_plan_uses_workspace(&plan->storage))
+    IGNIS_TRY(ignis_check_block_table_contents(fn, &p.cache));
+  plan_pieces pieces;
+  IGNIS_TRY(open_run_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+  if (batch == 0)
+    return IGNIS_OK;
+  fill_run_io(plan, &pieces, q, out, lse, &p);
+  IGNIS_TRY(fill_block_table_schedule(fn, plan, batch, min64(max_seq_len, p.cache.pages_per_seq * c->page_size), &p));
   return target.backend->decode(&p, target.device.id, stream);
 }

@@ -423,7 +423,7 @@ ignis_status ignis_prefill_plan_create(const ignis_prefill_plan_config *config, 
   plan->planner = planner;
   plan->kernel = choice.kernel;
   plan->schedule_bytes = ignis_prefill_schedule_bytes(&planner);
-  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c->device, plan->schedule_bytes);
+  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c->device, plan->schedule_bytes, 0);
   const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
   if (keeps_lengths) {
     plan->planned_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c->max_batch_size + 1));

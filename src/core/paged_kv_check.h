@@ -22,6 +22,14 @@ ignis_status ignis_check_last_page_len_contents(const char *fn, const char *name
  * overlap, index vectors; fills p (pointers, sizes, element strides). */
 ignis_status ignis_check_paged_kv_cache(const char *fn, const ignis_paged_kv_cache *cache,
                                         ignis_paged_kv_params *p);
+/* The block-table form (ignis_block_table_kv_cache): K/V as above, block_tables [B, pages] i32 with
+ * a contiguous last dimension (rows at any stride), seq_lens [B] i32; fills p in the
+ * block-table form (core/params.h). */
+ignis_status ignis_check_block_table_kv_cache(const char *fn, const ignis_block_table_kv_cache *cache,
+                                              ignis_paged_kv_params *p);
+/* Host: its contents (seq_lens within the table's capacity, the pages each request uses within
+ * the cache). */
+ignis_status ignis_check_block_table_contents(const char *fn, const ignis_paged_kv_params *p);
 /* Host: the cache's index contents (indptr, indices within the cache, last_page_len). */
 ignis_status ignis_check_paged_kv_contents(const char *fn, const ignis_paged_kv_params *p);
 

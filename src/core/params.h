@@ -105,7 +105,12 @@ typedef struct ignis_rope_params {
 /* Paged KV cache (include/ignis/paged_kv.h). Element (page, token, head, d) of the K cache lives
  * at k_cache + page * k_stride_page + token * k_stride_token + head * k_stride_head + d, whatever
  * the layout (NHD and HND differ only in these strides); likewise V. Index arrays are i32,
- * contiguous. */
+ * contiguous. Two ways to name a request's pages:
+ *   - indptr form (seq_lens NULL): pages indices[indptr[b] .. indptr[b + 1]), length
+ *     (pages - 1) * page_size + last_page_len[b];
+ *   - block-table form (seq_lens != NULL; indptr, last_page_len NULL): pages
+ *     indices[b * block_table_stride + i] for i < pages_per_seq (indices is the block table),
+ *     length min(max(seq_lens[b], 0), pages_per_seq * page_size). */
 typedef struct ignis_paged_kv_params {
   int64_t num_pages;
   int64_t page_size;
@@ -119,6 +124,9 @@ typedef struct ignis_paged_kv_params {
   const int32_t *indptr;
   const int32_t *indices;
   const int32_t *last_page_len;
+  const int32_t *seq_lens;    /* block-table form: [B] */
+  int64_t block_table_stride; /* block-table form: elements between rows of the table */
+  int64_t pages_per_seq;      /* block-table form: entries per row */
 } ignis_paged_kv_params;
 
 typedef struct ignis_append_kv_params {
@@ -261,16 +269,21 @@ typedef struct ignis_decode_params {
    * adds IGNIS_DECODE_MERGE_LEVEL to group 0's counter, and the last of them merges rows f, f + 8,
    * .. into out / lse. The merge order is fixed by the indices alone, so the result does not
    * depend on which block finishes last, nor on the request's place in the batch. */
-  /* Implicit schedule (single decode, which knows its one length on the host and so needs no
-   * schedule copy). 0: the schedule is the one above. > 0: work, num_work, request_partials and
-   * batch_size are NULL; the batch is one request of contiguous_kv_len keys cut into
-   * max_work = max(1, ceil(contiguous_kv_len / implicit_chunk_tokens)) items (grid.x = max_work),
-   * item i covering keys [i * implicit_chunk_tokens, min((i + 1) * implicit_chunk_tokens, kv_len))
-   * (sched/schedule.h: ignis_decode_implicit_items / _item, which every backend uses).
-   * max_work == 1: item 0 writes out / lse directly; else item i writes partial row i and the
-   * merge (max_batch = 1) combines rows 0 .. max_work - 1 into request 0.
+  /* Implicit schedule (single decode, which knows its one length on the host, and block-table
+   * runs, whose split depends only on the batch size and a length bound the host knows: neither
+   * copies a schedule). 0: the schedule is the one above. > 0: work, num_work, request_partials and
+   * batch_size are NULL; the batch is cache.batch_size requests (1 for single decode, which has
+   * contiguous_kv_len keys), each cut into implicit_splits items (grid.x = max_work =
+   * cache.batch_size * implicit_splits), item w being ignis_decode_implicit_item(w,
+   * implicit_chunk_tokens, implicit_splits) (sched/schedule.h, which every backend uses). One
+   * split: an item writes out / lse directly; else item w writes partial row w and request b's
+   * rows b * splits .. b * splits + splits - 1 are merged, in the transposed and page kernels with
+   * merge_counters when those are given (as with a planned schedule; request b's partials start at
+   * b * splits), else by the merge kernel (max_batch = cache.batch_size).
    * On the CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
   int64_t implicit_chunk_tokens;
+  int64_t implicit_splits;
+  uint32_t *merge_counters; /* implicit schedule: zero before and after the run; NULL: merge kernel */
   /* q as the caller gave it: dtype (the kernels' compute dtype, out's), or fp8 e4m3. The CPU
    * reads an fp8 q itself; CUDA first converts it (exactly) into q_scratch [rows, num_qo_heads,
    * head_dim] of dtype, contiguous (the workspace's), and runs on that. */

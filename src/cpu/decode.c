@@ -1,7 +1,7 @@
 /* CPU backend of decode attention (include/ignis/decode.h), stated plainly.
  *
  * It honours the schedule exactly as the CUDA backend does: every work item (an explicit list, or
- * the implicit chunks of single decode; core/params.h) is attended on its own, one task per
+ * the implicit chunks of single decode and block-table runs; core/params.h) is attended on its own, one task per
  * (item, KV head, block of up to IGNIS_CPU_ATTENTION_ROW_BLOCK query rows). The rows of a KV head
  * are its (query token i, query head h) pairs, token-major, so each key and value row is loaded
  * once per block: converted to f32 (f16 / bf16 by bit operations, fp8 through a 256-entry table), scaled by
@@ -29,20 +29,27 @@
 #include "ignis/decode.h"
 
 static int64_t request_kv_len(const ignis_decode_params *p, int64_t b) {
-  if (!p->cache.indptr)
+  const ignis_paged_kv_params *c = &p->cache;
+  if (c->seq_lens) { /* block-table form (validated on the host: within the table) */
+    const int64_t len = c->seq_lens[b], capacity = c->pages_per_seq * c->page_size;
+    return len < 0 ? 0 : len < capacity ? len : capacity;
+  }
+  if (!c->indptr)
     return p->contiguous_kv_len;
-  return ignis_paged_request_len(p->cache.indptr, p->cache.last_page_len, b, p->cache.page_size);
+  return ignis_paged_request_len(c->indptr, c->last_page_len, b, c->page_size);
 }
 
 /* Element offsets of key / value j of request b, KV head kv_head, in the cache (K and V strides). */
 static void key_offsets(const ignis_decode_params *p, int64_t b, int64_t j, int64_t kv_head,
                         int64_t *k_offset, int64_t *v_offset) {
   const ignis_paged_kv_params *c = &p->cache;
-  if (!c->indptr)
+  if (!c->indptr && !c->seq_lens) {
     ignis_cpu_attention_kv_offsets(c, 0, j, kv_head, k_offset, v_offset);
-  else
-    ignis_cpu_attention_kv_offsets(c, c->indices[c->indptr[b] + j / c->page_size], j % c->page_size, kv_head,
-                                   k_offset, v_offset);
+    return;
+  }
+  const int64_t first = c->seq_lens ? b * c->block_table_stride : c->indptr[b];
+  ignis_cpu_attention_kv_offsets(c, c->indices[first + j / c->page_size], j % c->page_size, kv_head, k_offset,
+                                 v_offset);
 }
 
 /* Write one row's result (token i of request b, query head h): partial row `partial`, or out / lse
@@ -67,12 +74,15 @@ static void attend_block(const ignis_decode_params *p, const ignis_decode_work *
   enum { BLOCK = IGNIS_CPU_ATTENTION_ROW_BLOCK, MAX_D = IGNIS_CPU_ATTENTION_MAX_HEAD_DIM };
   const int64_t D = p->head_dim, b = w->request, group = p->num_qo_heads / p->num_kv_heads;
   const int64_t kv_len = request_kv_len(p, b);
+  /* an implicit chunk may start past a short request's end, and its last one runs to the end */
+  const int64_t kv_end = w->kv_end < kv_len ? w->kv_end : kv_len;
+  const int64_t kv_start = w->kv_start < kv_end ? w->kv_start : kv_end;
   const double sm_scale = (double)p->sm_scale_log2 / IGNIS_CPU_LOG2E, cap = p->logits_soft_cap;
   const int rope = p->pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA,
             alibi = p->pos_encoding == IGNIS_POS_ENCODING_ALIBI;
   double q[BLOCK][MAX_D], acc[BLOCK][MAX_D], k[MAX_D], v[MAX_D], m[BLOCK], l[BLOCK], slope[BLOCK];
   int64_t token[BLOCK], head[BLOCK], q_pos[BLOCK], first[BLOCK];
-  int64_t lo = w->kv_end, hi = w->kv_start; /* keys any row of the block sees: [lo, hi) */
+  int64_t lo = kv_end, hi = kv_start; /* keys any row of the block sees: [lo, hi) */
   for (int64_t r = 0; r < count; ++r) {
     token[r] = (r0 + r) / group;
     head[r] = kv_head * group + (r0 + r) % group;
@@ -85,8 +95,8 @@ static void attend_block(const ignis_decode_params *p, const ignis_decode_work *
     slope[r] = alibi ? ignis_cpu_alibi_slope(head[r], p->num_qo_heads) : 0.0;
     m[r] = -INFINITY;
     l[r] = 0.0;
-    int64_t row_lo = first[r] > w->kv_start ? first[r] : w->kv_start;
-    int64_t row_hi = q_pos[r] + 1 < w->kv_end ? q_pos[r] + 1 : w->kv_end;
+    int64_t row_lo = first[r] > kv_start ? first[r] : kv_start;
+    int64_t row_hi = q_pos[r] + 1 < kv_end ? q_pos[r] + 1 : kv_end;
     if (row_lo < row_hi) {
       lo = row_lo < lo ? row_lo : lo;
       hi = row_hi > hi ? row_hi : hi;
@@ -129,15 +139,16 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
   int64_t num_items, batch, partials;
   ignis_decode_work *implicit = NULL;
   const ignis_decode_work *items = p->work;
+  const int64_t splits = p->implicit_splits;
   if (p->implicit_chunk_tokens > 0) {
     num_items = p->max_work;
-    batch = 1;
-    partials = num_items > 1 ? num_items : 0;
+    batch = p->cache.batch_size;
+    partials = splits > 1 ? num_items : 0;
     implicit = malloc(sizeof(ignis_decode_work) * (size_t)num_items);
     if (!implicit)
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
     for (int64_t i = 0; i < num_items; ++i)
-      implicit[i] = ignis_decode_implicit_item(i, p->implicit_chunk_tokens, p->contiguous_kv_len, num_items);
+      implicit[i] = ignis_decode_implicit_item(i, p->implicit_chunk_tokens, splits);
     items = implicit;
   } else {
     num_items = *p->num_work;
@@ -153,8 +164,10 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
                                   p->head_dim, p->rope_rcp_scale, p->rope_log2_theta);
   const int64_t rows = partials * q_len;
   int64_t total_keys = 0;
-  for (int64_t i = 0; i < num_items; ++i)
-    total_keys += items[i].kv_end - items[i].kv_start;
+  for (int64_t i = 0; i < num_items; ++i) { /* the work estimate of the parallel loops */
+    const int64_t len = request_kv_len(p, items[i].request);
+    total_keys += (items[i].kv_end < len ? items[i].kv_end : len) - (items[i].kv_start < len ? items[i].kv_start : len);
+  }
   const int64_t tasks = num_items * Hkv * blocks_per_head;
   IGNIS_CPU_PARALLEL_FOR(total_keys * H * q_len * p->head_dim)
   for (int64_t t = 0; t < tasks; ++t) {
@@ -168,8 +181,8 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
     IGNIS_CPU_PARALLEL_FOR(rows * H * p->head_dim)
     for (int64_t t = 0; t < batch * q_len * H; ++t) {
       int64_t b = t / (q_len * H), i = t / H % q_len, h = t % H;
-      int64_t first = request_partials ? request_partials[b] : 0;
-      int64_t count = request_partials ? request_partials[b + 1] - first : partials;
+      int64_t first = request_partials ? request_partials[b] : b * splits;
+      int64_t count = request_partials ? request_partials[b + 1] - first : splits;
       if (count > 0)
         merge_rows(p, b, i, h, first, count, scratch);
     }

@@ -75,15 +75,25 @@ size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
          pad16((size_t)counters * sizeof(uint32_t));
 }
 
-static int64_t request_pages(const int32_t *kv_indptr, int64_t b) {
-  return (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+/* The requests' page counts as the chunk choice sees them: kv_indptr's, or (kv_indptr NULL) batch
+ * requests of `uniform` pages each. */
+typedef struct batch_pages {
+  const int32_t *kv_indptr;
+  int64_t uniform;
+  int64_t batch;
+} batch_pages;
+
+static int64_t request_pages(const batch_pages *s, int64_t b) {
+  return s->kv_indptr ? (int64_t)s->kv_indptr[b + 1] - s->kv_indptr[b] : s->uniform;
 }
 
 /* Items of the whole batch with chunks of chunk_pages pages. */
-static int64_t count_items(const int32_t *kv_indptr, int64_t batch, int64_t chunk_pages) {
+static int64_t count_items(const batch_pages *s, int64_t chunk_pages) {
+  if (!s->kv_indptr)
+    return s->batch * max64(1, ceil_div(s->uniform, chunk_pages));
   int64_t total = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    total += max64(1, ceil_div(request_pages(kv_indptr, b), chunk_pages));
+  for (int64_t b = 0; b < s->batch; ++b)
+    total += max64(1, ceil_div(request_pages(s, b), chunk_pages));
   return total;
 }
 
@@ -91,8 +101,7 @@ static int64_t count_items(const int32_t *kv_indptr, int64_t batch, int64_t chun
  * when that evens out the waves, by the cost model waves(chunk) * (chunk tokens + a block's fixed
  * cost); 0 (no split) when splitting does not pay. One pass over the batch counts the items of
  * every candidate (a request of p pages has 1 + #{k : p > k * chunk} items: no division). */
-static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch,
-                                   int64_t longest) {
+static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const batch_pages *s, int64_t longest) {
   enum { MAX_SPLITS = IGNIS_DECODE_BALANCE_SPLITS };
   int64_t chunk[MAX_SPLITS + 1], items[MAX_SPLITS + 1];
   int candidates = 1;
@@ -106,17 +115,18 @@ static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const int32_t
   }
   if (candidates == 1)
     return 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t pages = request_pages(kv_indptr, b);
+  const int64_t distinct = s->kv_indptr ? s->batch : 1; /* a uniform batch: one request, times batch */
+  for (int64_t b = 0; b < distinct; ++b) {
+    int64_t pages = request_pages(s, b);
     for (int splits = 2; splits <= candidates; ++splits) {
       int64_t n = 1;
       for (int k = 1; k < splits; ++k)
         n += pages > k * chunk[splits];
-      items[splits] += n;
+      items[splits] += s->kv_indptr ? n : n * s->batch;
     }
   }
   int64_t best = 0;
-  int64_t best_cost = ceil_div(batch * pl->num_kv_heads, pl->wave) *
+  int64_t best_cost = ceil_div(s->batch * pl->num_kv_heads, pl->wave) *
                       (longest * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
   for (int splits = 2; splits <= candidates; ++splits) {
     int64_t cost = ceil_div(items[splits] * pl->num_kv_heads, pl->wave) *
@@ -129,27 +139,28 @@ static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const int32_t
   return best;
 }
 
-/* Chunk (pages) for a batch; 0 means no split. */
-static int64_t choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr, int64_t batch) {
+int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr,
+                                        int64_t uniform_pages, int64_t batch) {
   if (pl->disable_split_kv)
     return 0;
   if (pl->fixed_split_pages > 0)
     return pl->fixed_split_pages;
+  const batch_pages s = {kv_indptr, uniform_pages, batch};
   int64_t wave_items = pl->wave / pl->num_kv_heads;
-  int64_t lo = min_chunk_pages(pl->page_size), longest = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    longest = max64(longest, request_pages(kv_indptr, b));
+  int64_t lo = min_chunk_pages(pl->page_size), longest = kv_indptr || batch == 0 ? 0 : uniform_pages;
+  for (int64_t b = 0; kv_indptr && b < batch; ++b)
+    longest = max64(longest, request_pages(&s, b));
   if (batch * pl->num_kv_heads >= pl->wave)
-    return balance_chunk_pages(pl, kv_indptr, batch, longest);
+    return balance_chunk_pages(pl, &s, longest);
   if (longest <= lo) /* every request fits one smallest chunk */
     return 0;
   /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */
-  if (count_items(kv_indptr, batch, lo) <= wave_items)
+  if (count_items(&s, lo) <= wave_items)
     return lo;
   int64_t hi = longest;
   while (hi - lo > 1) { /* invariant: lo does not fit, hi fits */
     int64_t mid = lo + (hi - lo) / 2;
-    if (count_items(kv_indptr, batch, mid) <= wave_items)
+    if (count_items(&s, mid) <= wave_items)
       hi = mid;
     else
       lo = mid;
@@ -157,16 +168,15 @@ static int64_t choose_chunk_pages(const ignis_decode_planner *pl, const int32_t 
   return hi;
 }
 
-size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, const int32_t *kv_indptr,
+size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, int64_t chunk_pages, const int32_t *kv_indptr,
                                const int32_t *kv_last_page_len, int64_t batch, void *image) {
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   int32_t *partials = ignis_decode_schedule_partials_of(image);
   ignis_decode_work *work = ignis_decode_schedule_work_of(pl, image);
-  int64_t chunk_pages = choose_chunk_pages(pl, kv_indptr, batch);
   int64_t chunk_tokens = chunk_pages * pl->page_size;
   int32_t num_work = 0, num_partials = 0, any_split = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t pages = request_pages(kv_indptr, b);
+    int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
     int64_t kv_len = ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size);
     int64_t items = chunk_pages > 0 ? max64(1, ceil_div(pages, chunk_pages)) : 1;
     partials[b] = num_partials;

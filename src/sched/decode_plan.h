@@ -79,11 +79,19 @@ int64_t ignis_decode_merge_counters(int64_t num_partials, int64_t batch_size, in
 size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *planner);
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
 
-/* Plan a batch into `image` (ignis_decode_schedule_bytes bytes, 16-byte aligned). The inputs must
- * already be valid: kv_indptr non-decreasing, last_page_len in 1..page_size for requests with
- * pages, lengths <= max_kv_len, batch_size <= max_batch. Returns the bytes of the image that hold
- * the schedule (header, request_partials, the num_work items used and the zeroed merge counters). */
-size_t ignis_decode_plan_batch(const ignis_decode_planner *planner, const int32_t *kv_indptr,
+/* The chunk, in pages, of a batch's split requests by the planner's policy; 0: no request is split.
+ * The batch is kv_indptr's requests (page counts kv_indptr[b + 1] - kv_indptr[b]), or with
+ * kv_indptr NULL batch_size requests of uniform_pages pages each (block-table runs, which know
+ * only a bound on the lengths: the chunk of a batch whose every request has that bound). */
+int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *planner, const int32_t *kv_indptr,
+                                        int64_t uniform_pages, int64_t batch_size);
+
+/* Plan a batch into `image` (ignis_decode_schedule_bytes bytes, 16-byte aligned) with chunks of
+ * chunk_pages pages (ignis_decode_choose_chunk_pages of the same batch). The inputs must already
+ * be valid: kv_indptr non-decreasing, last_page_len in 1..page_size for requests with pages,
+ * lengths <= max_kv_len, batch_size <= max_batch. Returns the bytes of the image that hold the
+ * schedule (header, request_partials, the num_work items used and the zeroed merge counters). */
+size_t ignis_decode_plan_batch(const ignis_decode_planner *planner, int64_t chunk_pages, const int32_t *kv_indptr,
                                const int32_t *kv_last_page_len, int64_t batch_size, void *image);
 
 /* Typed views of an image. */

@@ -25,18 +25,21 @@ typedef struct ignis_decode_work {
 #define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
 #define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
 
-/* The implicit decode schedule (single decode): request 0 of kv_len keys cut into
- * max(1, ceil(kv_len / chunk_tokens)) items, item i covering keys [i * chunk_tokens,
- * min((i + 1) * chunk_tokens, kv_len)), partial row i when the request is split. Every backend
- * and the front end use these two. */
+/* The implicit decode schedule (single decode, and block-table runs: no list, nothing copied): a
+ * batch of `requests`, each cut into `splits` items of chunk_tokens keys, item w being chunk
+ * i = w % splits of request w / splits, keys [i * chunk_tokens, (i + 1) * chunk_tokens), except
+ * that the last chunk of a request runs to its end (kv_end INT32_MAX: the reader clips it to the
+ * request's length, so a request longer than splits * chunk_tokens loses no key), partial row w
+ * when splits > 1. Single decode: one request of kv_len keys, splits =
+ * ignis_decode_implicit_items(kv_len, chunk_tokens). Every backend and the front end use these. */
 IGNIS_SCHED_INLINE int64_t ignis_decode_implicit_items(int64_t kv_len, int64_t chunk_tokens) {
   return kv_len > chunk_tokens ? (kv_len + chunk_tokens - 1) / chunk_tokens : 1;
 }
-IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int64_t i, int64_t chunk_tokens, int64_t kv_len,
-                                                                int64_t items) {
-  int64_t start = i * chunk_tokens, end = start + chunk_tokens;
-  ignis_decode_work w = {0, (int32_t)start, (int32_t)(end < kv_len ? end : kv_len), items > 1 ? (int32_t)i : -1};
-  return w;
+IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int64_t w, int64_t chunk_tokens, int64_t splits) {
+  const int64_t i = w % splits, start = i * chunk_tokens;
+  const int64_t end = i == splits - 1 ? (int64_t)INT32_MAX : start + chunk_tokens;
+  ignis_decode_work item = {(int32_t)(w / splits), (int32_t)start, (int32_t)end, splits > 1 ? (int32_t)w : -1};
+  return item;
 }
 
 /* ---- prefill ---- */

@@ -16,8 +16,9 @@
  * Split requests merge inside the transposed and page kernels on planned schedules
  * (merge_in_kernel), else in decode_merge_kernel launched after the attention kernel (PDL between
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
- * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list the
- * grid and the merge are sized here from implicit_chunk_tokens.
+ * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list
+ * (single decode, block-table runs: core/params.h) the grid is the batch's requests x
+ * implicit_splits items, captured or not.
  *
  * The instances come from one list (decode_instances.cuh), compiled a head dim per translation unit
  * (decode_hd<d>.cu). */
@@ -46,19 +47,16 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.mtiles = (c.rows + 15) / 16;
   c.mt_warps = c.mtiles >= 3 ? 4 : c.mtiles;
   c.ksplit = DECODE_WARPS / c.mt_warps;
-  const int64_t len = p.contiguous_kv_len;
-  int64_t chunk = p.implicit_chunk_tokens;
-  if (chunk <= 0 || chunk >= len)
-    chunk = len > 0 ? len : INT32_MAX; /* one item: the whole sequence */
-  c.implicit_chunk = (int32_t)chunk;
-  c.implicit_items = (int32_t)ignis_decode_implicit_items(len, chunk);
+  c.implicit_chunk = (int32_t)(p.implicit_chunk_tokens > 0 ? p.implicit_chunk_tokens : INT32_MAX);
+  c.implicit_splits = (int32_t)(p.implicit_splits > 0 ? p.implicit_splits : 1);
+  c.implicit_items = (int32_t)(p.work == nullptr ? p.max_work : 0);
   const attention_score_transform st =
       attention_score_transform_of(p.logits_soft_cap, p.pos_encoding, p.num_qo_heads);
   c.cap_in = st.cap_in;
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
-  c.fused_merge = p.work != nullptr && p.kernel != IGNIS_KERNEL_DECODE_M16;
+  c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && p.kernel != IGNIS_KERNEL_DECODE_M16;
   return c;
 }
 
@@ -150,8 +148,8 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     if (status != IGNIS_OK)
       return status;
   }
-  const int64_t merges = p.work == nullptr ? (c.implicit_items > 1 ? 1 : 0)
-                         : c.fused_merge   ? 0
+  const int64_t merges = c.fused_merge     ? 0
+                         : p.work == nullptr ? (c.implicit_splits > 1 ? p.cache.batch_size : 0)
                          : exact           ? (p.launch_merge ? p.launch_batch : 0)
                                            : p.max_batch;
   const int64_t rows = (int64_t)p.q_len * p.num_qo_heads;
@@ -213,7 +211,8 @@ extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int
   const ignis_decode_params &p = convert ? converted : *params;
   if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
                                   p.out_stride_head, p.cache,
-                                  p.contiguous_kv_len == 0 && p.cache.indptr != nullptr))
+                                  p.contiguous_kv_len == 0 &&
+                                      (p.cache.indptr != nullptr || p.cache.seq_lens != nullptr)))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");

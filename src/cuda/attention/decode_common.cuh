@@ -14,8 +14,9 @@
  * the q_len tokens, window) on the scores. Page indices are bounds-checked (entry within the
  * request's pages and kv_indices, page within the cache); a key on a bad page is masked. A row
  * with no visible key writes out = 0 and lse = -inf (the sink's value with sinks). Without a work
- * list (p->work == NULL, single decode) request 0 is cut into chunks of implicit_chunk_tokens keys,
- * item w being chunk w.
+ * list (p->work == NULL: single decode, block-table runs) every request is cut into implicit_splits
+ * chunks of implicit_chunk_tokens keys (the last to the request's end), item w being chunk w % splits
+ * of request w / splits.
  *
  * fp8 K/V: a b16 lane of a K fragment holds dims 4t..4t+3 of a 16-dim chunk, so the reduction index
  * k of the QK^T mma is a permutation of the dims (k = 2t, 2t+1 <-> dims 4t, 4t+1; k = 2t+8, 2t+9
@@ -48,8 +49,9 @@ struct decode_config {
   int32_t mtiles;         /* ceil(rows / 16) */
   int32_t mt_warps;       /* m-tiles per pass (1, 2 or 4) */
   int32_t ksplit;         /* warps per m-tile: DECODE_WARPS / mt_warps */
-  int32_t implicit_chunk; /* work == NULL: keys per chunk of request 0 */
-  int32_t implicit_items; /* work == NULL: chunks of request 0 */
+  int32_t implicit_chunk;  /* work == NULL: keys per chunk of a request */
+  int32_t implicit_splits; /* work == NULL: chunks per request */
+  int32_t implicit_items;  /* work == NULL: items of the batch (requests x splits) */
   int32_t transform;      /* ALiBi or soft cap: scores take the general path */
   float cap_in;           /* soft cap: x = cap_out * tanh(x_nat * cap_in) (base 2 out) */
   float cap_out;
@@ -119,7 +121,7 @@ __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const d
   if (p.work == nullptr) {
     if (w >= c.implicit_items)
       return false;
-    *item = ignis_decode_implicit_item(w, c.implicit_chunk, p.contiguous_kv_len, c.implicit_items);
+    *item = ignis_decode_implicit_item(w, c.implicit_chunk, c.implicit_splits);
     return true;
   }
   if (w >= *p.num_work)
@@ -132,8 +134,15 @@ __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const d
 __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const ignis_decode_work &item,
                                            kv_range *r) {
   int64_t kv_len;
-  r->paged = p.contiguous_kv_len == 0 && p.cache.indptr != nullptr;
-  if (r->paged) {
+  r->paged = p.contiguous_kv_len == 0 && (p.cache.indptr != nullptr || p.cache.seq_lens != nullptr);
+  if (r->paged && p.cache.seq_lens != nullptr) { /* block-table form (core/params.h) */
+    if (item.request < 0 || item.request >= p.cache.batch_size)
+      return false;
+    kv_len = min(max((int64_t)p.cache.seq_lens[item.request], (int64_t)0), p.cache.pages_per_seq * p.cache.page_size);
+    r->page_size = (int32_t)p.cache.page_size;
+    r->first_entry = item.request * p.cache.block_table_stride;
+    r->entry_end = r->first_entry + p.cache.pages_per_seq;
+  } else if (r->paged) {
     if (item.request < 0 || item.request >= p.cache.batch_size)
       return false;
     const int64_t begin = p.cache.indptr[item.request], end = p.cache.indptr[item.request + 1];
@@ -318,11 +327,14 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
     return merger;
   };
   const int64_t b = item.request;
-  const int32_t first = p.request_partials[b], n = p.request_partials[b + 1] - first;
+  /* a planned schedule's rows and counters, or the implicit one's (core/params.h) */
+  const int32_t first = p.work ? p.request_partials[b] : (int32_t)b * c.implicit_splits;
+  const int32_t n = p.work ? p.request_partials[b + 1] - first : c.implicit_splits;
   const int32_t g = (item.partial - first) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t groups = (n + IGNIS_DECODE_MERGE_GROUP - 1) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t members = min((int32_t)IGNIS_DECODE_MERGE_GROUP, n - g * IGNIS_DECODE_MERGE_GROUP);
-  uint32_t *counters = reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work);
+  uint32_t *counters = p.work ? reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work)
+                              : p.merge_counters;
   const int64_t group0 = first / IGNIS_DECODE_MERGE_GROUP + b;
   uint32_t *mine = counters + (group0 + g) * p.num_kv_heads + kvh,
            *level2 = counters + group0 * p.num_kv_heads + kvh;
@@ -536,10 +548,10 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
   __shared__ float warp_sum[MERGE_WARPS], warp_max[MERGE_WARPS];
   int64_t first, last;
   if (p.work == nullptr) {
-    if (blockIdx.x > 0 || c.implicit_items <= 1)
+    if (c.implicit_splits <= 1 || (int64_t)blockIdx.x >= p.cache.batch_size)
       return;
-    first = 0;
-    last = c.implicit_items;
+    first = (int64_t)blockIdx.x * c.implicit_splits;
+    last = first + c.implicit_splits;
   } else {
     /* the schedule was copied before the attention kernel ran: readable before the wait */
     if ((int)blockIdx.x >= *p.batch_size)

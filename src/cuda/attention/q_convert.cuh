@@ -24,12 +24,14 @@ struct q_convert_source {
   int64_t stride_row, stride_head; /* elements (bytes) */
   int64_t heads, dim;              /* dim: a multiple of 8 */
   int64_t max_rows;                /* the plan's: the grid's bound */
-  const int32_t *batch_size;       /* [1] on the device */
+  const int32_t *batch_size;       /* [1] on the device; NULL: max_rows rows (a batch the host knows) */
   int32_t q_len;                   /* decode: rows per request; 0: prefill, rows from requests */
   const ignis_prefill_request *requests;
 };
 
 __device__ __forceinline__ int64_t q_convert_rows(const q_convert_source &s) {
+  if (s.batch_size == nullptr)
+    return s.max_rows;
   const int32_t batch = *s.batch_size;
   int64_t rows = s.q_len > 0                  ? (int64_t)batch * s.q_len
                  : batch > 0 && s.requests    ? (int64_t)s.requests[batch - 1].q_start + s.requests[batch - 1].q_len

@@ -88,6 +88,16 @@ extern "C" ignis_status ignis_cuda_device_alloc(int32_t device, size_t bytes, vo
   *ptr = NULL;
   IGNIS_CUDA_ON_DEVICE(device);
   IGNIS_CUDA_CHECK(cudaMalloc(ptr, bytes > 0 ? bytes : 1));
+  /* zeroed before it is returned (plans keep counters in it that must start at zero); the legacy
+   * stream's memset is finished before any stream of the caller can use the memory */
+  cudaError_t status = cudaMemset(*ptr, 0, bytes > 0 ? bytes : 1);
+  if (status == cudaSuccess)
+    status = cudaStreamSynchronize(cudaStreamLegacy);
+  if (status != cudaSuccess) {
+    cudaFree(*ptr);
+    *ptr = NULL;
+    return ignis_set_error(IGNIS_ERROR_CUDA, "cudaMemset of new device memory: %s", cudaGetErrorString(status));
+  }
   return IGNIS_OK;
 }
 

@@ -1,0 +1,210 @@
+"""FlashInfer's block-table decode entry points (ignis.trtllm) as vLLM 0.33.0 calls them on the H200
+(``xqa_batch_decode_with_kv_cache`` from ``vllm/v1/attention/backends/flashinfer.py``, every argument
+by keyword in its order) and as its SM100 path calls ``trtllm_batch_decode_with_kv_cache``, against
+the float64 reference of refs.py, on every host of engine_arrays.py (NumPy and PyTorch CPU tensors on
+the CPU backend; CUDA tensors on the CUDA backend, with vLLM's block table and seq_lens on the device).
+
+- Shapes: GQA 32/8 and 64/8, head dims 128 and 64, pages of 16 and 1, NHD and HND, mixed lengths
+  (empty requests, a page boundary, mid-page ends), q_len_per_req 1 and 2, sinks, a sliding window,
+  bmm1 / bmm2 scales, the (k_cache, v_cache) pair and the one [pages, 2, ...] tensor, block tables
+  wider than needed and padded rows, max_seq_len below the longest request (still computed in full).
+- The block table's batch comes from the query (extra rows ignored); out, lse, return_lse.
+- CUDA: the call captured in a CUDA graph, replayed after writing new block tables, seq_lens and q
+  into the captured tensors, as vLLM's graph runner does.
+- Refusals naming the argument: NVFP4, masks, ragged queries, device scales, other backends."""
+
+import math
+
+import numpy as np
+import pytest
+
+import ignis
+import ignis._flashinfer.decode as fi_decode
+from engine_arrays import HOSTS, as_f64, capture, needs_cuda, on_device, write
+from ignis.trtllm import trtllm_batch_decode_with_kv_cache, xqa_batch_decode_with_kv_cache
+from refs import decode_ref, torch
+
+rng = np.random.default_rng(29)
+TOL = 2e-3  # f16 inputs, fp32 accumulation: relative to the largest |out|
+
+
+class Cache:
+    """num_pages pages of f16 K/V in `layout`, as vLLM allocates its per-layer cache
+    ([num_pages, 2, ...]), kept as float64 for the reference."""
+
+    def __init__(self, num_pages, page_size, kv_heads, dim, layout, host):
+        self.page_size, self.layout = page_size, layout
+        shape = (num_pages, 2, page_size, kv_heads, dim) if layout == "NHD" else (num_pages, 2, kv_heads, page_size,
+                                                                                   dim)
+        values = np.asarray(rng.standard_normal(shape), np.float16)
+        self.values = values.astype(np.float64)
+        self.cache = on_device(values, host)
+
+    def pair(self):
+        return self.cache[:, 0], self.cache[:, 1]
+
+    def tokens(self, pages, length, which):
+        """[length, kv_heads, dim] keys (which=0) or values (1) of a request's pages."""
+        part = self.values[np.asarray(pages, dtype=np.int64), which]
+        if self.layout == "HND":
+            part = part.transpose(0, 2, 1, 3)
+        return part.reshape(-1, part.shape[2], part.shape[3])[:length]
+
+
+def block_table(lengths, page_size, num_pages, width):
+    """A [batch, width] table of distinct random pages per request (-1 past a request's pages, which
+    must not be read)."""
+    perm = rng.permutation(num_pages)
+    table = np.full((len(lengths), width), -1, np.int32)
+    used = 0
+    for b, length in enumerate(lengths):
+        n = -(-length // page_size)
+        table[b, :n] = perm[used:used + n]
+        used += n
+    return table
+
+
+def reference(q, cache, table, lengths, q_len, sm_scale, v_scale, window_left=-1, sinks=None):
+    q = as_f64(q)
+    heads, dim = q.shape[1], q.shape[2]
+    out, lse = np.zeros(q.shape), np.zeros(q.shape[:2])
+    for b, length in enumerate(lengths):
+        pages = table[b, :-(-length // cache.page_size)]
+        k, v = cache.tokens(pages, length, 0), cache.tokens(pages, length, 1)
+        rows = slice(b * q_len, (b + 1) * q_len)
+        out[rows], lse[rows] = decode_ref(q[rows], k, v, sm_scale=sm_scale, window_left=window_left,
+                                          v_scale=v_scale, sinks=None if sinks is None else as_f64(sinks))
+    return out, lse
+
+
+def check(out, ref):
+    out = as_f64(out)
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.all(np.isfinite(out))
+    err = float(np.abs(out - ref).max())
+    assert err <= TOL * scale, "max error %g (scale %g)" % (err, scale)
+
+
+def device_i32(values, host):
+    return on_device(values, host, "i32")
+
+
+CASES = [
+    # heads, kv_heads, dim, page_size, layout, q_len, lengths
+    (32, 8, 128, 16, "NHD", 1, [37, 0, 16, 300, 5]),
+    (64, 8, 128, 16, "HND", 1, [129, 1, 64, 250]),
+    (32, 8, 64, 1, "NHD", 2, [40, 3, 17]),
+    (32, 8, 128, 1, "HND", 1, [90, 33]),
+]
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_xqa_as_vllm_calls_it(host, case):
+    heads, kv_heads, dim, page_size, layout, q_len, lengths = CASES[case]
+    num_pages = sum(-(-n // page_size) for n in lengths) + 7
+    cache = Cache(num_pages, page_size, kv_heads, dim, layout, host)
+    width = -(-max(lengths) // page_size) + 3
+    table = block_table(lengths, page_size, num_pages, width)
+    q = on_device(rng.standard_normal((len(lengths) * q_len, heads, dim)), host)
+    sinks = on_device(rng.standard_normal(heads) + 1.0, host, "f32") if case % 2 else None
+    window_left = 20 if case == 2 else -1
+    sm_scale, v_scale = 0.7 / math.sqrt(dim), 1.25
+    out = on_device(np.zeros((len(lengths) * q_len, heads, dim)), host)
+    workspace = on_device(np.zeros(64 << 20 if host == "cuda" else 16), host, "u8")
+    for bound in (max(lengths), max(lengths) // 3):
+        result = fi_decode.xqa_batch_decode_with_kv_cache(
+            query=q, kv_cache=cache.pair(), kv_cache_sf=None, workspace_buffer=workspace,
+            block_tables=device_i32(table, host), seq_lens=device_i32(lengths, host), max_seq_len=bound,
+            bmm1_scale=sm_scale, bmm2_scale=v_scale, window_left=window_left, out=out, sinks=sinks,
+            kv_layout=layout, q_len_per_req=q_len, mask=None, q_cu_seq_lens=None)
+        assert result is out
+        ref_out, _ = reference(q, cache, table, lengths, q_len, sm_scale, v_scale, window_left,
+                               None if sinks is None else sinks)
+        check(out, ref_out)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_trtllm_decode_lse_and_combined_cache(host):
+    heads, kv_heads, dim, page_size, layout = 32, 8, 128, 16, "HND"
+    lengths = [70, 0, 33, 160]
+    num_pages = 40
+    cache = Cache(num_pages, page_size, kv_heads, dim, layout, host)
+    table = block_table(lengths, page_size, num_pages, 12)
+    # the table has two extra rows (FlashInfer takes the batch from the query)
+    padded = np.concatenate([table, np.full((2, 12), -1, np.int32)])
+    q = on_device(rng.standard_normal((len(lengths), heads, dim)), host)
+    sm_scale = 1.0 / math.sqrt(dim)
+    workspace = on_device(np.zeros(64 << 20 if host == "cuda" else 16), host, "u8")
+    out, lse = trtllm_batch_decode_with_kv_cache(
+        query=q, kv_cache=cache.cache, workspace_buffer=workspace, block_tables=device_i32(padded, host),
+        seq_lens=device_i32(lengths + [5, 5], host), max_seq_len=max(lengths), bmm1_scale=sm_scale, bmm2_scale=1.0,
+        window_left=-1, sinks=None, o_sf_scale=None, out=None, kv_layout=layout, backend="auto", q_len_per_req=1,
+        max_q_len=None, cum_seq_lens_q=None, kv_cache_sf=None, lse=None, return_lse=True,
+        multi_ctas_kv_counter_buffer=None)
+    ref_out, ref_lse = reference(q, cache, table, lengths, 1, sm_scale, 1.0)
+    check(out, ref_out)
+    got = as_f64(lse)
+    assert np.all(got[1] == -np.inf)  # the empty request
+    finite = np.isfinite(ref_lse)
+    assert np.allclose(got[finite], ref_lse[finite], atol=1e-2)
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_refusals(host):
+    cache = Cache(4, 16, 8, 128, "NHD", host)
+    q = on_device(np.zeros((1, 32, 128)), host)
+    args = dict(query=q, kv_cache=cache.pair(), workspace_buffer=on_device(np.zeros(16), host, "u8"),
+                block_tables=device_i32([[0]], host), seq_lens=device_i32([3], host), max_seq_len=3,
+                kv_layout="NHD")
+    for extra, needle in ((dict(mask=q), "mask"), (dict(q_cu_seq_lens=q), "q_cu_seq_lens"),
+                          (dict(kv_cache_sf=(q, q)), "kv_cache_sf"), (dict(o_scale=0.5), "o_scale")):
+        with pytest.raises(ignis.UnsupportedError, match=needle):
+            xqa_batch_decode_with_kv_cache(**args, **extra)
+    for extra, needle in ((dict(out_dtype="nvfp4"), "nvfp4"), (dict(backend="cake"), "backend"),
+                          (dict(cum_seq_lens_q=q, max_q_len=2), "cum_seq_lens_q"),
+                          (dict(uses_shared_paged_kv_idx=False), "uses_shared_paged_kv_idx"),
+                          (dict(enable_block_sparse_attention=True), "block_sparse"),
+                          (dict(q_len_per_req=None), "q_len_per_req")):
+        with pytest.raises(ignis.UnsupportedError, match=needle):
+            trtllm_batch_decode_with_kv_cache(**args, **extra)
+    if host == "cuda":
+        with pytest.raises(ignis.UnsupportedError, match="bmm1_scale"):
+            trtllm_batch_decode_with_kv_cache(**args, bmm1_scale=torch.ones(1, device="cuda"))
+
+
+@needs_cuda
+def test_xqa_cuda_graph_replay():
+    """vLLM's decode CUDA graph: the call captured once for a batch of 8, then each step's block
+    table, seq_lens and q written into the captured tensors and the graph replayed (padding rows of
+    length 0, requests longer than the captured max_seq_len)."""
+    heads, kv_heads, dim, page_size, batch, width = 32, 8, 128, 16, 8, 64
+    num_pages = batch * width + 5
+    cache = Cache(num_pages, page_size, kv_heads, dim, "NHD", "cuda")
+    table = torch.zeros((batch, width), dtype=torch.int32, device="cuda")
+    seq_lens = torch.ones(batch, dtype=torch.int32, device="cuda")
+    q = torch.zeros((batch, heads, dim), dtype=torch.float16, device="cuda")
+    out = torch.zeros_like(q)
+    workspace = torch.zeros(64 << 20, dtype=torch.uint8, device="cuda")
+    sm_scale, bound = 1.0 / math.sqrt(dim), 512
+
+    def step():
+        return xqa_batch_decode_with_kv_cache(
+            query=q, kv_cache=cache.pair(), kv_cache_sf=None, workspace_buffer=workspace, block_tables=table,
+            seq_lens=seq_lens, max_seq_len=bound, bmm1_scale=sm_scale, bmm2_scale=1.0, window_left=-1,
+            out=out, sinks=None, kv_layout="NHD", q_len_per_req=1, mask=None, q_cu_seq_lens=None)
+
+    graph, _ = capture(step)
+    for rep in range(4):
+        lengths = [int(x) for x in rng.integers(1, bound * (2 if rep % 2 else 1), batch)]
+        lengths[-1] = 0 if rep else lengths[-1]
+        lengths[0] = width * page_size if rep == 3 else lengths[0]
+        host_table = block_table(lengths, page_size, num_pages, width)
+        write(table, host_table)
+        write(seq_lens, np.asarray(lengths, np.int32))
+        values = rng.standard_normal((batch, heads, dim))
+        write(q, values.astype(np.float16))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_out, _ = reference(q, cache, host_table, lengths, 1, sm_scale, 1.0)
+        check(out, ref_out)

@@ -79,7 +79,7 @@ __device__ __forceinline__ void emit(const ignis_topk_transform_params &p, const
     o.raw[slot] = (int32_t)j;
 }
 
-/* One histogram step over keys[] of a pass: count the key's digit when it matches the prefix. */
+/* Histogram step: count the key's digit when the key matches the prefix. */
 __device__ __forceinline__ void count_key(uint32_t key, uint32_t mask, uint32_t prefix, int shift,
                                           uint32_t *hist) {
   if ((key & mask) == prefix)

@@ -29,7 +29,7 @@
  * caller keeps them within int32, as FlashInfer requires):
  *   page table: with b = row_to_batch[r] (r when row_to_batch is NULL), s = pt_start +
  *     j / page_size and pt_start = page_table_row_starts[r] (when NULL: the unclamped row_starts[r]
- *     if given, which page_size 1 requires, else 0),
+ *     if given (only page_size 1 allows that), else 0),
  *         out[r, i] = src_page_table[b, s] * page_size + j % page_size.
  *     A b outside [0, batch) or an s outside [0, width) gives -1 (FlashInfer leaves them
  *     undefined). out_raw_indices (optional) receives j itself, -1 in the padding.

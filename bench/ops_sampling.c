@@ -1,6 +1,6 @@
 /* Registry entries of the sampling ops (include/ignis/sampling.h): softmax, sampling with and
  * without top-k / top-p / min-p filters, the renorm and mask ops, chain speculative sampling and
- * top-k selection.
+ * top-k selection; and the fused top-k transforms of sparse attention (include/ignis/topk.h).
  *
  * Cases: `batch` rows of a vocabulary of `vocab` tokens in the case's dtype (the suite's: f32, as
  * engines sample from f32 probabilities). Logits are standard normal and probabilities their
@@ -8,8 +8,13 @@
  * sampling_compare.py uses. Filters: top-k 50, top-p 0.9, min-p 0.1, top-k first then top-p;
  * one fixed seed and offset (a call's cost does not depend on them).
  *
+ * Top-k transforms (SGLang's DSA indexer): `batch` rows of `kv_len` standard normal scores, every
+ * window the whole row, k = 2048 (half the row when the row is shorter than 4096); the page table
+ * is page_size 1, each row's slots a distinct random KV slot, and the ragged offsets random.
+ *
  * Bytes: the rows read once (a sampling kernel that passes over a row several times still counts
- * it once), every output written once, counters updated in place twice. */
+ * it once), every output written once, counters updated in place twice; a transform reads the
+ * page-table entries or offsets it maps (k per row, or one per row). */
 #include <stdint.h>
 #include <stdio.h>
 
@@ -18,6 +23,7 @@
 #define TOP_K 50
 #define TOP_P 0.9
 #define MIN_P 0.1
+#define DSA_TOP_K 2048
 
 static ignis_sampling_options sampling_options(void) {
   ignis_sampling_options options = IGNIS_SAMPLING_OPTIONS_INIT;
@@ -156,8 +162,61 @@ static ignis_status call_top_k(const bench_case *c, ignis_tensor *t, void *state
   return ignis_top_k(&t[0], TOP_K, 1, &t[1], &t[2], stream);
 }
 
-/* "B128 V128256", "B32 n4 V128256". */
+/* k of a transform case: DSA's 2048, or half a shorter row (so a tiny case still selects). */
+static int64_t transform_k(const bench_case *c) {
+  return c->kv_len < 2 * DSA_TOP_K ? (c->kv_len + 1) / 2 : DSA_TOP_K;
+}
+
+/* scores [B, L], lengths [B], then the page table (as [B * L]: the slots of row b are entries
+ * b * L .. (b + 1) * L - 1, a permutation of every slot) or the offsets [B], and out [B, k]. */
+static int describe_transform(const bench_case *c, int paged, bench_tensor_spec *s) {
+  const int64_t k = transform_k(c);
+  s[0] = BENCH_SPEC("input", c->dtype, BENCH_FILL_NORMAL, c->batch, c->kv_len);
+  s[1] = BENCH_SPEC("lengths", IGNIS_I32, BENCH_FILL_SEQ_LENS, c->batch);
+  if (paged) {
+    s[2] = BENCH_SPEC("src_page_table", IGNIS_I32, BENCH_FILL_PAGE_INDICES, c->batch * c->kv_len);
+    s[2].bytes_moved = c->batch * k * 4;
+  } else {
+    s[2] = BENCH_SPEC("offsets", IGNIS_I32, BENCH_FILL_OFFSETS, c->batch);
+  }
+  const int64_t top = paged ? c->batch * c->kv_len - 1 : BENCH_MAX_POSITION + c->kv_len;
+  s[3] = bench_valid(bench_output(BENCH_SPEC("out", IGNIS_I32, BENCH_FILL_RANDOM, c->batch, k)), 0, top);
+  return 4;
+}
+
+static int describe_page_table_transform(const bench_case *c, bench_tensor_spec *s) {
+  return describe_transform(c, 1, s);
+}
+
+static int describe_ragged_transform(const bench_case *c, bench_tensor_spec *s) {
+  return describe_transform(c, 0, s);
+}
+
+static ignis_status call_page_table_transform(const bench_case *c, ignis_tensor *t, void *state,
+                                              void *stream) {
+  ignis_tensor table = t[2];
+  table.ndim = 2;
+  table.shape[0] = c->batch;
+  table.shape[1] = c->kv_len;
+  table.strides[0] = c->kv_len;
+  table.strides[1] = 1;
+  return ignis_top_k_page_table_transform(&t[0], &table, &t[1], transform_k(c), NULL, NULL, NULL, 1,
+                                          IGNIS_TOPK_TIE_BREAK_NONE, &t[3], NULL, stream);
+}
+
+static ignis_status call_ragged_transform(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+  return ignis_top_k_ragged_transform(&t[0], &t[2], &t[1], transform_k(c), NULL, IGNIS_TOPK_TIE_BREAK_NONE,
+                                      &t[3], stream);
+}
+
+/* "B128 V128256", "B32 n4 V128256"; the transforms "B64 L64k k2048". */
 static void shape_sampling(const bench_case *c, char *text, size_t size) {
+  if (c->routine->dims & BENCH_DIM_KV_LEN) {
+    char len[24];
+    bench_format_count(c->kv_len, len, sizeof len);
+    snprintf(text, size, "B%lld L%s k%lld", (long long)c->batch, len, (long long)transform_k(c));
+    return;
+  }
   char drafts[24] = "";
   if (c->routine->dims & BENCH_DIM_STATES)
     snprintf(drafts, sizeof drafts, " n%lld", (long long)c->states);
@@ -178,6 +237,15 @@ static void shape_sampling(const bench_case *c, char *text, size_t size) {
 #define SAMPLING_ENTRY                                                                                       \
   .family = &bench_family_sampling, .dtypes = BENCH_DTYPES_FLOAT,                                            \
   .tiny = BENCH_DIMS(.batch = 3, .vocab = 300, .states = 2)
+
+/* The transforms' entries: rows of kv_len scores (DSA decode: 64 rows of a 64K context, and 8 rows
+ * of a 128K one). */
+#define TRANSFORM_SHAPE(group, b, l) BENCH_SHAPE(group, .dtype = IGNIS_F32, .batch = (b), .kv_len = (l))
+#define TRANSFORM_ENTRY                                                                                      \
+  .family = &bench_family_sampling, .dtypes = BENCH_DTYPES_FLOAT,                                            \
+  .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN, .tiny = BENCH_DIMS(.batch = 3, .kv_len = 300),                 \
+  .gpu_suite = BENCH_SUITE(TRANSFORM_SHAPE(4, 64, 65536), TRANSFORM_SHAPE(4, 8, 131072)),                    \
+  .host_suite = BENCH_SUITE(TRANSFORM_SHAPE(4, 4, 32768))
 
 static const bench_routine sampling_routines[] = {
     {SAMPLING_ENTRY, .name = "softmax", .summary = "probs = softmax(logits), temperature 1",
@@ -236,6 +304,16 @@ static const bench_routine sampling_routines[] = {
      .summary = "the 50 largest entries of each row, sorted (values and indices)", .functions = "ignis_top_k",
      .dims = SAMPLING_DIMS, .bytes_rule = "input (B*V*es) + values (B*k*es) + indices (B*k*4)",
      .gpu_suite = GPU_SAMPLING, .host_suite = HOST_SAMPLING, .describe = describe_top_k, .call = call_top_k},
+    {TRANSFORM_ENTRY, .name = "top_k_page_table_transform",
+     .summary = "top-2048 of each row's scores mapped through a page table (DSA indexer)",
+     .functions = "ignis_top_k_page_table_transform",
+     .bytes_rule = "input (B*L*es) + lengths (B*4) + page-table entries mapped (B*k*4) + out (B*k*4)",
+     .describe = describe_page_table_transform, .call = call_page_table_transform},
+    {TRANSFORM_ENTRY, .name = "top_k_ragged_transform",
+     .summary = "top-2048 of each row's scores plus a per-row offset (DSA indexer)",
+     .functions = "ignis_top_k_ragged_transform",
+     .bytes_rule = "input (B*L*es) + lengths and offsets (2*B*4) + out (B*k*4)",
+     .describe = describe_ragged_transform, .call = call_ragged_transform},
 };
 
 const bench_family bench_family_sampling = {"sampling", shape_sampling, NULL, BENCH_TABLE(sampling_routines)};

@@ -12,5 +12,6 @@
 #include "ignis/prefill.h"
 #include "ignis/rope.h"
 #include "ignis/sampling.h"
+#include "ignis/topk.h"
 
 #endif

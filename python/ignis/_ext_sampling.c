@@ -1,9 +1,9 @@
-/* Python bindings of the sampling ops (include/ignis/sampling.h), one per C function and under its
- * name, with the argument helpers of _ext.h (op_call, parse_*), whose conventions they follow: the
- * sampling calls take their input and samples first and the rest by name (sampling_spec), the
- * short ones positionally with the stream last; tensors through DLPack, None for an absent
- * optional tensor. A seed or offset is an int (a value) or a tensor (read by the kernel).
- * ext_sampling_methods is the method table the module adds. */
+/* Python bindings of the sampling ops (include/ignis/sampling.h) and the fused top-k transforms
+ * (include/ignis/topk.h), one per C function and under its name, with the argument helpers of _ext.h
+ * (op_call, parse_*), whose conventions they follow: the sampling calls take their input and samples first
+ * and the rest by name (sampling_spec), the short ones positionally with the stream last; tensors through
+ * DLPack, None for an absent optional tensor. A seed or offset is an int (a value) or a tensor (read by the
+ * kernel). ext_sampling_methods is the method table the module adds. */
 #include "_ext.h"
 
 /* The tensors of one call, optional ones skipped when None; key -> slot in the op_call. */
@@ -265,6 +265,58 @@ static PyObject *ext_top_k(PyObject *self, PyObject *const *args, Py_ssize_t nar
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* (input, src_page_table, lengths, k, row_to_batch, row_starts, page_table_row_starts, page_size,
+ *  tie_break, out, out_raw_indices, stream): None for an absent optional tensor. */
+static PyObject *ext_top_k_page_table_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.top_k_page_table_transform";
+  int64_t k, page_size, tie_break;
+  if (check_nargs(fn, nargs, 12) < 0 || parse_int64(fn, "k", args[3], &k) < 0 ||
+      parse_int64(fn, "page_size", args[7], &page_size) < 0 ||
+      parse_int64(fn, "tie_break", args[8], &tie_break) < 0)
+    return NULL;
+  sampling_tensors l = {{0}, {0}, {0}, 0, 0};
+  st_add(&l, 0, args[0], "input", 0);
+  st_add(&l, 1, args[1], "src_page_table", 0);
+  st_add(&l, 2, args[2], "lengths", 0);
+  st_add(&l, 3, args[4], "row_to_batch", 0);
+  st_add(&l, 4, args[5], "row_starts", 0);
+  st_add(&l, 5, args[6], "page_table_row_starts", 0);
+  st_add(&l, 6, args[9], "out", 1);
+  st_add(&l, 7, args[10], "out_raw_indices", 1);
+  op_call c;
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, args[11]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_top_k_page_table_transform(
+      st_get(&c, &l, 0), st_get(&c, &l, 1), st_get(&c, &l, 2), k, st_get(&c, &l, 3), st_get(&c, &l, 4),
+      st_get(&c, &l, 5), page_size, (ignis_topk_tie_break)tie_break, st_get(&c, &l, 6), st_get(&c, &l, 7),
+      c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (input, offsets, lengths, k, row_starts, tie_break, out, stream) */
+static PyObject *ext_top_k_ragged_transform(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.top_k_ragged_transform";
+  int64_t k, tie_break;
+  if (check_nargs(fn, nargs, 8) < 0 || parse_int64(fn, "k", args[3], &k) < 0 ||
+      parse_int64(fn, "tie_break", args[5], &tie_break) < 0)
+    return NULL;
+  sampling_tensors l = {{0}, {0}, {0}, 0, 0};
+  st_add(&l, 0, args[0], "input", 0);
+  st_add(&l, 1, args[1], "offsets", 0);
+  st_add(&l, 2, args[2], "lengths", 0);
+  st_add(&l, 3, args[4], "row_starts", 0);
+  st_add(&l, 4, args[6], "out", 1);
+  op_call c;
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, args[7]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_top_k_ragged_transform(
+      st_get(&c, &l, 0), st_get(&c, &l, 1), st_get(&c, &l, 2), k, st_get(&c, &l, 3),
+      (ignis_topk_tie_break)tie_break, st_get(&c, &l, 4), c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 #define SAMPLING_DOC(name) #name "(input, samples, **arguments): ignis_" #name " (sampling_spec)"
 #define TRANSFORM_DOC(name) #name "(input, arr, value, out, stream): ignis_" #name
 PyMethodDef ext_sampling_methods[] = {
@@ -284,4 +336,9 @@ PyMethodDef ext_sampling_methods[] = {
         "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "
         "emitted, seed, offset, stream)"),
     FASTCALL(top_k, "top_k(input, k, sorted, values, indices, stream)"),
+    FASTCALL(top_k_page_table_transform,
+             "top_k_page_table_transform(input, src_page_table, lengths, k, row_to_batch, row_starts, "
+             "page_table_row_starts, page_size, tie_break, out, out_raw_indices, stream)"),
+    FASTCALL(top_k_ragged_transform,
+             "top_k_ragged_transform(input, offsets, lengths, k, row_starts, tie_break, out, stream)"),
     {NULL, NULL, 0, NULL}};

@@ -29,6 +29,12 @@ the host: it synchronizes).
 ``top_k`` is FlashInfer's ``top_k`` selection, with its ``TopKTieBreak``: at the k-th largest value
 ignis keeps the lowest indices, which honours ``NONE`` (any choice) and ``SMALL``; ``LARGE`` raises
 UnsupportedError.
+
+``top_k_page_table_transform`` and ``top_k_ragged_transform`` are FlashInfer's fused top-k transforms
+of sparse attention (SGLang's DSA indexers): the k largest scores of each row's window
+``[row_starts[i], row_starts[i] + lengths[i])``, returned as int32 KV slots (through a page table, or
+plus an offset), ``-1`` padded (``include/ignis/topk.h``). Every tie_break is honoured; the selected
+indices always come in ascending order (what FlashInfer gives with ``deterministic=True``).
 """
 
 import enum
@@ -55,6 +61,8 @@ __all__ = [
     "chain_speculative_sampling",
     "top_k",
     "TopKTieBreak",
+    "top_k_page_table_transform",
+    "top_k_ragged_transform",
 ]
 
 _counter = {"seed": int.from_bytes(os.urandom(8), "little") >> 1, "offset": 0, "generators": {}}
@@ -294,3 +302,45 @@ def top_k(input, k, sorted=False, deterministic=False, tie_break=TopKTieBreak.NO
     indices = new_array(input, (batch, k), "int64")
     _ext.top_k(input, k, 1 if sorted else 0, values, indices, stream)
     return finish(values), indices
+
+
+def _tie_break_value(fn, tie_break):
+    if tie_break not in (TopKTieBreak.NONE, TopKTieBreak.SMALL, TopKTieBreak.LARGE):
+        raise InvalidArgumentError("ignis.%s: tie_break=%r but it must be a TopKTieBreak (0, 1 or 2)" % (fn, tie_break))
+    return int(tie_break)
+
+
+def top_k_page_table_transform(input, src_page_table, lengths, k, row_to_batch=None, deterministic=False,
+                               tie_break=TopKTieBreak.NONE, dsa_graph_safe=False, row_starts=None,
+                               page_table_row_starts=None, *, page_size=1, out=None, out_raw_indices=None,
+                               stream=None):
+    """Top-k of each row's score window mapped through a page table (FlashInfer's
+    ``top_k_page_table_transform``): ``input [rows, max_len]`` (f32/f16/bf16, last dimension
+    contiguous), int32 ``src_page_table [batch, width]``, ``lengths`` and the optional ``row_to_batch``,
+    ``row_starts``, ``page_table_row_starts`` int32 ``[rows]``. A selected local index j of row i
+    becomes ``src_page_table[b, pt_start + j // page_size] * page_size + j % page_size`` with b =
+    ``row_to_batch[i]`` (or i) and pt_start = ``page_table_row_starts[i]`` (default ``row_starts[i]``,
+    which page_size > 1 does not allow). Returns ``out`` (int32 ``[rows, k]``, allocated when None);
+    ``out_raw_indices`` (int32 ``[rows, k]``) also receives j. Rows with ``lengths[i] <= k`` select
+    every index; unused positions are -1. ``deterministic`` and ``dsa_graph_safe`` are accepted: results
+    are always deterministic and the call never synchronizes (safe inside CUDA-graph capture)."""
+    tie = _tie_break_value("top_k_page_table_transform", tie_break)
+    if out is None:
+        out = new_array(input, (input.shape[0], max(int(k), 0)), "int32")
+    _ext.top_k_page_table_transform(input, src_page_table, lengths, int(k), row_to_batch, row_starts,
+                                    page_table_row_starts, int(page_size), tie, out, out_raw_indices, stream)
+    return out
+
+
+def top_k_ragged_transform(input, offsets, lengths, k, deterministic=False, tie_break=TopKTieBreak.NONE,
+                           dsa_graph_safe=False, row_starts=None, *, stream=None):
+    """Top-k of each row's score window plus a per-row offset (FlashInfer's
+    ``top_k_ragged_transform``): ``input [rows, max_len]`` (f32/f16/bf16), int32 ``offsets``,
+    ``lengths`` and optional ``row_starts`` ``[rows]``. Returns int32 ``[rows, k]``: the selected local
+    indices j (relative to ``row_starts[i]``) plus ``offsets[i]``, -1 in unused positions. Rows with
+    ``lengths[i] <= k`` select every index. ``deterministic`` and ``dsa_graph_safe`` are accepted, as
+    for ``top_k_page_table_transform``."""
+    tie = _tie_break_value("top_k_ragged_transform", tie_break)
+    out = new_array(input, (input.shape[0], max(int(k), 0)), "int32")
+    _ext.top_k_ragged_transform(input, offsets, lengths, int(k), row_starts, tie, out, stream)
+    return out

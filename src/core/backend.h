@@ -77,6 +77,7 @@ typedef struct ignis_backend {
   ignis_status (*softmax)(const ignis_softmax_params *params, int32_t device, void *stream);
   ignis_status (*speculative)(const ignis_speculative_params *params, int32_t device, void *stream);
   ignis_status (*top_k)(const ignis_top_k_params *params, int32_t device, void *stream);
+  ignis_status (*topk_transform)(const ignis_topk_transform_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

@@ -373,6 +373,34 @@ typedef struct ignis_top_k_params {
   void *indices; ignis_dtype indices_dtype; int64_t indices_row_stride;
 } ignis_top_k_params;
 
+/* The fused top-k transforms (include/ignis/topk.h): rows of input [rows, max_len] (last dimension
+ * contiguous); every index array i32. The front end resolves the defaults: page_table_row_starts
+ * is row_starts where FlashInfer falls back to it, and NULL (0) otherwise. */
+typedef enum ignis_topk_transform_kind {
+  IGNIS_TOPK_TRANSFORM_PAGE_TABLE = 0, /* page_table[b, pt_start + j / page_size] * page_size + j % size */
+  IGNIS_TOPK_TRANSFORM_RAGGED = 1      /* j + offsets[r] */
+} ignis_topk_transform_kind;
+
+typedef struct ignis_topk_transform_params {
+  ignis_topk_transform_kind kind;
+  int64_t num_rows;
+  int64_t max_len;            /* input.shape[1] (< 2^31) */
+  int64_t k;                  /* >= 1 */
+  int32_t prefer_large;       /* ties at the k-th largest: 1 the highest local indices, 0 the lowest */
+  ignis_dtype dtype;          /* input */
+  const void *input; int64_t input_row_stride;
+  const int32_t *lengths;     /* [rows] */
+  const int32_t *row_starts;  /* [rows] or NULL (0) */
+  const int32_t *offsets;     /* RAGGED: [rows] */
+  const int32_t *page_table;  /* PAGE_TABLE: [page_table_rows, page_table_width] */
+  int64_t page_table_rows, page_table_width, page_table_row_stride;
+  const int32_t *row_to_batch;          /* PAGE_TABLE: [rows] or NULL (row r reads page-table row r) */
+  const int32_t *page_table_row_starts; /* PAGE_TABLE: [rows] or NULL (0) */
+  int64_t page_size; int32_t page_shift; /* page_size = 1 << page_shift */
+  int32_t *out; int64_t out_row_stride;  /* [rows, k] */
+  int32_t *raw_out; int64_t raw_out_row_stride; /* [rows, k] or NULL */
+} ignis_topk_transform_params;
+
 /* ---- prefill ---- */
 /* Prefill attention (include/ignis/prefill.h). The queries of request b are "packed" as in
  * FlashInfer: packed row r (0 <= r < q_len * group, group = num_qo_heads / num_kv_heads) of KV head

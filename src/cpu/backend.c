@@ -39,4 +39,5 @@ const ignis_backend ignis_cpu_backend = {
     .softmax = ignis_cpu_softmax,
     .speculative = ignis_cpu_speculative,
     .top_k = ignis_cpu_top_k,
+    .topk_transform = ignis_cpu_topk_transform,
 };

@@ -33,4 +33,5 @@ const ignis_backend ignis_cuda_backend = {
     .softmax = ignis_cuda_softmax,
     .speculative = ignis_cuda_speculative,
     .top_k = ignis_cuda_top_k,
+    .topk_transform = ignis_cuda_topk_transform,
 };

@@ -23,6 +23,8 @@ ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t de
 ignis_status ignis_cuda_softmax(const ignis_softmax_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_topk_transform(const ignis_topk_transform_params *params, int32_t device,
+                                       void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

@@ -154,17 +154,20 @@ class _IndexUploader:
     def __init__(self, workspace, max_batch, graph_buffers):
         n = 2 * max_batch + 1
         self.workspace = workspace
+        self.max_batch = max_batch
         self.graph_buffers = graph_buffers
+        self.buffer = None if graph_buffers is None else graph_buffers[1]
         if hasattr(workspace, "new_empty"):  # PyTorch
             import torch
 
             self.torch = True
-            self.staging = torch.empty((n,), dtype=torch.int32)
+            staging = torch.empty((n,), dtype=torch.int32)
         else:
             import numpy
 
             self.torch = False
-            self.staging = numpy.empty((n,), dtype=numpy.int32)
+            staging = numpy.empty((n,), dtype=numpy.int32)
+        self.staging = None if graph_buffers is None else staging  # decode_plan_update's staging argument
         self.views = {}
 
     def _copier(self, dst, src):
@@ -196,32 +199,53 @@ class _IndexUploader:
         handle = stream if isinstance(stream, int) else getattr(stream, "ptr", getattr(stream, "cuda_stream", 0))
         return cupy.cuda.ExternalStream(handle)
 
-    def upload(self, batch):
-        """Copy the staged arrays of a batch to the device; returns (indptr, last_page_len) there."""
+    def source(self, indices):
+        """plan's page indices validated and as int32, before the schedule changes (a refused array
+        changes nothing): the indices buffer itself, a device array used in place, or a host array
+        that ``stage`` copies. Nothing is copied to the device here."""
+        buffer = self.buffer
+        dtype = getattr(indices, "dtype", None)
+        int32 = _int32_dtypes.get(dtype)
+        if int32 is None:
+            int32 = _is_int32(dtype)
+        if int32 and is_cuda(indices):  # the fast path: int32 on the device
+            source = indices
+            if buffer is None or indices is buffer:
+                return source
+        elif buffer is not None and indices is buffer:
+            return buffer
+        elif is_cuda(indices):
+            source = device_i32(_PLAN, "indices", indices)
+        else:
+            source = host_i32(_PLAN, "indices", indices)
+        if buffer is not None:
+            if self.torch and is_cuda(source) and source.data_ptr() == buffer.data_ptr():
+                return buffer
+            _check_fits("indices", buffer, source)
+        return source
+
+    def stage(self, batch, source, stream):
+        """The run's (indptr, indices, last_page_len) on the device once the batch is scheduled:
+        without CUDA-graph buffers (None, indices, None), the run taking indptr / last_page_len
+        from the plan's own upload; with them, the buffers, filled from the staging array and from
+        `source` (``source``'s answer) by asynchronous copies on `stream`."""
+        if stream is None:
+            return self._stage(batch, source)
+        with self.on_stream(stream):
+            return self._stage(batch, source)
+
+    def _stage(self, batch, source):
+        buffer = self.buffer
+        if buffer is None:
+            return None, (source if is_cuda(source) else to_device_of(self.workspace, source)), None
         views = self.views.get(batch)
         if views is None:
             views = self._make(batch)
         for copy in views[0]:
             copy()
-        return views[1], views[2]
-
-    def indices(self, indices):
-        """The page indices on the device as int32: in place when they are already there (without
-        CUDA-graph buffers), else copied into the indices buffer or a new device array."""
-        buffer = None if self.graph_buffers is None else self.graph_buffers[1]
-        if buffer is not None and (indices is buffer or (self.torch and is_cuda(indices)
-                                                         and indices.data_ptr() == buffer.data_ptr())):
-            return buffer
-        if is_cuda(indices):
-            source = device_i32(_PLAN, "indices", indices)
-            if buffer is None:
-                return source
-        else:
-            source = host_i32(_PLAN, "indices", indices)
-            if buffer is None:
-                return to_device_of(self.workspace, source)
-        copy_index_into(_PLAN, "indices", buffer, source)
-        return buffer
+        if source is not buffer:
+            copy_index_into(_PLAN, "indices", buffer, source)
+        return views[1], buffer, views[2]
 
 
 def _planned_option(index, name):
@@ -249,20 +273,37 @@ def _address(x):
     return None if interface is None else interface["data"][0]
 
 
-# dtype object -> whether it is int32, for plan's per-call check of its indices (str() of a NumPy
+# dtype object -> whether it is int32, for plan's per-call checks of its arrays (str() of a NumPy
 # dtype takes microseconds; a dict lookup, nanoseconds)
 _int32_dtypes = {}
 
 
-def _host_indices(indices):
-    """Page indices for a CPU run: a 1-D int32 host array unchanged, anything else converted."""
+def _is_int32(dtype):
+    """Whether a dtype object (any framework's, or None) is int32; remembered in _int32_dtypes."""
+    int32 = _int32_dtypes[dtype] = str(dtype) in ("int32", "torch.int32")
+    return int32
+
+
+def _host_indices(indices, buffers):
+    """Page indices for a CPU run: a 1-D int32 host array unchanged, anything else converted;
+    checked against the CUDA-graph buffers' indices buffer (when there are buffers), so that
+    plan refuses them before it schedules."""
     dtype = getattr(indices, "dtype", None)
     int32 = _int32_dtypes.get(dtype)
     if int32 is None:
-        int32 = _int32_dtypes[dtype] = str(dtype) in ("int32", "torch.int32")
-    if int32 and indices.ndim == 1:
-        return indices
-    return host_i32(_PLAN, "indices", indices)
+        int32 = _is_int32(dtype)
+    if not int32 or indices.ndim != 1:
+        indices = host_i32(_PLAN, "indices", indices)
+    if buffers is not None:
+        _check_fits("indices", buffers[1], indices)
+    return indices
+
+
+def _check_fits(name, buffer, source):
+    """copy_index_into's refusal of a source longer than its buffer, made before plan schedules."""
+    if len(source) > buffer.shape[0]:
+        raise InvalidArgumentError("%s: %s has %d entries but its buffer holds only %d"
+                                   % (_PLAN, name, len(source), buffer.shape[0]))
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -315,6 +356,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._options_changed = False
         self._frozen_q_len = None  # q_len_per_req of the first plan with CUDA-graph buffers
         self._ones = None  # fast_decode_plan's host last_page_len for page size 1
+        self._lengths = {}  # _check_seq_lens's host int32 lengths, by batch size
         self._set_workspace(float_workspace_buffer)
 
     def _set_workspace(self, workspace):
@@ -381,10 +423,30 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def _plan_batch(self, key, window_right, indptr, indices, last_page_len, stream):
         """plan() once its configuration is a key (fast_decode_plan's too): make the C plan when the
-        configuration changed, schedule the batch on the active C plan, set the planned options."""
+        configuration changed, schedule the batch on the active C plan, stage the index arrays the
+        runs read, set the planned options. ``indices`` is validated before the schedule: a refused
+        array changes nothing. The steady state (same key, int32 host indptr / last_page_len) is
+        one C call and a few attribute reads; everything else is out of line."""
         if key != self._key or window_right:
             self._configure(key, window_right)
-        self._schedule(indptr, indices, last_page_len, stream)
+        uploader = self._uploader
+        if uploader is None:  # the CPU backend
+            indices = _host_indices(indices, self._graph_buffers)
+            batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, None, None, stream)
+        else:
+            indices = uploader.source(indices)
+            batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
+                                            uploader.staging, stream)
+        if batch.__class__ is not int:
+            indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
+            uploader = self._uploader
+        self._batch_arrays = (indptr, last_page_len)
+        if uploader is not None:
+            self._indexes = uploader.stage(batch, indices, stream)
+        elif self._graph_buffers is None:
+            self._indexes = (indptr, indices, last_page_len)
+        else:
+            self._indexes = self._host_indexes(indptr, indices, last_page_len, batch)
         self._options = self._planned_options
         self._options_changed = self._plan is not self._base_plan
 
@@ -394,9 +456,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
         import numpy
 
         indptr, last_page_len = self._batch_arrays
-        lengths = numpy.empty(last_page_len.shape[0], numpy.int32)
+        batch = last_page_len.shape[0]
+        lengths = self._lengths.get(batch)
+        if lengths is None:
+            lengths = self._lengths[batch] = numpy.empty(batch, numpy.int32)
         _ext.get_seq_lens(indptr, last_page_len, page_size, lengths, None)
-        given = host_i32(_PLAN, "seq_lens", seq_lens)
+        given = seq_lens
+        int32 = given.__class__ is numpy.ndarray and _int32_dtypes.get(given.dtype)
+        if int32 is None:
+            int32 = _is_int32(given.dtype)
+        if not int32 or given.ndim != 1:
+            given = host_i32(_PLAN, "seq_lens", seq_lens)  # (a 1-D int32 NumPy array is one as it is)
         if given.tobytes() == lengths.tobytes():  # both int32: equal bytes, equal arrays (and faster)
             return
         self._indexes = None
@@ -408,42 +478,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         raise InvalidArgumentError("%s: seq_lens[%d]=%d but indptr and last_page_len give that request %d keys "
                                    "(ignis reads the lengths from them)" % (fn, b, int(given[b]), int(lengths[b])))
 
-    def _schedule(self, indptr, indices, last_page_len, stream):
-        """Schedule the batch on the active C plan and stage the index arrays the runs read."""
-        if not self._cuda:
-            indices = _host_indices(indices)  # before scheduling: a refused array changes nothing
-        uploader = self._uploader
-        staging = None if uploader is None or uploader.graph_buffers is None else uploader.staging
-        batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, staging, stream)
-        if batch.__class__ is not int:
-            indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
-            uploader = self._uploader
-        self._batch_arrays = (indptr, last_page_len)
-        if uploader is None:
-            self._indexes = self._host_indexes(indptr, indices, last_page_len, batch)
-        elif uploader.graph_buffers is None:
-            # indptr / last_page_len: the copies the plan's one asynchronous copy put in its own
-            # device memory with the schedule (run passes None and the binding takes them from there)
-            if stream is None:
-                self._indexes = (None, uploader.indices(indices), None)
-            else:
-                with uploader.on_stream(stream):
-                    self._indexes = (None, uploader.indices(indices), None)
-        elif stream is None:
-            device_indptr, device_last = uploader.upload(batch)
-            self._indexes = (device_indptr, uploader.indices(indices), device_last)
-        else:
-            with uploader.on_stream(stream):
-                device_indptr, device_last = uploader.upload(batch)
-                self._indexes = (device_indptr, uploader.indices(indices), device_last)
-
     def _host_indexes(self, indptr, indices, last_page_len, batch):
-        """The CPU backend's index arrays for run (indices already int32 on the host): the planned
-        ones, or copies in the CUDA-graph buffers, which run then reads as a replayed graph would
-        (indices are not copied when they are the indices buffer, which SGLang fills before
+        """The CPU backend's index arrays for run with CUDA-graph buffers (indices already int32 on
+        the host and known to fit): copies in the buffers, which run then reads as a replayed graph
+        would (indices are not copied when they are the indices buffer, which SGLang fills before
         planning)."""
-        if self._graph_buffers is None:
-            return indptr, indices, last_page_len
         indptr_buffer, indices_buffer, last_buffer = self._graph_buffers
         copy_index_into(_PLAN, "indptr", indptr_buffer, indptr)
         copy_index_into(_PLAN, "last_page_len", last_buffer, last_page_len)
@@ -544,7 +583,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         max_batch, max_kv_len = self._maxima(self._config, self._explicit, batch, longest)
         plan = _ext.decode_plan_create(max_batch_size=max_batch, max_kv_len=max_kv_len, **self._config)
         self._max_batch, self._max_kv_len = max_batch, max_kv_len
-        if self._cuda and (self._uploader is None or self._uploader.staging.shape[0] < 2 * max_batch + 1):
+        if self._cuda and (self._uploader is None or self._uploader.max_batch < max_batch):
             self._uploader = _IndexUploader(self._workspace, max_batch, self._graph_buffers)
         self._plan = self._base_plan = plan
         self._plans = {self._base_options: plan}  # C plan by canonical options, all of these maxima
@@ -584,7 +623,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def _update(self, indptr, last_page_len, stream):
         uploader = self._uploader
-        staging = None if uploader is None or uploader.graph_buffers is None else uploader.staging
+        staging = None if uploader is None else uploader.staging
         return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, staging, stream)
 
     def _apply_options(self, stream):
@@ -807,10 +846,11 @@ def fast_decode_plan(wrapper, indptr, indices, last_page_len, num_qo_heads, num_
     if page_size == 1 and getattr(last_page_len, "is_cuda", False):
         last_page_len = _host_ones(wrapper, last_page_len.shape[0])
     last = wrapper._key
-    extras = (None, None, None, "2") if last is None else (last[9], last[17], last[18], last[19])
+    if last is None:
+        last = (None,) * 17 + (None, None, "2")
     key = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
-           q_data_type, kv_data_type, extras[0], data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
-           disable_split_kv, q_len_per_req, extras[1], extras[2], extras[3])
+           q_data_type, kv_data_type, last[9], data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
+           disable_split_kv, q_len_per_req, last[17], last[18], last[19])
     wrapper._plan_batch(key, 0, indptr, indices, last_page_len, stream)
 
 

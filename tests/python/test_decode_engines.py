@@ -696,3 +696,36 @@ def test_signatures():
     assert plan["is_causal"].kind is inspect.Parameter.KEYWORD_ONLY and plan["is_causal"].default is None
     assert "fast_decode_plan" in ignis.decode.__all__
     assert "CUDAGraphBatchDecodeWithPagedKVCacheWrapper" in ignis.decode.__all__
+
+
+@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("graph", [False, True], ids=["plain", "graph_buffers"])
+def test_refused_indices_leave_the_previous_plan(host, graph):
+    """An indices array plan refuses (not integers, not 1-D, outside int32, longer than the
+    CUDA-graph indices buffer) is refused before anything is scheduled or copied: the previous
+    plan still runs, with its previous result, on every backend."""
+    pool = Pool(12, 16, 2, 64, host)
+    lengths = [40, 9]
+    indptr, indices, last = pool.batch(lengths)
+    if graph:
+        buffers = (zeros_i32(4, host), zeros_i32(len(indices), host), zeros_i32(3, host))
+        wrapper = CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(host, "sglang"), *buffers)
+    else:
+        wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace(host, "sglang"))
+    args = (i32(indptr, host), pages(indices, host), i32(last, host), 8, 2, 64, 16)
+    wrapper.plan(*args)
+    q = queries(2, 8, 64, host)
+    want = reference(pool, q, indptr, indices, lengths)[0]
+    assert_close(wrapper.run(q, pool.cache), want)
+    other = pool.batch([16, 16, 1])  # another batch: what a half-done plan would leave behind
+    bad = [(ignis.DtypeError, on_device(indices, host, "f32")),
+           (ignis.InvalidArgumentError, pages(np.stack([indices, indices]), host)),
+           (ignis.InvalidArgumentError, on_device(np.append(indices, 2**40), host, "i64"))]
+    if graph:
+        bad.append((ignis.InvalidArgumentError, pages(np.append(indices, indices), host)))
+    for error, refused in bad:
+        with pytest.raises(error):
+            wrapper.plan(i32(other[0], host), refused, i32(other[2], host), 8, 2, 64, 16)
+        with pytest.raises(error):
+            fast_decode_plan(wrapper, i32(other[0], host), refused, i32(other[2], host), 8, 2, 64, 16)
+        assert_close(wrapper.run(q, pool.cache), want)

@@ -5,9 +5,9 @@ ignis.trtllm: no plan, nothing per step on the host beyond the call) side by sid
 Shapes: 32 query / 8 KV heads, head dim 128, page 16, NHD, pages in random order; batch x KV length
 64x4096, 256x2048, 128x8192, 1x32768, 16x16384 with 64 query heads, and a batch of 64 with mixed
 lengths (uniform in 1..8192, max_seq_len the longest). Times are GPU time (gpu_timing.median_us:
-bursts queued behind a GPU sleep); "host us" is the host time of one call (median, nothing
-synchronized; the wrapper's is plan + run, as an engine pays per step without CUDA graphs). The
-bar (the engines-switch issue's): block-table time / wrapper time <= 1.02 for every shape; the
+bursts queued behind a GPU sleep); "host us" is the host time of one call (median, issued to an idle
+GPU: synchronized between calls, untimed; the wrapper's is plan + run, as an engine pays per step
+without CUDA graphs). The bar (the engines-switch issue's): block-table time / wrapper time <= 1.02 for every shape; the
 outputs must agree (max |a - b| / max |b| <= 1e-2). Exit status 1 when a bar fails.
 
     PYTHONPATH=build/python python3 bench/decode_block_table.py [--markdown FILE] [--iters N]
@@ -37,8 +37,11 @@ SHAPES = [  # batch, kv_len (None: mixed), qo_heads, kv_heads
 
 
 def host_us(call, n=200):
+    """Median host time of one call issued to an idle GPU (synchronized between calls, untimed), so
+    that no call waits on the device."""
     samples = []
     for _ in range(n):
+        torch.cuda.synchronize()
         t0 = time.perf_counter()
         call()
         samples.append((time.perf_counter() - t0) * 1e6)

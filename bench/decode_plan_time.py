@@ -1,5 +1,7 @@
-"""Host time of BatchDecodeWithPagedKVCacheWrapper.plan: the decode issue asks for at most 10 us at
-batch 256 (plan takes host metadata only, never reads device memory, never synchronizes).
+"""Host time of BatchDecodeWithPagedKVCacheWrapper.plan and of fast_decode_plan: the decode issue asks
+for at most 10 us at batch 256 (plan takes host metadata only, never reads device memory, never
+synchronizes), the engines-switch issue the same of fast_decode_plan, which vLLM calls on its
+CUDA-graph wrappers (persistent index buffers of the largest batch, here 256) between replays.
 
 Each row re-plans one wrapper with the same configuration (the C plan object is kept; each call
 schedules the batch and, on CUDA, copies indptr / last_page_len to the device asynchronously),
@@ -16,7 +18,8 @@ else on the host (the CPU backend: no device copy, so only a sanity check of the
 
     PYTHONPATH=build/python python3 bench/decode_plan_time.py [--markdown FILE] [--iters N] [--device cpu]
 
-Prints a markdown table and PASS / FAIL against the 10 us budget at batch 256; exits 1 on FAIL.
+Prints a markdown table and PASS / FAIL against the 10 us budget at batch 256 (both calls); exits 1 on
+FAIL.
 """
 
 import argparse
@@ -27,6 +30,7 @@ import time
 import numpy as np
 
 import ignis
+from ignis.decode import fast_decode_plan
 
 try:
     import torch
@@ -45,6 +49,15 @@ def use_cuda(requested):
     return available and requested != "cpu"
 
 
+def graph_buffers(batch, cuda):
+    """vLLM's persistent indptr / indices / last_page_len buffers for a CUDA-graph wrapper."""
+    pages = (KV_LEN + PAGE - 1) // PAGE
+    shapes = (batch + 1, batch * pages, batch)
+    if cuda:
+        return tuple(torch.zeros(n, dtype=torch.int32, device="cuda") for n in shapes)
+    return tuple(np.zeros(n, np.int32) for n in shapes)
+
+
 def batch_arrays(batch, kind, cuda):
     pages = (KV_LEN + PAGE - 1) // PAGE
     indptr = np.arange(0, batch * pages + 1, pages, dtype=np.int32)
@@ -57,12 +70,20 @@ def batch_arrays(batch, kind, cuda):
     return indptr, indices, last
 
 
-def time_plan(wrapper, arrays, iters, cuda):
-    """(median, p90) us with the GPU idle before each call, and the back-to-back median."""
+def time_plan(wrapper, arrays, iters, cuda, fast=False):
+    """(median, p90) us with the GPU idle before each call, and the back-to-back median; fast: the
+    call is fast_decode_plan (after one plan), as vLLM re-plans its CUDA-graph wrappers."""
     indptr, indices, last = arrays
 
     def plan():
         wrapper.plan(indptr, indices, last, HEADS, KV_HEADS, HEAD_DIM, PAGE, q_data_type="bfloat16")
+
+    if fast:
+        plan()
+
+        def plan():  # noqa: F811 (vLLM's call: flashinfer.py, after the first plan of the wrapper)
+            fast_decode_plan(wrapper, indptr, indices, last, HEADS, KV_HEADS, HEAD_DIM, PAGE, "NONE", -1, None,
+                             "bfloat16", "bfloat16")
 
     def sample(idle):
         if idle and cuda:
@@ -93,25 +114,34 @@ def main():
     kinds = ["numpy"] + (["torch-cpu"] if torch is not None else [])
 
     rows, worst = [], 0.0
-    for kind in kinds:
-        wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
-        for batch in BATCHES:
-            median, p90, back_to_back = time_plan(wrapper, batch_arrays(batch, kind, cuda), args.iters, cuda)
-            rows.append((kind, batch, median, p90, back_to_back))
-            if batch == 256:
-                worst = max(worst, median)
-        if cuda:
-            torch.cuda.synchronize()
+    for call in ("plan", "fast_decode_plan"):
+        for kind in kinds:
+            if call == "plan":
+                wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+            else:  # vLLM's CUDA-graph wrapper: persistent index buffers of the largest batch
+                buffers = graph_buffers(max(BATCHES), cuda)
+                wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True,
+                                                                   paged_kv_indptr_buffer=buffers[0],
+                                                                   paged_kv_indices_buffer=buffers[1],
+                                                                   paged_kv_last_page_len_buffer=buffers[2])
+            for batch in BATCHES:
+                median, p90, back_to_back = time_plan(wrapper, batch_arrays(batch, kind, cuda), args.iters, cuda,
+                                                      call != "plan")
+                rows.append((call, kind, batch, median, p90, back_to_back))
+                if batch == 256:
+                    worst = max(worst, median)
+            if cuda:
+                torch.cuda.synchronize()
     device = torch.cuda.get_device_name() if cuda else "host (CPU backend)"
     verdict = "PASS" if worst <= BUDGET_US else "FAIL"
     lines = [
-        "decode plan() host time on %s: %d heads / %d KV heads, head dim %d, page %d, %d keys per request, "
+        "decode plan() / fast_decode_plan() host time on %s: %d heads / %d KV heads, head dim %d, page %d, %d keys per request, "
         "median of %d calls" % (device, HEADS, KV_HEADS, HEAD_DIM, PAGE, KV_LEN, args.iters),
         "",
-        "| indptr / last_page_len | batch | median us | p90 us | back-to-back median us |",
-        "|---|---:|---:|---:|---:|",
+        "| call | indptr / last_page_len | batch | median us | p90 us | back-to-back median us |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    lines += ["| %s | %d | %.2f | %.2f | %.2f |" % row for row in rows]
+    lines += ["| %s | %s | %d | %.2f | %.2f | %.2f |" % row for row in rows]
     lines += ["", "%s: worst median at batch 256 is %.2f us (budget %.0f us)" % (verdict, worst, BUDGET_US)]
     text = "\n".join(lines)
     print(text)

@@ -204,6 +204,8 @@ class _IndexUploader:
         changes nothing): the indices buffer itself, a device array used in place, or a host array
         that ``stage`` copies. Nothing is copied to the device here."""
         buffer = self.buffer
+        if getattr(indices, "ndim", 1) != 1:
+            raise InvalidArgumentError("%s: indices must be 1-D, not of shape %s" % (_PLAN, tuple(indices.shape)))
         dtype = getattr(indices, "dtype", None)
         int32 = _int32_dtypes.get(dtype)
         if int32 is None:

@@ -42,7 +42,7 @@ import os
 import sys
 
 from . import _ext
-from ._alloc import framework_of, new_array, new_output
+from ._alloc import framework_of, new_array, new_index_output, new_output
 from ._common import dtype_name
 from ._errors import InvalidArgumentError, UnsupportedError
 
@@ -325,11 +325,12 @@ def top_k_page_table_transform(input, src_page_table, lengths, k, row_to_batch=N
     every index; unused positions are -1. ``deterministic`` and ``dsa_graph_safe`` are accepted: results
     are always deterministic and the call never synchronizes (safe inside CUDA-graph capture)."""
     tie = _tie_break_value("top_k_page_table_transform", tie_break)
+    finish = None
     if out is None:
-        out = new_array(input, (input.shape[0], max(int(k), 0)), "int32")
+        out, finish = new_index_output(input, (input.shape[0], max(int(k), 0)))
     _ext.top_k_page_table_transform(input, src_page_table, lengths, int(k), row_to_batch, row_starts,
                                     page_table_row_starts, int(page_size), tie, out, out_raw_indices, stream)
-    return out
+    return out if finish is None else finish(out)
 
 
 def top_k_ragged_transform(input, offsets, lengths, k, deterministic=False, tie_break=TopKTieBreak.NONE,
@@ -341,6 +342,6 @@ def top_k_ragged_transform(input, offsets, lengths, k, deterministic=False, tie_
     ``lengths[i] <= k`` select every index. ``deterministic`` and ``dsa_graph_safe`` are accepted, as
     for ``top_k_page_table_transform``."""
     tie = _tie_break_value("top_k_ragged_transform", tie_break)
-    out = new_array(input, (input.shape[0], max(int(k), 0)), "int32")
+    out, finish = new_index_output(input, (input.shape[0], max(int(k), 0)))
     _ext.top_k_ragged_transform(input, offsets, lengths, int(k), row_starts, tie, out, stream)
-    return out
+    return finish(out)

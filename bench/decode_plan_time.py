@@ -1,7 +1,8 @@
 """Host time of BatchDecodeWithPagedKVCacheWrapper.plan and of fast_decode_plan: the decode issue asks
 for at most 10 us at batch 256 (plan takes host metadata only, never reads device memory, never
 synchronizes), the engines-switch issue the same of fast_decode_plan, which vLLM calls on its
-CUDA-graph wrappers (persistent index buffers of the largest batch, here 256) between replays.
+CUDA-graph wrappers (persistent index buffers of the largest batch, here 256, the page indices
+written into the indices buffer and a view of it passed, as vLLM does) between replays.
 
 Each row re-plans one wrapper with the same configuration (the C plan object is kept; each call
 schedules the batch and, on CUDA, copies indptr / last_page_len to the device asynchronously),
@@ -78,7 +79,13 @@ def time_plan(wrapper, arrays, iters, cuda, fast=False):
     def plan():
         wrapper.plan(indptr, indices, last, HEADS, KV_HEADS, HEAD_DIM, PAGE, q_data_type="bfloat16")
 
-    if fast:
+    if fast:  # as vLLM: the page table written into the wrapper's indices buffer, a view of it passed
+        n = indices.shape[0]
+        if cuda:
+            wrapper._paged_kv_indices_buf[:n].copy_(indices)
+        else:
+            wrapper._paged_kv_indices_buf[:n] = indices
+        indices = wrapper._paged_kv_indices_buf[:n]
         plan()
 
         def plan():  # noqa: F811 (vLLM's call: flashinfer.py, after the first plan of the wrapper)

@@ -2194,6 +2194,60 @@ static void test_bad_inputs(h_backend backend) {
  * the transposed kernel for blocks of at most 8 query rows, the m16 kernel above, and the page
  * kernel (sm_90, NHD with 8 KV heads at head dim 128, pages of 16) once an unsplit batch fills
  * its waves, which batch 1 does not. The knobs that move these choices skip their part. */
+/* ignis_decode_plan_copy_index_arrays: the last update's kv_indptr / kv_last_page_len land in the
+ * front of the caller's buffers (the rest untouched), after each update; bad buffers are refused
+ * naming them, nothing written. */
+static void test_copy_index_arrays(h_backend backend) {
+  h_case("decode plan index arrays into caller buffers on %s", h_backend_name(backend));
+  h_rng rng = h_rng_make(0xc0b1 + (uint64_t)backend);
+  const int64_t B = 5, P = 16, Hkv = 2, D = 64, H = 4;
+  attn_opts o = opts_variant(0);
+  kv_batch c;
+  kv_make(&c, backend, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, NULL, 300, &o, &rng);
+  plan_spec sp = {H, Hkv, D, P, 1, B + 3, 400, 0, IGNIS_BF16, IGNIS_BF16, SPLIT_AUTO, o};
+  plan_env e;
+  if (!plan_open(&e, backend, &sp)) {
+    kv_free(&c);
+    return;
+  }
+  h_buf indptr = h_buf_alloc(backend, IGNIS_I32, B + 4), last = h_buf_alloc(backend, IGNIS_I32, B + 3);
+  for (int64_t i = 0; i < indptr.count; ++i)
+    h_set(&indptr, i, -3.0);
+  for (int64_t i = 0; i < last.count; ++i)
+    h_set(&last, i, -3.0);
+  h_buf_upload(&indptr);
+  h_buf_upload(&last);
+  ignis_tensor ti = h_view(&indptr, 0, 1, (int64_t[]){indptr.count}, NULL);
+  ignis_tensor tl = h_view(&last, 0, 1, (int64_t[]){last.count}, NULL);
+  for (int64_t batch = B; batch >= B - 2; batch -= 2) {
+    if (!CHECK_STATUS(ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), batch, e.ws, e.ws_bytes, NULL),
+                      IGNIS_OK) ||
+        !CHECK_STATUS(ignis_decode_plan_copy_index_arrays(e.plan, &ti, &tl, NULL), IGNIS_OK))
+      break;
+    h_buf_download(&indptr);
+    h_buf_download(&last);
+    for (int64_t b = 0; b < indptr.count; ++b)
+      CHECKF(h_get(&indptr, b) == (b <= batch ? (double)i32(&c.indptr)[b] : b <= B ? (double)i32(&c.indptr)[b] : -3.0),
+             "batch %lld: kv_indptr[%lld] = %g", (long long)batch, (long long)b, h_get(&indptr, b));
+    for (int64_t b = 0; b < last.count; ++b)
+      CHECKF(h_get(&last, b) == (b < B ? (double)i32(&c.last)[b] : -3.0), "batch %lld: kv_last_page_len[%lld] = %g",
+             (long long)batch, (long long)b, h_get(&last, b));
+  }
+  ignis_tensor short_indptr = ti;
+  short_indptr.shape[0] = B - 2; /* the last update had B - 2 requests: B - 1 entries needed */
+  CHECK_ERROR(ignis_decode_plan_copy_index_arrays(e.plan, &short_indptr, &tl, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "kv_indptr");
+  ignis_tensor wrong = tl;
+  wrong.dtype = IGNIS_I64;
+  CHECK_ERROR(ignis_decode_plan_copy_index_arrays(e.plan, &ti, &wrong, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "kv_last_page_len");
+  CHECK_ERROR(ignis_decode_plan_copy_index_arrays(NULL, &ti, &tl, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "plan");
+  h_buf_free(&indptr);
+  h_buf_free(&last);
+  plan_close(&e);
+  kv_free(&c);
+}
+
 /* ignis_decode_run_block_table's own checks: each names the parameter and writes nothing. */
 static void test_block_table_bad_inputs(h_backend backend) {
   h_case("block-table decode bad inputs on %s", h_backend_name(backend));
@@ -2326,7 +2380,7 @@ static void test_kernel_choice(h_backend backend) {
 int main(void) {
   h_init("test_decode");
   /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
-   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice", "block table"; "page shape" the page kernel's cases of the batch,
+   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice", "block table", "index arrays"; "page shape" the page kernel's cases of the batch,
    * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
    * IGNIS_DECODE_PAGE_KERNEL=always) */
   if (h_selected("planner"))
@@ -2345,6 +2399,8 @@ int main(void) {
       test_workspace_bound(backend);
     if (h_selected("kernel choice"))
       test_kernel_choice(backend);
+    if (h_selected("index arrays"))
+      test_copy_index_arrays(backend);
     if (h_selected("block table")) {
       test_block_table(backend);
       test_block_table_bad_inputs(backend);

@@ -200,6 +200,15 @@ IGNIS_API ignis_status ignis_decode_plan_index_views(const ignis_decode_plan *pl
                                                      size_t workspace_bytes, ignis_tensor *kv_indptr,
                                                      ignis_tensor *kv_last_page_len);
 
+/* Copy the last update's kv_indptr (batch + 1 entries) and kv_last_page_len (batch entries) into
+ * the front of the caller's 1-D contiguous i32 tensors on the plan's device (at least that long):
+ * asynchronous device-to-device copies on `stream`, ordered after the update's own copy (CPU plans:
+ * host copies). For CUDA-graph wrappers whose persistent index buffers a captured run reads, as
+ * FlashInfer's plan fills them, without a host-to-device copy of their own. Nothing is written on
+ * an error. */
+IGNIS_API ignis_status ignis_decode_plan_copy_index_arrays(const ignis_decode_plan *plan, ignis_tensor *kv_indptr,
+                                                           ignis_tensor *kv_last_page_len, void *stream);
+
 /* The kernel the plan's runs take (for diagnostics and benchmarks): the one of its last update (a
  * batch the page kernel's schedule suits runs "decode_page"), before any update the one its
  * backend chose at creation. *name is a static string: "cpu", "decode_m16", "decode_transposed"

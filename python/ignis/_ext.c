@@ -1709,12 +1709,12 @@ static PyObject *plan_update_declined(int host_copy_needed, int64_t batch, int64
   return result;
 }
 
-/* (plan, kv_indptr, kv_last_page_len, workspace_or_None, staging_or_None, stream): plan_update
+/* (plan, kv_indptr, kv_last_page_len, workspace_or_None, graph_buffers_or_None, stream): plan_update
  * straight from host arrays (the fast path of plan()). kv_indptr and kv_last_page_len are read in
- * place when they are 1-D contiguous int32 host arrays; `staging`, a writable int32 host array of
- * at least 2 * batch + 1 entries, receives [kv_indptr | kv_last_page_len] for the caller's one
- * copy to the device. Returns the batch size when planned, else a PlanUpdateDeclined (nothing
- * done). */
+ * place when they are 1-D contiguous int32 host arrays; graph_buffers, a CUDA-graph wrapper's
+ * (indptr_buffer, last_page_len_buffer) device tensors, receive the planned arrays by
+ * ignis_decode_plan_copy_index_arrays on the update's stream. Returns the batch size when planned,
+ * else a PlanUpdateDeclined (nothing done). */
 static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchDecodeWithPagedKVCacheWrapper.plan";
   if (check_nargs(fn, nargs, 6) < 0)
@@ -1722,7 +1722,7 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
   decode_plan_handle *handle = decode_plan_of(fn, args[0]);
   if (!handle)
     return NULL;
-  host_i32 indptr, last, staging;
+  host_i32 indptr, last;
   if (!read_host_i32(args[1], 0, &indptr))
     return plan_update_declined(1, -1, -1);
   if (!read_host_i32(args[2], 0, &last)) {
@@ -1731,7 +1731,6 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
   }
   PyObject *result = NULL;
   int64_t batch = indptr.len - 1;
-  staging.has_buffer = 0;
   if (batch < 0 || last.len != batch) {
     PyErr_Format(INVALID_ARGUMENT_ERROR,
                  "%s: last_page_len has %lld entries but indptr (%lld entries) describes %lld requests", fn,
@@ -1743,32 +1742,44 @@ static PyObject *ext_decode_plan_update(PyObject *self, PyObject *const *args, P
     result = plan_update_declined(0, batch, longest);
     goto done;
   }
-  if (args[4] != Py_None) {
-    if (read_host_i32(args[4], 1, &staging) == 0 || staging.len < 2 * batch + 1) {
-      raise_type("%s: the staging array must be a writable int32 host array of at least %lld entries", fn,
-                 (long long)(2 * batch + 1));
-      goto done;
-    }
-    memcpy(staging.data, indptr.data, sizeof(int32_t) * (size_t)(batch + 1));
-    memcpy(staging.data + batch + 1, last.data, sizeof(int32_t) * (size_t)batch);
-  }
   void *ws, *stream;
   size_t ws_bytes;
-  op_call c;
-  if (plan_update_workspace(fn, args[3], args[5], &c, &ws, &ws_bytes, &stream) < 0)
+  op_call c, buffers;
+  buffers.count = 0;
+  if (args[4] != Py_None) {
+    static const char *const names[] = {"paged_kv_indptr_buffer", "paged_kv_last_page_len_buffer"};
+    PyObject *objs[2];
+    if (!PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != 2) {
+      raise_type("%s: graph_buffers must be a (indptr_buffer, last_page_len_buffer) tuple", fn);
+      goto done;
+    }
+    objs[0] = PyTuple_GET_ITEM(args[4], 0);
+    objs[1] = PyTuple_GET_ITEM(args[4], 1);
+    if (op_call_begin(&buffers, fn, objs, names, 2, 3u, args[5]) < 0) {
+      buffers.count = 0;
+      goto done;
+    }
+  }
+  if (plan_update_workspace(fn, args[3], args[5], &c, &ws, &ws_bytes, &stream) < 0) {
+    if (buffers.count)
+      op_call_release(&buffers);
     goto done;
+  }
   PyThreadState *thread = PyEval_SaveThread();
   ignis_status status =
       ignis_decode_plan_update(handle->plan, indptr.data, last.data, batch, ws, ws_bytes, stream);
+  if (status == IGNIS_OK && buffers.count)
+    status = ignis_decode_plan_copy_index_arrays(handle->plan, &buffers.tensors[0], &buffers.tensors[1], stream);
   PyEval_RestoreThread(thread);
   if (c.count)
     op_call_release(&c);
+  if (buffers.count)
+    op_call_release(&buffers);
   if (status != IGNIS_OK)
     raise_status(status, ignis_last_error());
   else
     result = PyLong_FromLongLong(batch);
 done:
-  host_i32_release(&staging);
   host_i32_release(&last);
   host_i32_release(&indptr);
   return result;

@@ -93,7 +93,6 @@ the buffers (FlashInfer wants them equal); ``q_len_per_req`` is frozen by the fi
 FlashInfer.
 """
 
-import functools
 import sys
 
 from . import _ext
@@ -147,39 +146,22 @@ class _IndexUploader:
     """The device side of plan's index arrays on CUDA. Page indices: used in place when on the
     device, else copied there. indptr / last_page_len: without CUDA-graph buffers the run reads the
     copies the C plan uploads with its schedule (nothing to do here); with them (FlashInfer's
-    use_cuda_graph), a host staging array that decode_plan_update fills with
-    ``[indptr | last_page_len]`` (2 * max_batch + 1 int32) and, per batch size, the copies into the
-    graph buffers."""
+    use_cuda_graph), decode_plan_update copies the planned arrays into the graph buffers on the
+    device (``graph_arrays``: ignis_decode_plan_copy_index_arrays, no host-to-device copy of their
+    own), and the runs read the buffers' views of each batch size."""
 
     def __init__(self, workspace, max_batch, graph_buffers):
-        n = 2 * max_batch + 1
         self.workspace = workspace
         self.max_batch = max_batch
         self.graph_buffers = graph_buffers
         self.buffer = None if graph_buffers is None else graph_buffers[1]
-        if hasattr(workspace, "new_empty"):  # PyTorch
-            import torch
-
-            self.torch = True
-            staging = torch.empty((n,), dtype=torch.int32)
-        else:
-            import numpy
-
-            self.torch = False
-            staging = numpy.empty((n,), dtype=numpy.int32)
-        self.staging = None if graph_buffers is None else staging  # decode_plan_update's staging argument
+        self.torch = hasattr(workspace, "new_empty")  # PyTorch
+        # decode_plan_update's graph_buffers argument
+        self.graph_arrays = None if graph_buffers is None else (graph_buffers[0], graph_buffers[2])
         self.views = {}
 
-    def _copier(self, dst, src):
-        """A call that copies host src into device dst asynchronously (no Python frame of its own)."""
-        return functools.partial(dst.copy_, src, True) if self.torch else functools.partial(dst.set, src)
-
     def _make(self, batch):
-        staging = self.staging
-        indptr, last = self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch]
-        copies = (self._copier(indptr, staging[: batch + 1]),
-                  self._copier(last, staging[batch + 1 : 2 * batch + 1]))
-        views = self.views[batch] = (copies, indptr, last)
+        views = self.views[batch] = (self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch])
         return views
 
     def on_stream(self, stream):
@@ -229,8 +211,9 @@ class _IndexUploader:
     def stage(self, batch, source, stream):
         """The run's (indptr, indices, last_page_len) on the device once the batch is scheduled:
         without CUDA-graph buffers (None, indices, None), the run taking indptr / last_page_len
-        from the plan's own upload; with them, the buffers, filled from the staging array and from
-        `source` (``source``'s answer) by asynchronous copies on `stream`."""
+        from the plan's own upload; with them, the buffers (indptr and last_page_len filled by
+        decode_plan_update, the indices from `source`, ``source``'s answer, by an asynchronous
+        copy on `stream` unless it is the buffer)."""
         if stream is None:
             return self._stage(batch, source)
         with self.on_stream(stream):
@@ -243,11 +226,9 @@ class _IndexUploader:
         views = self.views.get(batch)
         if views is None:
             views = self._make(batch)
-        for copy in views[0]:
-            copy()
         if source is not buffer:
             copy_index_into(_PLAN, "indices", buffer, source)
-        return views[1], buffer, views[2]
+        return views[0], buffer, views[1]
 
 
 def _planned_option(index, name):
@@ -438,7 +419,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         else:
             indices = uploader.source(indices)
             batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
-                                            uploader.staging, stream)
+                                            uploader.graph_arrays, stream)
         if batch.__class__ is not int:
             indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
             uploader = self._uploader
@@ -625,8 +606,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def _update(self, indptr, last_page_len, stream):
         uploader = self._uploader
-        staging = None if uploader is None else uploader.staging
-        return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, staging, stream)
+        arrays = None if uploader is None else uploader.graph_arrays
+        return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, arrays, stream)
 
     def _apply_options(self, stream):
         """Make the active C plan the one of the wrapper's current options (forward's overrides, or

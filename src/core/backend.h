@@ -49,6 +49,8 @@ typedef struct ignis_backend {
   ignis_status (*event_synchronize)(void *event);
   ignis_status (*copy_to_device_async)(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                        void *event);
+  /* An asynchronous device-to-device copy on `stream` (a plan's index arrays into caller buffers). */
+  ignis_status (*copy_device_async)(void *dst, const void *src, size_t bytes, int32_t device, void *stream);
 
   /* ---- kernel choice: once per plan (at creation) or per single call; the plan records it ----
    * Decode, for this head dim, K/V dtype and query rows per block (q_len * group): `general`, the

@@ -907,3 +907,33 @@ ignis_status ignis_decode_run_block_table(const ignis_decode_plan *plan, const i
   IGNIS_TRY(fill_block_table_schedule(fn, plan, batch, min64(max_seq_len, p.cache.pages_per_seq * c->page_size), &p));
   return target.backend->decode(&p, target.device.id, stream);
 }
+
+/* ---- index arrays for CUDA-graph buffers ---------------------------------------------------- */
+ignis_status ignis_decode_plan_copy_index_arrays(const ignis_decode_plan *plan, ignis_tensor *kv_indptr,
+                                                 ignis_tensor *kv_last_page_len, void *stream) {
+  static const char fn[] = "ignis_decode_plan_copy_index_arrays";
+  ignis_clear_error();
+  IGNIS_TRY(check_run_plan(fn, plan, 1));
+  IGNIS_TRY(ignis_check_index_vector(fn, "kv_indptr", kv_indptr, -1, plan->batch_size + 1));
+  IGNIS_TRY(ignis_check_index_vector(fn, "kv_last_page_len", kv_last_page_len, -1, plan->batch_size));
+  IGNIS_TRY(ignis_check_disjoint(fn, "kv_indptr", kv_indptr, "kv_last_page_len", kv_last_page_len));
+  const ignis_tensor *tensors[] = {kv_indptr, kv_last_page_len};
+  const char *names[] = {"kv_indptr", "kv_last_page_len"};
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 2, &target));
+  IGNIS_TRY(ignis_check_run_device(fn, target.device, plan->config.device));
+  void *schedule = ignis_plan_schedule(&plan->storage);
+  const int32_t *indptr = ignis_decode_schedule_indptr_of(&plan->bounds.planner, schedule);
+  const int32_t *last = ignis_decode_schedule_last_page_len_of(&plan->bounds.planner, schedule);
+  const size_t indptr_bytes = sizeof(int32_t) * (size_t)(plan->batch_size + 1);
+  const size_t last_bytes = sizeof(int32_t) * (size_t)plan->batch_size;
+  if (target.backend->host_memory) {
+    memcpy(kv_indptr->data, indptr, indptr_bytes);
+    memcpy(kv_last_page_len->data, last, last_bytes);
+    return IGNIS_OK;
+  }
+  IGNIS_TRY(target.backend->copy_device_async(kv_indptr->data, indptr, indptr_bytes, target.device.id, stream));
+  if (last_bytes == 0)
+    return IGNIS_OK;
+  return target.backend->copy_device_async(kv_last_page_len->data, last, last_bytes, target.device.id, stream);
+}

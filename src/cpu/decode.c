@@ -148,7 +148,7 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
     if (!implicit)
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
     for (int64_t i = 0; i < num_items; ++i)
-      implicit[i] = ignis_decode_implicit_item(i, p->implicit_chunk_tokens, splits);
+      implicit[i] = ignis_decode_implicit_item((int32_t)i, (int32_t)p->implicit_chunk_tokens, (int32_t)splits);
     items = implicit;
   } else {
     num_items = *p->num_work;

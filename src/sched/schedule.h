@@ -35,10 +35,13 @@ typedef struct ignis_decode_work {
 IGNIS_SCHED_INLINE int64_t ignis_decode_implicit_items(int64_t kv_len, int64_t chunk_tokens) {
   return kv_len > chunk_tokens ? (kv_len + chunk_tokens - 1) / chunk_tokens : 1;
 }
-IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int64_t w, int64_t chunk_tokens, int64_t splits) {
-  const int64_t i = w % splits, start = i * chunk_tokens;
-  const int64_t end = i == splits - 1 ? (int64_t)INT32_MAX : start + chunk_tokens;
-  ignis_decode_work item = {(int32_t)(w / splits), (int32_t)start, (int32_t)end, splits > 1 ? (int32_t)w : -1};
+/* (32-bit arithmetic: w < items <= INT32_MAX, and every chunk but a request's last ends within its
+ * bound; a 64-bit division would cost the kernels registers) */
+IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int32_t w, int32_t chunk_tokens, int32_t splits) {
+  const uint32_t request = (uint32_t)w / (uint32_t)splits, i = (uint32_t)w - request * (uint32_t)splits;
+  const int32_t start = (int32_t)(i * (uint32_t)chunk_tokens);
+  const int32_t end = i == (uint32_t)splits - 1 ? INT32_MAX : start + chunk_tokens;
+  ignis_decode_work item = {(int32_t)request, start, end, splits > 1 ? w : -1};
   return item;
 }
 

@@ -66,7 +66,6 @@ def block_table(lengths, page_size, num_pages, width):
 
 def reference(q, cache, table, lengths, q_len, sm_scale, v_scale, window_left=-1, sinks=None):
     q = as_f64(q)
-    heads, dim = q.shape[1], q.shape[2]
     out, lse = np.zeros(q.shape), np.zeros(q.shape[:2])
     for b, length in enumerate(lengths):
         pages = table[b, :-(-length // cache.page_size)]

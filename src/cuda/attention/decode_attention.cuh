@@ -22,8 +22,24 @@
 #include "cuda/attention/decode_common.cuh"
 #include "cuda/attention/decode_transposed.cuh"
 
+/* Blocks per SM the register allocation must allow (__launch_bounds__), where the shared-memory ring
+ * would allow them (decode_tile): without RoPE, at head dim <= 128 4 for the transposed kernel and 3
+ * for the m16 one, and 3 for the transposed kernel over fp8 K/V at head dim 256 (its 256-byte rows
+ * are those of 16-bit head dim 128). Left alone the compiler takes a few registers more once the
+ * implicit schedule's item arithmetic is in the kernel (128 -> 166 for the transposed one at head
+ * dim 128 with 16-bit K/V: one block fewer per SM, B64 L4k decode 8% slower); at these bounds nothing
+ * spills but the m16 kernel's 16 bytes. Other shapes are bounded by shared memory or registers
+ * anyway: no bound. */
+template <int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
+constexpr int decode_min_blocks() {
+  return ROPE                  ? 1
+         : HEAD_DIM <= 128     ? (TRANSPOSED ? 4 : 3)
+         : TRANSPOSED && HEAD_DIM == 256 && (KIND == KV_E4M3 || KIND == KV_E5M2) ? 3
+                               : 1;
+}
+
 template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
-__global__ void __launch_bounds__(DECODE_THREADS)
+__global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_DIM, ROPE, TRANSPOSED>()))
     decode_attention_kernel(const ignis_decode_params p, const decode_config c) {
   constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
   constexpr bool BF16 = KIND == KV_BF16;

@@ -136,6 +136,13 @@ extern "C" ignis_status ignis_cuda_event_synchronize(void *event) {
   return IGNIS_OK;
 }
 
+extern "C" ignis_status ignis_cuda_copy_device_async(void *dst, const void *src, size_t bytes, int32_t device,
+                                                     void *stream) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  IGNIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+  return IGNIS_OK;
+}
+
 extern "C" ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device,
                                                         void *stream, void *event) {
   IGNIS_CUDA_ON_DEVICE(device);

@@ -32,6 +32,11 @@
  * Tolerances (the GPU multiplies in 16 bits with f32 accumulation; fp8 K/V are exact inputs of
  * the reference): out within rtol * max|ref| (bf16 2e-2, f16 2e-3; doubled past 8192 keys), lse
  * within rtol / 2 * (1 + |ref|).
+ * Block-table runs (ignis_decode_run_block_table): every split policy against the reference, with
+ * max_seq_len the longest request, above it and below it (requests past the bound still complete),
+ * padded and poisoned tables; on uniform batches the bits of the planned run; CUDA only: one
+ * captured graph replayed over new tables, lengths (some past the captured bound, padding rows of
+ * length 0) and queries. ignis_decode_plan_copy_index_arrays: the planned arrays in caller buffers.
  * Bad inputs: each returns the right status naming the parameter and writes nothing. */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <math.h>

@@ -6,7 +6,7 @@ It is loaded under the name ``flashinfer`` (import it that way only, never as
 the other submodules are the files beside this one. Each re-exports ignis' implementation of the
 FlashInfer module of that name, plus the names the engines import from it at load time that ignis
 lacks; those raise UnsupportedError (a NotImplementedError) naming the feature when called (MLA,
-NVFP4 KV caches, the TRT-LLM and XQA entry points, the fused top-k transforms). A FlashInfer
+NVFP4 KV caches, TRT-LLM-gen prefill over a block table). A FlashInfer
 module ignis has nothing of (fused_moe, comm, gemm, ...) does not exist here, so an engine's
 ``importlib.util.find_spec`` probe for it answers None and the engine takes its own path.
 

@@ -133,8 +133,8 @@ static int check_workspace_bound(const ignis_decode_plan_config *config, size_t 
   return 0;
 }
 
-/* Plan, workspace, one update with the case's page table, and the plan's index views. */
-static int make_batch_decode(const bench_case *c, void *stream, plan_state *s) {
+/* The decode plan configuration of a case: its shape, automatic splits. */
+static ignis_decode_plan_config decode_config_of(const bench_case *c) {
   ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
   config.device = c->device;
   config.num_qo_heads = c->q_heads;
@@ -145,6 +145,12 @@ static int make_batch_decode(const bench_case *c, void *stream, plan_state *s) {
   config.kv_dtype = c->dtype;
   config.max_batch_size = c->batch;
   config.max_kv_len = c->kv_len;
+  return config;
+}
+
+/* Plan, workspace, one update with the case's page table, and the plan's index views. */
+static int make_batch_decode(const bench_case *c, void *stream, plan_state *s) {
+  ignis_decode_plan_config config = decode_config_of(c);
   if (bench_check_status(ignis_decode_plan_create(&config, &s->decode), "ignis_decode_plan_create") != 0 ||
       bench_check_status(ignis_decode_workspace_size(s->decode, &s->workspace_bytes),
                          "ignis_decode_workspace_size") != 0 ||
@@ -195,16 +201,7 @@ static int describe_block_table_decode(const bench_case *c, bench_tensor_spec *s
 /* A plan and its workspace; no update (block-table runs take none). */
 static int make_block_table_decode(const bench_case *c, void *stream, plan_state *s) {
   (void)stream;
-  ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
-  config.device = c->device;
-  config.num_qo_heads = c->q_heads;
-  config.num_kv_heads = c->k_heads;
-  config.head_dim = c->head_dim;
-  config.page_size = c->page_size;
-  config.q_dtype = c->dtype;
-  config.kv_dtype = c->dtype;
-  config.max_batch_size = c->batch;
-  config.max_kv_len = c->kv_len;
+  ignis_decode_plan_config config = decode_config_of(c);
   if (bench_check_status(ignis_decode_plan_create(&config, &s->decode), "ignis_decode_plan_create") != 0 ||
       bench_check_status(ignis_decode_workspace_size(s->decode, &s->workspace_bytes),
                          "ignis_decode_workspace_size") != 0)

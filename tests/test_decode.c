@@ -1496,6 +1496,35 @@ static void test_workspace_sharing(void) {
   kv_free(&cb);
 }
 
+/* A stream and the graph of one call captured on it (the graph-replay tests). */
+typedef struct graph_capture {
+  cudaStream_t stream;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+} graph_capture;
+
+/* End a capture begun with `begin` around a call that returned `status`, and instantiate the graph;
+ * 1 when it is ready to replay. */
+static int graph_capture_end(graph_capture *g, cudaError_t begin, ignis_status status) {
+  cudaError_t end = begin == cudaSuccess ? cudaStreamEndCapture(g->stream, &g->graph) : begin;
+  int ready = CHECK_STATUS(status, IGNIS_OK);
+  ready &= CHECKF(end == cudaSuccess, "capture: %s", cudaGetErrorString(end));
+  if (ready) {
+    cudaError_t inst = cudaGraphInstantiate(&g->exec, g->graph, 0);
+    ready = CHECKF(inst == cudaSuccess, "instantiate: %s", cudaGetErrorString(inst));
+  }
+  return ready;
+}
+
+static void graph_capture_free(graph_capture *g) {
+  if (g->exec)
+    cudaGraphExecDestroy(g->exec);
+  if (g->graph)
+    cudaGraphDestroy(g->graph);
+  if (g->stream)
+    cudaStreamDestroy(g->stream);
+}
+
 /* One graph captured from ignis_decode_run at the largest batch; each replay follows a plan_update
  * (outside the graph) with new lengths, page tables, batch size and q, and must match the
  * reference for the rows of its batch and leave the rows past it unwritten. */
@@ -1538,24 +1567,16 @@ static void test_graph_replay(void) {
            *ref_lse = malloc(sizeof(double) * (size_t)(Bmax * q_len * H));
     plan_spec sp = {H, Hkv, D, P, q_len, Bmax, max_kv_len, 0, q_dtype, kv_dtype, SPLIT_AUTO, o};
     plan_env e;
-    cudaStream_t stream = NULL;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+    graph_capture g = {NULL, NULL, NULL};
+    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&g.stream) == cudaSuccess);
     if (ready) {
       ready = CHECK_STATUS(
-          ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), Bmax, e.ws, e.ws_bytes, stream),
+          ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), Bmax, e.ws, e.ws_bytes, g.stream),
           IGNIS_OK);
-      cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
-      ignis_status status = ignis_decode_run(e.plan, &s.tq, &c.cache, extras_of(&x), &s.tout,
-                                             o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, stream);
-      cudaError_t end = begin == cudaSuccess ? cudaStreamEndCapture(stream, &graph) : begin;
-      ready &= CHECK_STATUS(status, IGNIS_OK);
-      ready &= CHECKF(end == cudaSuccess, "capture: %s", cudaGetErrorString(end));
-      if (ready) {
-        cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-        ready = CHECKF(inst == cudaSuccess, "instantiate: %s", cudaGetErrorString(inst));
-      }
+      cudaError_t begin = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal);
+      ready &= graph_capture_end(&g, begin,
+                                 ignis_decode_run(e.plan, &s.tq, &c.cache, extras_of(&x), &s.tout,
+                                                  o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, g.stream));
     }
     static const int64_t small_batches[6] = {8, 3, 1, 6, 0, 8}, page_batches[6] = {MAX_B, 3, 1, 100, 0, MAX_B};
     for (size_t rep = 0; ready && rep < 6; ++rep) {
@@ -1571,10 +1592,10 @@ static void test_graph_replay(void) {
       h_buf_upload(&s.q);
       qo_poison(&s);
       if (!CHECK_STATUS(
-              ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), b, e.ws, e.ws_bytes, stream),
+              ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), b, e.ws, e.ws_bytes, g.stream),
               IGNIS_OK))
         break;
-      cudaError_t launch = cudaGraphLaunch(exec, stream);
+      cudaError_t launch = cudaGraphLaunch(g.exec, g.stream);
       if (!CHECKF(launch == cudaSuccess, "replay %zu: %s", rep, cudaGetErrorString(launch)))
         break;
       /* the reference sees the batch the replay was planned for */
@@ -1590,12 +1611,7 @@ static void test_graph_replay(void) {
       qo_check(&sub, ref_out, ref_lse, o.with_lse, 1.0, what);
       qo_sub_free(&sub);
     }
-    if (exec)
-      cudaGraphExecDestroy(exec);
-    if (graph)
-      cudaGraphDestroy(graph);
-    if (stream)
-      cudaStreamDestroy(stream);
+    graph_capture_free(&g);
     if (e.plan)
       plan_close(&e);
     free(ref_out);
@@ -1808,21 +1824,13 @@ static void test_block_table_graph(void) {
            *ref_lse = malloc(sizeof(double) * (size_t)(Bmax * H));
     plan_spec sp = {H, Hkv, D, P, 1, Bmax, capacity, 0, q_dtype, kv_dtype, SPLIT_AUTO, o};
     plan_env e;
-    cudaStream_t stream = NULL;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+    graph_capture g = {NULL, NULL, NULL};
+    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&g.stream) == cudaSuccess);
     if (ready) {
-      cudaError_t begin = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
-      ignis_status status = ignis_decode_run_block_table(e.plan, &s.tq, &t.cache, bound, extras_of(&x), &s.tout,
-                                                         o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, stream);
-      cudaError_t end = begin == cudaSuccess ? cudaStreamEndCapture(stream, &graph) : begin;
-      ready &= CHECK_STATUS(status, IGNIS_OK);
-      ready &= CHECKF(end == cudaSuccess, "capture: %s", cudaGetErrorString(end));
-      if (ready) {
-        cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-        ready = CHECKF(inst == cudaSuccess, "instantiate: %s", cudaGetErrorString(inst));
-      }
+      cudaError_t begin = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal);
+      ready = graph_capture_end(&g, begin,
+                                ignis_decode_run_block_table(e.plan, &s.tq, &t.cache, bound, extras_of(&x), &s.tout,
+                                                             o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, g.stream));
     }
     for (int rep = 0; ready && rep < 5; ++rep) {
       for (int64_t b = 0; b < Bmax; ++b) /* padding rows, short, at the bound, past it, the capacity */
@@ -1836,7 +1844,7 @@ static void test_block_table_graph(void) {
         h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
       h_buf_upload(&s.q);
       qo_poison(&s);
-      cudaError_t launch = cudaGraphLaunch(exec, stream);
+      cudaError_t launch = cudaGraphLaunch(g.exec, g.stream);
       if (!CHECKF(launch == cudaSuccess, "replay %d: %s", rep, cudaGetErrorString(launch)))
         break;
       ref_cache rc = kv_ref(&c);
@@ -1845,12 +1853,7 @@ static void test_block_table_graph(void) {
       snprintf(what, sizeof what, "replay %d", rep);
       qo_check(&s, ref_out, ref_lse, o.with_lse, 1.0, what);
     }
-    if (exec)
-      cudaGraphExecDestroy(exec);
-    if (graph)
-      cudaGraphDestroy(graph);
-    if (stream)
-      cudaStreamDestroy(stream);
+    graph_capture_free(&g);
     if (e.plan)
       plan_close(&e);
     free(ref_out);

@@ -28,7 +28,7 @@ from vLLM / SGLang").
 """
 
 from . import _ext
-from ._common import (INT32_MAX, _host_number, attention_output, byte_workspace, capturing, dtype_code, dtype_name,
+from ._common import (INT32_MAX, _scale, attention_dtypes, attention_output, byte_workspace, capturing, dtype_name,
                       layout_code, new_array, next_pow2, paged_kv_views, q_view)
 from ._errors import InvalidArgumentError, UnsupportedError
 
@@ -39,7 +39,6 @@ _TRTLLM = "ignis.trtllm_batch_decode_with_kv_cache"
 _XQA = "ignis.xqa_batch_decode_with_kv_cache"
 _MIN_MAX_BATCH = 64
 _BACKENDS = ("auto", "xqa", "trtllm-gen")
-_OUT_DTYPES = {"float16": _ext.IGNIS_F16, "bfloat16": _ext.IGNIS_BF16}
 
 # C plans by (device type, device id, num_qo_heads, num_kv_heads, head_dim, page_size, q, kv and out
 # dtypes, q_len_per_req, window_left): (plan, max_batch, max_kv_len).
@@ -48,13 +47,6 @@ _plans = {}
 
 def _refuse(fn, what):
     raise UnsupportedError("%s: %s is not supported by ignis" % (fn, what))
-
-
-def _scalar(fn, name, value):
-    value = value if value.__class__ is float else _host_number(fn, name, value)
-    if not 0.0 < value < float("inf"):
-        raise InvalidArgumentError("%s: %s=%r but it must be finite and > 0" % (fn, name, value))
-    return value
 
 
 def _plan_for(fn, query, key, batch, kv_len):
@@ -95,6 +87,7 @@ def _decode(fn, query, kv_cache, workspace_buffer, block_tables, seq_lens, max_s
                                        "tensor, not of shape %s" % (fn, tuple(kv_cache.shape)))
         if kv_cache.shape[1] == 1:
             _refuse(fn, "a kv_cache of shape [num_pages, 1, ...] (keys and values in one tensor)")
+    kv_name = dtype_name(kv_cache[0] if kv_cache.__class__ in (tuple, list) else kv_cache)
     k_cache, v_cache, kv_view = paged_kv_views(fn, kv_cache, layout)
     nhd = layout == _ext.IGNIS_KV_LAYOUT_NHD
     k_shape = k_cache.shape if v_cache is not None else (k_cache.shape[0],) + tuple(k_cache.shape[2:])
@@ -110,31 +103,21 @@ def _decode(fn, query, kv_cache, workspace_buffer, block_tables, seq_lens, max_s
             raise InvalidArgumentError("%s: block_tables has %d rows and seq_lens %d but the query holds %d requests"
                                        % (fn, block_tables.shape[0], seq_lens.shape[0], batch))
         block_tables, seq_lens = block_tables[:batch], seq_lens[:batch]
-    q_code = dtype_code(fn, "query.dtype", dtype_name(query))
-    kv_code = kv_view if kv_view is not None else dtype_code(fn, "kv_cache.dtype", dtype_name(k_cache))
     if out is not None and out_dtype is None:
         out_dtype = dtype_name(out)
-    if out_dtype is not None and not isinstance(out_dtype, str):
-        out_dtype = str(out_dtype).replace("torch.", "")
-    fp8_q = q_code == _ext.IGNIS_FP8_E4M3
-    if out_dtype is None and fp8_q:
+    if out_dtype is None and dtype_name(query) == "float8_e4m3fn":
         raise InvalidArgumentError("%s: an fp8 query needs out or out_dtype (float16 or bfloat16)" % fn)
-    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
-        _refuse(fn, "out_dtype=%s (the output is float16 or bfloat16)" % out_dtype)
-    if out_dtype is not None and not fp8_q and _OUT_DTYPES[out_dtype] != q_code:
-        _refuse(fn, "out_dtype=%s with a %s query (a 16-bit query writes its own dtype)" % (out_dtype,
-                                                                                             dtype_name(query)))
-    o_code = _OUT_DTYPES[out_dtype] if fp8_q else _ext.IGNIS_DTYPE_OF_Q
+    q_code, kv_code, o_code = attention_dtypes(fn, dtype_name(query), kv_name, out_dtype)
     device_type, device_id = query.__dlpack_device__()
     device_type = _ext.IGNIS_DEVICE_CUDA if device_type == _ext.DLPACK_CUDA else _ext.IGNIS_DEVICE_CPU
     key = (device_type, device_id if device_type == _ext.IGNIS_DEVICE_CUDA else 0, num_qo_heads, num_kv_heads,
            head_dim, page_size, q_code, kv_code, o_code, q_len_per_req, window_left)
     capacity = block_tables.shape[1] * page_size
-    plan = _plan_for(fn, query, key, batch, max(capacity, min(max_seq_len, INT32_MAX)))
+    plan = _plan_for(fn, query, key, batch, capacity)
     # bmm1_scale = sm_scale * k_scale (* q_scale): the plan keeps the default 1 / sqrt(head_dim), the
     # rest rides on the key scale, so every layer of a model shares one plan
-    k_scale = _scalar(fn, "bmm1_scale", bmm1_scale) * head_dim ** 0.5
-    v_scale = _scalar(fn, "bmm2_scale", bmm2_scale)
+    k_scale = _scale(fn, "bmm1_scale", bmm1_scale) * head_dim ** 0.5
+    v_scale = _scale(fn, "bmm2_scale", bmm2_scale)
     finish = None
     if out is None:
         out, finish = attention_output(query, o_code)

@@ -30,10 +30,8 @@
 
 static int64_t request_kv_len(const ignis_decode_params *p, int64_t b) {
   const ignis_paged_kv_params *c = &p->cache;
-  if (c->seq_lens) { /* block-table form (validated on the host: within the table) */
-    const int64_t len = c->seq_lens[b], capacity = c->pages_per_seq * c->page_size;
-    return len < 0 ? 0 : len < capacity ? len : capacity;
-  }
+  if (c->seq_lens) /* block-table form (validated on the host: within the table) */
+    return ignis_block_table_request_len(c->seq_lens[b], c->pages_per_seq, c->page_size);
   if (!c->indptr)
     return p->contiguous_kv_len;
   return ignis_paged_request_len(c->indptr, c->last_page_len, b, c->page_size);

@@ -102,4 +102,11 @@ IGNIS_SCHED_INLINE int64_t ignis_paged_request_len(const int32_t *kv_indptr, con
   return pages > 0 ? (pages - 1) * page_size + kv_last_page_len[b] : 0;
 }
 
+/* Keys of block-table request b (core/params.h: the block-table form): its seq_len, counted as 0
+ * when negative and as the table's capacity past it. */
+IGNIS_SCHED_INLINE int64_t ignis_block_table_request_len(int64_t seq_len, int64_t pages_per_seq, int64_t page_size) {
+  const int64_t capacity = pages_per_seq * page_size;
+  return seq_len < 0 ? 0 : seq_len < capacity ? seq_len : capacity;
+}
+
 #endif

@@ -210,9 +210,7 @@ extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int
   }
   const ignis_decode_params &p = convert ? converted : *params;
   if (!attention_operands_aligned(p.q, p.q_stride_batch, p.q_stride_head, p.out, p.out_stride_batch,
-                                  p.out_stride_head, p.cache,
-                                  p.contiguous_kv_len == 0 &&
-                                      (p.cache.indptr != nullptr || p.cache.seq_lens != nullptr)))
+                                  p.out_stride_head, p.cache, decode_cache_paged(p)))
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");

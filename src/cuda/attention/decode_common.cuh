@@ -130,15 +130,21 @@ __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const d
   return true;
 }
 
+/* Whether the keys are a paged cache (either form of core/params.h), not single decode's contiguous
+ * sequence. */
+__host__ __device__ __forceinline__ bool decode_cache_paged(const ignis_decode_params &p) {
+  return p.contiguous_kv_len == 0 && (p.cache.indptr != nullptr || p.cache.seq_lens != nullptr);
+}
+
 /* Key range of an item, or false when its request is outside the cache's batch. */
 __device__ __forceinline__ bool item_range(const ignis_decode_params &p, const ignis_decode_work &item,
                                            kv_range *r) {
   int64_t kv_len;
-  r->paged = p.contiguous_kv_len == 0 && (p.cache.indptr != nullptr || p.cache.seq_lens != nullptr);
+  r->paged = decode_cache_paged(p);
   if (r->paged && p.cache.seq_lens != nullptr) { /* block-table form (core/params.h) */
     if (item.request < 0 || item.request >= p.cache.batch_size)
       return false;
-    kv_len = min(max((int64_t)p.cache.seq_lens[item.request], (int64_t)0), p.cache.pages_per_seq * p.cache.page_size);
+    kv_len = ignis_block_table_request_len(p.cache.seq_lens[item.request], p.cache.pages_per_seq, p.cache.page_size);
     r->page_size = (int32_t)p.cache.page_size;
     r->first_entry = item.request * p.cache.block_table_stride;
     r->entry_end = r->first_entry + p.cache.pages_per_seq;

@@ -34,7 +34,8 @@
  * within rtol / 2 * (1 + |ref|).
  * Block-table runs (ignis_decode_run_block_table): every split policy against the reference, with
  * max_seq_len the longest request, above it and below it (requests past the bound still complete),
- * padded and poisoned tables; on uniform batches the bits of the planned run; CUDA only: one
+ * padded and poisoned tables, lengths 0..8192 mixed; the bits of the planned run on uniform batches,
+ * and on mixed ones below a wave (planned from their lengths where they run); CUDA only: one
  * captured graph replayed over new tables, lengths (some past the captured bound, padding rows of
  * length 0) and queries. ignis_decode_plan_copy_index_arrays: the planned arrays in caller buffers.
  * Bad inputs: each returns the right status naming the parameter and writes nothing. */
@@ -863,6 +864,77 @@ static void test_planner(void) {
   CHECK(ignis_decode_schedule_header_of(image)->chunk_pages > 0);
   check_schedule(&pl, indptr, last, 4, image, "4 long requests");
 
+  /* Length plans (block-table batches below a wave, planned where they run): with the bound at or
+   * past the longest request, the planner's schedule of the same lengths; below it, every request
+   * still tiled to its end within wave_items items. */
+  int length_splits = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t P = page_sizes[trial % 4], Hkv = h_rng_int(&rng, 1, 8), wave = 132 * 4;
+    const int64_t B = h_rng_int(&rng, 2, wave / Hkv - 1 < 300 ? wave / Hkv - 1 : 300);
+    const int64_t max_len = h_rng_int(&rng, 1, trial % 3 ? 9000 : 70000);
+    int32_t *lens = malloc(sizeof(int32_t) * (size_t)B), *pages = malloc(sizeof(int32_t) * (size_t)B),
+            *ip = malloc(sizeof(int32_t) * (size_t)(B + 1)), *lp_last = malloc(sizeof(int32_t) * (size_t)B);
+    int64_t longest = 0;
+    ip[0] = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      int kind = (int)h_rng_int(&rng, 0, 4);
+      lens[b] = (int32_t)(kind == 0 ? 0 : kind == 1 ? max_len : h_rng_int(&rng, 1, max_len));
+      longest = lens[b] > longest ? lens[b] : longest;
+      int64_t pg = (lens[b] + P - 1) / P;
+      ip[b + 1] = ip[b] + (int32_t)pg;
+      lp_last[b] = pg ? (int32_t)(lens[b] - (pg - 1) * P) : 0;
+    }
+    const int64_t bound = trial % 4 == 0 ? longest / 3 : trial % 4 == 1 ? longest + P * 7 : longest;
+    const int64_t bound_pages = (bound + P - 1) / P;
+    if (bound_pages <= ignis_decode_min_chunk_pages(P)) /* the front end plans such a batch uniformly */
+      goto next;
+    {
+      ignis_decode_planner pl;
+      CHECK(ignis_decode_planner_init(&pl, B, bound > longest ? bound : longest, P, Hkv, 132, 4, 0, 0) == 0);
+      const ignis_decode_length_plan lp = {(int32_t)(wave / Hkv), (int32_t)ignis_decode_min_chunk_pages(P),
+                                           (int32_t)bound_pages};
+      for (int64_t b = 0; b < B; ++b)
+        pages[b] = ignis_decode_length_pages(lens[b], (int32_t)P, lp.bound_pages);
+      ignis_decode_work *w = malloc(sizeof(ignis_decode_work) * (size_t)lp.wave_items);
+      int32_t *rp = malloc(sizeof(int32_t) * (size_t)(B + 1));
+      const int32_t n = ignis_decode_plan_lengths(&lp, lens, pages, B, P, rp, w);
+      char what[128];
+      snprintf(what, sizeof what, "length plan %d: P=%lld Hkv=%lld B=%lld longest=%lld bound=%lld", trial,
+               (long long)P, (long long)Hkv, (long long)B, (long long)longest, (long long)bound);
+      int ok = n <= lp.wave_items;
+      int64_t i = 0;
+      for (int64_t b = 0; b < B && ok; ++b) { /* items tile [0, len) in order, partial rows as planned */
+        int64_t pos = 0, first = i;
+        while (i < n && w[i].request == b) {
+          ok &= w[i].kv_start == pos && (w[i].kv_end > pos || lens[b] == 0);
+          pos = w[i++].kv_end;
+        }
+        ok &= pos == lens[b] && i > first;
+        ok &= i - first == 1 ? w[first].partial == -1 && rp[b + 1] == rp[b]
+                             : rp[b + 1] - rp[b] == i - first && w[first].partial == rp[b];
+      }
+      CHECKF(ok && i == n, "%s: items do not tile the batch (%d items)", what, n);
+      length_splits += n > B;
+      if (bound >= longest) { /* the planner's own schedule of these lengths */
+        void *image = calloc(1, ignis_decode_schedule_bytes(&pl));
+        plan_batch_of(&pl, ip, lp_last, B, image);
+        const ignis_decode_schedule_header *hd = ignis_decode_schedule_header_of(image);
+        CHECKF(hd->num_work == n && memcmp(ignis_decode_schedule_work_of(&pl, image), w, sizeof *w * (size_t)n) == 0 &&
+                   memcmp(ignis_decode_schedule_partials_of(image), rp, sizeof *rp * (size_t)(B + 1)) == 0,
+               "%s: not the planner's schedule (%d items against %d)", what, n, hd->num_work);
+        free(image);
+      }
+      free(w);
+      free(rp);
+    }
+  next:
+    free(lens);
+    free(pages);
+    free(ip);
+    free(lp_last);
+  }
+  CHECKF(length_splits > 50, "length plans: %d of 300 split", length_splits);
+
   /* Host time: batch 256 (no split) and batch 48 (split search), 8 KV heads, up to 32k keys. */
   const int reps = 2000;
   int64_t batches[2] = {256, 48};
@@ -1688,8 +1760,9 @@ static unsigned char *qo_bytes(qo_set *s) {
 
 /* One batch through ignis_decode_run_block_table against the reference: for each split policy,
  * with max_seq_len the longest request, the plan's max_kv_len, and a third of the longest (requests
- * longer than the bound still computed in full); with `uniform` lengths the run gives the bits of
- * ignis_decode_plan_update + ignis_decode_run on the same plan (the same split). */
+ * longer than the bound still computed in full); with `uniform` lengths, or mixed ones below a wave
+ * (auto or disabled splits), the run gives the bits of ignis_decode_plan_update + ignis_decode_run
+ * on the same plan (the same split). */
 static void block_table_case(h_backend backend, const batch_shape *bs, attn_opts o, int uniform, h_rng *rng) {
   o = opts_for_kv(o, bs->kv_dtype);
   const int64_t H = bs->Hkv * bs->group, D = bs->D, q_len = bs->q_len, rows = bs->B * q_len;
@@ -1723,6 +1796,16 @@ static void block_table_case(h_backend backend, const batch_shape *bs, attn_opts
   ref_cache rc = kv_ref(&c);
   ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
   const int64_t fixed_pages = 96 / bs->P > 1 ? 96 / bs->P : 1;
+  /* mixed lengths: a batch of two or more requests below one wave (B x Hkv blocks under the SMs x
+   * the fewest blocks per SM any decode kernel of head dim <= 128 keeps, 2; 1 past it; the CPU
+   * plans for IGNIS_DECODE_CPU_NOMINAL_SMS x IGNIS_DECODE_BLOCKS_PER_SM) is planned from its
+   * lengths, so with auto splits it runs the planned path's schedule; disabled splits are one item
+   * per request on both paths */
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  CHECK_STATUS(ignis_get_device_info(h_backend_device(backend), &info), IGNIS_OK);
+  const int64_t wave_floor = backend == H_CUDA ? info.multiprocessor_count * (D <= 128 ? 2 : 1)
+                                               : IGNIS_DECODE_CPU_NOMINAL_SMS * IGNIS_DECODE_BLOCKS_PER_SM;
+  const int below_wave = bs->B >= 2 && bs->B * bs->Hkv < wave_floor;
   for (int mode = 0; mode < 3; ++mode) {
     plan_spec sp = {H,        bs->Hkv,     D,           bs->P,           q_len, bs->B + 1, max_len + 40, fixed_pages,
                     bs->q_dtype, bs->kv_dtype, (split_mode)mode, o};
@@ -1738,7 +1821,7 @@ static void block_table_case(h_backend backend, const batch_shape *bs, attn_opts
       snprintf(what, sizeof what, "split %s, max_seq_len %lld", split_names[mode], (long long)bounds[k]);
       qo_check(&s, ref_out, ref_lse, o.with_lse, tol_scale_for(max_len), what);
     }
-    if (uniform) { /* the same split as the planned path: the same bits */
+    if (uniform || (mode != SPLIT_FIXED && below_wave)) { /* the same split as the planned path: the same bits */
       qo_poison(&s);
       unsigned char *table_bits = bt_run(&e, &t, max_len, &s, &x, o.with_lse, NULL) ? qo_bytes(&s) : NULL;
       qo_poison(&s);
@@ -1746,7 +1829,8 @@ static void block_table_case(h_backend backend, const batch_shape *bs, attn_opts
         unsigned char *plan_bits = qo_bytes(&s);
         CHECKF(memcmp(table_bits, plan_bits,
                       (size_t)s.out.count * s.out.elem_size + (size_t)s.lse.count * s.lse.elem_size) == 0,
-               "split %s: the block-table run differs from the planned run", split_names[mode]);
+               "split %s%s: the block-table run differs from the planned run", split_names[mode],
+               uniform ? "" : ", mixed lengths");
         free(plan_bits);
       }
       free(table_bits);
@@ -1774,6 +1858,10 @@ static void test_block_table(h_backend backend) {
       {2, 64, 4, 1, 256, 1, 1200, IGNIS_F16, IGNIS_F16, IGNIS_KV_LAYOUT_NHD, 1, 1, NULL},
       {3, 16, 2, 4, 128, 2, 800, IGNIS_FP8_E4M3, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_NHD, 0, 0, NULL},
       {cuda ? 40 : 6, 16, 8, 4, 128, 1, cuda ? 3000 : 600, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_HND, 0, 0, NULL},
+      /* 16 query rows per block (the m16 kernel and its merge kernel on CUDA) */
+      {6, 16, 2, 8, 128, 2, 1000, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 0, 0, NULL},
+      /* lengths 0..8192 mixed, as engines batch them (bench/decode_block_table.py's mixed row) */
+      {cuda ? 24 : 6, 16, 8, 4, 128, 1, cuda ? 8192 : 2000, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 1, 0, NULL},
   };
   int variant = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)

@@ -233,13 +233,18 @@ IGNIS_API ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ign
  * replays. The batch is cache.block_tables.shape[0] requests (at most the plan's max_batch_size);
  * q [batch * q_len_per_req, num_qo_heads, head_dim], out like q, lse [batch * q_len_per_req,
  * num_qo_heads] f32 or NULL, extras as ignis_decode_run. max_seq_len (0..the plan's max_kv_len) is a
- * host-side bound on seq_lens that sets how requests are split: the split is the plan's policy for
- * a batch whose every request has max_seq_len keys (fixed_split_size and disable_split_kv as
- * configured), with the last chunk of each request running to its end, so a request longer than
- * max_seq_len is still computed in full (only its balance suffers). A graph captured with one
- * max_seq_len keeps its split for every replay. The plan's last update is neither needed nor
- * changed; the workspace is the one ignis_decode_workspace_size gives. Runs of one plan must not
- * overlap (they share its merge counters), as with ignis_decode_run. */
+ * host-side bound on seq_lens. With automatic splits, a batch of two or more requests below one
+ * wave of the GPU (batch x num_kv_heads under the resident blocks) whose bound passes one smallest
+ * chunk is split by the plan's policy for its own lengths, planned on the device by one small kernel
+ * before the attention kernel (the CPU plans it on the host): the split ignis_decode_plan_update
+ * would choose for the same lengths (each counted as at most max_seq_len). Every other batch takes
+ * the plan's policy for a batch whose every request has max_seq_len keys (fixed_split_size and
+ * disable_split_kv as configured). Either way the last chunk of each request runs to its end, so a
+ * request longer than max_seq_len is still computed in full (only its balance suffers). A graph
+ * captured with one max_seq_len keeps that choice for every replay, and replays plan their lengths
+ * anew. The plan's last update is neither needed nor changed; the workspace is the one
+ * ignis_decode_workspace_size gives. Runs of one plan must not overlap (they share its merge
+ * counters and its device schedule of planned lengths), as with ignis_decode_run. */
 IGNIS_API ignis_status ignis_decode_run_block_table(const ignis_decode_plan *plan, const ignis_tensor *q,
                                                     const ignis_block_table_kv_cache *cache, int64_t max_seq_len,
                                                     const ignis_attention_extras *extras, ignis_tensor *out,

@@ -16,7 +16,10 @@
  * its launch shape depends only on the plan); host-memory plans keep it on the host and need no
  * workspace. Every plan remembers the planned lengths, which a run checks against the cache's
  * index arrays where they are host memory. Single decode plans its split on the host and passes it
- * as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. */
+ * as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. A block-table run
+ * (no update) takes either that implicit schedule for a uniform batch at its bound, or, where the
+ * split depends on the lengths, a schedule its backend plans from them (params.h: length_plan;
+ * fill_block_table_schedule), on CUDA into the plan's own device memory. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -49,6 +52,16 @@ typedef struct plan_bounds {
   size_t schedule_bytes;
 } plan_bounds;
 
+/* Block-table batches planned from their lengths (fill_block_table_schedule): at most max_batch
+ * requests and max_items items; a device plan's schedule of them lives in its own device memory,
+ * after the implicit schedule's merge counters: header (16 bytes), request_partials
+ * [max_batch + 1] padded to 16 bytes, work [max_items], then the merge counters the planner zeroes. */
+typedef struct length_area {
+  int64_t max_batch, max_items; /* 0: no batch is planned from its lengths */
+  size_t offset;                /* from storage.device_counters */
+  size_t bytes;
+} length_area;
+
 struct ignis_decode_plan {
   ignis_decode_plan_config config;
   ignis_attention_resolved options;
@@ -56,6 +69,7 @@ struct ignis_decode_plan {
   ignis_attention_kernel kernel; /* of the last update: bounds.page's if it took the page planner's schedule */
   ignis_plan_storage storage;
   int32_t *planned_kv_len; /* [max_batch], plans without a workspace: their runs check host arrays */
+  length_area length;      /* block-table runs planned from their lengths */
   /* the last successful update */
   int updated;
   int64_t batch_size;
@@ -398,6 +412,22 @@ static ignis_status compute_plan_bounds(const char *fn, const ignis_decode_plan_
   return IGNIS_OK;
 }
 
+/* The length-planned schedules of a plan of these bounds (the general planner's batches below a
+ * wave: at most its wave_items requests and items; none in the batch-invariant modes), at offset. */
+static length_area length_area_of(const plan_bounds *b, const ignis_decode_plan_config *c, size_t offset) {
+  length_area a = {0, 0, offset, 0};
+  const int64_t wave_items = b->planner.wave / c->num_kv_heads;
+  if (c->disable_split_kv || c->fixed_split_size > 0 || b->planner.max_partials == 0 || wave_items < 2)
+    return a;
+  a.max_batch = min64(min64(c->max_batch_size, wave_items), IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH);
+  a.max_items = min64(wave_items, b->max_work);
+  const int64_t partials = min64(wave_items, b->max_partials);
+  a.bytes = sizeof(ignis_decode_schedule_header) + pad16(sizeof(int32_t) * (size_t)(a.max_batch + 1)) +
+            sizeof(ignis_decode_work) * (size_t)a.max_items +
+            pad16(sizeof(uint32_t) * (size_t)ignis_decode_merge_counters(partials, a.max_batch, c->num_kv_heads));
+  return a;
+}
+
 ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ignis_decode_plan **out_plan) {
   static const char fn[] = "ignis_decode_plan_create";
   ignis_clear_error();
@@ -419,11 +449,13 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->options = options;
   plan->bounds = bounds;
   plan->kernel = bounds.general.kernel;
-  /* block-table runs' merge counters: as many as a planned schedule's at most */
+  /* block-table runs' merge counters (as many as a planned schedule's at most), then their
+   * length-planned schedules */
   const size_t counter_bytes = (size_t)ignis_decode_merge_counters(bounds.max_partials, config->max_batch_size,
                                                                    config->num_kv_heads) * sizeof(uint32_t);
-  ignis_status status =
-      ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes, counter_bytes);
+  plan->length = length_area_of(&bounds, config, pad16(counter_bytes));
+  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes,
+                                                  pad16(counter_bytes) + plan->length.bytes);
   const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
   if (keeps_lengths)
     plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
@@ -599,6 +631,16 @@ static int batch_splits(const int32_t *kv_indptr, int64_t uniform_pages, int64_t
   return 0;
 }
 
+/* Whether the page kernel's planner is asked for a batch of batch_size requests: it has a wave, and
+ * the batch fills its waves (or IGNIS_DECODE_PAGE_KERNEL=always). */
+static int page_candidate(const ignis_decode_plan *plan, int64_t batch_size) {
+  const int64_t wave_items = plan->bounds.page_planner.wave / plan->config.num_kv_heads;
+  const int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
+  return wave_items > 0 &&
+         (page_kernel_mode() == PAGE_ALWAYS ||
+          (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)));
+}
+
 /* The choice for a batch (kv_indptr's requests, or with kv_indptr NULL batch_size requests of
  * uniform_pages pages): the page kernel's planner where its schedule has no split and fills its
  * waves (a batch too small to fill them skips it), else the general kernel's. Plan updates and
@@ -607,10 +649,7 @@ static batch_choice choose_batch(const ignis_decode_plan *plan, const int32_t *k
                                  int64_t batch_size) {
   const plan_bounds *b = &plan->bounds;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
-  const int64_t wave_items = b->page_planner.wave / plan->config.num_kv_heads;
-  const int64_t waves = wave_items > 0 ? ceil_div(batch_size, wave_items) : 0;
-  if (wave_items > 0 &&
-      (always || (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)))) {
+  if (page_candidate(plan, batch_size)) {
     batch_choice page = {&b->page_planner,
                          ignis_decode_choose_chunk_pages(&b->page_planner, kv_indptr, uniform_pages, batch_size),
                          b->page.kernel};
@@ -845,19 +884,47 @@ ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ignis_tensor 
 }
 
 /* ---- block-table run ------------------------------------------------------------------------ */
-/* The implicit schedule of a block-table batch of batch_size requests of at most max_seq_len keys
- * (the chunk choice of a batch whose every request has that many: choose_batch), into p. */
+/* The schedule of a block-table batch of batch_size requests of at most max_seq_len keys, into p.
+ * Its choice (kernel and planner) is that of a batch whose every request has max_seq_len keys
+ * (choose_batch), which the host can make. Then, where the chunk depends on the lengths, i.e. with
+ * automatic splits a batch of two or more requests below the general kernel's wave that the page
+ * kernel does not take and whose bound passes one smallest chunk, the backend plans the batch from
+ * its lengths (core/params.h: length_plan), so that it runs the schedule ignis_decode_plan_update
+ * would give the same lengths; else it runs the implicit schedule of that uniform batch (a
+ * request's chunks, and so its items, depend only on the bound there: one request, fixed or
+ * disabled splits, or a batch of a wave or more, where the hardware spreads uneven blocks). */
 static ignis_status fill_block_table_schedule(const char *fn, const ignis_decode_plan *plan, int64_t batch_size,
                                               int64_t max_seq_len, ignis_decode_params *p) {
-  const int64_t page_size = plan->config.page_size;
+  const int64_t page_size = plan->config.page_size, heads = plan->config.num_kv_heads;
   const int64_t pages = ceil_div(max_seq_len, page_size);
   const batch_choice choice = choose_batch(plan, NULL, pages, batch_size);
+  const ignis_decode_planner *general = &plan->bounds.planner;
+  p->kernel = (int32_t)choice.kernel;
+  if (batch_size >= 2 && batch_size <= plan->length.max_batch && choice.planner == general &&
+      !page_candidate(plan, batch_size) && batch_size * heads < general->wave &&
+      pages > ignis_decode_min_chunk_pages(page_size)) {
+    const ignis_decode_length_plan lp = {(int32_t)(general->wave / heads),
+                                         (int32_t)ignis_decode_min_chunk_pages(page_size), (int32_t)pages};
+    p->length_plan = lp;
+    /* the grid's bound: the items fit the wave, and a batch within the bound is one the plan admits */
+    p->max_work = min64(lp.wave_items, plan->length.max_items);
+    p->max_batch = batch_size;
+    if (ignis_plan_uses_workspace(&plan->storage)) { /* the plan's device memory (length_area) */
+      char *area = (char *)plan->storage.device_counters + plan->length.offset;
+      ignis_decode_schedule_header *header = (ignis_decode_schedule_header *)area;
+      p->num_work = &header->num_work;
+      p->batch_size = &header->batch_size;
+      p->request_partials = (const int32_t *)(area + sizeof *header);
+      p->work = (const ignis_decode_work *)(area + sizeof *header +
+                                            pad16(sizeof(int32_t) * (size_t)(plan->length.max_batch + 1)));
+    }
+    return IGNIS_OK;
+  }
   const int64_t splits = choice.chunk_pages > 0 ? max64(1, ceil_div(pages, choice.chunk_pages)) : 1;
   p->implicit_chunk_tokens = splits > 1 ? choice.chunk_pages * page_size : INT32_MAX;
   p->implicit_splits = splits;
   p->max_work = batch_size * splits;
   p->max_batch = batch_size;
-  p->kernel = (int32_t)choice.kernel;
   if (splits > 1)
     p->merge_counters = (uint32_t *)plan->storage.device_counters;
   /* a batch of batch_size requests of max_seq_len keys is one the plan admits, so its bounds hold */

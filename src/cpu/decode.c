@@ -1,7 +1,8 @@
 /* CPU backend of decode attention (include/ignis/decode.h), stated plainly.
  *
- * It honours the schedule exactly as the CUDA backend does: every work item (an explicit list, or
- * the implicit chunks of single decode and block-table runs; core/params.h) is attended on its own, one task per
+ * It honours the schedule exactly as the CUDA backend does: every work item (an explicit list, the
+ * implicit chunks of single decode and block-table runs, or the schedule a length-planned
+ * block-table batch gets here from the same planner as CUDA's; core/params.h) is attended on its own, one task per
  * (item, KV head, block of up to IGNIS_CPU_ATTENTION_ROW_BLOCK query rows). The rows of a KV head
  * are its (query token i, query head h) pairs, token-major, so each key and value row is loaded
  * once per block: converted to f32 (f16 / bf16 by bit operations, fp8 through a 256-entry table), scaled by
@@ -25,8 +26,10 @@
 
 #include "cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/validate.h"
 #include "cpu/attention_common.h"
 #include "ignis/decode.h"
+#include "sched/decode_plan.h"
 
 static int64_t request_kv_len(const ignis_decode_params *p, int64_t b) {
   const ignis_paged_kv_params *c = &p->cache;
@@ -130,24 +133,60 @@ static void merge_rows(const ignis_decode_params *p, int64_t b, int64_t i, int64
   store_result(p, b, -1, i, h, out_row, lse2, scratch);
 }
 
+/* A length-planned block-table batch (core/params.h: length_plan), planned here as the CUDA planner
+ * kernel plans it, into one allocation (work, then request_partials, then the lengths and page
+ * counts the planner reads). */
+typedef struct length_schedule {
+  ignis_decode_work *work; /* [wave_items]; the allocation */
+  int32_t *request_partials;
+  int32_t num_work;
+} length_schedule;
+
+static ignis_status plan_lengths(const ignis_decode_params *p, length_schedule *s) {
+  const ignis_paged_kv_params *c = &p->cache;
+  const int64_t batch = c->batch_size, cap = p->length_plan.wave_items;
+  s->work = malloc(sizeof(ignis_decode_work) * (size_t)cap + sizeof(int32_t) * (size_t)(3 * batch + 1));
+  if (!s->work)
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
+  s->request_partials = (int32_t *)(s->work + cap);
+  int32_t *lens = s->request_partials + batch + 1, *pages = lens + batch;
+  for (int64_t b = 0; b < batch; ++b) {
+    lens[b] = (int32_t)ignis_block_table_request_len(c->seq_lens[b], c->pages_per_seq, c->page_size);
+    pages[b] = ignis_decode_length_pages(lens[b], (int32_t)c->page_size, p->length_plan.bound_pages);
+  }
+  s->num_work =
+      ignis_decode_plan_lengths(&p->length_plan, lens, pages, batch, c->page_size, s->request_partials, s->work);
+  return IGNIS_OK;
+}
+
 ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void *stream) {
   const int64_t H = p->num_qo_heads, Hkv = p->num_kv_heads, group = H / Hkv, q_len = p->q_len;
   const int64_t rows_per_head = q_len * group, block_rows = IGNIS_CPU_ATTENTION_ROW_BLOCK;
   const int64_t blocks_per_head = (rows_per_head + block_rows - 1) / block_rows;
   int64_t num_items, batch, partials;
-  ignis_decode_work *implicit = NULL;
+  ignis_decode_work *owned = NULL; /* items made here (length plans, implicit schedules) */
   const ignis_decode_work *items = p->work;
+  const int32_t *request_partials = p->request_partials;
   const int64_t splits = p->implicit_splits;
-  if (p->implicit_chunk_tokens > 0) {
+  if (p->length_plan.wave_items > 0) {
+    length_schedule planned = {NULL, NULL, 0};
+    IGNIS_TRY(plan_lengths(p, &planned));
+    owned = planned.work;
+    items = planned.work;
+    request_partials = planned.request_partials;
+    num_items = planned.num_work;
+    batch = p->cache.batch_size;
+    partials = request_partials[batch];
+  } else if (p->implicit_chunk_tokens > 0) {
     num_items = p->max_work;
     batch = p->cache.batch_size;
     partials = splits > 1 ? num_items : 0;
-    implicit = malloc(sizeof(ignis_decode_work) * (size_t)num_items);
-    if (!implicit)
+    owned = malloc(sizeof(ignis_decode_work) * (size_t)num_items);
+    if (!owned)
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
     for (int64_t i = 0; i < num_items; ++i)
-      implicit[i] = ignis_decode_implicit_item((int32_t)i, (int32_t)p->implicit_chunk_tokens, (int32_t)splits);
-    items = implicit;
+      owned[i] = ignis_decode_implicit_item((int32_t)i, (int32_t)p->implicit_chunk_tokens, (int32_t)splits);
+    items = owned;
   } else {
     num_items = *p->num_work;
     batch = *p->batch_size;
@@ -155,7 +194,7 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
   }
   ignis_cpu_attention_scratch *scratch = ignis_cpu_attention_scratch_new(partials * q_len * H, p->head_dim);
   if (!scratch) {
-    free(implicit);
+    free(owned);
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode (cpu): out of host memory");
   }
   ignis_cpu_attention_fill_tables(scratch, p->cache.dtype, p->pos_encoding == IGNIS_POS_ENCODING_ROPE_LLAMA,
@@ -175,7 +214,6 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
     attend_block(p, &items[item], kv_head, r0, count < block_rows ? count : block_rows, scratch);
   }
   if (rows > 0) {
-    const int32_t *request_partials = p->request_partials;
     IGNIS_CPU_PARALLEL_FOR(rows * H * p->head_dim)
     for (int64_t t = 0; t < batch * q_len * H; ++t) {
       int64_t b = t / (q_len * H), i = t / H % q_len, h = t % H;
@@ -186,6 +224,6 @@ ignis_status ignis_cpu_decode(const ignis_decode_params *p, int32_t device, void
     }
   }
   ignis_cpu_attention_scratch_free(scratch);
-  free(implicit);
+  free(owned);
   return IGNIS_OK;
 }

@@ -66,7 +66,7 @@ size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *pl) {
  * f' / 8 + b' >= f / 8 + n / 8 + b + 1 > f / 8 + ceil(n / 8) - 1 + b, the last group of b. Below
  * num_partials / 8 + batch_size: f / 8 + ceil(n / 8) - 1 <= (f + n) / 8 <= num_partials / 8. */
 int64_t ignis_decode_merge_counters(int64_t num_partials, int64_t batch_size, int64_t num_kv_heads) {
-  return num_partials > 0 ? (num_partials / IGNIS_DECODE_MERGE_GROUP + batch_size) * num_kv_heads : 0;
+  return ignis_decode_merge_counter_count(num_partials, batch_size, num_kv_heads);
 }
 
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
@@ -79,17 +79,18 @@ size_t ignis_decode_schedule_bytes(const ignis_decode_planner *pl) {
  * requests of `uniform` pages each. */
 typedef struct batch_pages {
   const int32_t *kv_indptr;
+  const int32_t *pages; /* or each request's page count (length plans) */
   int64_t uniform;
   int64_t batch;
 } batch_pages;
 
 static int64_t request_pages(const batch_pages *s, int64_t b) {
-  return s->kv_indptr ? (int64_t)s->kv_indptr[b + 1] - s->kv_indptr[b] : s->uniform;
+  return s->kv_indptr ? (int64_t)s->kv_indptr[b + 1] - s->kv_indptr[b] : s->pages ? s->pages[b] : s->uniform;
 }
 
 /* Items of the whole batch with chunks of chunk_pages pages. */
 static int64_t count_items(const batch_pages *s, int64_t chunk_pages) {
-  if (!s->kv_indptr)
+  if (!s->kv_indptr && !s->pages)
     return s->batch * max64(1, ceil_div(s->uniform, chunk_pages));
   int64_t total = 0;
   for (int64_t b = 0; b < s->batch; ++b)
@@ -115,14 +116,15 @@ static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const batch_p
   }
   if (candidates == 1)
     return 0;
-  const int64_t distinct = s->kv_indptr ? s->batch : 1; /* a uniform batch: one request, times batch */
+  const int uniform = !s->kv_indptr && !s->pages;
+  const int64_t distinct = uniform ? 1 : s->batch; /* a uniform batch: one request, times batch */
   for (int64_t b = 0; b < distinct; ++b) {
     int64_t pages = request_pages(s, b);
     for (int splits = 2; splits <= candidates; ++splits) {
       int64_t n = 1;
       for (int k = 1; k < splits; ++k)
         n += pages > k * chunk[splits];
-      items[splits] += s->kv_indptr ? n : n * s->batch;
+      items[splits] += uniform ? n * s->batch : n;
     }
   }
   int64_t best = 0;
@@ -139,33 +141,70 @@ static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const batch_p
   return best;
 }
 
+/* A batch below one wave: the smallest chunk of at least lo pages whose items fit wave_items, 0 when
+ * no request is longer than lo. */
+static int64_t fill_chunk_pages(const batch_pages *s, int64_t lo, int64_t wave_items) {
+  int64_t longest = s->kv_indptr || s->pages || s->batch == 0 ? 0 : s->uniform;
+  for (int64_t b = 0; (s->kv_indptr || s->pages) && b < s->batch; ++b)
+    longest = max64(longest, request_pages(s, b));
+  if (longest <= lo) /* every request fits one smallest chunk */
+    return 0;
+  /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */
+  if (count_items(s, lo) <= wave_items)
+    return lo;
+  int64_t hi = longest;
+  while (hi - lo > 1) { /* invariant: lo does not fit, hi fits */
+    int64_t mid = lo + (hi - lo) / 2;
+    if (count_items(s, mid) <= wave_items)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+int64_t ignis_decode_min_chunk_pages(int64_t page_size) {
+  return min_chunk_pages(page_size);
+}
+
 int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr,
                                         int64_t uniform_pages, int64_t batch) {
   if (pl->disable_split_kv)
     return 0;
   if (pl->fixed_split_pages > 0)
     return pl->fixed_split_pages;
-  const batch_pages s = {kv_indptr, uniform_pages, batch};
-  int64_t wave_items = pl->wave / pl->num_kv_heads;
-  int64_t lo = min_chunk_pages(pl->page_size), longest = kv_indptr || batch == 0 ? 0 : uniform_pages;
-  for (int64_t b = 0; kv_indptr && b < batch; ++b)
-    longest = max64(longest, request_pages(&s, b));
-  if (batch * pl->num_kv_heads >= pl->wave)
+  const batch_pages s = {kv_indptr, NULL, uniform_pages, batch};
+  if (batch * pl->num_kv_heads >= pl->wave) {
+    int64_t longest = kv_indptr || batch == 0 ? 0 : uniform_pages;
+    for (int64_t b = 0; kv_indptr && b < batch; ++b)
+      longest = max64(longest, request_pages(&s, b));
     return balance_chunk_pages(pl, &s, longest);
-  if (longest <= lo) /* every request fits one smallest chunk */
-    return 0;
-  /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */
-  if (count_items(&s, lo) <= wave_items)
-    return lo;
-  int64_t hi = longest;
-  while (hi - lo > 1) { /* invariant: lo does not fit, hi fits */
-    int64_t mid = lo + (hi - lo) / 2;
-    if (count_items(&s, mid) <= wave_items)
-      hi = mid;
-    else
-      lo = mid;
   }
-  return hi;
+  return fill_chunk_pages(&s, min_chunk_pages(pl->page_size), pl->wave / pl->num_kv_heads);
+}
+
+int64_t ignis_decode_length_chunk_pages(const ignis_decode_length_plan *lp, const int32_t *pages, int64_t batch) {
+  const batch_pages s = {NULL, pages, 0, batch};
+  return fill_chunk_pages(&s, lp->min_chunk_pages, lp->wave_items);
+}
+
+int32_t ignis_decode_plan_lengths(const ignis_decode_length_plan *lp, const int32_t *lens, const int32_t *pages,
+                                  int64_t batch, int64_t page_size, int32_t *request_partials,
+                                  ignis_decode_work *work) {
+  const int32_t chunk_pages = (int32_t)ignis_decode_length_chunk_pages(lp, pages, batch);
+  const int64_t chunk_tokens = (int64_t)chunk_pages * page_size;
+  int32_t num_work = 0, num_partials = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t items = ignis_decode_length_items(pages[b], chunk_pages);
+    request_partials[b] = num_partials;
+    for (int32_t i = 0; i < items; ++i) {
+      ignis_decode_work w = {(int32_t)b, (int32_t)(i * chunk_tokens),
+                             i == items - 1 ? lens[b] : (int32_t)((i + 1) * chunk_tokens), items > 1 ? num_partials++ : -1};
+      work[num_work++] = w;
+    }
+  }
+  request_partials[batch] = num_partials;
+  return num_work;
 }
 
 size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, int64_t chunk_pages, const int32_t *kv_indptr,

@@ -28,7 +28,9 @@
  *                              kernel merges split requests with them and leaves them zero), so
  *                              every plan_update re-arms them
  * The bounds max_work / max_partials depend only on the configuration, so a workspace sized from
- * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic. */
+ * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic.
+ * Block-table batches below a wave are planned from their lengths where they run, by the same
+ * search (ignis_decode_length_chunk_pages; the CUDA backend's planner kernel mirrors it). */
 #ifndef IGNIS_SCHED_DECODE_PLAN_H
 #define IGNIS_SCHED_DECODE_PLAN_H
 
@@ -85,6 +87,19 @@ size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
  * only a bound on the lengths: the chunk of a batch whose every request has that bound). */
 int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *planner, const int32_t *kv_indptr,
                                         int64_t uniform_pages, int64_t batch_size);
+
+/* The smallest chunk, in pages, an automatic split takes (IGNIS_DECODE_MIN_CHUNK_TOKENS tokens). */
+int64_t ignis_decode_min_chunk_pages(int64_t page_size);
+
+/* Block-table batches planned from their lengths (sched/schedule.h: ignis_decode_length_plan), on
+ * the host (the CPU backend; the CUDA planner kernel computes the same): the chunk of a batch whose
+ * requests count pages[b] pages (ignis_decode_length_pages), by the same search as
+ * ignis_decode_choose_chunk_pages below a wave; and its schedule, requests of lens[b] keys:
+ * request_partials [batch + 1] and the work items (at most wave_items), returning their number. */
+int64_t ignis_decode_length_chunk_pages(const ignis_decode_length_plan *lp, const int32_t *pages, int64_t batch);
+int32_t ignis_decode_plan_lengths(const ignis_decode_length_plan *lp, const int32_t *lens, const int32_t *pages,
+                                  int64_t batch, int64_t page_size, int32_t *request_partials,
+                                  ignis_decode_work *work);
 
 /* Plan a batch into `image` (ignis_decode_schedule_bytes bytes, 16-byte aligned) with chunks of
  * chunk_pages pages (ignis_decode_choose_chunk_pages of the same batch). The inputs must already

@@ -25,6 +25,13 @@ typedef struct ignis_decode_work {
 #define IGNIS_DECODE_MERGE_GROUP 8  /* partials a first-level merge combines (merge counters) */
 #define IGNIS_DECODE_MERGE_LEVEL 16 /* a second-level arrival on a group-0 counter (> the group) */
 
+/* Merge counters a batch with num_partials partial rows and batch_size requests uses (0 when no
+ * request is split; sched/decode_plan.c says why they suffice). */
+IGNIS_SCHED_INLINE int64_t ignis_decode_merge_counter_count(int64_t num_partials, int64_t batch_size,
+                                                           int64_t num_kv_heads) {
+  return num_partials > 0 ? (num_partials / IGNIS_DECODE_MERGE_GROUP + batch_size) * num_kv_heads : 0;
+}
+
 /* The implicit decode schedule (single decode, and block-table runs: no list, nothing copied): a
  * batch of `requests`, each cut into `splits` items of chunk_tokens keys, item w being chunk
  * i = w % splits of request w / splits, keys [i * chunk_tokens, (i + 1) * chunk_tokens), except
@@ -43,6 +50,31 @@ IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int32_t w, int32
   const int32_t end = i == (uint32_t)splits - 1 ? INT32_MAX : start + chunk_tokens;
   ignis_decode_work item = {(int32_t)request, start, end, splits > 1 ? w : -1};
   return item;
+}
+
+/* A block-table batch planned from its lengths where it runs (core/params.h: length_plan; the CUDA
+ * backend's planner kernel, the CPU backend on the host): the decode planner's policy for a batch
+ * below one wave (decode_plan.h: the smallest chunk of at least min_chunk_pages pages whose items
+ * fit wave_items; no split when no request is longer than min_chunk_pages) over the requests' own
+ * page counts, each counted as at most bound_pages (the host's bound on the lengths, so the items
+ * stay within the plan's bounds: a request past it gets its extra keys in its last chunk). The
+ * schedule is the planned one (header, request_partials, work, zeroed merge counters): the item of
+ * chunk i of a request of len keys ends at min((i + 1) * chunk_tokens, len), its last at len. */
+#define IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH 2048 /* the largest batch planned from its lengths */
+typedef struct ignis_decode_length_plan {
+  int32_t wave_items;      /* 0: off */
+  int32_t min_chunk_pages;
+  int32_t bound_pages;
+} ignis_decode_length_plan;
+
+/* Pages a length plan counts for a request of len keys (ignis_block_table_request_len). */
+IGNIS_SCHED_INLINE int32_t ignis_decode_length_pages(int32_t len, int32_t page_size, int32_t bound_pages) {
+  const int32_t pages = (int32_t)(((int64_t)len + page_size - 1) / page_size);
+  return pages < bound_pages ? pages : bound_pages;
+}
+/* Items of a request of `pages` (counted) pages with chunks of chunk_pages (0: no split). */
+IGNIS_SCHED_INLINE int32_t ignis_decode_length_items(int32_t pages, int32_t chunk_pages) {
+  return chunk_pages > 0 && pages > chunk_pages ? (int32_t)(((uint32_t)pages + (uint32_t)chunk_pages - 1u) / (uint32_t)chunk_pages) : 1;
 }
 
 /* ---- prefill ---- */

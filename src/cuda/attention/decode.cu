@@ -18,13 +18,17 @@
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
  * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list
  * (single decode, block-table runs: core/params.h) the grid is the batch's requests x
- * implicit_splits items, captured or not.
+ * implicit_splits items, captured or not. A block-table batch planned from its lengths first runs
+ * decode_length_plan_kernel (decode_length_plan.cuh), which writes its schedule into the plan's
+ * device memory; the attention grid is then the bound on its items (a wave), extra blocks exiting
+ * at once, and the merge kernel's the batch.
  *
  * The instances come from one list (decode_instances.cuh), compiled a head dim per translation unit
  * (decode_hd<d>.cu). */
 #include <string.h>
 
 #include "cuda/attention/decode_instances.cuh"
+#include "cuda/attention/decode_length_plan.cuh"
 #include "cuda/attention/q_convert.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
@@ -57,6 +61,7 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
   c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && p.kernel != IGNIS_KERNEL_DECODE_M16;
+  c.device_schedule = p.length_plan.wave_items > 0;
   return c;
 }
 
@@ -135,6 +140,15 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     (void)cudaGetLastError();
     capture = cudaStreamCaptureStatusActive;
+  }
+  if (c.device_schedule) { /* a block-table batch planned from its lengths, here (core/params.h) */
+    if (p.cache.batch_size > IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH || p.work == nullptr)
+      return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode: a length plan of %lld requests has no schedule room",
+                             (long long)p.cache.batch_size);
+    IGNIS_CUDA_CHECK(ignis_launch(decode_length_plan_kernel, dim3(1), dim3(LENGTH_PLAN_THREADS), 0, stream, p));
+    const ignis_status status = ignis_check_launch("decode length plan");
+    if (status != IGNIS_OK)
+      return status;
   }
   const bool exact = p.work != nullptr && p.launch_work > 0 && capture == cudaStreamCaptureStatusNone;
   const int64_t items = p.work == nullptr ? c.implicit_items : exact ? p.launch_work : p.max_work;
@@ -215,9 +229,12 @@ extern "C" ignis_status ignis_cuda_decode(const ignis_decode_params *params, int
                            "decode: q, out, k_cache and v_cache must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   if (convert) {
+    /* (a length-planned batch's count is written after this: its max_batch is the batch) */
     const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_batch,
                                      params->q_stride_head, params->num_qo_heads, params->head_dim,
-                                     params->max_batch * params->q_len, params->batch_size, params->q_len, nullptr};
+                                     params->max_batch * params->q_len,
+                                     params->length_plan.wave_items > 0 ? nullptr : params->batch_size,
+                                     params->q_len, nullptr};
     const ignis_status status = q_convert_to(params->dtype, source, params->q_scratch, s);
     if (status != IGNIS_OK)
       return status;

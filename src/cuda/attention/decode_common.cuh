@@ -57,6 +57,8 @@ struct decode_config {
   float cap_out;
   int32_t alibi_n;     /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
   int32_t fused_merge; /* split requests merge in the transposed kernel (planned schedules) */
+  int32_t device_schedule; /* the schedule is the length planner's (core/params.h: length_plan), written
+                              by the kernel before: read only after the wait on it */
 };
 
 /* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
@@ -115,9 +117,12 @@ __device__ __forceinline__ int32_t page_of_key(const ignis_decode_params &p, con
   return page >= 0 && page < p.cache.num_pages ? page : -1;
 }
 
-/* Item w of the schedule, or false when w is past the batch's items. */
+/* Item w of the schedule, or false when w is past the batch's items. A schedule the previous kernel
+ * wrote is read after the wait on that kernel (the wait returns at once when repeated). */
 __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const decode_config &c, int w,
                                            ignis_decode_work *item) {
+  if (c.device_schedule)
+    ignis_pdl_wait();
   if (p.work == nullptr) {
     if (w >= c.implicit_items)
       return false;

@@ -75,14 +75,13 @@ as FlashInfer's plan does: keep them on the host. ``fast_decode_plan`` is the sa
 on the host (all ones) instead of copying a device one back. On CUDA, ``indptr`` and
 ``last_page_len`` then reach the device in the plan's one asynchronous copy of its schedule, and
 the runs read them there; ``indices`` is used in place when it is already on the device. The
-plan's maxima are
-chosen so that it rarely needs re-making: the batch bound is the CUDA-graph buffers' size, else
-``max_batch_size=``, else the largest batch seen rounded up to a power of two (at least 64); the
-KV-length bound is ``max_kv_len=``, else unbounded (the split-KV partials and the launch stay
-within one wave of the GPU whatever the bound) except with
-``fixed_split_size``, whose work list grows with it: there it is the longest request seen rounded
-up to a power of two (at least 4096), or with CUDA-graph buffers the longest the workspace holds,
-so that the plan and a captured run stay valid. A batch past an implicit bound re-makes the plan;
+plan's maxima are chosen so that it rarely needs re-making: the batch bound is the CUDA-graph
+buffers' size, else ``max_batch_size=``, else the largest batch seen rounded up to a power of two
+(at least 64); the KV-length bound is ``max_kv_len=``, else unbounded (the split-KV partials and
+the launch stay within one wave of the GPU whatever the bound) except with ``fixed_split_size``,
+whose work list grows with it: there it is the longest request seen rounded up to a power of two
+(at least 4096), or with CUDA-graph buffers the longest the workspace holds, so that the plan and
+a captured run stay valid. A batch past an implicit bound re-makes the plan;
 one past an explicit bound, or past the CUDA-graph buffers, raises InvalidArgumentError.
 ``fixed_split_size`` None, -1 (FlashInfer's "off", vLLM's default) or 0 means no fixed split.
 
@@ -299,9 +298,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
     fixed ``paged_kv_*_buffer`` tensors (FlashInfer's ``_paged_kv_indptr_buf``,
     ``_paged_kv_indices_buf``, ``_paged_kv_last_page_len_buf``) take each plan's index arrays
     (``fast_decode_plan``: the page indices only, as in FlashInfer; see the module's notes), run
-    reads the page indices from theirs, and the plan keeps its shape (at most ``len(paged_kv_last_page_len_buffer)``
-    requests, FlashInfer's ``_fixed_batch_size``), so a captured ``run`` serves every later plan:
-    re-plan outside the graph, then replay it."""
+    reads the page indices from theirs, and the plan keeps its shape (at most
+    ``len(paged_kv_last_page_len_buffer)`` requests, FlashInfer's ``_fixed_batch_size``), so a
+    captured ``run`` serves every later plan: re-plan outside the graph, then replay it."""
 
     _pos_encoding_mode = _planned_option(0, "pos_encoding_mode")
     _window_left = _planned_option(1, "window_left")

@@ -73,24 +73,29 @@ index arrays are first copied to the host, and CUDA tensors are copied with a sy
 as FlashInfer's plan does: keep them on the host. ``fast_decode_plan`` is the same path; it takes
 ``global_override_indptr_cpu`` as the host indptr, and with page size 1 builds ``last_page_len``
 on the host (all ones) instead of copying a device one back. On CUDA, ``indptr`` and
-``last_page_len`` then reach the device with one asynchronous copy into the wrapper's index
-buffer; ``indices`` is used in place when it is already on the device. The plan's maxima are
-chosen so that it rarely needs re-making: the batch bound is the CUDA-graph buffers' size, else
-``max_batch_size=``, else the largest batch seen rounded up to a power of two (at least 64); the
-KV-length bound is ``max_kv_len=``, else unbounded (the split-KV partials and the launch stay
-within one wave of the GPU whatever the bound) except with
-``fixed_split_size``, whose work list grows with it: there it is the longest request seen rounded
-up to a power of two (at least 4096), or with CUDA-graph buffers the longest the workspace holds,
-so that the plan and a captured run stay valid. A batch past an implicit bound re-makes the plan;
+``last_page_len`` then reach the device in the plan's one asynchronous copy of its schedule, and
+the runs read them there; ``indices`` is used in place when it is already on the device. The
+plan's maxima are chosen so that it rarely needs re-making: the batch bound is the CUDA-graph
+buffers' size, else ``max_batch_size=``, else the largest batch seen rounded up to a power of two
+(at least 64); the KV-length bound is ``max_kv_len=``, else unbounded (the split-KV partials and
+the launch stay within one wave of the GPU whatever the bound) except with ``fixed_split_size``,
+whose work list grows with it: there it is the longest request seen rounded up to a power of two
+(at least 4096), or with CUDA-graph buffers the longest the workspace holds, so that the plan and
+a captured run stay valid. A batch past an implicit bound re-makes the plan;
 one past an explicit bound, or past the CUDA-graph buffers, raises InvalidArgumentError.
 ``fixed_split_size`` None, -1 (FlashInfer's "off", vLLM's default) or 0 means no fixed split.
 
-With CUDA-graph buffers (``use_cuda_graph=True``) ``plan`` copies the batch's index arrays into
-them (unless ``indices`` is the indices buffer itself, which SGLang fills in place) and ``run``
-reads them, on every backend: what an engine writes into ``_paged_kv_indices_buf`` after the plan
-is what a captured run (or, on the CPU backend, the next run) reads. Batches may be smaller than
-the buffers (FlashInfer wants them equal); ``q_len_per_req`` is frozen by the first plan, as in
-FlashInfer.
+With CUDA-graph buffers (``use_cuda_graph=True``) ``plan`` and ``fast_decode_plan`` copy the
+batch's page indices into the indices buffer (unless ``indices`` is that buffer, or a view of its
+start, as SGLang and vLLM pass it) and ``run`` reads them there, on every backend: what an engine
+writes into ``_paged_kv_indices_buf`` after the plan is what a captured run (or, on the CPU
+backend, the next run) reads. ``indptr`` and ``last_page_len`` the runs read from the C plan, in
+memory of its own that stays put for its life, so a captured run reads each later schedule's and
+never a buffer that disagrees with the schedule. ``plan`` also copies them into the indptr and
+last_page_len buffers, as FlashInfer's plan does; ``fast_decode_plan``, like FlashInfer's, leaves
+those buffers as the engine wrote them (both engines fill them themselves), which spares it two
+device copies per step. Batches may be smaller than the buffers (FlashInfer wants them equal);
+``q_len_per_req`` is frozen by the first plan, as in FlashInfer.
 """
 
 import sys
@@ -144,25 +149,21 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
 
 class _IndexUploader:
     """The device side of plan's index arrays on CUDA. Page indices: used in place when on the
-    device, else copied there. indptr / last_page_len: without CUDA-graph buffers the run reads the
-    copies the C plan uploads with its schedule (nothing to do here); with them (FlashInfer's
-    use_cuda_graph), decode_plan_update copies the planned arrays into the graph buffers on the
-    device (``graph_arrays``: ignis_decode_plan_copy_index_arrays, no host-to-device copy of their
-    own), and the runs read the buffers' views of each batch size."""
+    device, else copied there (into the indices buffer in CUDA-graph mode). indptr /
+    last_page_len: the runs read the copies the C plan uploads with its schedule, in the plan's own
+    device memory (stable for the C plan's life, so a captured run reads each later schedule's);
+    with CUDA-graph buffers, ``plan`` also fills the indptr and last_page_len buffers as
+    FlashInfer's plan does (``graph_arrays``, decode_plan_update's argument:
+    ignis_decode_plan_copy_index_arrays, device to device), ``fast_decode_plan`` does not (as
+    FlashInfer's, which leaves them to the engine)."""
 
     def __init__(self, workspace, max_batch, graph_buffers):
         self.workspace = workspace
         self.max_batch = max_batch
-        self.graph_buffers = graph_buffers
         self.buffer = None if graph_buffers is None else graph_buffers[1]
         self.torch = hasattr(workspace, "new_empty")  # PyTorch
         # decode_plan_update's graph_buffers argument
         self.graph_arrays = None if graph_buffers is None else (graph_buffers[0], graph_buffers[2])
-        self.views = {}
-
-    def _make(self, batch):
-        views = self.views[batch] = (self.graph_buffers[0][: batch + 1], self.graph_buffers[2][:batch])
-        return views
 
     def on_stream(self, stream):
         """A context in which the framework's copies go to `stream` (plan's stream=: an int
@@ -208,27 +209,25 @@ class _IndexUploader:
             _check_fits("indices", buffer, source)
         return source
 
-    def stage(self, batch, source, stream):
-        """The run's (indptr, indices, last_page_len) on the device once the batch is scheduled:
-        without CUDA-graph buffers (None, indices, None), the run taking indptr / last_page_len
-        from the plan's own upload; with them, the buffers (indptr and last_page_len filled by
-        decode_plan_update, the indices from `source`, ``source``'s answer, by an asynchronous
-        copy on `stream` unless it is the buffer)."""
-        if stream is None:
-            return self._stage(batch, source)
-        with self.on_stream(stream):
-            return self._stage(batch, source)
-
-    def _stage(self, batch, source):
+    def stage(self, source, stream):
+        """The run's (indptr, indices, last_page_len) once the batch is scheduled: indptr and
+        last_page_len None (the run reads the plan's own copies), and the page indices: `source`
+        (``source``'s answer) when it is the indices buffer or, without CUDA-graph buffers, on
+        the device; else copied there (into the indices buffer in CUDA-graph mode) asynchronously
+        on `stream`."""
         buffer = self.buffer
-        if buffer is None:
-            return None, (source if is_cuda(source) else to_device_of(self.workspace, source)), None
-        views = self.views.get(batch)
-        if views is None:
-            views = self._make(batch)
-        if source is not buffer:
-            copy_index_into(_PLAN, "indices", buffer, source)
-        return views[0], buffer, views[1]
+        if source is buffer or (buffer is None and is_cuda(source)):
+            return None, source, None
+        if stream is None:
+            return None, self._copy(source), None
+        with self.on_stream(stream):
+            return None, self._copy(source), None
+
+    def _copy(self, source):
+        if self.buffer is None:
+            return to_device_of(self.workspace, source)
+        copy_index_into(_PLAN, "indices", self.buffer, source)
+        return self.buffer
 
 
 def _planned_option(index, name):
@@ -284,9 +283,9 @@ def _host_indices(indices, buffers):
 
 def _check_fits(name, buffer, source):
     """copy_index_into's refusal of a source longer than its buffer, made before plan schedules."""
-    if len(source) > buffer.shape[0]:
+    if source.shape[0] > buffer.shape[0]:  # (len() of a PyTorch tensor costs a microsecond)
         raise InvalidArgumentError("%s: %s has %d entries but its buffer holds only %d"
-                                   % (_PLAN, name, len(source), buffer.shape[0]))
+                                   % (_PLAN, name, source.shape[0], buffer.shape[0]))
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -295,12 +294,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     ``float_workspace_buffer`` is the caller's buffer of a byte-sized dtype (e.g. 128 MB of
     ``torch.uint8`` on the GPU); it holds the schedule and the split-KV partials, and its device
-    decides where the plan runs (a host buffer: the CPU backend). With ``use_cuda_graph=True`` each
-    plan's index arrays are copied into the fixed ``paged_kv_*_buffer`` tensors (FlashInfer's
-    ``_paged_kv_indptr_buf``, ``_paged_kv_indices_buf``, ``_paged_kv_last_page_len_buf``), which
-    run reads, and the plan keeps its shape (at most ``len(paged_kv_last_page_len_buffer)``
-    requests, FlashInfer's ``_fixed_batch_size``), so a captured ``run`` serves every later plan:
-    re-plan outside the graph, then replay it."""
+    decides where the plan runs (a host buffer: the CPU backend). With ``use_cuda_graph=True`` the
+    fixed ``paged_kv_*_buffer`` tensors (FlashInfer's ``_paged_kv_indptr_buf``,
+    ``_paged_kv_indices_buf``, ``_paged_kv_last_page_len_buf``) take each plan's index arrays
+    (``fast_decode_plan``: the page indices only, as in FlashInfer; see the module's notes), run
+    reads the page indices from theirs, and the plan keeps its shape (at most
+    ``len(paged_kv_last_page_len_buffer)`` requests, FlashInfer's ``_fixed_batch_size``), so a
+    captured ``run`` serves every later plan: re-plan outside the graph, then replay it."""
 
     _pos_encoding_mode = _planned_option(0, "pos_encoding_mode")
     _window_left = _planned_option(1, "window_left")
@@ -333,6 +333,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                            "len(paged_kv_last_page_len_buffer) + 1 = %d"
                                            % (fn, buffers[0].shape[0], buffers[2].shape[0] + 1))
             self._graph_buffers = buffers
+            self._indices_address = _address(buffers[1])  # the CPU backend's test for SGLang's in-place indices
             self._fixed_batch_size = buffers[2].shape[0]
         # the options run() applies (the FlashInfer attributes above), as plan() leaves them without arguments
         self._options = ("NONE", -1, 0.0, None, None, None)
@@ -398,18 +399,20 @@ class BatchDecodeWithPagedKVCacheWrapper:
         key = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
                q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
                disable_split_kv, q_len_per_req, max_batch_size, max_kv_len, lse_base)
-        self._plan_batch(key, window_right, indptr, indices, last_page_len, stream)
+        self._plan_batch(key, window_right, indptr, indices, last_page_len, stream, True)
         if seq_lens is not None:
             self._check_seq_lens(seq_lens, page_size)
 
     begin_forward = plan
 
-    def _plan_batch(self, key, window_right, indptr, indices, last_page_len, stream):
-        """plan() once its configuration is a key (fast_decode_plan's too): make the C plan when the
-        configuration changed, schedule the batch on the active C plan, stage the index arrays the
-        runs read, set the planned options. ``indices`` is validated before the schedule: a refused
-        array changes nothing. The steady state (same key, int32 host indptr / last_page_len) is
-        one C call and a few attribute reads; everything else is out of line."""
+    def _plan_batch(self, key, window_right, indptr, indices, last_page_len, stream, fill):
+        """plan() once its configuration is a key (fast_decode_plan's too, with `fill` False): make
+        the C plan when the configuration changed, schedule the batch on the active C plan, stage
+        the index arrays the runs read, set the planned options; with CUDA-graph buffers and
+        `fill`, also copy the planned indptr / last_page_len into their buffers. ``indices`` is
+        validated before the schedule: a refused array changes nothing. The steady state (same
+        key, int32 host indptr / last_page_len) is one C call and a few attribute reads;
+        everything else is out of line."""
         if key != self._key or window_right:
             self._configure(key, window_right)
         uploader = self._uploader
@@ -419,17 +422,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
         else:
             indices = uploader.source(indices)
             batch = _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace,
-                                            uploader.graph_arrays, stream)
+                                            uploader.graph_arrays if fill else None, stream)
         if batch.__class__ is not int:
-            indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream)
+            indptr, last_page_len, batch = self._update_slow(indptr, last_page_len, batch, stream, fill)
             uploader = self._uploader
         self._batch_arrays = (indptr, last_page_len)
         if uploader is not None:
-            self._indexes = uploader.stage(batch, indices, stream)
+            self._indexes = uploader.stage(indices, stream)
         elif self._graph_buffers is None:
             self._indexes = (indptr, indices, last_page_len)
         else:
-            self._indexes = self._host_indexes(indptr, indices, last_page_len, batch)
+            self._indexes = self._host_indexes(indptr, indices, last_page_len, fill)
         self._options = self._planned_options
         self._options_changed = self._plan is not self._base_plan
 
@@ -461,17 +464,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
         raise InvalidArgumentError("%s: seq_lens[%d]=%d but indptr and last_page_len give that request %d keys "
                                    "(ignis reads the lengths from them)" % (fn, b, int(given[b]), int(lengths[b])))
 
-    def _host_indexes(self, indptr, indices, last_page_len, batch):
+    def _host_indexes(self, indptr, indices, last_page_len, fill):
         """The CPU backend's index arrays for run with CUDA-graph buffers (indices already int32 on
-        the host and known to fit): copies in the buffers, which run then reads as a replayed graph
-        would (indices are not copied when they are the indices buffer, which SGLang fills before
-        planning)."""
+        the host and known to fit), as on CUDA: the indices in their buffer, which run then reads
+        as a replayed graph would (not copied when they are the indices buffer, which SGLang fills
+        before planning); indptr / last_page_len None, the run reading the C plan's copies; with
+        `fill` (plan, not fast_decode_plan) those are copied into their buffers too."""
         indptr_buffer, indices_buffer, last_buffer = self._graph_buffers
-        copy_index_into(_PLAN, "indptr", indptr_buffer, indptr)
-        copy_index_into(_PLAN, "last_page_len", last_buffer, last_page_len)
-        if _address(indices) != _address(indices_buffer):
+        if fill:
+            copy_index_into(_PLAN, "indptr", indptr_buffer, indptr)
+            copy_index_into(_PLAN, "last_page_len", last_buffer, last_page_len)
+        if indices is not indices_buffer and _address(indices) != self._indices_address:
             copy_index_into(_PLAN, "indices", indices_buffer, indices)
-        return indptr_buffer[: batch + 1], indices_buffer, last_buffer[:batch]
+        return None, indices_buffer, None
 
     def _plan_config(self, fn, key, window_right=0):
         """The ignis_decode_plan_config fields by name (but the maxima) of plan()'s configuration
@@ -573,14 +578,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._active = self._base_options  # the canonical options of the active C plan
         self._active_options = self._planned_options  # options known to give them
 
-    def _update_slow(self, indptr, last_page_len, declined, stream):
+    def _update_slow(self, indptr, last_page_len, declined, stream, fill):
         """plan_update when the fast path declined (an _ext.PlanUpdateDeclined): index arrays not on
-        the host as int32 (copied there), or a batch past the plan's maxima (a larger plan)."""
+        the host as int32 (copied there), or a batch past the plan's maxima (a larger plan); `fill`
+        as _plan_batch's."""
         fn = _PLAN
         if declined.host_copy_needed:
             indptr = host_i32(fn, "indptr", indptr)
             last_page_len = host_i32(fn, "last_page_len", last_page_len)
-            declined = self._update(indptr, last_page_len, stream)
+            declined = self._update(indptr, last_page_len, stream, fill)
             if declined.__class__ is int:
                 return indptr, last_page_len, declined
         batch, longest = declined.batch_size, declined.longest_kv_len
@@ -597,16 +603,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._max_batch_seen = max(self._max_batch_seen, batch)
         self._longest_seen = max(self._longest_seen, longest)
         self._build(self._max_batch_seen, self._longest_seen)
-        result = self._update(indptr, last_page_len, stream)
+        result = self._update(indptr, last_page_len, stream, fill)
         if result.__class__ is not int:
             raise InvalidArgumentError("%s: the workspace (%d bytes) cannot hold the split partials of a request of "
                                        "%d keys with fixed_split_size=%d"
                                        % (fn, self._workspace_size, longest, self._config["fixed_split_size"]))
         return indptr, last_page_len, result
 
-    def _update(self, indptr, last_page_len, stream):
+    def _update(self, indptr, last_page_len, stream, fill):
         uploader = self._uploader
-        arrays = None if uploader is None else uploader.graph_arrays
+        arrays = None if uploader is None or not fill else uploader.graph_arrays
         return _ext.decode_plan_update(self._plan, indptr, last_page_len, self._plan_workspace, arrays, stream)
 
     def _apply_options(self, stream):
@@ -821,7 +827,9 @@ def fast_decode_plan(wrapper, indptr, indices, last_page_len, num_qo_heads, num_
     ``max_batch_size``, ``max_kv_len`` and ``lse_base`` are the wrapper's last plan's (so that the
     C plan is kept); ``global_override_indptr_cpu``, when given, is the host indptr (SGLang's
     ``indptr`` is then on the device); with page size 1, a device ``last_page_len`` is not copied
-    back (every request's last page holds its one key, as FlashInfer assumes)."""
+    back (every request's last page holds its one key, as FlashInfer assumes); on a CUDA-graph
+    wrapper the indptr and last_page_len buffers are left as they are, as FlashInfer leaves them
+    (the runs read the plan's own copies)."""
     if q_data_type is None:
         q_data_type = "float16" if data_type is None else data_type
     if global_override_indptr_cpu is not None:
@@ -834,7 +842,7 @@ def fast_decode_plan(wrapper, indptr, indices, last_page_len, num_qo_heads, num_
     key = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
            q_data_type, kv_data_type, last[9], data_type, sm_scale, rope_scale, rope_theta, fixed_split_size,
            disable_split_kv, q_len_per_req, last[17], last[18], last[19])
-    wrapper._plan_batch(key, 0, indptr, indices, last_page_len, stream)
+    wrapper._plan_batch(key, 0, indptr, indices, last_page_len, stream, False)
 
 
 def _host_ones(wrapper, batch):

@@ -674,6 +674,39 @@ def test_fast_decode_plan(host):
         fast_decode_plan(wrapper, indptr2, indices2, last2, 32, 8, 128, 16, data_type="float8_e5m2")
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_fast_decode_plan_graph_buffers(host):
+    """On a CUDA-graph wrapper, plan fills the indptr / last_page_len buffers (as FlashInfer's plan
+    copies them) and fast_decode_plan leaves them to the engine (as FlashInfer's does): only the
+    indices go into their buffer, unless they are it. The runs read indptr / last_page_len from the
+    plan itself, so stale buffers never mislead them."""
+    pool = Pool(80, 16, 8, 128, host)
+    buffers = (zeros_i32(5, host), zeros_i32(64, host), zeros_i32(4, host))
+    wrapper = CUDAGraphBatchDecodeWithPagedKVCacheWrapper(workspace(host, "vllm"), *buffers)
+    lengths = [90, 400, 2]
+    indptr, indices, last = pool.batch(lengths)
+    wrapper.plan(i32(indptr, host), pages(indices, host), i32(last, host), 32, 8, 128, 16)
+    assert np.array_equal(as_np(buffers[0])[:4], indptr) and np.array_equal(as_np(buffers[2])[:3], last)
+    q = queries(3, 32, 128, host)
+    assert_close(wrapper.run(q, pool.cache), reference(pool, q, indptr, indices, lengths)[0])
+    lengths = [33, 7, 250, 16]
+    indptr2, indices2, last2 = pool.batch(lengths)
+    fast_decode_plan(wrapper, i32(indptr2, host), pages(indices2, host), i32(last2, host), 32, 8, 128, 16)
+    assert np.array_equal(as_np(buffers[0])[:4], indptr) and np.array_equal(as_np(buffers[2])[:3], last)
+    assert np.array_equal(as_np(buffers[1])[: len(indices2)], indices2)
+    q = queries(4, 32, 128, host)
+    assert_close(wrapper.run(q, pool.cache), reference(pool, q, indptr2, indices2, lengths)[0])
+    # SGLang's form: the indices written into the indices buffer, which is passed itself
+    lengths = [300, 1]
+    indptr3, indices3, last3 = pool.batch(lengths)
+    write(buffers[1], indices3)
+    fast_decode_plan(wrapper, pages(np.zeros(3), host), buffers[1], i32(last3, host), 32, 8, 128, 16,
+                     global_override_indptr_cpu=i32(indptr3, host))
+    assert np.array_equal(as_np(buffers[0])[:4], indptr)
+    q = queries(2, 32, 128, host)
+    assert_close(wrapper.run(q, pool.cache), reference(pool, q, indptr3, indices3, lengths)[0])
+
+
 def test_signatures():
     E = inspect.Parameter.empty
     params = inspect.signature(fast_decode_plan).parameters

@@ -82,31 +82,37 @@ static int load_state;        /* 0 not tried, 1 loaded, -1 failed */
 static char load_error[1024]; /* why loading failed */
 static char loaded_from[512];
 
-/* The PyTorch wheels' copy: site-packages/nvidia/cu13/lib or nvidia/cublas/lib, found next to a
- * library this process already loaded from there (libcudart or libnvrtc), else not at all. */
+/* The PyTorch wheels' copy: site-packages/nvidia/cu13/lib or nvidia/cublas/lib, found from a library
+ * this process already loaded from those wheels (the CUDA runtime, NVRTC or cuBLAS): its directory,
+ * then the sibling wheels' lib directories. */
 static void *open_from_python_wheels(void) {
   static const char *const anchors[][2] = {
       {"libcudart.so.13", "cudaGetDevice"}, {"libnvrtc.so.13", "nvrtcVersion"}, {"libcublas.so.13", "cublasCreate_v2"}};
+  static const char *const relative[] = {"", "../../cublas/lib/", "../../cu13/lib/"};
   for (size_t i = 0; i < sizeof anchors / sizeof anchors[0]; ++i) {
     void *h = dlopen(anchors[i][0], RTLD_NOW | RTLD_NOLOAD);
     if (!h)
       continue;
     void *sym = dlsym(h, anchors[i][1]);
     Dl_info info;
-    char path[512];
+    char dir[400];
     char *slash = NULL;
     if (sym && dladdr(sym, &info) && info.dli_fname) {
-      snprintf(path, sizeof path, "%s", info.dli_fname);
-      slash = strrchr(path, '/');
+      snprintf(dir, sizeof dir, "%s", info.dli_fname);
+      slash = strrchr(dir, '/');
     }
     dlclose(h);
     if (!slash)
       continue;
-    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "libcublasLt.so.13");
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      snprintf(loaded_from, sizeof loaded_from, "%s", path);
-      return lib;
+    slash[1] = '\0';
+    for (size_t r = 0; r < sizeof relative / sizeof relative[0]; ++r) {
+      char path[512];
+      snprintf(path, sizeof path, "%s%slibcublasLt.so.13", dir, relative[r]);
+      void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (lib) {
+        snprintf(loaded_from, sizeof loaded_from, "%s", path);
+        return lib;
+      }
     }
   }
   return NULL;

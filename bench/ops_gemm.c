@@ -23,7 +23,8 @@ static void shape_gemm(const bench_case *c, char *text, size_t size) {
     snprintf(text, size, "B%lld M%lld N%lld K%lld", (long long)c->batch, (long long)c->tokens,
              (long long)c->hidden, (long long)c->inner);
   else
-    snprintf(text, size, "M%lld N%lld K%lld", (long long)c->tokens, (long long)c->hidden, (long long)c->inner);
+    snprintf(text, size, "M%lld N%lld K%lld", (long long)c->tokens, (long long)c->hidden,
+             (long long)c->inner);
 }
 
 /* The weight [.., N, K] as the logical [.., K, N] operand: its last two dims swapped. */
@@ -99,8 +100,9 @@ static ignis_status call_blockscale(const bench_case *c, ignis_tensor *t, void *
 /* clang-format on */
 
 static const bench_routine gemm_routines[] = {
-    {GEMM_ENTRY, .name = "mm", .tiny = GEMM_TINY, .summary = "16-bit GEMM a[M,K] x weight[N,K]^T (cuBLASLt on CUDA)",
-     .functions = "ignis_mm", .dims = GEMM_DIMS, .bytes_rule = "a + weight + out (es each)",
+    {GEMM_ENTRY, .name = "mm", .tiny = GEMM_TINY,
+     .summary = "16-bit GEMM a[M,K] x weight[N,K]^T (cuBLASLt on CUDA)", .functions = "ignis_mm",
+     .dims = GEMM_DIMS, .bytes_rule = "a + weight + out (es each)",
      .gpu_suite = BENCH_SUITE(GEMM_SHAPE(1, 4096, 7168, 2048), GEMM_SHAPE(3, 64, 7168, 2048)),
      .host_suite = BENCH_SUITE(GEMM_SHAPE(1, 64, 256, 512)), .describe = describe_mm, .call = call_mm},
     {GEMM_ENTRY, .name = "bmm", .summary = "batched 16-bit GEMM, one weight per batch entry",
@@ -108,10 +110,12 @@ static const bench_routine gemm_routines[] = {
      .tiny = BENCH_DIMS(.tokens = 4, .hidden = 128, .inner = 256, .batch = 2),
      .gpu_suite = BENCH_SUITE(BMM_SHAPE(2, 8, 512, 1024, 1024)),
      .host_suite = BENCH_SUITE(BMM_SHAPE(2, 2, 32, 128, 256)), .describe = describe_bmm, .call = call_mm},
-    {GEMM_ENTRY, .name = "mm_fp8", .tiny = GEMM_TINY, .summary = "fp8 e4m3 GEMM with per-tensor f32 scales (bmm_fp8)",
-     .functions = "ignis_mm_fp8", .dims = GEMM_DIMS, .bytes_rule = "a + weight (1 byte each) + out (es)",
+    {GEMM_ENTRY, .name = "mm_fp8", .tiny = GEMM_TINY,
+     .summary = "fp8 e4m3 GEMM with per-tensor f32 scales (bmm_fp8)", .functions = "ignis_mm_fp8",
+     .dims = GEMM_DIMS, .bytes_rule = "a + weight (1 byte each) + out (es)",
      .gpu_suite = BENCH_SUITE(GEMM_SHAPE(1, 4096, 7168, 2048), GEMM_SHAPE(3, 64, 7168, 2048)),
-     .host_suite = BENCH_SUITE(GEMM_SHAPE(1, 64, 256, 512)), .describe = describe_mm_fp8, .call = call_mm_fp8},
+     .host_suite = BENCH_SUITE(GEMM_SHAPE(1, 64, 256, 512)), .describe = describe_mm_fp8,
+     .call = call_mm_fp8},
     {GEMM_ENTRY, .name = "mm_fp8_blockscale", .tiny = GEMM_TINY,
      .summary = "fp8 e4m3 GEMM, 1x128 activation and 128x128 weight scales (DeepSeek-V3)",
      .functions = "ignis_mm_fp8_blockscale", .dims = GEMM_DIMS,

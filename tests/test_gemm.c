@@ -75,8 +75,8 @@ static double at(const operand *o, int64_t bt, int64_t r, int64_t c) {
 
 /* Compare out with ref (batch x m x n, row-major) and sums of |terms| (for the tolerance); the
  * elements outside out's view must be unchanged. */
-static void compare_out(operand *out, const double *ref, const double *abs_sum, int64_t batch, int64_t m, int64_t n,
-                        int64_t k, const char *what) {
+static void compare_out(operand *out, const double *ref, const double *abs_sum, int64_t batch, int64_t m,
+                        int64_t n, int64_t k, const char *what) {
   h_buf_download(&out->buf);
   h_cmp cmp;
   h_cmp_init(&cmp);
@@ -85,7 +85,8 @@ static void compare_out(operand *out, const double *ref, const double *abs_sum, 
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t r = (bt * m + i) * n + j;
-        double bound = tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * (double)(k > 16 ? k : 16) * ldexp(1.0, -24);
+        double bound =
+            tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * (double)(k > 16 ? k : 16) * ldexp(1.0, -24);
         h_cmp_add(&cmp, r, at(out, bt, i, j), ref[r], bound);
       }
   CHECK_CMP(&cmp, what);
@@ -100,8 +101,8 @@ static int skip_cuda(h_backend be) {
 }
 
 /* ---- ignis_mm ------------------------------------------------------------------------------- */
-static void run_mm_case(h_backend be, ignis_dtype in, ignis_dtype out_dtype, int64_t batch, int64_t m, int64_t n,
-                        int64_t k, int b_nt, int padded, int bias_kind, h_rng *rng) {
+static void run_mm_case(h_backend be, ignis_dtype in, ignis_dtype out_dtype, int64_t batch, int64_t m,
+                        int64_t n, int64_t k, int b_nt, int padded, int bias_kind, h_rng *rng) {
   if (skip_cuda(be))
     return;
   h_case("mm %s %s->%s batch %lld M%lld N%lld K%lld b %s%s bias %d", h_backend_name(be), ignis_dtype_name(in),
@@ -123,7 +124,8 @@ static void run_mm_case(h_backend be, ignis_dtype in, ignis_dtype out_dtype, int
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_mm(&a.t, &b.t, bias_kind ? &bias.t : NULL, &out.t, NULL), IGNIS_OK);
   int64_t nb = batch ? batch : 1;
-  double *ref = calloc((size_t)(nb * m * n), sizeof(double)), *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
+  double *ref = calloc((size_t)(nb * m * n), sizeof(double)),
+         *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
   for (int64_t bt = 0; bt < nb; ++bt)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -158,8 +160,15 @@ static void test_mm(h_backend be) {
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; ++i)
     for (size_t s = 0; s < sizeof nk / sizeof nk[0]; ++s) {
       int variant = (int)((i + s) % 4);
-      run_mm_case(be, variant % 2 ? IGNIS_F16 : IGNIS_BF16, variant == 3 ? IGNIS_F32 : variant % 2 ? IGNIS_F16 : IGNIS_BF16,
-                  0, ms[i], nk[s][0], nk[s][1], variant != 1, variant >= 2, variant == 2 ? 1 : variant == 3 ? 2 : 0, &rng);
+      run_mm_case(be, variant % 2 ? IGNIS_F16 : IGNIS_BF16,
+                  variant == 3  ? IGNIS_F32
+                  : variant % 2 ? IGNIS_F16
+                                : IGNIS_BF16,
+                  0, ms[i], nk[s][0], nk[s][1], variant != 1, variant >= 2,
+                  variant == 2   ? 1
+                  : variant == 3 ? 2
+                                 : 0,
+                  &rng);
     }
   /* batched, each layout, bias f32 with a bf16 out */
   run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 3, 33, 64, 128, 1, 0, 0, &rng);
@@ -170,13 +179,13 @@ static void test_mm(h_backend be) {
 }
 
 /* ---- ignis_mm_fp8 ----------------------------------------------------------------------------- */
-static void run_fp8_case(h_backend be, ignis_dtype a_dtype, ignis_dtype b_dtype, ignis_dtype out_dtype, int64_t batch,
-                         int64_t m, int64_t n, int64_t k, int b_nt, h_rng *rng) {
+static void run_fp8_case(h_backend be, ignis_dtype a_dtype, ignis_dtype b_dtype, ignis_dtype out_dtype,
+                         int64_t batch, int64_t m, int64_t n, int64_t k, int b_nt, h_rng *rng) {
   if (skip_cuda(be) || (be == H_CUDA && !b_nt))
     return;
-  h_case("mm_fp8 %s %s x %s -> %s batch %lld M%lld N%lld K%lld b %s", h_backend_name(be), ignis_dtype_name(a_dtype),
-         ignis_dtype_name(b_dtype), ignis_dtype_name(out_dtype), (long long)batch, (long long)m, (long long)n,
-         (long long)k, b_nt ? "NT" : "row-major");
+  h_case("mm_fp8 %s %s x %s -> %s batch %lld M%lld N%lld K%lld b %s", h_backend_name(be),
+         ignis_dtype_name(a_dtype), ignis_dtype_name(b_dtype), ignis_dtype_name(out_dtype), (long long)batch,
+         (long long)m, (long long)n, (long long)k, b_nt ? "NT" : "row-major");
   operand a = make_matrix(be, a_dtype, batch, m, k, 0, 0);
   operand b = make_matrix(be, b_dtype, batch, k, n, b_nt, 16);
   operand out = make_matrix(be, out_dtype, batch, m, n, 0, 8);
@@ -194,7 +203,8 @@ static void run_fp8_case(h_backend be, ignis_dtype a_dtype, ignis_dtype b_dtype,
   CHECK_STATUS(ignis_mm_fp8(&a.t, &b.t, &a_scale, &b_scale, &out.t, NULL), IGNIS_OK);
   double scale = h_get(&sa_buf, 0) * h_get(&sb_buf, 0);
   int64_t nb = batch ? batch : 1;
-  double *ref = calloc((size_t)(nb * m * n), sizeof(double)), *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
+  double *ref = calloc((size_t)(nb * m * n), sizeof(double)),
+         *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
   for (int64_t bt = 0; bt < nb; ++bt)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -309,7 +319,8 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
 static void test_blockscale(h_backend be) {
   h_rng rng = h_rng_make(3);
   run_block_case(be, 64, 256, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng);
-  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng); /* 5 K blocks */
+  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, IGNIS_BF16,
+                 &rng); /* 5 K blocks */
   run_block_case(be, 132, 208, 256, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, IGNIS_F16, &rng);
   run_block_case(be, 128, 384, 1024, IGNIS_U8, SCALE_MN_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng);
   run_block_case(be, 16, 256, 512, IGNIS_U8, SCALE_K_MAJOR, SCALE_PADDED, IGNIS_BF16, &rng);
@@ -372,8 +383,10 @@ static void test_bad_inputs(h_backend be) {
   CHECK(h_buf_untouched(&out.buf));
 
   /* fp8 per-tensor */
-  operand a8 = make_matrix(be, IGNIS_FP8_E4M3, 0, M, K, 0, 0), b8 = make_matrix(be, IGNIS_FP8_E4M3, 0, K, N, 1, 0);
-  operand b5 = make_matrix(be, IGNIS_FP8_E5M2, 0, K, N, 1, 0), a5 = make_matrix(be, IGNIS_FP8_E5M2, 0, M, K, 0, 0);
+  operand a8 = make_matrix(be, IGNIS_FP8_E4M3, 0, M, K, 0, 0),
+          b8 = make_matrix(be, IGNIS_FP8_E4M3, 0, K, N, 1, 0);
+  operand b5 = make_matrix(be, IGNIS_FP8_E5M2, 0, K, N, 1, 0),
+          a5 = make_matrix(be, IGNIS_FP8_E5M2, 0, M, K, 0, 0);
   fill_random(&a8, &rng, 1.0);
   fill_random(&b8, &rng, 1.0);
   fill_random(&b5, &rng, 1.0);

@@ -1,6 +1,7 @@
 /* Python bindings of the GEMM ops (include/ignis/gemm.h), one per C function and under its name,
  * positional with the stream last (gemm.py passes every argument): tensors through DLPack, None for
- * an absent bias; the fp8 forms take a_view / b_view for NumPy fp8 arrays passed as uint8 views. ext_gemm_methods is the method table the module adds. */
+ * an absent bias; the fp8 forms take a_view / b_view for NumPy fp8 arrays passed as uint8 views.
+ * ext_gemm_methods is the method table the module adds. */
 #include "_ext.h"
 
 /* (a, b, bias, out, stream) */
@@ -49,12 +50,14 @@ static PyObject *run_scaled(const char *fn, scaled_fn f, PyObject *const *args, 
   op_call c;
   if (op_call_begin(&c, fn, args, names, 5, 1u << 4, args[7]) < 0)
     return NULL;
-  if (apply_view(fn, "a_view", args[5], &c.tensors[0]) < 0 || apply_view(fn, "b_view", args[6], &c.tensors[1]) < 0) {
+  if (apply_view(fn, "a_view", args[5], &c.tensors[0]) < 0 ||
+      apply_view(fn, "b_view", args[6], &c.tensors[1]) < 0) {
     op_call_release(&c);
     return NULL;
   }
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &c.tensors[4], c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      f(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 

@@ -147,8 +147,9 @@ static ignis_status check_block_scale(const char *fn, const char *name, const ig
   return ignis_check_dim(fn, name, s, 1, cols, cols_rule);
 }
 
-static ignis_status check_out_disjoint(const char *fn, const ignis_tensor *out, const ignis_tensor *const *inputs,
-                                       const char *const *names, int count) {
+static ignis_status check_out_disjoint(const char *fn, const ignis_tensor *out,
+                                       const ignis_tensor *const *inputs, const char *const *names,
+                                       int count) {
   for (int i = 0; i < count; ++i)
     if (inputs[i])
       IGNIS_TRY(ignis_check_disjoint(fn, "out", out, names[i], inputs[i]));
@@ -164,8 +165,8 @@ static ignis_status dispatch(const ignis_gemm_params *p, const ignis_tensor *con
   return target.backend->gemm(p, target.device.id, stream);
 }
 
-ignis_status ignis_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *bias, ignis_tensor *out,
-                      void *stream) {
+ignis_status ignis_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *bias,
+                      ignis_tensor *out, void *stream) {
   const char *fn = "ignis_mm";
   ignis_clear_error();
   ignis_gemm_params p = {0};
@@ -173,7 +174,8 @@ ignis_status ignis_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_
   IGNIS_TRY(check_operands(fn, a, b, out, 3, 0, &p));
   IGNIS_TRY(check_dtype_in(fn, "a", a, is_half(a->dtype), "f16 or bf16"));
   IGNIS_TRY(check_dtype_in(fn, "b", b, b->dtype == a->dtype, ignis_dtype_name(a->dtype)));
-  IGNIS_TRY(check_dtype_in(fn, "out", out, is_half(out->dtype) || out->dtype == IGNIS_F32, "f16, bf16 or f32"));
+  IGNIS_TRY(
+      check_dtype_in(fn, "out", out, is_half(out->dtype) || out->dtype == IGNIS_F32, "f16, bf16 or f32"));
   if (bias) {
     IGNIS_TRY(ignis_check_tensor(fn, "bias", bias, 1, 1));
     IGNIS_TRY(check_dtype_in(fn, "bias", bias, bias->dtype == out->dtype || bias->dtype == IGNIS_F32,
@@ -216,8 +218,9 @@ ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b, const ig
   return dispatch(&p, tensors, all_names, 5, fn, stream);
 }
 
-ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *a_scale,
-                                     const ignis_tensor *b_scale, ignis_tensor *out, void *stream) {
+ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
+                                     const ignis_tensor *a_scale, const ignis_tensor *b_scale,
+                                     ignis_tensor *out, void *stream) {
   const char *fn = "ignis_mm_fp8_blockscale";
   ignis_clear_error();
   ignis_gemm_params p = {0};

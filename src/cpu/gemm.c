@@ -50,13 +50,14 @@ static float dot(const float *x, const float *y, int64_t n) {
 
 /* One output tile: batch bt, rows m0 .. m0 + rows, columns n0 .. n0 + cols. panel holds
  * COL_TILE * K floats, row K floats, acc COL_TILE floats. */
-static void gemm_tile(const ignis_gemm_params *p, int64_t bt, int64_t m0, int64_t rows, int64_t n0, int64_t cols,
-                      float *panel, float *row, float *acc) {
+static void gemm_tile(const ignis_gemm_params *p, int64_t bt, int64_t m0, int64_t rows, int64_t n0,
+                      int64_t cols, float *panel, float *row, float *acc) {
   const int64_t k = p->k;
   const int64_t b_base = bt * p->b_batch_stride;
   for (int64_t j = 0; j < cols; ++j)
     for (int64_t kk = 0; kk < k; ++kk)
-      panel[j * k + kk] = load_element(p->b, p->b_dtype, b_base + kk * p->b_stride_k + (n0 + j) * p->b_stride_n);
+      panel[j * k + kk] =
+          load_element(p->b, p->b_dtype, b_base + kk * p->b_stride_k + (n0 + j) * p->b_stride_n);
   float tensor_scale = 1.0f;
   if (p->kind == IGNIS_GEMM_FP8_TENSOR)
     tensor_scale = ((const float *)p->a_scale)[0] * ((const float *)p->b_scale)[0];
@@ -73,7 +74,8 @@ static void gemm_tile(const ignis_gemm_params *p, int64_t bt, int64_t m0, int64_
         float sa = load_scale(p->a_scale, p->scale_dtype, m * p->a_scale_stride_m + kb * p->a_scale_stride_k);
         for (int64_t j = 0; j < cols; ++j) {
           int64_t nb = (n0 + j) / IGNIS_GEMM_SCALE_BLOCK;
-          float sb = load_scale(p->b_scale, p->scale_dtype, nb * p->b_scale_stride_n + kb * p->b_scale_stride_k);
+          float sb =
+              load_scale(p->b_scale, p->scale_dtype, nb * p->b_scale_stride_n + kb * p->b_scale_stride_k);
           acc[j] += dot(row + k0, panel + j * k + k0, len) * (sa * sb);
         }
       }

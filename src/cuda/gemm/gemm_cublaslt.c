@@ -47,29 +47,30 @@ enum {
 };
 
 /* ---- the library ---------------------------------------------------------------------------- */
-#define CUBLASLT_FUNCTIONS(X)                                                                      \
-  X(cublasLtCreate, cublasStatus_t, (cublasLtHandle_t *))                                          \
-  X(cublasLtGetVersion, size_t, (void))                                                            \
+#define CUBLASLT_FUNCTIONS(X)                                                                                \
+  X(cublasLtCreate, cublasStatus_t, (cublasLtHandle_t *))                                                    \
+  X(cublasLtGetVersion, size_t, (void))                                                                      \
   X(cublasLtMatmulDescCreate, cublasStatus_t, (cublasLtMatmulDesc_t *, cublasComputeType_t, cudaDataType_t)) \
-  X(cublasLtMatmulDescDestroy, cublasStatus_t, (cublasLtMatmulDesc_t))                             \
-  X(cublasLtMatmulDescSetAttribute, cublasStatus_t,                                                \
-    (cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t))                  \
-  X(cublasLtMatrixLayoutCreate, cublasStatus_t, (cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t, int64_t)) \
-  X(cublasLtMatrixLayoutDestroy, cublasStatus_t, (cublasLtMatrixLayout_t))                         \
-  X(cublasLtMatrixLayoutSetAttribute, cublasStatus_t,                                              \
-    (cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void *, size_t))               \
-  X(cublasLtMatmulPreferenceCreate, cublasStatus_t, (cublasLtMatmulPreference_t *))                \
-  X(cublasLtMatmulPreferenceDestroy, cublasStatus_t, (cublasLtMatmulPreference_t))                 \
-  X(cublasLtMatmulPreferenceSetAttribute, cublasStatus_t,                                          \
-    (cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t))      \
-  X(cublasLtMatmulAlgoGetHeuristic, cublasStatus_t,                                                \
-    (cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,       \
-     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,              \
-     cublasLtMatmulHeuristicResult_t *, int *))                                                    \
-  X(cublasLtMatmul, cublasStatus_t,                                                                \
-    (cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,   \
-     const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t,     \
-     void *, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t))
+  X(cublasLtMatmulDescDestroy, cublasStatus_t, (cublasLtMatmulDesc_t))                                       \
+  X(cublasLtMatmulDescSetAttribute, cublasStatus_t,                                                          \
+    (cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t, const void *, size_t))                            \
+  X(cublasLtMatrixLayoutCreate, cublasStatus_t,                                                              \
+    (cublasLtMatrixLayout_t *, cudaDataType, uint64_t, uint64_t, int64_t))                                   \
+  X(cublasLtMatrixLayoutDestroy, cublasStatus_t, (cublasLtMatrixLayout_t))                                   \
+  X(cublasLtMatrixLayoutSetAttribute, cublasStatus_t,                                                        \
+    (cublasLtMatrixLayout_t, cublasLtMatrixLayoutAttribute_t, const void *, size_t))                         \
+  X(cublasLtMatmulPreferenceCreate, cublasStatus_t, (cublasLtMatmulPreference_t *))                          \
+  X(cublasLtMatmulPreferenceDestroy, cublasStatus_t, (cublasLtMatmulPreference_t))                           \
+  X(cublasLtMatmulPreferenceSetAttribute, cublasStatus_t,                                                    \
+    (cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t))                \
+  X(cublasLtMatmulAlgoGetHeuristic, cublasStatus_t,                                                          \
+    (cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,                 \
+     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,                        \
+     cublasLtMatmulHeuristicResult_t *, int *))                                                              \
+  X(cublasLtMatmul, cublasStatus_t,                                                                          \
+    (cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *, cublasLtMatrixLayout_t,             \
+     const void *, cublasLtMatrixLayout_t, const void *, const void *, cublasLtMatrixLayout_t, void *,       \
+     cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t))
 
 static struct {
 #define LT_FIELD(name, ret, args) ret(*name) args;
@@ -86,8 +87,9 @@ static char loaded_from[512];
  * this process already loaded from those wheels (the CUDA runtime, NVRTC or cuBLAS): its directory,
  * then the sibling wheels' lib directories. */
 static void *open_from_python_wheels(void) {
-  static const char *const anchors[][2] = {
-      {"libcudart.so.13", "cudaGetDevice"}, {"libnvrtc.so.13", "nvrtcVersion"}, {"libcublas.so.13", "cublasCreate_v2"}};
+  static const char *const anchors[][2] = {{"libcudart.so.13", "cudaGetDevice"},
+                                           {"libnvrtc.so.13", "nvrtcVersion"},
+                                           {"libcublas.so.13", "cublasCreate_v2"}};
   static const char *const relative[] = {"", "../../cublas/lib/", "../../cu13/lib/"};
   for (size_t i = 0; i < sizeof anchors / sizeof anchors[0]; ++i) {
     void *h = dlopen(anchors[i][0], RTLD_NOW | RTLD_NOLOAD);
@@ -143,20 +145,21 @@ static ignis_status load_library(void) {
     if (!lib)
       lib = open_from_python_wheels();
     if (!lib) {
-      snprintf(load_error, sizeof load_error,
-               "ignis GEMM: the CUDA GEMM ops need cuBLASLt, and neither libcublasLt.so.13 nor libcublasLt.so "
-               "could be loaded (set IGNIS_CUBLASLT to the library's path)");
+      snprintf(
+          load_error, sizeof load_error,
+          "ignis GEMM: the CUDA GEMM ops need cuBLASLt, and neither libcublasLt.so.13 nor libcublasLt.so "
+          "could be loaded (set IGNIS_CUBLASLT to the library's path)");
       load_state = -1;
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s", load_error);
     }
   }
-#define LT_RESOLVE(name, ret, args)                                                                \
-  *(void **)(&lt.name) = dlsym(lib, #name);                                                        \
-  if (!lt.name) {                                                                                  \
-    snprintf(load_error, sizeof load_error, "ignis GEMM: %s (cuBLASLt) lacks %s", loaded_from, #name); \
-    load_state = -1;                                                                               \
-    dlclose(lib);                                                                                  \
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s", load_error);                             \
+#define LT_RESOLVE(name, ret, args)                                                                          \
+  *(void **)(&lt.name) = dlsym(lib, #name);                                                                  \
+  if (!lt.name) {                                                                                            \
+    snprintf(load_error, sizeof load_error, "ignis GEMM: %s (cuBLASLt) lacks %s", loaded_from, #name);       \
+    load_state = -1;                                                                                         \
+    dlclose(lib);                                                                                            \
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s", load_error);                                       \
   }
   CUBLASLT_FUNCTIONS(LT_RESOLVE)
 #undef LT_RESOLVE
@@ -185,8 +188,8 @@ static ignis_status lt_error(const char *what, cublasStatus_t s) {
 /* Caller holds state_lock; device is current. */
 static ignis_status handle_for(int32_t device, cublasLtHandle_t *out) {
   if (device < 0 || device >= MAX_DEVICES)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis GEMM: device %d is beyond the %d this build serves",
-                           device, MAX_DEVICES);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis GEMM: device %d is beyond the %d this build serves", device, MAX_DEVICES);
   if (!handles[device]) {
     cublasStatus_t s = lt.cublasLtCreate(&handles[device]);
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -206,16 +209,18 @@ static ignis_status workspace_for(int32_t device, void *stream, void **out) {
       return IGNIS_OK;
     }
   if (workspace_count == MAX_STREAMS)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis GEMM: more than %d (device, stream) pairs have made GEMM calls; each keeps a "
-                           "workspace and there is no room for another",
-                           MAX_STREAMS);
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis GEMM: more than %d (device, stream) pairs have made GEMM calls; each keeps a "
+        "workspace and there is no room for another",
+        MAX_STREAMS);
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing((cudaStream_t)stream, &capture) == cudaSuccess &&
       capture != cudaStreamCaptureStatusNone)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis GEMM: the first GEMM call on a stream allocates its workspace, which a CUDA "
-                           "graph capture forbids: make one call on this stream before capturing");
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis GEMM: the first GEMM call on a stream allocates its workspace, which a CUDA "
+        "graph capture forbids: make one call on this stream before capturing");
   void *memory = NULL;
   cudaError_t err = cudaMalloc(&memory, (size_t)WORKSPACE_BYTES + SCALE_BYTES);
   if (err != cudaSuccess) {
@@ -310,11 +315,11 @@ static void destroy_entry(cache_entry *e) {
   memset(e, 0, sizeof *e);
 }
 
-#define LT_TRY(call, what)                                                                         \
-  do {                                                                                             \
-    cublasStatus_t lt_status_ = (call);                                                            \
-    if (lt_status_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      return lt_error(what, lt_status_);                                                           \
+#define LT_TRY(call, what)                                                                                   \
+  do {                                                                                                       \
+    cublasStatus_t lt_status_ = (call);                                                                      \
+    if (lt_status_ != CUBLAS_STATUS_SUCCESS)                                                                 \
+      return lt_error(what, lt_status_);                                                                     \
   } while (0)
 
 static ignis_status make_layout(cublasLtMatrixLayout_t *layout, ignis_dtype dtype, int64_t rows, int64_t cols,
@@ -323,17 +328,18 @@ static ignis_status make_layout(cublasLtMatrixLayout_t *layout, ignis_dtype dtyp
          "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     int32_t count = (int32_t)batch;
-    LT_TRY(lt.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+    LT_TRY(lt.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                               sizeof count),
            "setting the batch count");
-    LT_TRY(lt.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
-                                               sizeof batch_stride),
+    LT_TRY(lt.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                               &batch_stride, sizeof batch_stride),
            "setting the batch stride");
   }
   return IGNIS_OK;
 }
 
-static ignis_status set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void *value,
-                             size_t size, const char *what) {
+static ignis_status set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                             const void *value, size_t size, const char *what) {
   LT_TRY(lt.cublasLtMatmulDescSetAttribute(desc, attr, value, size), what);
   return IGNIS_OK;
 }
@@ -345,56 +351,67 @@ static ignis_status build_entry(cache_entry *e, const shape_key *k, cublasLtHand
   LT_TRY(lt.cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   cublasOperation_t op_a = k->b_nt ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
   ignis_status s;
-  if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a, "setting TRANSA")) != IGNIS_OK ||
+  if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a, "setting TRANSA")) !=
+          IGNIS_OK ||
       (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b, "setting TRANSB")) != IGNIS_OK)
     return s;
   if (k->has_bias) {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t bias_type = cuda_type((ignis_dtype)k->bias_dtype);
-    if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue, "setting the bias epilogue")) !=
-            IGNIS_OK ||
+    if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue,
+                      "setting the bias epilogue")) != IGNIS_OK ||
         (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type,
                       "setting the bias dtype")) != IGNIS_OK)
       return s;
   }
   if (k->kind == IGNIS_GEMM_FP8_BLOCK) {
-    int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a, "setting the weight's scale mode")) !=
-            IGNIS_OK ||
+    int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+            mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a,
+                      "setting the weight's scale mode")) != IGNIS_OK ||
         (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b,
                       "setting the activations' scale mode")) != IGNIS_OK)
       return s;
   }
   /* Scale pointers are set per call; the heuristic needs them declared for the fp8 forms. */
   int64_t a_rows = k->b_nt ? k->k : k->n, a_cols = k->b_nt ? k->n : k->k;
-  if ((s = make_layout(&e->a_layout, (ignis_dtype)k->b_dtype, a_rows, a_cols, k->ldb, k->batch, k->b_bs)) != IGNIS_OK ||
-      (s = make_layout(&e->b_layout, (ignis_dtype)k->a_dtype, k->k, k->m, k->lda, k->batch, k->a_bs)) != IGNIS_OK ||
-      (s = make_layout(&e->d_layout, (ignis_dtype)k->out_dtype, k->n, k->m, k->ldd, k->batch, k->d_bs)) != IGNIS_OK)
+  if ((s = make_layout(&e->a_layout, (ignis_dtype)k->b_dtype, a_rows, a_cols, k->ldb, k->batch, k->b_bs)) !=
+          IGNIS_OK ||
+      (s = make_layout(&e->b_layout, (ignis_dtype)k->a_dtype, k->k, k->m, k->lda, k->batch, k->a_bs)) !=
+          IGNIS_OK ||
+      (s = make_layout(&e->d_layout, (ignis_dtype)k->out_dtype, k->n, k->m, k->ldd, k->batch, k->d_bs)) !=
+          IGNIS_OK)
     return s;
 
   cublasLtMatmulPreference_t pref;
   LT_TRY(lt.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   uint64_t ws = WORKSPACE_BYTES;
   uint32_t align_a = (uint32_t)k->align_b, align_b = (uint32_t)k->align_a, align_d = (uint32_t)k->align_d;
-  cublasStatus_t st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasStatus_t st =
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
+    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                 sizeof align_a);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
+    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                 sizeof align_b);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
+    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                 sizeof align_d);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
+    st = lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                 sizeof align_d);
   cublasLtMatmulHeuristicResult_t result;
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = lt.cublasLtMatmulAlgoGetHeuristic(handle, e->desc, e->a_layout, e->b_layout, e->d_layout, e->d_layout, pref, 1,
-                                           &result, &found);
+    st = lt.cublasLtMatmulAlgoGetHeuristic(handle, e->desc, e->a_layout, e->b_layout, e->d_layout,
+                                           e->d_layout, pref, 1, &result, &found);
   lt.cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis GEMM: cuBLASLt (%s) has no algorithm for this call (M=%" PRId64 " N=%" PRId64
-                           " K=%" PRId64 " batch %" PRId64 ", a %s, b %s%s, out %s%s; status %d)",
+                           "ignis GEMM: cuBLASLt (%s) has no algorithm for this call (M=%" PRId64
+                           " N=%" PRId64 " K=%" PRId64 " batch %" PRId64
+                           ", a %s, b %s%s, out %s%s; status %d)",
                            loaded_from, k->m, k->n, k->k, k->batch, ignis_dtype_name((ignis_dtype)k->a_dtype),
                            ignis_dtype_name((ignis_dtype)k->b_dtype), k->b_nt ? " NT" : " row-major",
                            ignis_dtype_name((ignis_dtype)k->out_dtype), k->has_bias ? ", bias" : "", (int)st);
@@ -425,8 +442,8 @@ static ignis_status entry_for(const shape_key *key, cublasLtHandle_t handle, cac
 /* ---- the call ----------------------------------------------------------------------------------- */
 static ignis_status check_aligned16(const char *name, const void *ptr, int64_t ld, size_t elem) {
   if ((uintptr_t)ptr % 16 != 0)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis GEMM (cuBLASLt fp8): %s.data=%p is not 16-byte aligned",
-                           name, ptr);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis GEMM (cuBLASLt fp8): %s.data=%p is not 16-byte aligned", name, ptr);
   if ((ld * (int64_t)elem) % 16 != 0)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "ignis GEMM (cuBLASLt fp8): %s's leading stride %" PRId64
@@ -438,13 +455,15 @@ static ignis_status check_aligned16(const char *name, const void *ptr, int64_t l
 /* The shape rules of cuBLASLt the front end does not know (fp8 alignment, block-scale sizes). */
 static ignis_status check_cuda_rules(const ignis_gemm_params *p) {
   if (p->k == 0)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis GEMM: K == 0 is not run on CUDA (cuBLASLt refuses it)");
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis GEMM: K == 0 is not run on CUDA (cuBLASLt refuses it)");
   if (p->kind == IGNIS_GEMM_PLAIN)
     return IGNIS_OK;
   if (p->b_stride_k != 1)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis GEMM (cuBLASLt fp8): b must be in the NT form on CUDA (b.strides[-2] == 1, a weight [N, K] "
-                           "transposed): cuBLASLt's fp8 GEMM is TN only");
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis GEMM (cuBLASLt fp8): b must be in the NT form on CUDA (b.strides[-2] == 1, a weight [N, K] "
+        "transposed): cuBLASLt's fp8 GEMM is TN only");
   IGNIS_TRY(check_aligned16("a", p->a, p->a_row_stride, 1));
   IGNIS_TRY(check_aligned16("b", p->b, p->b_stride_n, 1));
   IGNIS_TRY(check_aligned16("out", p->out, p->out_row_stride, ignis_dtype_size(p->out_dtype)));
@@ -454,7 +473,8 @@ static ignis_status check_cuda_rules(const ignis_gemm_params *p) {
   if (p->kind == IGNIS_GEMM_FP8_BLOCK) {
     if (p->m % 4 != 0)
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                             "ignis_mm_fp8_blockscale: M=%" PRId64 " but cuBLASLt's block-scaled GEMM needs a multiple "
+                             "ignis_mm_fp8_blockscale: M=%" PRId64
+                             " but cuBLASLt's block-scaled GEMM needs a multiple "
                              "of 4 (pad a and a_scale)",
                              p->m);
     if (p->n % 16 != 0 || p->k % IGNIS_GEMM_SCALE_BLOCK != 0)
@@ -501,19 +521,18 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
     scale_b = a_packed;
   }
   ignis_status s;
-  if (scale_a &&
-      ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof scale_a, "setting b's scale")) !=
-           IGNIS_OK ||
-       (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof scale_b, "setting a's scale")) !=
-           IGNIS_OK))
+  if (scale_a && ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof scale_a,
+                                "setting b's scale")) != IGNIS_OK ||
+                  (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof scale_b,
+                                "setting a's scale")) != IGNIS_OK))
     return s;
   if (p->bias && (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias,
                                "setting the bias")) != IGNIS_OK)
     return s;
   const float alpha = 1.0f, beta = 0.0f;
-  cublasStatus_t st = lt.cublasLtMatmul(handle, e->desc, &alpha, p->b, e->a_layout, p->a, e->b_layout, &beta, p->out,
-                                        e->d_layout, p->out, e->d_layout, &e->algo, workspace, WORKSPACE_BYTES,
-                                        (cudaStream_t)stream);
+  cublasStatus_t st = lt.cublasLtMatmul(handle, e->desc, &alpha, p->b, e->a_layout, p->a, e->b_layout, &beta,
+                                        p->out, e->d_layout, p->out, e->d_layout, &e->algo, workspace,
+                                        WORKSPACE_BYTES, (cudaStream_t)stream);
   if (st != CUBLAS_STATUS_SUCCESS)
     return lt_error("cublasLtMatmul", st);
   return IGNIS_OK;
@@ -522,7 +541,8 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
 ignis_status ignis_cuda_gemm(const ignis_gemm_params *p, int32_t device, void *stream) {
   IGNIS_TRY(check_cuda_rules(p));
   int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess)) {
+  if (cudaGetDevice(&previous) != cudaSuccess ||
+      (previous != device && cudaSetDevice(device) != cudaSuccess)) {
     cudaGetLastError();
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis GEMM: cannot make device %d current", device);
   }

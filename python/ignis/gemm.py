@@ -139,8 +139,10 @@ def _run_blockscale(fn, a, b, a_scale, b_scale, out, stream):
     torch = sys.modules.get("torch")
     if m % 4 and torch is not None and isinstance(a, torch.Tensor) and a.is_cuda:
         pad = 4 - m % 4
-        a_padded = torch.cat([a, a.new_zeros((pad, a.shape[1]))])
-        s_padded = torch.cat([a_scale, a_scale.new_ones((pad, a_scale.shape[1]))])
+        a_padded = a.new_zeros((m + pad, a.shape[1]))
+        a_padded[:m].copy_(a)
+        s_padded = a_scale.new_ones((m + pad, a_scale.shape[1]))
+        s_padded[:m].copy_(a_scale)
         out_padded = out.new_empty((m + pad, out.shape[1]))
         _ext.mm_fp8_blockscale(a_padded, b, s_padded, b_scale, out_padded, None, None, stream)
         out.copy_(out_padded[:m])

@@ -6,7 +6,8 @@
  * CPU (N 64..224, K 96..640, a K block count that is not a multiple of 4), 2-D and batched 3-D
  * operands, padded row strides, b in both layouts (the NT form and row-major [K, N]), bias (out's
  * dtype and f32), out f16/bf16/f32, fp8 e4m3 and e5m2 pairs with per-tensor scales, block scales
- * f32 and UE8M0 in both scale-major modes and a padded layout. The CUDA backend (cuBLASLt) runs
+ * f32 and UE8M0 in both scale-major modes and a padded layout, weight scales per 128x128 block and
+ * per row (1x128). The CUDA backend (cuBLASLt) runs
  * the cases its rules allow (fp8: NT b, 16-byte alignment; block-scaled: M % 4, N % 16, K % 128);
  * its cases are skipped with a note when cuBLASLt cannot be loaded. Outputs are poisoned (NaN) so
  * an unwritten element shows; the padding around out must keep its bytes.
@@ -269,14 +270,16 @@ static double scale_value(const operand *s, int64_t r, int64_t c) {
   return s->t.dtype == IGNIS_F32 ? v : ldexp(1.0, (int)v - 127);
 }
 
+/* per_row: b_scale holds one 1x128 scale per weight row ([N, KB]) instead of 128x128 blocks. */
 static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_dtype scale_dtype,
-                           scale_layout a_layout, scale_layout b_layout, ignis_dtype out_dtype, h_rng *rng) {
+                           scale_layout a_layout, scale_layout b_layout, int per_row, ignis_dtype out_dtype,
+                           h_rng *rng) {
   if (skip_cuda(be) || (be == H_CUDA && (m % 4 || n % 16 || k % 128)))
     return;
   static const char *const names[] = {"K-major", "MN-major", "padded"};
-  h_case("mm_fp8_blockscale %s M%lld N%lld K%lld scales %s a %s b %s -> %s", h_backend_name(be), (long long)m,
-         (long long)n, (long long)k, ignis_dtype_name(scale_dtype), names[a_layout], names[b_layout],
-         ignis_dtype_name(out_dtype));
+  h_case("mm_fp8_blockscale %s M%lld N%lld K%lld scales %s a %s b %s%s -> %s", h_backend_name(be),
+         (long long)m, (long long)n, (long long)k, ignis_dtype_name(scale_dtype), names[a_layout],
+         names[b_layout], per_row ? " per-row" : "", ignis_dtype_name(out_dtype));
   int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
   operand a = make_matrix(be, IGNIS_FP8_E4M3, 0, m, k, 0, 0);
   operand b = make_matrix(be, IGNIS_FP8_E4M3, 0, n, k, 0, be == H_CUDA ? 16 : 5);
@@ -284,7 +287,7 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
   fill_random(&a, rng, 2.0);
   fill_random(&b, rng, 2.0);
   operand sa = make_scales(be, scale_dtype, m, kb, a_layout, rng);
-  operand sb = make_scales(be, scale_dtype, nb, kb, b_layout, rng);
+  operand sb = make_scales(be, scale_dtype, per_row ? n : nb, kb, b_layout, rng);
   h_buf_poison(&out.buf);
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &out.t, NULL), IGNIS_OK);
@@ -299,7 +302,7 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
           part += term;
           part_abs += fabs(term);
         }
-        double scale = scale_value(&sa, i, blk) * scale_value(&sb, j / 128, blk);
+        double scale = scale_value(&sa, i, blk) * scale_value(&sb, per_row ? j : j / 128, blk);
         s += part * scale;
         sabs += part_abs * scale;
       }
@@ -318,15 +321,18 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
 
 static void test_blockscale(h_backend be) {
   h_rng rng = h_rng_make(3);
-  run_block_case(be, 64, 256, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng);
-  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, IGNIS_BF16,
+  run_block_case(be, 64, 256, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
+  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16,
                  &rng); /* 5 K blocks */
-  run_block_case(be, 132, 208, 256, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, IGNIS_F16, &rng);
-  run_block_case(be, 128, 384, 1024, IGNIS_U8, SCALE_MN_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng);
-  run_block_case(be, 16, 256, 512, IGNIS_U8, SCALE_K_MAJOR, SCALE_PADDED, IGNIS_BF16, &rng);
+  run_block_case(be, 132, 208, 256, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, &rng);
+  run_block_case(be, 128, 384, 1024, IGNIS_U8, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
+  run_block_case(be, 16, 256, 512, IGNIS_U8, SCALE_K_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, &rng);
+  /* per-row (1x128) weight scales */
+  run_block_case(be, 8, 144, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 1, IGNIS_BF16, &rng);
+  run_block_case(be, 20, 256, 256, IGNIS_U8, SCALE_MN_MAJOR, SCALE_MN_MAJOR, 1, IGNIS_BF16, &rng);
   /* CPU only: M not a multiple of 4, N not of 16, K with a partial last block */
-  run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, IGNIS_BF16, &rng);
-  run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, IGNIS_BF16, &rng);
+  run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
+  run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 1, IGNIS_BF16, &rng);
 }
 
 /* ---- bad inputs ------------------------------------------------------------------------------ */

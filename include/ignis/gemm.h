@@ -59,9 +59,10 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
  * each block's partial sum formed in f32 and then scaled, as the GPU does.
  * a_scale: [M, ceil(K/128)], any strides (FlashInfer's "K" major mode is strides {ceil(K/128), 1},
  * its "MN" mode the [ceil(K/128), M] tensor handed in transposed: strides {1, M}). b_scale:
- * [ceil(N/128), ceil(K/128)], any strides. Scales are f32, or u8 holding UE8M0 exponents (the
+ * [ceil(N/128), ceil(K/128)] (128x128 blocks), any strides; or [N, ceil(K/128)], one 1x128 scale per
+ * weight row (FlashInfer's "per-token" weight scales; b_scale[n, kb] replaces b_scale[n / 128, kb]). Scales are f32, or u8 holding UE8M0 exponents (the
  * value 2^(e - 127); e == 255 is NaN), both tensors the same dtype. out [M, N] bf16 or f16.
- * CUDA: sm_90 with cuBLASLt 12.9 or later (VEC128_32F for a, BLK128x128_32F for b); the scales are
+ * CUDA: sm_90 with cuBLASLt 12.9 or later (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b); the scales are
  * repacked (UE8M0 decoded) into the workspace in cuBLASLt's layout, so any layout works. The CUDA
  * path needs M a multiple of 4, N a multiple of 16 and K a multiple of 128 (cuBLASLt's rules; the
  * Python wrappers pad M). No batch form. */

@@ -198,9 +198,8 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     """FlashInfer's SM90 block-scaled GEMM ``out = input @ weight.T``: input ``[m, k]`` fp8 e4m3 with
     input_scale ``(m, k/128)`` float32, or bfloat16 (quantized here in 1x128 groups; input_scale
     None); weight ``[n, k]`` fp8 e4m3 with weight_scale ``(ceil(n/128), k/128)`` float32 (128x128
-    blocks), or bfloat16 (quantized here in 128x128 blocks). Per-token (1x128) weight scales
-    ``(n, k/128)`` are not supported (UnsupportedError). out ``[m, n]`` bfloat16 (default) or float16.
-    Returns out."""
+    blocks) or ``(n, k/128)`` (per-token: one 1x128 scale per weight row), or bfloat16 (quantized
+    here in 128x128 blocks). out ``[m, n]`` bfloat16 (default) or float16. Returns out."""
     fn = "ignis.fp8_blockscale_gemm_sm90"
     if input.ndim != 2 or weight.ndim != 2:
         raise InvalidArgumentError("%s: input and weight must be 2-D, got %s and %s"
@@ -222,10 +221,6 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
         weight, weight_scale = _quantize_groups(fn, weight, _BLOCK)
     elif weight_scale is None:
         raise InvalidArgumentError("%s: weight_scale is required for an fp8 weight" % fn)
-    elif tuple(weight_scale.shape) == (n, -(-k // _BLOCK)) and n > -(-n // _BLOCK):
-        raise UnsupportedError("%s: weight_scale.shape=%s holds per-token (1x128) weight scales, which ignis does "
-                               "not support: only 128x128 block scales (%d, %d)"
-                               % (fn, tuple(weight_scale.shape), -(-n // _BLOCK), -(-k // _BLOCK)))
     out = _output(fn, input, (m, n), out, out_dtype or (None if out is not None else "bfloat16"),
                   ("bfloat16", "float16"))
     return _run_blockscale(fn, input, weight, input_scale, weight_scale, out, stream)

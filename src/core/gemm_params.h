@@ -9,8 +9,9 @@
  *   bias[n]         (contiguous, or NULL)
  * Scales: per-tensor fp8 (IGNIS_GEMM_FP8_TENSOR) a_scale and b_scale point at one f32 each;
  * block-scaled (IGNIS_GEMM_FP8_BLOCK) a_scale[m, kb] at a_scale + m * a_scale_stride_m +
- * kb * a_scale_stride_k and b_scale[nb, kb] likewise (nb = n / 128, kb = k / 128), f32 or u8 UE8M0
- * (scale_dtype). */
+ * kb * a_scale_stride_k and b_scale[nb, kb] likewise (nb = n / b_scale_block_n, kb = k / 128;
+ * b_scale_block_n is 128 for 128x128 weight blocks, 1 for per-row 1x128 weight scales), f32 or u8
+ * UE8M0 (scale_dtype). */
 #ifndef IGNIS_CORE_GEMM_PARAMS_H
 #define IGNIS_CORE_GEMM_PARAMS_H
 
@@ -46,6 +47,7 @@ typedef struct ignis_gemm_params {
   const void *a_scale, *b_scale;
   int64_t a_scale_stride_m, a_scale_stride_k;
   int64_t b_scale_stride_n, b_scale_stride_k;
+  int64_t b_scale_block_n; /* IGNIS_GEMM_FP8_BLOCK: 128 or 1 */
 } ignis_gemm_params;
 
 #ifdef __cplusplus

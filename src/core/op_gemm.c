@@ -231,8 +231,11 @@ ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *
   IGNIS_TRY(check_dtype_in(fn, "out", out, is_half(out->dtype), "bf16 or f16"));
   int64_t k_blocks = ceil_div(p.k, IGNIS_GEMM_SCALE_BLOCK);
   IGNIS_TRY(check_block_scale(fn, "a_scale", a_scale, p.m, k_blocks, "a.shape[0] (M)", "ceil(K / 128)"));
-  IGNIS_TRY(check_block_scale(fn, "b_scale", b_scale, ceil_div(p.n, IGNIS_GEMM_SCALE_BLOCK), k_blocks,
-                              "ceil(N / 128)", "ceil(K / 128)"));
+  /* b_scale: 128x128 blocks [ceil(N/128), KB], or one 1x128 scale per weight row [N, KB] */
+  p.b_scale_block_n =
+      b_scale && b_scale->ndim == 2 && b_scale->shape[0] == p.n && p.n > 1 ? 1 : IGNIS_GEMM_SCALE_BLOCK;
+  IGNIS_TRY(check_block_scale(fn, "b_scale", b_scale, ceil_div(p.n, p.b_scale_block_n), k_blocks,
+                              "ceil(N / 128), or N for per-row scales", "ceil(K / 128)"));
   IGNIS_TRY(check_dtype_in(fn, "b_scale", b_scale, b_scale->dtype == a_scale->dtype,
                            ignis_dtype_name(a_scale->dtype)));
   p.scale_dtype = a_scale->dtype;

@@ -5,8 +5,8 @@
  * rows decodes the row of a to f32 and forms the dot products. fp8 decodes exactly (every e4m3 and
  * e5m2 value is an f32). The scales are applied as the GPU applies them: per-tensor fp8 scales
  * multiply the finished f32 sum; block-scaled fp8 forms each 128-wide K block's partial sum in f32
- * and adds it times a_scale[m, kb] * b_scale[n / 128, kb]. Bias is added to the f32 result, and out
- * is rounded once. */
+ * and adds it times a_scale[m, kb] * b_scale[n / 128, kb] (b_scale[n, kb] for per-row weight scales). Bias is
+ * added to the f32 result, and out is rounded once. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -73,7 +73,7 @@ static void gemm_tile(const ignis_gemm_params *p, int64_t bt, int64_t m0, int64_
         int64_t len = k - k0 < IGNIS_GEMM_SCALE_BLOCK ? k - k0 : IGNIS_GEMM_SCALE_BLOCK;
         float sa = load_scale(p->a_scale, p->scale_dtype, m * p->a_scale_stride_m + kb * p->a_scale_stride_k);
         for (int64_t j = 0; j < cols; ++j) {
-          int64_t nb = (n0 + j) / IGNIS_GEMM_SCALE_BLOCK;
+          int64_t nb = (n0 + j) / p->b_scale_block_n;
           float sb =
               load_scale(p->b_scale, p->scale_dtype, nb * p->b_scale_stride_n + kb * p->b_scale_stride_k);
           acc[j] += dot(row + k0, panel + j * k + k0, len) * (sa * sb);

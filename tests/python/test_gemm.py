@@ -3,12 +3,12 @@ against float64 references.
 
 - NumPy (the CPU backend, always): float16 products with both layouts of b, bias, float32 output,
   batches; fp8 (ml_dtypes arrays) with per-tensor scales; block-scaled fp8 in both scale-major
-  modes and with UE8M0 scales; FlashInfer's signatures; the refusals (unknown backend, other scale
-  granularities, per-token weight scales, shapes that do not multiply).
+  modes and with UE8M0 scales, per-token (1x128) weight scales; FlashInfer's signatures; the
+  refusals (unknown backend, other scale granularities, shapes that do not multiply).
 - PyTorch on CUDA when present (cuBLASLt): the same products at engine shapes against float64,
   SGLang's two call patterns (bmm_fp8 on unsqueezed 2-D tensors, fp8_blockscale_gemm_sm90 with a
-  bf16 input quantized on the fly, M 1..64 so the M % 4 padding runs), both scale-major modes and
-  UE8M0, and a CUDA-graph capture of each op after one warm-up call.
+  bf16 input quantized on the fly, M 1..64 so the M % 4 padding runs), per-token weight scales,
+  both scale-major modes and UE8M0, and a CUDA-graph capture of each op after one warm-up call.
 """
 
 import inspect
@@ -32,14 +32,15 @@ def close(actual, expected, rtol):
     assert err <= rtol, f"max error {err:.3g} of the largest |ref| > {rtol}"
 
 
-def blockwise_ref(a, w, a_scale, w_scale):
-    """float64 sum over 128-wide k blocks of (a_blk @ w_blk.T) * a_scale[:, kb] * w_scale[n // 128, kb]."""
+def blockwise_ref(a, w, a_scale, w_scale, rows_per_scale=128):
+    """float64 sum over 128-wide k blocks of (a_blk @ w_blk.T) * a_scale[:, kb] * w_scale[n // 128, kb]
+    (w_scale[n, kb] with rows_per_scale 1: per-row weight scales)."""
     m, k = a.shape
     n = w.shape[0]
     out = np.zeros((m, n))
     for kb in range(-(-k // 128)):
         part = a[:, kb * 128:(kb + 1) * 128] @ w[:, kb * 128:(kb + 1) * 128].T
-        out += part * a_scale[:, kb:kb + 1] * np.repeat(w_scale[:, kb], 128)[None, :n]
+        out += part * a_scale[:, kb:kb + 1] * np.repeat(w_scale[:, kb], rows_per_scale)[None, :n]
     return out
 
 
@@ -138,8 +139,9 @@ def test_blockscale_sm90_fp8_numpy():
     out = np.empty((m, n), np.float16)
     gemm.fp8_blockscale_gemm_sm90(a, w, sa, sb, out=out)
     close(out, blockwise_ref(a.astype(np.float64), w.astype(np.float64), sa, sb), 2e-3)
-    with pytest.raises(ignis.UnsupportedError, match="per-token"):
-        gemm.fp8_blockscale_gemm_sm90(a, w, sa, np.ones((n, 2), np.float32), out=out)
+    per_row = rng.uniform(0.5, 2, (n, 2)).astype(np.float32)  # FlashInfer's per-token weight scales
+    gemm.fp8_blockscale_gemm_sm90(a, w, sa, per_row, out=out)
+    close(out, blockwise_ref(a.astype(np.float64), w.astype(np.float64), sa, per_row, rows_per_scale=1), 2e-3)
     with pytest.raises(ignis.InvalidArgumentError, match="input_scale"):
         gemm.fp8_blockscale_gemm_sm90(a, w, None, sb, out=out)
 
@@ -225,6 +227,18 @@ def test_fp8_blockscale_gemm_sm90_bf16_input(m):
     xq, xs = gemm._quantize_groups("test", x, 1)
     ref = blockwise_ref(t64(xq), t64(w), t64(xs), t64(ws))
     close(out.float().cpu().numpy(), ref, 1e-2)
+
+
+@cuda_only
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_fp8_blockscale_gemm_sm90_per_token_weight_scales(m):
+    n, k = 4096, 7168
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    ws = torch.rand(n, k // 128, device="cuda") * 0.1 + 0.01
+    out = gemm.fp8_blockscale_gemm_sm90(x, w, None, ws)
+    xq, xs = gemm._quantize_groups("test", x, 1)
+    close(out.float().cpu().numpy(), blockwise_ref(t64(xq), t64(w), t64(xs), t64(ws), rows_per_scale=1), 1e-2)
 
 
 @cuda_only

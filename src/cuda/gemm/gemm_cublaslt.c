@@ -9,11 +9,12 @@
  * row stride, the batch goes into the layouts' batch count and strides, bias into the BIAS
  * epilogue (a vector along D's rows, N). fp8 is TN only: b must be in the NT form. Per-tensor scales
  * are cuBLASLt's A/B scale pointers (device f32, read at run time). The block-scaled form takes the
- * BLK128x128 x VEC128 pair (A' = the weight: 128x128 blocks; B' = the activations: 1x128); the
- * scales are first repacked by gemm_scales.cu into the workspace in the layouts cuBLASLt reads
- * (UE8M0 decoded there):
+ * BLK128x128 x VEC128 pair (A' = the weight: 128x128 blocks; B' = the activations: 1x128), or
+ * VEC128 x VEC128 for per-row weight scales; the scales are first repacked by gemm_scales.cu into the
+ * workspace in the layouts cuBLASLt reads (UE8M0 decoded there):
  *     activations: scale[m + kb * M]         (outer dimension contiguous, ld M, M % 4 == 0)
  *     weight:      scale[kb + nb * ld_kb]    (K blocks contiguous, ld_kb = ceil(K/128) rounded up to 4)
+ *     per-row weight: scale[n + kb * N]      (as the activations)
  *
  * State, per process: the library's functions; per device, one cuBLASLt handle; per (device,
  * stream), one workspace (cuBLASLt's WORKSPACE_BYTES, then SCALE_BYTES of repacked scales),
@@ -236,7 +237,7 @@ static ignis_status workspace_for(int32_t device, void *stream, void **out) {
 /* ---- descriptors and the per-shape cache ------------------------------------------------------ */
 typedef struct {
   int32_t device;
-  int32_t kind, a_dtype, b_dtype, out_dtype, bias_dtype, has_bias, b_nt;
+  int32_t kind, a_dtype, b_dtype, out_dtype, bias_dtype, has_bias, b_nt, b_scale_per_row;
   int64_t batch, m, n, k, lda, ldb, ldd, a_bs, b_bs, d_bs;
   int32_t align_a, align_b, align_d;
 } shape_key;
@@ -281,6 +282,7 @@ static shape_key key_of(const ignis_gemm_params *p, int32_t device) {
   memset(&key, 0, sizeof key); /* padding too: keys are compared with memcmp */
   key.device = device;
   key.kind = p->kind;
+  key.b_scale_per_row = p->kind == IGNIS_GEMM_FP8_BLOCK && p->b_scale_block_n == 1;
   key.a_dtype = p->a_dtype;
   key.b_dtype = p->b_dtype;
   key.out_dtype = p->out_dtype;
@@ -365,7 +367,8 @@ static ignis_status build_entry(cache_entry *e, const shape_key *k, cublasLtHand
       return s;
   }
   if (k->kind == IGNIS_GEMM_FP8_BLOCK) {
-    int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+    int32_t mode_a = k->b_scale_per_row ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                        : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
             mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     if ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a,
                       "setting the weight's scale mode")) != IGNIS_OK ||
@@ -508,7 +511,7 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
   } else if (p->kind == IGNIS_GEMM_FP8_BLOCK) {
     int64_t kb = (p->k + IGNIS_GEMM_SCALE_BLOCK - 1) / IGNIS_GEMM_SCALE_BLOCK;
     int64_t nb = (p->n + IGNIS_GEMM_SCALE_BLOCK - 1) / IGNIS_GEMM_SCALE_BLOCK;
-    int64_t a_floats = p->m * kb, b_floats = nb * weight_scale_ld(p->k);
+    int64_t a_floats = p->m * kb, b_floats = p->b_scale_block_n == 1 ? p->n * kb : nb * weight_scale_ld(p->k);
     if ((a_floats + b_floats + 64) * (int64_t)sizeof(float) > SCALE_BYTES)
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                              "ignis_mm_fp8_blockscale: M=%" PRId64 " K=%" PRId64

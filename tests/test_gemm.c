@@ -379,6 +379,21 @@ static void test_bad_inputs(h_backend be) {
   t = b.t;
   t.ndim = 3;
   CHECK_ERROR(ignis_mm(&a.t, &t, NULL, &out.t, NULL), INV, "ndim");
+  {
+    operand a3 = make_matrix(be, IGNIS_BF16, 2, M, K, 0, 0), b3 = make_matrix(be, IGNIS_BF16, 2, K, N, 1, 0);
+    operand o3 = make_matrix(be, IGNIS_BF16, 2, M, N, 0, 0);
+    fill_random(&a3, &rng, 1.0);
+    fill_random(&b3, &rng, 1.0);
+    h_buf_poison(&o3.buf);
+    h_buf_upload(&o3.buf);
+    o = o3.t;
+    o.strides[0] = N; /* batch entries of out overlapping */
+    CHECK_ERROR(ignis_mm(&a3.t, &b3.t, NULL, &o, NULL), INV, "out.strides[0]");
+    CHECK(h_buf_untouched(&o3.buf));
+    free_operand(&a3);
+    free_operand(&b3);
+    free_operand(&o3);
+  }
   h_buf bias_buf = h_buf_alloc(be, IGNIS_BF16, N);
   int64_t short_n = N - 1;
   ignis_tensor bias = h_view(&bias_buf, 0, 1, &short_n, NULL);

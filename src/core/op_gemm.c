@@ -100,6 +100,11 @@ static ignis_status check_operands(const char *fn, const ignis_tensor *a, const 
   p->out_batch_stride = nd == 3 ? out->strides[0] : 0;
   IGNIS_TRY(leading_stride(fn, "a", nd - 2, m, a->strides[nd - 2], k, &p->a_row_stride));
   IGNIS_TRY(leading_stride(fn, "out", nd - 2, m, out->strides[nd - 2], n, &p->out_row_stride));
+  if (batch > 1 && p->out_batch_stride < (m - 1) * p->out_row_stride + n)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: out.strides[0]=%" PRId64 " but it must be at least %" PRId64
+                           " (the batch entries of out may not overlap)",
+                           fn, p->out_batch_stride, (m - 1) * p->out_row_stride + n);
   if (b_is_weight) {
     if (k > 1 && b->strides[nd - 1] != 1)
       return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,

@@ -23,8 +23,9 @@
  *     and are safe inside CUDA-graph capture (make one call on the stream before capturing). The
  *     algorithm cuBLASLt's heuristic picks is cached per shape, layout and dtypes. Every shape goes
  *     to cuBLASLt in this version (ignis' own sm_90a kernels for small M come later: issue 18).
- *     The CUDA forms need 16-byte aligned data pointers and leading strides that keep rows 16-byte
- *     aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor).
+ *     The fp8 forms on CUDA need 16-byte aligned data pointers and leading strides that keep rows
+ *     16-byte aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor); the 16-bit form takes
+ *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).
  *
  * On error nothing is written; the message names the function and the parameter. An empty product
  * (M or N zero) writes nothing; K == 0 writes bias (or zeros) on the CPU and is refused

@@ -239,7 +239,7 @@ typedef struct {
   int32_t device;
   int32_t kind, a_dtype, b_dtype, out_dtype, bias_dtype, has_bias, b_nt, b_scale_per_row;
   int64_t batch, m, n, k, lda, ldb, ldd, a_bs, b_bs, d_bs;
-  int32_t align_a, align_b, align_d;
+  int32_t align_a, align_b, align_d, align_bias;
 } shape_key;
 
 typedef struct {
@@ -302,6 +302,7 @@ static shape_key key_of(const ignis_gemm_params *p, int32_t device) {
   key.align_a = alignment_of(p->a);
   key.align_b = alignment_of(p->b);
   key.align_d = alignment_of(p->out);
+  key.align_bias = p->bias ? alignment_of(p->bias) : 0;
   return key;
 }
 
@@ -346,9 +347,30 @@ static ignis_status set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttrib
   return IGNIS_OK;
 }
 
+/* The pointers a call sets on its descriptor (cuBLASLt's A' scale is ignis b's). */
+typedef struct {
+  const void *scale_a, *scale_b, *bias;
+} call_pointers;
+
+/* Set the call's pointers on e's descriptor: before the heuristic (which reads their alignment)
+ * and before every call. */
+static ignis_status set_pointers(cublasLtMatmulDesc_t desc, const call_pointers *ptr) {
+  ignis_status s;
+  if (ptr->scale_a && ((s = set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ptr->scale_a,
+                                     sizeof ptr->scale_a, "setting b's scale")) != IGNIS_OK ||
+                       (s = set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ptr->scale_b,
+                                     sizeof ptr->scale_b, "setting a's scale")) != IGNIS_OK))
+    return s;
+  if (ptr->bias && (s = set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr->bias, sizeof ptr->bias,
+                                 "setting the bias")) != IGNIS_OK)
+    return s;
+  return IGNIS_OK;
+}
+
 /* Fill e (descriptors and the heuristic's algorithm) for key k; e is destroyed by the caller on
  * failure. */
-static ignis_status build_entry(cache_entry *e, const shape_key *k, cublasLtHandle_t handle) {
+static ignis_status build_entry(cache_entry *e, const shape_key *k, const call_pointers *ptr,
+                                cublasLtHandle_t handle) {
   e->key = *k;
   LT_TRY(lt.cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   cublasOperation_t op_a = k->b_nt ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
@@ -376,7 +398,8 @@ static ignis_status build_entry(cache_entry *e, const shape_key *k, cublasLtHand
                       "setting the activations' scale mode")) != IGNIS_OK)
       return s;
   }
-  /* Scale pointers are set per call; the heuristic needs them declared for the fp8 forms. */
+  if ((s = set_pointers(e->desc, ptr)) != IGNIS_OK)
+    return s;
   int64_t a_rows = k->b_nt ? k->k : k->n, a_cols = k->b_nt ? k->n : k->k;
   if ((s = make_layout(&e->a_layout, (ignis_dtype)k->b_dtype, a_rows, a_cols, k->ldb, k->batch, k->b_bs)) !=
           IGNIS_OK ||
@@ -424,7 +447,8 @@ static ignis_status build_entry(cache_entry *e, const shape_key *k, cublasLtHand
 }
 
 /* Caller holds state_lock. */
-static ignis_status entry_for(const shape_key *key, cublasLtHandle_t handle, cache_entry **out) {
+static ignis_status entry_for(const shape_key *key, const call_pointers *ptr, cublasLtHandle_t handle,
+                              cache_entry **out) {
   for (int i = 0; i < CACHE_SIZE; ++i)
     if (cache[i].used && memcmp(&cache[i].key, key, sizeof *key) == 0) {
       *out = &cache[i];
@@ -433,7 +457,7 @@ static ignis_status entry_for(const shape_key *key, cublasLtHandle_t handle, cac
   cache_entry *e = &cache[cache_next];
   cache_next = (cache_next + 1) % CACHE_SIZE;
   destroy_entry(e);
-  ignis_status s = build_entry(e, key, handle);
+  ignis_status s = build_entry(e, key, ptr, handle);
   if (s != IGNIS_OK) {
     destroy_entry(e);
     return s;
@@ -494,20 +518,13 @@ static int64_t weight_scale_ld(int64_t k) {
   return (kb + 3) / 4 * 4;
 }
 
-static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
-  IGNIS_TRY(load_library());
-  cublasLtHandle_t handle = NULL;
-  void *workspace = NULL;
-  IGNIS_TRY(handle_for(device, &handle));
-  IGNIS_TRY(workspace_for(device, stream, &workspace));
-  shape_key key = key_of(p, device);
-  cache_entry *e;
-  IGNIS_TRY(entry_for(&key, handle, &e));
-
-  const void *scale_a = NULL, *scale_b = NULL; /* cuBLASLt's A' (ignis b) and B' (ignis a) */
+/* The scale pointers of a call: the caller's per-tensor scales, or the block scales repacked into
+ * the workspace (the repacking kernel is launched here, on `stream`). */
+static ignis_status scale_pointers(const ignis_gemm_params *p, void *workspace, void *stream,
+                                   call_pointers *ptr) {
   if (p->kind == IGNIS_GEMM_FP8_TENSOR) {
-    scale_a = p->b_scale;
-    scale_b = p->a_scale;
+    ptr->scale_a = p->b_scale;
+    ptr->scale_b = p->a_scale;
   } else if (p->kind == IGNIS_GEMM_FP8_BLOCK) {
     int64_t kb = (p->k + IGNIS_GEMM_SCALE_BLOCK - 1) / IGNIS_GEMM_SCALE_BLOCK;
     int64_t nb = (p->n + IGNIS_GEMM_SCALE_BLOCK - 1) / IGNIS_GEMM_SCALE_BLOCK;
@@ -520,18 +537,24 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
     float *a_packed = (float *)((char *)workspace + WORKSPACE_BYTES);
     float *b_packed = a_packed + (a_floats + 63) / 64 * 64; /* 256-byte aligned */
     IGNIS_TRY(ignis_cuda_gemm_pack_scales(p, a_packed, b_packed, weight_scale_ld(p->k), stream));
-    scale_a = b_packed;
-    scale_b = a_packed;
+    ptr->scale_a = b_packed;
+    ptr->scale_b = a_packed;
   }
-  ignis_status s;
-  if (scale_a && ((s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a, sizeof scale_a,
-                                "setting b's scale")) != IGNIS_OK ||
-                  (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b, sizeof scale_b,
-                                "setting a's scale")) != IGNIS_OK))
-    return s;
-  if (p->bias && (s = set_attr(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias,
-                               "setting the bias")) != IGNIS_OK)
-    return s;
+  return IGNIS_OK;
+}
+
+static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  IGNIS_TRY(load_library());
+  cublasLtHandle_t handle = NULL;
+  void *workspace = NULL;
+  IGNIS_TRY(handle_for(device, &handle));
+  IGNIS_TRY(workspace_for(device, stream, &workspace));
+  call_pointers ptr = {NULL, NULL, p->bias};
+  IGNIS_TRY(scale_pointers(p, workspace, stream, &ptr));
+  shape_key key = key_of(p, device);
+  cache_entry *e;
+  IGNIS_TRY(entry_for(&key, &ptr, handle, &e));
+  IGNIS_TRY(set_pointers(e->desc, &ptr));
   const float alpha = 1.0f, beta = 0.0f;
   cublasStatus_t st = lt.cublasLtMatmul(handle, e->desc, &alpha, p->b, e->a_layout, p->a, e->b_layout, &beta,
                                         p->out, e->d_layout, p->out, e->d_layout, &e->algo, workspace,

@@ -46,7 +46,8 @@ typedef enum bench_dim {
   BENCH_DIM_PAGE_SIZE = 1 << 8, /* --page-size */
   BENCH_DIM_VOCAB = 1 << 9,     /* --vocab */
   BENCH_DIM_STATES = 1 << 10,   /* --states: states merged per row; draft tokens per request */
-  BENCH_DIM_CAUSAL = 1 << 11    /* --mask causal|none */
+  BENCH_DIM_CAUSAL = 1 << 11,   /* --mask causal|none */
+  BENCH_DIM_INNER = 1 << 12     /* --inner: the inner (K) dimension of a GEMM (M: --tokens, N: --hidden) */
 } bench_dim;
 
 struct bench_routine;
@@ -68,6 +69,7 @@ typedef struct bench_case {
   int64_t vocab;
   int64_t states;
   int causal;
+  int64_t inner;
 } bench_case;
 
 /* ---- tensors of a case ---------------------------------------------------------------------- */
@@ -202,7 +204,7 @@ typedef struct bench_routine {
  * bench/registry.c, and the routines of all of them. */
 extern const bench_family bench_family_norm, bench_family_activation, bench_family_rope,
     bench_family_paged_kv, bench_family_merge, bench_family_decode, bench_family_prefill,
-    bench_family_sampling;
+    bench_family_sampling, bench_family_gemm;
 int bench_routine_count(void);
 const bench_routine *bench_routine_at(int index);
 const bench_routine *bench_find_routine(const char *name);

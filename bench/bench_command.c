@@ -87,6 +87,7 @@ static void usage(FILE *to) {
               "  --vocab N           vocabulary of the sampling ops\n"
               "  --states N          states merged per row (merge_states), draft tokens (chain_speculative)\n"
               "  --mask causal|none  prefill mask\n"
+              "  --inner N           GEMM inner dimension K (M is --tokens, N is --hidden)\n"
               "  --inplace           RoPE outputs overwrite q and k (default out of place)\n"
               "  --dtype bf16|f16|f32 (default: the shape's, bf16; sampling f32)\n"
               "other flags:\n"
@@ -186,6 +187,7 @@ static const size_flag size_flags[] = {
     {"--page-size", "page_size", BENCH_DIM_PAGE_SIZE, offsetof(bench_case, page_size)},
     {"--vocab", "vocab", BENCH_DIM_VOCAB, offsetof(bench_case, vocab)},
     {"--states", "states", BENCH_DIM_STATES, offsetof(bench_case, states)},
+    {"--inner", "inner", BENCH_DIM_INNER, offsetof(bench_case, inner)},
 };
 #define SIZE_FLAG_COUNT (sizeof size_flags / sizeof size_flags[0])
 
@@ -208,7 +210,7 @@ static const char *flag_of(bench_dim dim) {
 /* "--tokens --hidden": the shape flags of a routine. */
 static void flags_text(unsigned dims, char *text, size_t size) {
   text[0] = '\0';
-  for (unsigned bit = 1; bit <= BENCH_DIM_CAUSAL; bit <<= 1)
+  for (unsigned bit = 1; bit <= BENCH_DIM_INNER; bit <<= 1)
     if (dims & bit) {
       size_t used = strlen(text);
       snprintf(text + used, size - used, "%s%s", used ? " " : "", flag_of((bench_dim)bit));

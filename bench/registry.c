@@ -17,6 +17,7 @@
 static const bench_family *const families[] = {
     &bench_family_norm,  &bench_family_activation, &bench_family_rope,    &bench_family_paged_kv,
     &bench_family_merge, &bench_family_decode,     &bench_family_prefill, &bench_family_sampling,
+    &bench_family_gemm,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

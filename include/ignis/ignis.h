@@ -6,6 +6,7 @@
 #include "ignis/core.h"
 #include "ignis/activation.h"
 #include "ignis/decode.h"
+#include "ignis/gemm.h"
 #include "ignis/merge_state.h"
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"

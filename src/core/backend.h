@@ -11,6 +11,7 @@
 #ifndef IGNIS_CORE_BACKEND_H
 #define IGNIS_CORE_BACKEND_H
 
+#include "gemm_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -80,6 +81,9 @@ typedef struct ignis_backend {
   ignis_status (*speculative)(const ignis_speculative_params *params, int32_t device, void *stream);
   ignis_status (*top_k)(const ignis_top_k_params *params, int32_t device, void *stream);
   ignis_status (*topk_transform)(const ignis_topk_transform_params *params, int32_t device, void *stream);
+  /* Every GEMM form (core/gemm_params.h). A backend that cannot run a valid call (CUDA without
+   * cuBLASLt, a shape cuBLASLt refuses) answers IGNIS_ERROR_UNSUPPORTED with the reason. */
+  ignis_status (*gemm)(const ignis_gemm_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

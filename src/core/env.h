@@ -18,7 +18,9 @@ extern "C" {
     "the most query rows per block (q_len * group) for which decode takes its transposed kernel")  \
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \
     "0 never plans decode's page kernel; always plans it for every batch of a shape it takes, "    \
-    "split or not (tests of its merge path)")
+    "split or not (tests of its merge path)")                                                     \
+  X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
+    "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

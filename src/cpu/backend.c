@@ -40,4 +40,5 @@ const ignis_backend ignis_cpu_backend = {
     .speculative = ignis_cpu_speculative,
     .top_k = ignis_cpu_top_k,
     .topk_transform = ignis_cpu_topk_transform,
+    .gemm = ignis_cpu_gemm,
 };

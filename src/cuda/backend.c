@@ -35,4 +35,5 @@ const ignis_backend ignis_cuda_backend = {
     .speculative = ignis_cuda_speculative,
     .top_k = ignis_cuda_top_k,
     .topk_transform = ignis_cuda_topk_transform,
+    .gemm = ignis_cuda_gemm,
 };

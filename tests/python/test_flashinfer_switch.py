@@ -92,6 +92,11 @@ ENGINE_IMPORTS = {
         ("flashinfer", "top_k_page_table_transform"),
         ("flashinfer", "__version__"),
     ],
+    "sglang/srt/layers/quantization/fp8_utils.py (SM90)": [
+        ("flashinfer", "bmm_fp8"),
+        ("flashinfer.gemm", "fp8_blockscale_gemm_sm90"),
+        ("flashinfer.gemm", "gemm_fp8_nt_groupwise"),
+    ],
     "sglang/kernels/ops/gemm/nvfp4_gemm_swiglu_nvfp4_quant.py": [
         ("flashinfer.utils", "get_compute_capability"),
     ],
@@ -99,7 +104,7 @@ ENGINE_IMPORTS = {
 IMPORTS = sorted({pair for pairs in ENGINE_IMPORTS.values() for pair in pairs})
 
 # FlashInfer modules ignis has nothing of: engines probe them with find_spec and must see None.
-ABSENT_MODULES = ["flashinfer.fused_moe", "flashinfer.comm", "flashinfer.gemm", "flashinfer.cute_dsl",
+ABSENT_MODULES = ["flashinfer.fused_moe", "flashinfer.comm", "flashinfer.cute_dsl",
                   "flashinfer.compilation_context", "flashinfer.fp4_quantization", "flashinfer.autotuner"]
 
 

@@ -6,8 +6,9 @@ It is loaded under the name ``flashinfer`` (import it that way only, never as
 the other submodules are the files beside this one. Each re-exports ignis' implementation of the
 FlashInfer module of that name, plus the names the engines import from it at load time that ignis
 lacks; those raise UnsupportedError (a NotImplementedError) naming the feature when called (MLA,
-NVFP4 KV caches, TRT-LLM-gen prefill over a block table). A FlashInfer
-module ignis has nothing of (fused_moe, comm, gemm, ...) does not exist here, so an engine's
+NVFP4 KV caches, TRT-LLM-gen prefill over a block table). ``flashinfer.gemm`` holds the GEMMs ignis
+has (``mm_bf16``, ``bmm_bf16``, ``bmm_fp8`` also at the top level, as in FlashInfer). A FlashInfer
+module ignis has nothing of (fused_moe, comm, ...) does not exist here, so an engine's
 ``importlib.util.find_spec`` probe for it answers None and the engine takes its own path.
 
 Versions: ``__version__`` is the FlashInfer API level ignis implements (what engines compare
@@ -18,7 +19,7 @@ against), ``__ignis_version__`` the loaded ignis library's. No distribution meta
 from ignis import *
 from ignis import __version__ as __ignis_version__
 
-from . import activation, cascade, decode, jit, mla, norm, page, prefill, quantization, rope, sampling, topk, utils
+from . import activation, cascade, decode, gemm, jit, mla, norm, page, prefill, quantization, rope, sampling, topk, utils
 from .mla import BatchMLAPagedAttentionWrapper
 from .page import nvfp4_quantize_append_paged_kv_cache, nvfp4_quantize_append_paged_kv_cache_with_slot_mapping
 from .topk import TopKTieBreak, top_k_page_table_transform, top_k_ragged_transform

@@ -476,10 +476,9 @@ typedef struct ignis_prefill_params {
   int64_t contiguous_kv_len;
   /* Block-table runs (ignis_prefill_run_block_table): qo_indptr != NULL ([cache.batch_size + 1] on
    * the device), kv_source PAGED with the cache in its block-table form, implicit_chunk_tokens 0 and
-   * the schedule above NULL (max_merge 0). The batch is cache.batch_size requests of at most
-   * block_table_max_q_len query tokens, max_work = cache.batch_size * tiles items (tiles of that
-   * longest request), item i built by ignis_prefill_block_table_request (sched/schedule.h) over q's
-   * num_q_rows rows. */
+   * the schedule above NULL (max_merge 0). The batch is cache.batch_size requests, each given the
+   * tiles of block_table_max_q_len query tokens (max_work = cache.batch_size * tiles items), item i
+   * built by ignis_prefill_block_table_request (sched/schedule.h) over q's num_q_rows rows. */
   const int32_t *qo_indptr;
   int64_t block_table_max_q_len;
   int64_t num_q_rows;

@@ -175,8 +175,8 @@ static int64_t block_table_schedule(const ignis_prefill_params *p, ignis_prefill
   int64_t items = 0;
   for (int32_t b = 0; b < (int32_t)p->cache.batch_size; ++b) {
     ignis_prefill_request *r = &requests[b];
-    if (!ignis_prefill_block_table_request(p->qo_indptr, p->cache.seq_lens, b, (int32_t)p->block_table_max_q_len,
-                                           (int32_t)p->num_q_rows, (int32_t)p->cache.block_table_stride, capacity, r))
+    if (!ignis_prefill_block_table_request(p->qo_indptr, p->cache.seq_lens, b, (int32_t)p->num_q_rows,
+                                           (int32_t)p->cache.block_table_stride, capacity, r))
       continue;
     for (int64_t row = 0; row < (int64_t)r->q_len * group; row += T) {
       ignis_prefill_work w = {b, (int32_t)row, 0, r->kv_len, -1};

@@ -39,9 +39,8 @@ __device__ __forceinline__ bool prefill_fetch_item(const ignis_prefill_params &p
     if (slot >= items)
       return false;
     const uint32_t i = items - 1 - (uint32_t)slot, b = i / tiles, row = (i - b * tiles) * (uint32_t)p.q_tile_rows;
-    if (!ignis_prefill_block_table_request(p.qo_indptr, p.cache.seq_lens, (int32_t)b, (int32_t)p.block_table_max_q_len,
-                                           (int32_t)p.num_q_rows, (int32_t)p.cache.block_table_stride,
-                                           c.block_table_capacity, req))
+    if (!ignis_prefill_block_table_request(p.qo_indptr, p.cache.seq_lens, (int32_t)b, (int32_t)p.num_q_rows,
+                                           (int32_t)p.cache.block_table_stride, c.block_table_capacity, req))
       return false;
     *item = {(int32_t)b, (int32_t)row, 0, req->kv_len, -1};
     return true;

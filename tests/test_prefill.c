@@ -545,15 +545,17 @@ static void run_paged(batch *bt, h_backend backend, int64_t P, ignis_kv_layout l
 
 /* A paged cache addressed by a block table (ignis_block_table_kv_cache) over the batch's keys in
  * shuffled pages: rows of max_pages + 2 entries at a row stride of max_pages + 5 (a slice of a wider
- * table), entries past a request's pages poisoned (never read). */
+ * table), entries past a request's pages poisoned (never read). With `joined`, K and V are views of
+ * one buffer whose token rows hold K then V (vLLM 0.33's cache, split along its last dimension). */
 typedef struct block_table_cache {
   h_buf k, v, table, seq_lens, qo;
   int64_t num_pages, width, stride;
+  int joined; /* v is k's buffer */
   ignis_block_table_kv_cache cache;
 } block_table_cache;
 
 static void block_table_make(block_table_cache *t, const batch *bt, h_backend backend, int64_t P,
-                             ignis_kv_layout layout, uint64_t seed) {
+                             ignis_kv_layout layout, int joined, uint64_t seed) {
   const spec *s = &bt->s;
   int64_t pages = 0, max_pages = 0;
   for (int64_t b = 0; b < s->B; ++b) {
@@ -574,9 +576,9 @@ static void block_table_make(block_table_cache *t, const batch *bt, h_backend ba
     order[i] = order[j];
     order[j] = x;
   }
-  const int64_t D = s->Dqk, per_page = P * s->Hkv * D, nhd = layout == IGNIS_KV_LAYOUT_NHD;
+  const int64_t D = s->Dqk, row = joined ? 2 * D : D, per_page = P * s->Hkv * row, nhd = layout == IGNIS_KV_LAYOUT_NHD;
   t->k = h_buf_alloc(backend, s->kv_dtype, t->num_pages * per_page);
-  t->v = h_buf_alloc(backend, s->kv_dtype, t->num_pages * per_page);
+  t->v = joined ? t->k : h_buf_alloc(backend, s->kv_dtype, t->num_pages * per_page);
   t->table = h_buf_alloc(backend, IGNIS_I32, (s->B > 0 ? s->B : 1) * t->stride);
   t->seq_lens = h_buf_alloc(backend, IGNIS_I32, s->B + 1);
   t->qo = h_buf_alloc(backend, IGNIS_I32, s->B + 1);
@@ -590,9 +592,9 @@ static void block_table_make(block_table_cache *t, const batch *bt, h_backend ba
       int64_t page = order[next + j / P], slot = j % P;
       for (int64_t h = 0; h < s->Hkv; ++h)
         for (int64_t d = 0; d < D; ++d) {
-          int64_t at = page * per_page + (nhd ? slot * s->Hkv + h : h * P + slot) * D + d;
+          int64_t at = page * per_page + (nhd ? slot * s->Hkv + h : h * P + slot) * row + d;
           h_set(&t->k, at, h_get(&bt->k, ((bt->kv[b] + j) * s->Hkv + h) * D + d));
-          h_set(&t->v, at, h_get(&bt->v, ((bt->kv[b] + j) * s->Hkv + h) * D + d));
+          h_set(&t->v, at + (joined ? D : 0), h_get(&bt->v, ((bt->kv[b] + j) * s->Hkv + h) * D + d));
         }
     }
     next += (s->kv_len[b] + P - 1) / P;
@@ -602,13 +604,16 @@ static void block_table_make(block_table_cache *t, const batch *bt, h_backend ba
     h_set(&t->qo, b, bt->qo[b]);
   h_buf *bufs[] = {&t->k, &t->v, &t->table, &t->seq_lens, &t->qo};
   for (int i = 0; i < 5; ++i)
-    h_buf_upload(bufs[i]);
+    if (!(joined && i == 1))
+      h_buf_upload(bufs[i]);
   free(order);
   ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
   cache.layout = layout;
   int64_t shape[4] = {t->num_pages, nhd ? P : s->Hkv, nhd ? s->Hkv : P, D};
-  cache.k_cache = h_view(&t->k, 0, 4, shape, NULL);
-  cache.v_cache = h_view(&t->v, 0, 4, shape, NULL);
+  int64_t strides[4] = {per_page, (nhd ? s->Hkv : P) * row, row, 1};
+  cache.k_cache = h_view(&t->k, 0, 4, shape, strides);
+  cache.v_cache = h_view(&t->v, joined ? D : 0, 4, shape, strides);
+  t->joined = joined;
   int64_t table_shape[2] = {s->B, t->width}, table_strides[2] = {t->stride, 1};
   cache.block_tables = h_view(&t->table, 0, 2, table_shape, table_strides);
   cache.seq_lens = t1(&t->seq_lens, s->B);
@@ -618,7 +623,8 @@ static void block_table_make(block_table_cache *t, const batch *bt, h_backend ba
 static void block_table_free(block_table_cache *t) {
   h_buf *bufs[] = {&t->k, &t->v, &t->table, &t->seq_lens, &t->qo};
   for (int i = 0; i < 5; ++i)
-    h_buf_free(bufs[i]);
+    if (!(t->joined && i == 1))
+      h_buf_free(bufs[i]);
 }
 
 static int64_t longest_q(const spec *s) {
@@ -630,11 +636,11 @@ static int64_t longest_q(const spec *s) {
 
 /* ignis_prefill_run_block_table over the batch (mask NONE or CAUSAL), with max_q_len the longest
  * request plus extra_q (a larger grid whose extra tiles must do nothing). */
-static void run_block_table(batch *bt, h_backend backend, int64_t P, ignis_kv_layout layout, int64_t extra_q,
-                            uint64_t seed) {
+static void run_block_table(batch *bt, h_backend backend, int64_t P, ignis_kv_layout layout, int joined,
+                            int64_t extra_q, uint64_t seed) {
   const spec *s = &bt->s;
   block_table_cache t;
-  block_table_make(&t, bt, backend, P, layout, seed);
+  block_table_make(&t, bt, backend, P, layout, joined, seed);
   ignis_prefill_plan_config c = config_of(bt, backend, IGNIS_PREFILL_PAGED, P);
   c.max_qo_tokens += extra_q;
   ignis_prefill_plan *plan = NULL;
@@ -706,7 +712,7 @@ static void run_case(const spec *s, h_backend backend, const char *name, int64_t
     run_paged(&bt, backend, page_size, IGNIS_KV_LAYOUT_NHD, seed + 1);
     run_paged(&bt, backend, page_size, IGNIS_KV_LAYOUT_HND, seed + 2);
     if (s->mask != IGNIS_MASK_CUSTOM)
-      run_block_table(&bt, backend, page_size, seed % 2 ? IGNIS_KV_LAYOUT_HND : IGNIS_KV_LAYOUT_NHD, seed % 3,
+      run_block_table(&bt, backend, page_size, seed % 2 ? IGNIS_KV_LAYOUT_HND : IGNIS_KV_LAYOUT_NHD, 0, seed % 3,
                       seed + 3);
   }
   if (s->B == 1 && s->q_dtype == out_dtype_of(s)) /* single prefill takes 16-bit q only */
@@ -959,8 +965,8 @@ static void test_block_table(h_backend backend) {
     h_case("block table q lengths 1..8 on %s, mask %d", h_backend_name(backend), mode);
     batch bt;
     batch_make(&bt, &s, backend, seed++);
-    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_HND, 0, seed++);
-    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_NHD, 300, seed++);
+    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_HND, 1, 0, seed++); /* vLLM's joined K / V rows */
+    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_NHD, 0, 300, seed++);
     batch_free(&bt);
   }
   if (!h_selected("block table"))
@@ -984,8 +990,8 @@ static void test_block_table(h_backend backend) {
   batch_make(&first, &a, backend, seed++);
   batch_make(&second, &b2, backend, seed++);
   block_table_cache t1c, t2c;
-  block_table_make(&t1c, &first, backend, 16, IGNIS_KV_LAYOUT_HND, seed++);
-  block_table_make(&t2c, &second, backend, 16, IGNIS_KV_LAYOUT_HND, seed++);
+  block_table_make(&t1c, &first, backend, 16, IGNIS_KV_LAYOUT_HND, 0, seed++);
+  block_table_make(&t2c, &second, backend, 16, IGNIS_KV_LAYOUT_HND, 1, seed++);
   ignis_prefill_plan_config c = config_of(&first, backend, IGNIS_PREFILL_PAGED, 16);
   c.max_qo_tokens = 80;
   ignis_prefill_plan *plan = NULL;

@@ -29,8 +29,9 @@ queries aligned to the end of its keys, causal by default (chunked prefill) or u
 ``causal=False`` (vLLM's DCP context pass); the grid is the ``max_q_len`` tiles of every request, so a
 captured graph serves every later step with the same batch size and ``max_q_len``. Its C plans
 (configuration: heads, head dim, page size, dtypes, window, causal) are kept like decode's, sized by
-the batch and the query rows. ``cum_seq_lens_kv`` is the prefix sum of ``seq_lens``, which ignis reads
-instead, and ``max_kv_len`` a bound ignis does not need (every key is computed): neither is read.
+the batch and the query rows. ``cum_seq_lens_kv`` (a prefix sum of the keys or, as vLLM fills it, of
+the pages) and ``max_kv_len`` (a bound; every key is computed) are not needed: the keys come from
+``seq_lens`` and the block table, so neither is read.
 """
 
 from . import _ext

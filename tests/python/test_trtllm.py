@@ -52,6 +52,15 @@ class Cache:
     def pair(self):
         return self.cache[:, 0], self.cache[:, 1]
 
+    def vllm_pair(self, host):
+        """vLLM 0.33's kv_cache_tuple of the same values: one [num_pages, kv_heads, page_size, 2 * dim]
+        (HND) tensor, K and V side by side in the last dimension, split into two views (token stride
+        2 * dim, V at element offset dim)."""
+        joined = np.concatenate([self.values[:, 0], self.values[:, 1]], axis=-1).astype(np.float16)
+        tensor = on_device(joined, host)
+        dim = self.values.shape[-1]
+        return tensor[..., :dim], tensor[..., dim:]
+
     def tokens(self, pages, length, which):
         """[length, kv_heads, dim] keys (which=0) or values (1) of a request's pages."""
         part = self.values[np.asarray(pages, dtype=np.int64), which]
@@ -251,8 +260,9 @@ CONTEXT_CASES = [
 @pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("case", range(len(CONTEXT_CASES)))
 def test_context_as_vllm_calls_it(host, case):
-    """vllm/v1/attention/backends/flashinfer.py:2543 (TRT-LLM prefill): batch_size below the arrays'
-    rows (vLLM's tensors are the prefill slice; here they carry two padding rows)."""
+    """vllm/v1/attention/backends/flashinfer.py:2543 (TRT-LLM prefill): vLLM's HND cache split into K
+    and V along the last dimension, batch_size below the arrays' rows (vLLM's tensors are the prefill
+    slice; here they carry two padding rows), cum_seq_lens_kv as vLLM fills it (its page indptr)."""
     heads, kv_heads, dim, page_size, layout, q_lens, kv_lens = CONTEXT_CASES[case]
     batch = len(q_lens)
     num_pages = sum(-(-n // page_size) for n in kv_lens) + 5
@@ -260,7 +270,7 @@ def test_context_as_vllm_calls_it(host, case):
     width = -(-max(kv_lens) // page_size) + 2
     table = block_table(kv_lens, page_size, num_pages, width)
     padded = np.concatenate([table, np.full((2, width), -1, np.int32)])
-    cum_q, cum_kv = cumulative(q_lens), cumulative(kv_lens)
+    cum_q, kv_pages = cumulative(q_lens), cumulative([-(-n // page_size) for n in kv_lens])
     rows = int(cum_q[-1])
     q = on_device(rng.standard_normal((rows, heads, dim)), host)
     sinks = on_device(rng.standard_normal(heads) + 1.0, host, "f32") if case % 2 else None
@@ -269,11 +279,12 @@ def test_context_as_vllm_calls_it(host, case):
     out = on_device(np.zeros((rows, heads, dim)), host)
     workspace = on_device(np.zeros(64 << 20 if host == "cuda" else 16), host, "u8")
     kwargs = {} if layout == "HND" else {"kv_layout": "NHD"}  # vLLM's cache is HND: the default
+    kv_cache = cache.vllm_pair(host) if layout == "HND" else cache.pair()
     result = fi_prefill.trtllm_batch_context_with_kv_cache(
-        query=q, kv_cache=cache.pair(), workspace_buffer=workspace, block_tables=device_i32(padded, host),
+        query=q, kv_cache=kv_cache, workspace_buffer=workspace, block_tables=device_i32(padded, host),
         seq_lens=device_i32(kv_lens + [3, 3], host), max_q_len=max(q_lens), max_kv_len=max(kv_lens),
         bmm1_scale=sm_scale, bmm2_scale=v_scale, batch_size=batch,
-        cum_seq_lens_q=device_i32(np.concatenate([cum_q, [rows, rows]]), host), cum_seq_lens_kv=device_i32(cum_kv, host),
+        cum_seq_lens_q=device_i32(np.concatenate([cum_q, [rows, rows]]), host), cum_seq_lens_kv=device_i32(kv_pages, host),
         window_left=window_left, sinks=sinks, o_sf_scale=None, out=out, kv_cache_sf=None,
         multi_ctas_kv_counter_buffer=None, **kwargs)
     assert result is out

@@ -4,7 +4,8 @@ by keyword in its order) and as its SM100 path calls ``trtllm_batch_decode_with_
 the float64 reference of refs.py, on every host of engine_arrays.py (NumPy and PyTorch CPU tensors on
 the CPU backend; CUDA tensors on the CUDA backend, with vLLM's block table and seq_lens on the device).
 
-- Shapes: GQA 32/8 and 64/8, head dims 128 and 64, pages of 16 and 1, NHD and HND, mixed lengths
+- Shapes: GQA 32/8 and 64/8, head dims 128 and 64, pages of 16 and 1, NHD and HND (HND as vLLM 0.33
+  keeps it: K and V the halves of each token row, Cache.vllm_pair), mixed lengths
   (empty requests, a page boundary, mid-page ends), q_len_per_req 1 and 2, sinks, a sliding window,
   bmm1 / bmm2 scales, the (k_cache, v_cache) pair and the one [pages, 2, ...] tensor, block tables
   wider than needed and padded rows, max_seq_len below the longest request (still computed in full).
@@ -131,7 +132,7 @@ def test_xqa_as_vllm_calls_it(host, case):
     workspace = on_device(np.zeros(64 << 20 if host == "cuda" else 16), host, "u8")
     for bound in (max(lengths), max(lengths) // 3):
         result = fi_decode.xqa_batch_decode_with_kv_cache(
-            query=q, kv_cache=cache.pair(), kv_cache_sf=None, workspace_buffer=workspace,
+            query=q, kv_cache=cache.vllm_pair(host) if layout == "HND" else cache.pair(), kv_cache_sf=None, workspace_buffer=workspace,
             block_tables=device_i32(table, host), seq_lens=device_i32(lengths, host), max_seq_len=bound,
             bmm1_scale=sm_scale, bmm2_scale=v_scale, window_left=window_left, out=out, sinks=sinks,
             kv_layout=layout, q_len_per_req=q_len, mask=None, q_cu_seq_lens=None)

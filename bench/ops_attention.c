@@ -429,7 +429,8 @@ static int prepare_block_table_prefill(const bench_case *c, void *stream, void *
   return prepare_state(c, stream, state, make_block_table_prefill);
 }
 
-static ignis_status call_block_table_prefill(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+static ignis_status call_block_table_prefill(const bench_case *c, ignis_tensor *t, void *state,
+                                             void *stream) {
   const plan_state *s = state;
   ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
   cache.k_cache = t[2];
@@ -549,7 +550,8 @@ static const bench_routine prefill_routines[] = {
     {PREFILL_ENTRY, .name = "block_table_prefill",
      .summary = "batch prefill over a block table, seq_lens and cum_seq_lens_q (TRT-LLM context form): plan "
                 "once, no update",
-     .functions = "ignis_prefill_run_block_table", .dims = PREFILL_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
+     .functions = "ignis_prefill_run_block_table",
+     .dims = PREFILL_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
      .bytes_rule = PREFILL_BYTES " + block table (pages*4)",
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096), PREFILL_SHAPE(4, 8, 2048, 4096)),
      .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_block_table_prefill,

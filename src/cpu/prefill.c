@@ -4,8 +4,8 @@
  * every work item is attended on its own, one task per (item, KV head, block of up to
  * IGNIS_CPU_ATTENTION_ROW_BLOCK packed rows of the item's tile), then every merge entry combines its
  * partial slots. The implicit schedules (single prefill, block-table runs) are written out as lists
- * first, from the same helpers the kernels use. Packed row r of request b is query token i = r / group of query head
- * kv_head * group + r % group, at position q_pos = kv_len - q_len + i. Each key and value row is
+ * first, from the same helpers the kernels use. Packed row r of request b is query token i = r / group of
+ * query head kv_head * group + r % group, at position q_pos = kv_len - q_len + i. Each key and value row is
  * loaded once per block: converted to f32 (f16 / bf16 by bit operations, fp8 through a table),
  * scaled by k_scale / v_scale and, with ROPE_LLAMA, the key rotated at its position, in double. A
  * row sees key j when j >= q_pos - window_left (with a window) and, by mask mode, always (NONE),
@@ -200,8 +200,8 @@ ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, vo
       free(implicit_work);
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "prefill (cpu): out of host memory");
     }
-    cpu_schedule given = {block_table_requests, implicit_work,
-                          block_table_schedule(p, block_table_requests, implicit_work), NULL, 0, 0};
+    const int64_t items = block_table_schedule(p, block_table_requests, implicit_work);
+    cpu_schedule given = {block_table_requests, implicit_work, items, NULL, 0, 0};
     s = given;
   } else if (p->implicit_chunk_tokens > 0) {
     int64_t tiles = ignis_prefill_implicit_tiles(p->contiguous_q_len, group, p->q_tile_rows);

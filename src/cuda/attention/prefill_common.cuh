@@ -1,7 +1,7 @@
 /* Pieces shared by the prefill kernels (prefill_kernel.cuh, prefill_wgmma.cuh; prefill.cu launches
  * them): the launch facts (prefill_config), the schedule (work items, merge entries, and the implicit
- * schedules of single prefill and block-table runs), the page of a key, and prefill_merge_kernel, which combines the
- * partial slots of a split tile by their base-2 LSEs and joins the sink. */
+ * schedules of single prefill and block-table runs), the page of a key, and prefill_merge_kernel, which
+ * combines the partial slots of a split tile by their base-2 LSEs and joins the sink. */
 #ifndef IGNIS_CUDA_PREFILL_COMMON_CUH
 #define IGNIS_CUDA_PREFILL_COMMON_CUH
 
@@ -23,7 +23,7 @@ struct prefill_config {
   int32_t implicit_tiles;
   int32_t implicit_chunks;
   int64_t implicit_chunk;
-  int64_t merge_blocks; /* merge blocks per merge entry */
+  int64_t merge_blocks;         /* merge blocks per merge entry */
   int32_t block_table_capacity; /* block-table runs: keys a table row holds */
 };
 
@@ -38,7 +38,8 @@ __device__ __forceinline__ bool prefill_fetch_item(const ignis_prefill_params &p
     const uint32_t tiles = (uint32_t)c.implicit_tiles, items = tiles * (uint32_t)p.cache.batch_size;
     if (slot >= items)
       return false;
-    const uint32_t i = items - 1 - (uint32_t)slot, b = i / tiles, row = (i - b * tiles) * (uint32_t)p.q_tile_rows;
+    const uint32_t i = items - 1 - (uint32_t)slot, b = i / tiles,
+                   row = (i - b * tiles) * (uint32_t)p.q_tile_rows;
     if (!ignis_prefill_block_table_request(p.qo_indptr, p.cache.seq_lens, (int32_t)b, (int32_t)p.num_q_rows,
                                            (int32_t)p.cache.block_table_stride, c.block_table_capacity, req))
       return false;

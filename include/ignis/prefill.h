@@ -198,12 +198,12 @@ IGNIS_API ignis_status ignis_prefill_paged_run(const ignis_prefill_plan *plan, c
  * only an fp8 q's converted copy (ignis_prefill_workspace_size of the plan is enough).
  * Checking: on the host (CPU backend) qo_indptr must be non-decreasing from >= 0 up to at most
  * q.shape[0] with no request over max_q_len tokens, and the block table and seq_lens are checked as
- * ignis_block_table_kv_cache says. On a CUDA device nothing is read on the host; a request whose
+ * ignis_block_table_kv_cache says. On a CUDA device nothing is read on the host: a request whose
  * rows fall outside [0, q.shape[0]) or whose length is negative writes nothing, a request longer
  * than max_q_len gets its first max_q_len tokens computed (up to a tile more) and the rest not
- * written, and lengths and pages follow
- * ignis_block_table_kv_cache. The plan's last update is neither needed nor changed. IGNIS_MASK_CUSTOM
- * plans are IGNIS_ERROR_UNSUPPORTED (a mask's offsets would need the lengths on the host). */
+ * written, and lengths and pages follow ignis_block_table_kv_cache. The plan's last update is
+ * neither needed nor changed. IGNIS_MASK_CUSTOM plans are IGNIS_ERROR_UNSUPPORTED (a mask's offsets
+ * would need the lengths on the host). */
 IGNIS_API ignis_status ignis_prefill_run_block_table(const ignis_prefill_plan *plan, const ignis_tensor *q,
                                                      const ignis_block_table_kv_cache *cache,
                                                      const ignis_tensor *qo_indptr, int64_t max_q_len,

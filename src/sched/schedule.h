@@ -101,9 +101,9 @@ IGNIS_SCHED_INLINE ignis_prefill_merge ignis_prefill_implicit_merge(int64_t t, i
  * request (no split: partial -1); a tile past its request's packed rows does nothing, and the rows
  * of a request longer than max_q_len past its tiles are not computed. Request b's query rows are
  * qo_indptr[b] .. qo_indptr[b + 1]; it writes nothing (returns 0) when its length is negative or its
- * rows leave [0, q_rows). Its keys are
- * ignis_block_table_request_len of seq_lens[b] and its pages row b of the block table (kv_start:
- * that row's first entry, b * table_stride, which the front end keeps within int32). */
+ * rows leave [0, q_rows). Its keys are ignis_block_table_request_len of seq_lens[b] (capacity: the
+ * keys a table row holds) and its pages row b of the block table (kv_start: that row's first entry,
+ * b * table_stride, which the front end keeps within int32). */
 IGNIS_SCHED_INLINE int ignis_prefill_block_table_request(const int32_t *qo_indptr, const int32_t *seq_lens, int32_t b,
                                                          int32_t q_rows, int32_t table_stride, int32_t capacity,
                                                          ignis_prefill_request *r) {

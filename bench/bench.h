@@ -88,8 +88,9 @@ typedef enum bench_fill {
   BENCH_FILL_APPEND_POSITION = 11, /* position of each appended token in its request */
   BENCH_FILL_SEQ_LENS = 12,        /* kv_len for every request */
   BENCH_FILL_TOKEN_IDS = 13,       /* random token ids in [0, vocab) */
-  BENCH_FILL_MASK_BITS = 14        /* one request's bit-packed custom mask: the causal pattern when
+  BENCH_FILL_MASK_BITS = 14,       /* one request's bit-packed custom mask: the causal pattern when
                                       the case is causal, else every key */
+  BENCH_FILL_QO_INDPTR = 15        /* b * tokens: `tokens` query rows per request (prefill) */
 } bench_fill;
 
 /* What a call does with a tensor. A tiny call (bench_probe_routine) fills outputs with a poison

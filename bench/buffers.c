@@ -201,6 +201,10 @@ static int fill_exact(const bench_case *c, const bench_tensor_spec *spec, void *
     case BENCH_FILL_MASK_BITS:
       fill_mask_bits(c, dst);
       break;
+    case BENCH_FILL_QO_INDPTR:
+      for (int64_t b = 0; b < spec->shape[0]; ++b)
+        store_index(dst, b, spec->dtype, b * c->tokens);
+      break;
     case BENCH_FILL_RANDOM:
     case BENCH_FILL_NORMAL:
     case BENCH_FILL_PROBS:

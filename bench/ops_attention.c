@@ -1,5 +1,5 @@
 /* Registry entries of attention: decode (single, and batch through a plan) and prefill (single,
- * single with a custom mask, and batch through a plan over ragged or paged keys).
+ * single with a custom mask, and batch through a plan over ragged or paged keys or a block table).
  *
  * Cases: `batch` requests of `tokens` query tokens (decode: one) against kv_len keys each,
  * q_heads / k_heads heads of head_dim, q, K and V in the case's dtype, NHD layout, no LSE. Paged
@@ -392,6 +392,61 @@ static ignis_status call_paged_prefill(const bench_case *c, ignis_tensor *t, voi
                                  s->workspace_bytes, stream);
 }
 
+/* The paged batch as a block table (request b's pages at b * pages_per_request of kv_indices, seen as
+ * [batch, pages_per_request]), seq_lens and cum_seq_lens_q: the TRT-LLM context form. */
+static int describe_block_table_prefill(const bench_case *c, bench_tensor_spec *s) {
+  int n = describe_prefill_q(c, s);
+  n += bench_page_cache_specs(c, 0, &s[n]);
+  s[n++] = BENCH_SPEC("seq_lens", IGNIS_I32, BENCH_FILL_SEQ_LENS, c->batch);
+  s[n++] = BENCH_SPEC("qo_indptr", IGNIS_I32, BENCH_FILL_QO_INDPTR, c->batch + 1);
+  return n;
+}
+
+/* A paged plan without a split and its workspace; no update (block-table runs take none). */
+static int make_block_table_prefill(const bench_case *c, void *stream, plan_state *s) {
+  (void)stream;
+  ignis_prefill_plan_config config = IGNIS_PREFILL_PLAN_CONFIG_INIT;
+  config.device = c->device;
+  config.kv_kind = IGNIS_PREFILL_PAGED;
+  config.num_qo_heads = c->q_heads;
+  config.num_kv_heads = c->k_heads;
+  config.head_dim_qk = c->head_dim;
+  config.page_size = c->page_size;
+  config.q_dtype = c->dtype;
+  config.kv_dtype = c->dtype;
+  config.mask_mode = mask_of(c);
+  config.max_batch_size = c->batch;
+  config.max_qo_tokens = c->batch * c->tokens;
+  config.disable_split_kv = 1;
+  if (bench_check_status(ignis_prefill_plan_create(&config, &s->prefill), "ignis_prefill_plan_create") != 0 ||
+      bench_check_status(ignis_prefill_workspace_size(s->prefill, &s->workspace_bytes),
+                         "ignis_prefill_workspace_size") != 0)
+    return -1;
+  return allocate_workspace(c, s);
+}
+
+static int prepare_block_table_prefill(const bench_case *c, void *stream, void **state) {
+  return prepare_state(c, stream, state, make_block_table_prefill);
+}
+
+static ignis_status call_block_table_prefill(const bench_case *c, ignis_tensor *t, void *state,
+                                             void *stream) {
+  const plan_state *s = state;
+  ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  cache.k_cache = t[2];
+  cache.v_cache = t[3];
+  const int64_t pages = bench_pages_per_request(c);
+  cache.block_tables = t[4];
+  cache.block_tables.ndim = 2;
+  cache.block_tables.shape[0] = c->batch;
+  cache.block_tables.shape[1] = pages;
+  cache.block_tables.strides[0] = pages;
+  cache.block_tables.strides[1] = 1;
+  cache.seq_lens = t[5];
+  return ignis_prefill_run_block_table(s->prefill, &t[0], &cache, &t[6], c->tokens, NULL, &t[1], NULL,
+                                       s->workspace, s->workspace_bytes, stream);
+}
+
 /* "B4 q4k L4k 32/8h d128 causal p16" (q: query tokens, L: keys per request); the custom-mask
  * routine says "mask causal" / "mask full". */
 static void shape_prefill(const bench_case *c, char *text, size_t size) {
@@ -492,6 +547,15 @@ static const bench_routine prefill_routines[] = {
      .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096)),
      .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_paged_prefill,
      .prepare = prepare_paged_prefill, .call = call_paged_prefill},
+    {PREFILL_ENTRY, .name = "block_table_prefill",
+     .summary = "batch prefill over a block table, seq_lens and cum_seq_lens_q (TRT-LLM context form): plan "
+                "once, no update",
+     .functions = "ignis_prefill_run_block_table",
+     .dims = PREFILL_DIMS | BENCH_DIM_BATCH | BENCH_DIM_PAGE_SIZE,
+     .bytes_rule = PREFILL_BYTES " + block table (pages*4)",
+     .gpu_suite = BENCH_SUITE(PREFILL_SHAPE(4, 4, 4096, 4096), PREFILL_SHAPE(4, 8, 2048, 4096)),
+     .host_suite = BENCH_SUITE(PREFILL_SHAPE(4, 2, 128, 128)), .describe = describe_block_table_prefill,
+     .prepare = prepare_block_table_prefill, .call = call_block_table_prefill},
 };
 
 const bench_family bench_family_decode = {"decode", shape_decode, complete_attention,

@@ -7,7 +7,9 @@
  * for one-request batches, as single prefill, comparing each against the reference; outputs are
  * poisoned before each call. Options: causal / custom masks (including empty rows), windows, soft
  * cap, RoPE, ALiBi, sinks, k/v scales, fp8 K/V, both LSE bases, GQA groups, head dims 64, 128, 256
- * and 192/128, zero-length queries and keys, split and unsplit schedules. The planner test checks
+ * and 192/128, zero-length queries and keys, split and unsplit schedules. Batches without a custom
+ * mask also run over a block table (ignis_prefill_run_block_table), which test_block_table covers
+ * further. The planner test checks
  * the schedule's invariants and bounds on random batches. Bad inputs must return the right status,
  * name the parameter and leave the outputs untouched. Every case runs on every backend and must
  * succeed there: the CUDA kernel covers every configuration the front end accepts.
@@ -541,6 +543,127 @@ static void run_paged(batch *bt, h_backend backend, int64_t P, ignis_kv_layout l
   free(order);
 }
 
+/* A paged cache addressed by a block table (ignis_block_table_kv_cache) over the batch's keys in
+ * shuffled pages: rows of max_pages + 2 entries at a row stride of max_pages + 5 (a slice of a wider
+ * table), entries past a request's pages poisoned (never read). With `joined`, K and V are views of
+ * one buffer whose token rows hold K then V (vLLM 0.33's cache, split along its last dimension). */
+typedef struct block_table_cache {
+  h_buf k, v, table, seq_lens, qo;
+  int64_t num_pages, width, stride;
+  int joined; /* v is k's buffer */
+  ignis_block_table_kv_cache cache;
+} block_table_cache;
+
+static void block_table_make(block_table_cache *t, const batch *bt, h_backend backend, int64_t P,
+                             ignis_kv_layout layout, int joined, uint64_t seed) {
+  const spec *s = &bt->s;
+  int64_t pages = 0, max_pages = 0;
+  for (int64_t b = 0; b < s->B; ++b) {
+    int64_t n = (s->kv_len[b] + P - 1) / P;
+    pages += n;
+    max_pages = n > max_pages ? n : max_pages;
+  }
+  t->num_pages = pages + 3;
+  t->width = max_pages + 2;
+  t->stride = max_pages + 5;
+  int32_t *order = malloc(sizeof(int32_t) * (size_t)(t->num_pages + 1));
+  h_rng rng = h_rng_make(seed);
+  for (int64_t i = 0; i < t->num_pages; ++i)
+    order[i] = (int32_t)i;
+  for (int64_t i = t->num_pages - 1; i > 0; --i) {
+    int64_t j = h_rng_int(&rng, 0, i);
+    int32_t x = order[i];
+    order[i] = order[j];
+    order[j] = x;
+  }
+  const int64_t D = s->Dqk, row = joined ? 2 * D : D, per_page = P * s->Hkv * row, nhd = layout == IGNIS_KV_LAYOUT_NHD;
+  t->k = h_buf_alloc(backend, s->kv_dtype, t->num_pages * per_page);
+  t->v = joined ? t->k : h_buf_alloc(backend, s->kv_dtype, t->num_pages * per_page);
+  t->table = h_buf_alloc(backend, IGNIS_I32, (s->B > 0 ? s->B : 1) * t->stride);
+  t->seq_lens = h_buf_alloc(backend, IGNIS_I32, s->B + 1);
+  t->qo = h_buf_alloc(backend, IGNIS_I32, s->B + 1);
+  for (int64_t i = 0; i < t->table.count; ++i)
+    h_set(&t->table, i, 1 << 30);
+  int64_t next = 0;
+  for (int64_t b = 0; b < s->B; ++b) {
+    for (int64_t i = 0; i < (s->kv_len[b] + P - 1) / P; ++i)
+      h_set(&t->table, b * t->stride + i, order[next + i]);
+    for (int64_t j = 0; j < s->kv_len[b]; ++j) {
+      int64_t page = order[next + j / P], slot = j % P;
+      for (int64_t h = 0; h < s->Hkv; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          int64_t at = page * per_page + (nhd ? slot * s->Hkv + h : h * P + slot) * row + d;
+          h_set(&t->k, at, h_get(&bt->k, ((bt->kv[b] + j) * s->Hkv + h) * D + d));
+          h_set(&t->v, at + (joined ? D : 0), h_get(&bt->v, ((bt->kv[b] + j) * s->Hkv + h) * D + d));
+        }
+    }
+    next += (s->kv_len[b] + P - 1) / P;
+    h_set(&t->seq_lens, b, (double)s->kv_len[b]);
+  }
+  for (int64_t b = 0; b <= s->B; ++b)
+    h_set(&t->qo, b, bt->qo[b]);
+  h_buf *bufs[] = {&t->k, &t->v, &t->table, &t->seq_lens, &t->qo};
+  for (int i = 0; i < 5; ++i)
+    if (!(joined && i == 1))
+      h_buf_upload(bufs[i]);
+  free(order);
+  ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  cache.layout = layout;
+  int64_t shape[4] = {t->num_pages, nhd ? P : s->Hkv, nhd ? s->Hkv : P, D};
+  int64_t strides[4] = {per_page, (nhd ? s->Hkv : P) * row, row, 1};
+  cache.k_cache = h_view(&t->k, 0, 4, shape, strides);
+  cache.v_cache = h_view(&t->v, joined ? D : 0, 4, shape, strides);
+  t->joined = joined;
+  int64_t table_shape[2] = {s->B, t->width}, table_strides[2] = {t->stride, 1};
+  cache.block_tables = h_view(&t->table, 0, 2, table_shape, table_strides);
+  cache.seq_lens = t1(&t->seq_lens, s->B);
+  t->cache = cache;
+}
+
+static void block_table_free(block_table_cache *t) {
+  h_buf *bufs[] = {&t->k, &t->v, &t->table, &t->seq_lens, &t->qo};
+  for (int i = 0; i < 5; ++i)
+    if (!(t->joined && i == 1))
+      h_buf_free(bufs[i]);
+}
+
+static int64_t longest_q(const spec *s) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < s->B; ++b)
+    longest = s->q_len[b] > longest ? s->q_len[b] : longest;
+  return longest;
+}
+
+/* ignis_prefill_run_block_table over the batch (mask NONE or CAUSAL), with max_q_len the longest
+ * request plus extra_q (a larger grid whose extra tiles must do nothing). */
+static void run_block_table(batch *bt, h_backend backend, int64_t P, ignis_kv_layout layout, int joined,
+                            int64_t extra_q, uint64_t seed) {
+  const spec *s = &bt->s;
+  block_table_cache t;
+  block_table_make(&t, bt, backend, P, layout, joined, seed);
+  ignis_prefill_plan_config c = config_of(bt, backend, IGNIS_PREFILL_PAGED, P);
+  c.max_qo_tokens += extra_q;
+  ignis_prefill_plan *plan = NULL;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    size_t bytes = 0;
+    CHECK_STATUS(ignis_prefill_workspace_size(plan, &bytes), IGNIS_OK);
+    h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
+    ignis_tensor q = t3(&bt->q, bt->nq, s->Hq, s->Dqk), out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
+    int64_t lse_shape[2] = {bt->nq, s->Hq};
+    ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), sinks = t1(&bt->sinks, s->Hq);
+    ignis_tensor qo = t1(&t.qo, s->B + 1);
+    ignis_attention_extras e = extras_of(bt);
+    e.sinks = s->sinks ? &sinks : NULL;
+    poison_outputs(bt);
+    if (ran(ignis_prefill_run_block_table(plan, &q, &t.cache, &qo, longest_q(s) + extra_q, &e, &out, &lse, ws.data,
+                                          bytes, NULL)))
+      compare(bt, layout == IGNIS_KV_LAYOUT_NHD ? "block table NHD" : "block table HND");
+    h_buf_free(&ws);
+    ignis_prefill_plan_destroy(plan);
+  }
+  block_table_free(&t);
+}
+
 static void run_single(batch *bt, h_backend backend) {
   const spec *s = &bt->s;
   size_t bytes = 0;
@@ -588,6 +711,9 @@ static void run_case(const spec *s, h_backend backend, const char *name, int64_t
   if (s->Dqk == s->Dvo) {
     run_paged(&bt, backend, page_size, IGNIS_KV_LAYOUT_NHD, seed + 1);
     run_paged(&bt, backend, page_size, IGNIS_KV_LAYOUT_HND, seed + 2);
+    if (s->mask != IGNIS_MASK_CUSTOM)
+      run_block_table(&bt, backend, page_size, seed % 2 ? IGNIS_KV_LAYOUT_HND : IGNIS_KV_LAYOUT_NHD, 0, seed % 3,
+                      seed + 3);
   }
   if (s->B == 1 && s->q_dtype == out_dtype_of(s)) /* single prefill takes 16-bit q only */
     run_single(&bt, backend);
@@ -815,6 +941,193 @@ static void test_bad_inputs(h_backend backend) {
   batch_free(&bt);
 }
 
+/* ---- block-table runs ------------------------------------------------------------------------ */
+/* ignis_prefill_run_block_table beyond the cases above (which run it on every NONE / CAUSAL batch):
+ * query lengths 1..8 against keys ending mid-page, GQA 4 at head dim 128 on both kernels' shapes, a
+ * grid far larger than the batch, one plan serving two batches (new table, lengths and rows between
+ * the calls, as between CUDA-graph replays), an empty batch, and bad inputs. */
+static void test_block_table(h_backend backend) {
+  uint64_t seed = 900;
+  for (int mode = 0; mode < 2; ++mode) {
+    spec s = base_spec();
+    s.B = 8;
+    s.Hq = 8;
+    s.Hkv = 2;
+    s.Dqk = s.Dvo = 128;
+    s.mask = mode ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE;
+    for (int64_t b = 0; b < s.B; ++b) {
+      s.q_len[b] = b + 1;
+      s.kv_len[b] = 16 * b + 1 + (b * 7) % 15 + s.q_len[b];
+    }
+    s.sinks = mode;
+    if (!h_selected("block table"))
+      continue;
+    h_case("block table q lengths 1..8 on %s, mask %d", h_backend_name(backend), mode);
+    batch bt;
+    batch_make(&bt, &s, backend, seed++);
+    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_HND, 1, 0, seed++); /* vLLM's joined K / V rows */
+    run_block_table(&bt, backend, 16, IGNIS_KV_LAYOUT_NHD, 0, 300, seed++);
+    batch_free(&bt);
+  }
+  if (!h_selected("block table"))
+    return;
+  /* one plan, two batches of the same grid (batch size and max_q_len), in place */
+  h_case("block table reuse on %s", h_backend_name(backend));
+  spec a = base_spec();
+  a.B = 3;
+  a.Hq = 8;
+  a.Hkv = 2;
+  a.Dqk = a.Dvo = 128;
+  a.mask = IGNIS_MASK_CAUSAL;
+  int64_t ql[] = {40, 3, 17}, kl[] = {100, 3, 60};
+  memcpy(a.q_len, ql, sizeof ql);
+  memcpy(a.kv_len, kl, sizeof kl);
+  spec b2 = a;
+  int64_t ql2[] = {1, 40, 33}, kl2[] = {250, 41, 33};
+  memcpy(b2.q_len, ql2, sizeof ql2);
+  memcpy(b2.kv_len, kl2, sizeof kl2);
+  batch first, second;
+  batch_make(&first, &a, backend, seed++);
+  batch_make(&second, &b2, backend, seed++);
+  block_table_cache t1c, t2c;
+  block_table_make(&t1c, &first, backend, 16, IGNIS_KV_LAYOUT_HND, 0, seed++);
+  block_table_make(&t2c, &second, backend, 16, IGNIS_KV_LAYOUT_HND, 1, seed++);
+  ignis_prefill_plan_config c = config_of(&first, backend, IGNIS_PREFILL_PAGED, 16);
+  c.max_qo_tokens = 80;
+  ignis_prefill_plan *plan = NULL;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    size_t bytes = 0;
+    CHECK_STATUS(ignis_prefill_workspace_size(plan, &bytes), IGNIS_OK);
+    h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
+    batch *runs[2] = {&first, &second};
+    block_table_cache *tables[2] = {&t1c, &t2c};
+    for (int r = 0; r < 2; ++r) {
+      batch *bt = runs[r];
+      ignis_tensor q = t3(&bt->q, bt->nq, 8, 128), out = t3(&bt->out, bt->nq, 8, 128);
+      int64_t lse_shape[2] = {bt->nq, 8};
+      ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), qo = t1(&tables[r]->qo, 4);
+      poison_outputs(bt);
+      if (ran(ignis_prefill_run_block_table(plan, &q, &tables[r]->cache, &qo, 40, NULL, &out, &lse, ws.data, bytes,
+                                            NULL)))
+        compare(bt, r ? "block table reuse, second" : "block table reuse, first");
+    }
+    /* on a device the index arrays are not checked: a request whose rows leave q writes nothing, the
+     * others are computed as usual */
+    if (backend != H_CPU) {
+      h_case("block table request past q on %s", h_backend_name(backend));
+      ignis_tensor q = t3(&first.q, first.nq, 8, 128), out = t3(&first.out, first.nq, 8, 128);
+      ignis_tensor qo = t1(&t1c.qo, 4);
+      h_set(&t1c.qo, 3, (double)(first.nq + 5));
+      h_buf_upload(&t1c.qo);
+      poison_outputs(&first);
+      if (ran(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, ws.data, bytes,
+                                            NULL))) {
+        h_buf_download(&first.out);
+        const int64_t written = (int64_t)first.qo[2] * 8 * 128;
+        double scale = 1e-3;
+        for (int64_t i = 0; i < written; ++i)
+          scale = fabs(first.ref_out[i]) > scale ? fabs(first.ref_out[i]) : scale;
+        h_tol tol = {0.0, 2e-2 * scale};
+        h_cmp cmp;
+        h_cmp_init(&cmp);
+        for (int64_t i = 0; i < written; ++i)
+          h_cmp_add_tol(&cmp, i, h_get(&first.out, i), first.ref_out[i], tol);
+        h_cmp_check(&cmp, __FILE__, __LINE__, "block table requests before the one past q");
+        int untouched = 1;
+        for (int64_t i = written; i < first.nq * 8 * 128; ++i)
+          untouched &= h_is_poison(&first.out, i);
+        CHECKF(untouched, "the request past q wrote out");
+      }
+      h_set(&t1c.qo, 3, (double)first.nq);
+      h_buf_upload(&t1c.qo);
+    }
+    /* an empty batch writes nothing */
+    h_case("block table empty batch on %s", h_backend_name(backend));
+    ignis_tensor q = t3(&first.q, first.nq, 8, 128), out = t3(&first.out, first.nq, 8, 128);
+    ignis_block_table_kv_cache empty = t1c.cache;
+    int64_t no_rows[2] = {0, t1c.width}, strides[2] = {t1c.stride, 1};
+    empty.block_tables = h_view(&t1c.table, 0, 2, no_rows, strides);
+    empty.seq_lens = t1(&t1c.seq_lens, 0);
+    ignis_tensor qo1 = t1(&t1c.qo, 1);
+    poison_outputs(&first);
+    CHECK_STATUS(ignis_prefill_run_block_table(plan, &q, &empty, &qo1, 40, NULL, &out, NULL, ws.data, bytes, NULL),
+                 IGNIS_OK);
+    CHECK(h_buf_untouched(&first.out));
+    /* bad inputs: each names its parameter and writes nothing */
+    h_case("block table bad inputs on %s", h_backend_name(backend));
+    ignis_tensor qo = t1(&t1c.qo, 4), qo_short = t1(&t1c.qo, 3);
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo_short, 40, NULL, &out, NULL, ws.data, bytes,
+                                              NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "qo_indptr");
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 81, NULL, &out, NULL, ws.data, bytes, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "max_q_len");
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, NULL, 40, NULL, &out, NULL, ws.data, bytes, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "qo_indptr");
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, NULL, &qo, 40, NULL, &out, NULL, ws.data, bytes, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "cache");
+    ignis_tensor out_short = t3(&first.out, first.nq - 1, 8, 128);
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out_short, NULL, ws.data, bytes,
+                                              NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "out");
+    ignis_block_table_kv_cache bad_cache = t1c.cache;
+    bad_cache.layout = IGNIS_KV_LAYOUT_NHD; /* the HND shape read as NHD: 2 heads as the page size */
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &bad_cache, &qo, 40, NULL, &out, NULL, ws.data, bytes, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "page_size");
+    if (backend == H_CPU) { /* host index arrays are checked too */
+      CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 39, NULL, &out, NULL, NULL, 0, NULL),
+                  IGNIS_ERROR_INVALID_ARGUMENT, "max_q_len");
+      h_set(&t1c.qo, 1, 50);
+      CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                  IGNIS_ERROR_INVALID_ARGUMENT, "qo_indptr");
+      h_set(&t1c.qo, 1, 40);
+      h_set(&t1c.seq_lens, 1, 1000);
+      CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                  IGNIS_ERROR_INVALID_ARGUMENT, "cache.seq_lens");
+      h_set(&t1c.seq_lens, 1, 3);
+      h_set(&t1c.table, 0, (double)t1c.num_pages);
+      CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                  IGNIS_ERROR_INVALID_ARGUMENT, "cache.block_tables");
+    }
+    CHECK(h_buf_untouched(&first.out));
+    h_buf_free(&ws);
+    ignis_prefill_plan_destroy(plan);
+  }
+  /* plans a block table cannot run on */
+  ignis_tensor q = t3(&first.q, first.nq, 8, 128), out = t3(&first.out, first.nq, 8, 128), qo = t1(&t1c.qo, 4);
+  c.mask_mode = IGNIS_MASK_CUSTOM;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                IGNIS_ERROR_UNSUPPORTED, "IGNIS_MASK_CUSTOM");
+    ignis_prefill_plan_destroy(plan);
+  }
+  c.mask_mode = IGNIS_MASK_CAUSAL;
+  c.kv_kind = IGNIS_PREFILL_RAGGED;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "ragged");
+    ignis_prefill_plan_destroy(plan);
+  }
+  c.kv_kind = IGNIS_PREFILL_PAGED;
+  c.max_batch_size = 2;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 40, NULL, &out, NULL, NULL, 0, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "max_batch_size");
+    ignis_prefill_plan_destroy(plan);
+  }
+  c.max_batch_size = 8;
+  c.max_qo_tokens = 10;
+  if (ran(ignis_prefill_plan_create(&c, &plan))) {
+    CHECK_ERROR(ignis_prefill_run_block_table(plan, &q, &t1c.cache, &qo, 10, NULL, &out, NULL, NULL, 0, NULL),
+                IGNIS_ERROR_INVALID_ARGUMENT, "max_qo_tokens");
+    ignis_prefill_plan_destroy(plan);
+  }
+  CHECK(h_buf_untouched(&first.out));
+  block_table_free(&t1c);
+  block_table_free(&t2c);
+  batch_free(&first);
+  batch_free(&second);
+}
+
 /* The kernel a plan records (ignis_prefill_plan_kernel): the CPU backend's one kernel; on CUDA the
  * wgmma kernel for 16-bit causal or unmasked head dim 128 on sm_90 (unless IGNIS_PREFILL_WGMMA
  * turns it off), the tile kernel for head dim 64 or a soft cap. */
@@ -865,6 +1178,7 @@ int main(void) {
       continue; /* the sanitizer looks at the GPU cases */
     test_bad_inputs(backend);
     test_cases(backend);
+    test_block_table(backend);
     test_kernel_choice(backend);
   }
   return h_finish();

@@ -180,6 +180,37 @@ IGNIS_API ignis_status ignis_prefill_paged_run(const ignis_prefill_plan *plan, c
                                                ignis_tensor *lse, void *workspace, size_t workspace_bytes,
                                                void *stream);
 
+/* Run a batch given as a block table (TensorRT-LLM's / vLLM's layout: ignis_block_table_kv_cache;
+ * FlashInfer's trtllm_batch_context_with_kv_cache) with a paged plan's configuration (heads, head
+ * dim, page size, dtypes, mask mode NONE or CAUSAL, options), without a plan update: nothing per
+ * step on the host beyond the call, no schedule copied, so it is CUDA-graph safe with q, the block
+ * table, seq_lens and qo_indptr rewritten in place between replays.
+ * The batch is cache.block_tables.shape[0] requests (at most the plan's max_batch_size); request b
+ * has the query rows qo_indptr[b] .. qo_indptr[b+1] of q (qo_indptr: [batch + 1] i32, contiguous,
+ * on the device of q; FlashInfer's cum_seq_lens_q) and cache.seq_lens[b] keys (its cached and new
+ * tokens together), its query block aligned to the end of its keys as in the math above (chunked
+ * prefill). q [rows, num_qo_heads, head_dim] with rows at most the plan's max_qo_tokens, out like q
+ * (the plan's o_dtype), lse [rows, num_qo_heads] f32 or NULL, extras as ignis_prefill_paged_run;
+ * rows outside [qo_indptr[0], qo_indptr[batch]) are not written. max_q_len (0..the plan's
+ * max_qo_tokens) is a host-side bound on every request's query tokens that sets the grid: tiles of
+ * the longest request x requests x KV heads, the tiles past a request's own length doing nothing.
+ * Keys are not split across blocks (the plan's split policy is not used), so the workspace holds
+ * only an fp8 q's converted copy (ignis_prefill_workspace_size of the plan is enough).
+ * Checking: on the host (CPU backend) qo_indptr must be non-decreasing from >= 0 up to at most
+ * q.shape[0] with no request over max_q_len tokens, and the block table and seq_lens are checked as
+ * ignis_block_table_kv_cache says. On a CUDA device nothing is read on the host: a request whose
+ * rows fall outside [0, q.shape[0]) or whose length is negative writes nothing, a request longer
+ * than max_q_len gets its first max_q_len tokens computed (up to a tile more) and the rest not
+ * written, and lengths and pages follow ignis_block_table_kv_cache. The plan's last update is
+ * neither needed nor changed. IGNIS_MASK_CUSTOM plans are IGNIS_ERROR_UNSUPPORTED (a mask's offsets
+ * would need the lengths on the host). */
+IGNIS_API ignis_status ignis_prefill_run_block_table(const ignis_prefill_plan *plan, const ignis_tensor *q,
+                                                     const ignis_block_table_kv_cache *cache,
+                                                     const ignis_tensor *qo_indptr, int64_t max_q_len,
+                                                     const ignis_attention_extras *extras, ignis_tensor *out,
+                                                     ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                                                     void *stream);
+
 #ifdef __cplusplus
 }
 #endif

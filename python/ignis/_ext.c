@@ -1333,7 +1333,7 @@ int tensor_list_add(tensor_list *l, PyObject *obj, const char *name) {
   return l->count++;
 }
 
-static int apply_fp8_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
+int apply_fp8_view(const char *fn, int64_t view, ignis_tensor *t, const char *name) {
   if (view < 0 || !t)
     return 0;
   if (t->dtype != IGNIS_U8) {
@@ -1413,8 +1413,8 @@ static paged_run_slots paged_run_tensors(tensor_list *l, const attention_args *a
 
 /* The K / V tensors of a paged cache: k_at the combined cache (combined) or the K cache beside the
  * V cache at v_at, with the fp8 view applied. Returns -1 with the error set (the caller releases). */
-static int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name,
-                            int v_at, int combined, ignis_paged_kv_cache *cache) {
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at, int combined,
+                     ignis_paged_kv_cache *cache) {
   if (apply_fp8_view(fn, kv_view, &c->tensors[k_at], k_name) < 0 ||
       (v_at >= 0 && apply_fp8_view(fn, kv_view, &c->tensors[v_at], "v_cache") < 0))
     return -1;

@@ -132,6 +132,12 @@ static inline unsigned slot_bit(int slot) {
 
 /* Bytes of a contiguous workspace tensor. */
 int workspace_of(const char *fn, const ignis_tensor *t, void **data, size_t *bytes);
+/* Read t as the fp8 dtype `view` (an ignis_dtype; -1: none) of its uint8 data; -1 with the error set. */
+int apply_fp8_view(const char *fn, int64_t view, ignis_tensor *t, const char *name);
+/* The K / V tensors of a paged cache (slot k_at the combined cache, or K beside V at v_at), the fp8
+ * view applied, into cache->k_cache / v_cache; -1 with the error set (the caller releases c). */
+int paged_kv_tensors(const char *fn, op_call *c, int64_t kv_view, int k_at, const char *k_name, int v_at, int combined,
+                     ignis_paged_kv_cache *cache);
 
 /* A 1-D contiguous int32 host array, borrowed without a copy: through the type's DLPack exchange
  * table (PyTorch: no Python call at all) or the buffer protocol (NumPy, array.array). */

@@ -1,7 +1,7 @@
 /* Python bindings of prefill attention (include/ignis/prefill.h), with the argument helpers of
  * _ext.h (op_call, attention_args, paged_run_begin, host_i32, ...). prefill.py gives them
  * FlashInfer's names and passes the configs and options by keyword. A prefill plan travels as a
- * capsule, as a decode plan does.
+ * capsule, as a decode plan does; trtllm.py runs block-table prefill (prefill_run_block_table) on one.
  * ext_prefill_methods is the method table the module adds. */
 #include "_ext.h"
 
@@ -268,6 +268,68 @@ static PyObject *ext_prefill_paged_run(PyObject *self, PyObject *const *args, Py
   return op_call_finish(&c, status);
 }
 
+/* The block-table run (ignis_prefill_run_block_table): k_cache is the combined [pages, 2, ...] cache
+ * when v_cache is None. FlashInfer's cum_seq_lens_q and max_q_len ride in attention_args' kv_indptr
+ * and max_seq_len fields (the args struct is shared by every attention binding). */
+static arg_spec prefill_block_table_spec[] = {ARG(attention_args, plan, ARG_REQUIRED),
+                                              ARG(attention_args, q, ARG_REQUIRED),
+                                              ARG_NAMED("k_cache", attention_args, k, ARG_REQUIRED),
+                                              ARG_NAMED("v_cache", attention_args, v, ARG_OBJECT),
+                                              ARG(attention_args, out, ARG_REQUIRED),
+                                              ARG(attention_args, block_tables, ARG_REQUIRED),
+                                              ARG(attention_args, seq_lens, ARG_REQUIRED),
+                                              ARG_NAMED("cum_seq_lens_q", attention_args, kv_indptr, ARG_REQUIRED),
+                                              ARG_NAMED("max_q_len", attention_args, max_seq_len, ARG_INT64),
+                                              ARG(attention_args, lse, ARG_OBJECT),
+                                              ARG(attention_args, workspace, ARG_OBJECT),
+                                              ARG(attention_args, kv_layout, ARG_ENUM),
+                                              ATTENTION_EXTRA_ARGS};
+static arg_table prefill_block_table_args = ARG_TABLE(prefill_block_table_spec);
+
+static PyObject *ext_prefill_run_block_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                             PyObject *kwnames) {
+  static const char *const fn = "ignis.prefill_run_block_table";
+  static const ignis_block_table_kv_cache init = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  attention_args a;
+  if (parse_attention_args(fn, &prefill_block_table_args, args, nargs, kwnames, &a) < 0)
+    return NULL;
+  ignis_prefill_plan *plan = prefill_plan_of(fn, a.plan);
+  if (!plan)
+    return NULL;
+  tensor_list l = {.count = 0};
+  const int combined = a.v == Py_None;
+  const int q = tensor_list_add(&l, a.q, "q"), k = tensor_list_add(&l, a.k, combined ? "kv_cache" : "k_cache");
+  const int v = tensor_list_add(&l, a.v, "v_cache"), out = tensor_list_add(&l, a.out, "out");
+  const int table = tensor_list_add(&l, a.block_tables, "block_tables");
+  const int lens = tensor_list_add(&l, a.seq_lens, "seq_lens");
+  const int qo = tensor_list_add(&l, a.kv_indptr, "cum_seq_lens_q"), lse = tensor_list_add(&l, a.lse, "lse");
+  const int sinks = tensor_list_add(&l, a.sinks, "sinks"), ws_at = tensor_list_add(&l, a.workspace, "workspace");
+  op_call c;
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse), a.stream) < 0)
+    return NULL;
+  ignis_block_table_kv_cache cache = init;
+  ignis_paged_kv_cache kv = IGNIS_PAGED_KV_CACHE_INIT;
+  void *ws = NULL;
+  size_t ws_bytes = 0;
+  if (apply_fp8_view(fn, a.q_view, &c.tensors[q], "q") < 0 ||
+      paged_kv_tensors(fn, &c, a.kv_view, k, l.names[k], v, combined, &kv) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
+    op_call_release(&c);
+    return NULL;
+  }
+  cache.layout = a.kv_layout;
+  cache.k_cache = kv.k_cache;
+  cache.v_cache = kv.v_cache;
+  cache.block_tables = c.tensors[table];
+  cache.seq_lens = c.tensors[lens];
+  a.extras.sinks = sinks >= 0 ? &c.tensors[sinks] : NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_prefill_run_block_table(plan, &c.tensors[q], &cache, &c.tensors[qo], a.max_seq_len, &a.extras,
+                                    &c.tensors[out], lse >= 0 ? &c.tensors[lse] : NULL, ws, ws_bytes, c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 PyMethodDef ext_prefill_methods[] = {
     FASTCALL(single_prefill_workspace_size, "single_prefill_workspace_size(num_qo_heads, num_kv_heads, "
                                             "head_dim_qk, head_dim_vo, max_qo_len, max_kv_len)"),
@@ -282,4 +344,7 @@ PyMethodDef ext_prefill_methods[] = {
                                     "ignis_prefill_ragged_run (prefill_ragged_run_args)"),
     FASTCALL_KW(prefill_paged_run, "prefill_paged_run(plan, q, k_cache, v_cache, out, **arguments): "
                                    "ignis_prefill_paged_run (prefill_paged_run_args)"),
+    FASTCALL_KW(prefill_run_block_table,
+                "prefill_run_block_table(plan, q, k_cache, v_cache, out, block_tables, seq_lens, cum_seq_lens_q, "
+                "max_q_len, **arguments): ignis_prefill_run_block_table (prefill_block_table_args)"),
     {NULL, NULL, 0, NULL}};

@@ -728,3 +728,121 @@ ignis_status ignis_prefill_paged_run(const ignis_prefill_plan *plan, const ignis
   const char *kv_names[] = {"cache.k_cache", "cache.v_cache", "cache.indptr", "cache.indices", "cache.last_page_len"};
   return run_plan(fn, plan, q, custom_mask, extras, out, lse, workspace, workspace_bytes, stream, kv, kv_names, &p);
 }
+
+/* ---- block-table run ------------------------------------------------------------------------ */
+/* The block-table cache against a paged plan (as check_run_cache does the indptr form). */
+static ignis_status check_block_table_cache(const char *fn, const ignis_prefill_plan *plan,
+                                            const ignis_block_table_kv_cache *cache, ignis_paged_kv_params *kv) {
+  const ignis_prefill_plan_config *c = &plan->config;
+  IGNIS_TRY(ignis_check_block_table_kv_cache(fn, cache, kv));
+  if (cache->k_cache.dtype != c->kv_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s", fn,
+                           ignis_dtype_name(cache->k_cache.dtype), ignis_dtype_name(c->kv_dtype));
+  int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size, "the plan's page_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 2 : 1, c->num_kv_heads,
+                            "the plan's num_kv_heads"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim_qk, "the plan's head_dim_qk"));
+  if (kv->batch_size > c->max_batch_size)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: cache.block_tables.shape[0]=%" PRId64 " requests but the plan's max_batch_size=%" PRId64,
+                           fn, kv->batch_size, c->max_batch_size);
+  if (kv->num_page_entries > INT32_MAX) /* kv_start of the last row is an int32 */
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: cache.block_tables spans %" PRId64 " entries (rows x row stride) but at most %d are "
+                           "taken",
+                           fn, kv->num_page_entries, INT32_MAX);
+  return IGNIS_OK;
+}
+
+/* Host: qo_indptr non-decreasing within [0, rows], no request over max_q_len tokens. */
+static ignis_status check_qo_indptr_contents(const char *fn, const int32_t *qo_indptr, int64_t batch, int64_t rows,
+                                             int64_t max_q_len) {
+  IGNIS_TRY(ignis_check_indptr_contents(fn, "qo_indptr", qo_indptr, batch, rows, "q.shape[0]"));
+  for (int64_t b = 0; b < batch; ++b)
+    if ((int64_t)qo_indptr[b + 1] - qo_indptr[b] > max_q_len)
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: request %" PRId64 " has %" PRId64 " query tokens (qo_indptr) but max_q_len=%" PRId64,
+                             fn, b, (int64_t)qo_indptr[b + 1] - qo_indptr[b], max_q_len);
+  return IGNIS_OK;
+}
+
+ignis_status ignis_prefill_run_block_table(const ignis_prefill_plan *plan, const ignis_tensor *q,
+                                           const ignis_block_table_kv_cache *cache, const ignis_tensor *qo_indptr,
+                                           int64_t max_q_len, const ignis_attention_extras *extras, ignis_tensor *out,
+                                           ignis_tensor *lse, void *workspace, size_t workspace_bytes, void *stream) {
+  static const char fn[] = "ignis_prefill_run_block_table";
+  ignis_clear_error();
+  if (!plan)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
+  const ignis_prefill_plan_config *c = &plan->config;
+  if (c->kv_kind != IGNIS_PREFILL_PAGED)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is a ragged plan (a block table needs a paged one)",
+                           fn);
+  if (c->mask_mode == IGNIS_MASK_CUSTOM)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: the plan's mask_mode is IGNIS_MASK_CUSTOM, which block-table runs do not take", fn);
+  IGNIS_TRY(ignis_check_tensor(fn, "q", q, 3, 3));
+  if (q->dtype != c->q_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: q.dtype=%s but the plan's q_dtype=%s", fn,
+                           ignis_dtype_name(q->dtype), ignis_dtype_name(c->q_dtype));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 1, c->num_qo_heads, "the plan's num_qo_heads"));
+  IGNIS_TRY(ignis_check_dim(fn, "q", q, 2, c->head_dim_qk, "the plan's head_dim_qk"));
+  if (q->shape[0] > c->max_qo_tokens)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: q.shape[0]=%" PRId64 " rows but the plan's max_qo_tokens=%" PRId64, fn, q->shape[0],
+                           c->max_qo_tokens);
+  ignis_prefill_params p;
+  memset(&p, 0, sizeof p);
+  IGNIS_TRY(check_block_table_cache(fn, plan, cache, &p.cache));
+  const int64_t batch = p.cache.batch_size;
+  IGNIS_TRY(ignis_check_index_vector(fn, "qo_indptr", qo_indptr, batch + 1, 0));
+  if (max_q_len < 0 || max_q_len > c->max_qo_tokens)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: max_q_len=%" PRId64 " but it must be 0..%" PRId64 " (the plan's max_qo_tokens)", fn,
+                           max_q_len, c->max_qo_tokens);
+  IGNIS_TRY(check_q_out(fn, q, out, lse, c->head_dim_vo, c->o_dtype));
+  IGNIS_TRY(check_outputs_disjoint(fn, out, lse, &cache->k_cache, "cache.k_cache", &cache->v_cache, "cache.v_cache",
+                                   NULL));
+  IGNIS_TRY(ignis_check_attention_extras(fn, extras, c->num_qo_heads, &p.k_scale, &p.v_scale, &p.sinks));
+  const ignis_tensor *tensors[] = {q,
+                                   out,
+                                   lse,
+                                   extras ? extras->sinks : NULL,
+                                   &cache->k_cache,
+                                   &cache->v_cache,
+                                   &cache->block_tables,
+                                   &cache->seq_lens,
+                                   qo_indptr};
+  const char *names[] = {"q",           "out",           "lse", "extras.sinks", "cache.k_cache", "cache.v_cache",
+                         "cache.block_tables", "cache.seq_lens", "qo_indptr"};
+  ignis_target target;
+  IGNIS_TRY(ignis_resolve_target(fn, tensors, names, 9, &target));
+  IGNIS_TRY(ignis_check_run_device(fn, target.device, c->device));
+  const int32_t *qo = (const int32_t *)qo_indptr->data;
+  if (!ignis_plan_uses_workspace(&plan->storage)) { /* host arrays: checked before anything is written */
+    IGNIS_TRY(ignis_check_block_table_contents(fn, &p.cache));
+    IGNIS_TRY(check_qo_indptr_contents(fn, qo, batch, q->shape[0], max_q_len));
+  } else {
+    plan_pieces pieces;
+    IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
+    p.q_scratch = pieces.q_scratch;
+    p.max_q_rows = q->shape[0];
+  }
+  if (batch == 0 || max_q_len == 0)
+    return IGNIS_OK;
+  fill_q_out(&p, q, out, lse);
+  p.num_kv_heads = c->num_kv_heads;
+  fill_options(&p, &plan->options);
+  p.mask_mode = c->mask_mode;
+  p.kv_source = IGNIS_PREFILL_KV_PAGED;
+  p.q_tile_rows = (int32_t)plan->planner.q_tile_rows;
+  p.kernel = (int32_t)plan->kernel;
+  p.max_batch = batch;
+  p.max_work = batch * ignis_prefill_implicit_tiles(max_q_len, c->num_qo_heads / c->num_kv_heads,
+                                                    plan->planner.q_tile_rows);
+  p.qo_indptr = qo;
+  p.block_table_max_q_len = max_q_len;
+  p.num_q_rows = q->shape[0];
+  return target.backend->prefill(&p, target.device.id, stream);
+}

@@ -481,8 +481,17 @@ typedef struct ignis_prefill_params {
   int64_t implicit_chunk_tokens;
   int64_t contiguous_q_len;
   int64_t contiguous_kv_len;
+  /* Block-table runs (ignis_prefill_run_block_table): qo_indptr != NULL ([cache.batch_size + 1] on
+   * the device), kv_source PAGED with the cache in its block-table form, implicit_chunk_tokens 0 and
+   * the schedule above NULL (max_merge 0). The batch is cache.batch_size requests, each given the
+   * tiles of block_table_max_q_len query tokens (max_work = cache.batch_size * tiles items), item i
+   * built by ignis_prefill_block_table_request (sched/schedule.h) over q's num_q_rows rows. */
+  const int32_t *qo_indptr;
+  int64_t block_table_max_q_len;
+  int64_t num_q_rows;
   /* q as given, and CUDA's converted copy of an fp8 q (as in ignis_decode_params), whose rows
-   * are [0, max_q_rows) (the plan's max_qo_tokens: such plans take batches from row 0). */
+   * are [0, max_q_rows) (the plan's max_qo_tokens: such plans take batches from row 0; block-table
+   * runs: q's rows). */
   ignis_dtype q_dtype;
   void *q_scratch;
   int64_t max_q_rows;

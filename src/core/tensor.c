@@ -186,6 +186,41 @@ static void byte_span(const ignis_tensor *t, uintptr_t *lo, uintptr_t *hi) {
   *hi = (uintptr_t)((const char *)t->data + (max_off + 1) * elem);
 }
 
+static uint64_t gcd_u64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Views whose rows (the last dimension, stride >= 0) sit on one lattice: every other dimension of
+ * either view that has more than one index steps by a multiple of `period` bytes, so each view's
+ * bytes lie, modulo the period, within those of its first row. When the two rows do not meet modulo
+ * the period, the views share no byte: K and V split from one cache along its last dimension (vLLM
+ * keeps each token's K and V side by side), q / k / v cut from a fused qkv row. */
+static int rows_disjoint_mod_period(const ignis_tensor *a, const ignis_tensor *b) {
+  const ignis_tensor *views[2] = {a, b};
+  uint64_t period = 0, width[2];
+  for (int v = 0; v < 2; ++v) {
+    const ignis_tensor *t = views[v];
+    const int last = t->ndim - 1;
+    const int64_t elem = (int64_t)ignis_dtype_size(t->dtype);
+    if (last < 1 || t->strides[last] < 0)
+      return 0;
+    for (int d = 0; d < last; ++d)
+      if (t->shape[d] > 1)
+        period = gcd_u64(period, (uint64_t)(t->strides[d] < 0 ? -t->strides[d] : t->strides[d]) * (uint64_t)elem);
+    width[v] = (uint64_t)(((t->shape[last] - 1) * t->strides[last] + 1) * elem);
+  }
+  if (period == 0)
+    return 0;
+  const uintptr_t pa = (uintptr_t)a->data, pb = (uintptr_t)b->data;
+  const uint64_t distance = pb >= pa ? (uint64_t)(pb - pa) % period : (period - (uint64_t)(pa - pb) % period) % period;
+  return distance >= width[0] && distance + width[1] <= period;
+}
+
 /* Views that step through memory with the same positive leading stride (q and k cut from one
  * fused qkv buffer, say) interleave: their spans intersect although no element is shared. For
  * those, compare the slices of one leading index modulo the stride. Everything else is judged by
@@ -195,6 +230,8 @@ static int views_overlap(const ignis_tensor *a, const ignis_tensor *b) {
   byte_span(a, &alo, &ahi);
   byte_span(b, &blo, &bhi);
   if (!(alo < bhi && blo < ahi))
+    return 0;
+  if (rows_disjoint_mod_period(a, b))
     return 0;
   int64_t elem_a = (int64_t)ignis_dtype_size(a->dtype), elem_b = (int64_t)ignis_dtype_size(b->dtype);
   if (a->ndim < 2 || b->ndim < 2 || a->strides[0] * elem_a != b->strides[0] * elem_b || a->strides[0] <= 0)

@@ -3,8 +3,9 @@
  * It honours the schedule exactly as the CUDA backend will (core/params.h: ignis_prefill_params):
  * every work item is attended on its own, one task per (item, KV head, block of up to
  * IGNIS_CPU_ATTENTION_ROW_BLOCK packed rows of the item's tile), then every merge entry combines its
- * partial slots. Packed row r of request b is query token i = r / group of query head
- * kv_head * group + r % group, at position q_pos = kv_len - q_len + i. Each key and value row is
+ * partial slots. The implicit schedules (single prefill, block-table runs) are written out as lists
+ * first, from the same helpers the kernels use. Packed row r of request b is query token i = r / group of
+ * query head kv_head * group + r % group, at position q_pos = kv_len - q_len + i. Each key and value row is
  * loaded once per block: converted to f32 (f16 / bf16 by bit operations, fp8 through a table),
  * scaled by k_scale / v_scale and, with ROPE_LLAMA, the key rotated at its position, in double. A
  * row sees key j when j >= q_pos - window_left (with a window) and, by mask mode, always (NONE),
@@ -165,13 +166,44 @@ static void run_schedule(const ignis_prefill_params *p, const cpu_schedule *s,
   }
 }
 
+/* The block-table schedule written out (sched/schedule.h: ignis_prefill_block_table_request):
+ * requests [batch] and one item per tile a request has; returns the item count. */
+static int64_t block_table_schedule(const ignis_prefill_params *p, ignis_prefill_request *requests,
+                                    ignis_prefill_work *work) {
+  const int64_t group = p->num_qo_heads / p->num_kv_heads, T = p->q_tile_rows;
+  const int32_t capacity = (int32_t)(p->cache.pages_per_seq * p->cache.page_size);
+  int64_t items = 0;
+  for (int32_t b = 0; b < (int32_t)p->cache.batch_size; ++b) {
+    ignis_prefill_request *r = &requests[b];
+    if (!ignis_prefill_block_table_request(p->qo_indptr, p->cache.seq_lens, b, (int32_t)p->num_q_rows,
+                                           (int32_t)p->cache.block_table_stride, capacity, r))
+      continue;
+    for (int64_t row = 0; row < (int64_t)r->q_len * group; row += T) {
+      ignis_prefill_work w = {b, (int32_t)row, 0, r->kv_len, -1};
+      work[items++] = w;
+    }
+  }
+  return items;
+}
+
 ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, void *stream) {
   const int64_t group = p->num_qo_heads / p->num_kv_heads;
   cpu_schedule s;
-  ignis_prefill_request implicit_request;
+  ignis_prefill_request implicit_request, *block_table_requests = NULL;
   ignis_prefill_work *implicit_work = NULL;
   ignis_prefill_merge *implicit_merge = NULL;
-  if (p->implicit_chunk_tokens > 0) {
+  if (p->qo_indptr) {
+    block_table_requests = malloc(sizeof(ignis_prefill_request) * (size_t)p->cache.batch_size);
+    implicit_work = malloc(sizeof(ignis_prefill_work) * (size_t)(p->max_work + 1));
+    if (!block_table_requests || !implicit_work) {
+      free(block_table_requests);
+      free(implicit_work);
+      return ignis_set_error(IGNIS_ERROR_INTERNAL, "prefill (cpu): out of host memory");
+    }
+    const int64_t items = block_table_schedule(p, block_table_requests, implicit_work);
+    cpu_schedule given = {block_table_requests, implicit_work, items, NULL, 0, 0};
+    s = given;
+  } else if (p->implicit_chunk_tokens > 0) {
     int64_t tiles = ignis_prefill_implicit_tiles(p->contiguous_q_len, group, p->q_tile_rows);
     int64_t chunks = ignis_prefill_implicit_chunks(p->contiguous_kv_len, p->implicit_chunk_tokens);
     implicit_request = ignis_prefill_implicit_request(p->contiguous_q_len, p->contiguous_kv_len);
@@ -205,6 +237,7 @@ ignis_status ignis_cpu_prefill(const ignis_prefill_params *p, int32_t device, vo
     run_schedule(p, &s, scratch);
   }
   ignis_cpu_attention_scratch_free(scratch);
+  free(block_table_requests);
   free(implicit_work);
   free(implicit_merge);
   return status;

@@ -127,6 +127,29 @@ IGNIS_SCHED_INLINE ignis_prefill_merge ignis_prefill_implicit_merge(int64_t t, i
   ignis_prefill_merge m = {0, (int32_t)(t * q_tile_rows), (int32_t)(t * chunks), (int32_t)chunks};
   return m;
 }
+/* The block-table prefill schedule (ignis_prefill_run_block_table: no list, nothing copied): a batch
+ * of requests each given tiles = ignis_prefill_implicit_tiles(max_q_len, group, q_tile_rows) items
+ * (the longest request's), item i being tile i % tiles of request i / tiles against every key of the
+ * request (no split: partial -1); a tile past its request's packed rows does nothing, and the rows
+ * of a request longer than max_q_len past its tiles are not computed. Request b's query rows are
+ * qo_indptr[b] .. qo_indptr[b + 1]; it writes nothing (returns 0) when its length is negative or its
+ * rows leave [0, q_rows). Its keys are ignis_block_table_request_len of seq_lens[b] (capacity: the
+ * keys a table row holds) and its pages row b of the block table (kv_start: that row's first entry,
+ * b * table_stride, which the front end keeps within int32). */
+IGNIS_SCHED_INLINE int ignis_prefill_block_table_request(const int32_t *qo_indptr, const int32_t *seq_lens, int32_t b,
+                                                         int32_t q_rows, int32_t table_stride, int32_t capacity,
+                                                         ignis_prefill_request *r) {
+  const int32_t q_start = qo_indptr[b], q_end = qo_indptr[b + 1], seq_len = seq_lens[b];
+  if (q_start < 0 || q_end < q_start || q_end > q_rows)
+    return 0;
+  r->mask_offset = 0;
+  r->q_start = q_start;
+  r->q_len = q_end - q_start;
+  r->kv_start = b * table_stride;
+  r->kv_len = seq_len < 0 ? 0 : seq_len < capacity ? seq_len : capacity;
+  return 1;
+}
+
 /* Keys of paged request b: (pages - 1) * page_size + last_page_len[b], 0 with no page. */
 IGNIS_SCHED_INLINE int64_t ignis_paged_request_len(const int32_t *kv_indptr, const int32_t *kv_last_page_len,
                                                   int64_t b, int64_t page_size) {

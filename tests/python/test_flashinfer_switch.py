@@ -306,7 +306,6 @@ def test_reexports_are_ignis_objects(flashinfer):
 
 ABSENT_CALLS = [
     ("decode", "trtllm_batch_decode_with_kv_cache_mla", "MLA"),
-    ("prefill", "trtllm_batch_context_with_kv_cache", "trtllm_batch_context_with_kv_cache"),
     ("page", "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping", "NVFP4"),
     ("page", "nvfp4_quantize_append_paged_kv_cache", "NVFP4"),
     ("mla", "BatchMLAPagedAttentionWrapper", "MLA"),

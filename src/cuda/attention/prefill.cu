@@ -3,6 +3,10 @@
  * (src/cpu/prefill.c). The front end (src/core/op_prefill.c) validates, plans and fills
  * ignis_prefill_params; this file picks a kernel instance and launches it.
  *
+ * Block-table runs (ignis_prefill_run_block_table) take the same kernels over an implicit schedule:
+ * the grid is the longest request's tiles x requests x KV heads, and a block reads its request's
+ * query rows, keys and block-table row on the device (prefill_fetch_item), so nothing is planned.
+ *
  * Two kernels, back to back on the stream with ignis_launch (PDL between them):
  *   - the attention kernel, a flat grid of work items x KV heads (KV head
  *     fastest, items last first: the longest causal tiles of a request start first, and the blocks
@@ -51,6 +55,11 @@ static prefill_config make_config(const ignis_prefill_params &p) {
     c.implicit_tiles = (int32_t)ignis_prefill_implicit_tiles(p.contiguous_q_len, c.group, p.q_tile_rows);
     c.implicit_chunk = p.implicit_chunk_tokens;
     c.implicit_chunks = (int32_t)ignis_prefill_implicit_chunks(p.contiguous_kv_len, c.implicit_chunk);
+  }
+  c.block_table_capacity = 0;
+  if (p.qo_indptr != nullptr) {
+    c.implicit_tiles = (int32_t)ignis_prefill_implicit_tiles(p.block_table_max_q_len, c.group, p.q_tile_rows);
+    c.block_table_capacity = (int32_t)(p.cache.pages_per_seq * p.cache.page_size);
   }
   c.merge_blocks = 1;
   return c;
@@ -181,6 +190,7 @@ extern "C" ignis_status ignis_cuda_prefill(const ignis_prefill_params *params, i
                            "prefill: q, out, k and v (or the cache) must be 16-byte aligned, with strides of "
                            "multiples of 16 bytes");
   if (convert) {
+    /* a block-table run has no schedule on the device: its max_q_rows are q's rows, all converted */
     const q_convert_source source = {static_cast<const uint8_t *>(params->q), params->q_stride_token,
                                      params->q_stride_head, params->num_qo_heads, params->head_dim_qk,
                                      params->max_q_rows, params->batch_size, 0, params->requests};

@@ -1,7 +1,7 @@
 /* Pieces shared by the prefill kernels (prefill_kernel.cuh, prefill_wgmma.cuh; prefill.cu launches
  * them): the launch facts (prefill_config), the schedule (work items, merge entries, and the implicit
- * schedule of single prefill), the page of a key, and prefill_merge_kernel, which combines the
- * partial slots of a split tile by their base-2 LSEs and joins the sink. */
+ * schedules of single prefill and block-table runs), the page of a key, and prefill_merge_kernel, which
+ * combines the partial slots of a split tile by their base-2 LSEs and joins the sink. */
 #ifndef IGNIS_CUDA_PREFILL_COMMON_CUH
 #define IGNIS_CUDA_PREFILL_COMMON_CUH
 
@@ -19,11 +19,12 @@ struct prefill_config {
   int32_t transform; /* ALiBi or soft cap (general instance) */
   float score_scale; /* raw q.k to the base-2 logit, or to natural units when transform */
   attention_score_transform st;
-  /* implicit schedule (p.implicit_chunk_tokens > 0) */
+  /* implicit schedule (p.implicit_chunk_tokens > 0), and block-table runs' tiles per request */
   int32_t implicit_tiles;
   int32_t implicit_chunks;
   int64_t implicit_chunk;
-  int64_t merge_blocks; /* merge blocks per merge entry */
+  int64_t merge_blocks;         /* merge blocks per merge entry */
+  int32_t block_table_capacity; /* block-table runs: keys a table row holds */
 };
 
 /* ---- schedule ---------------------------------------------------------------------------------- */
@@ -32,6 +33,19 @@ struct prefill_config {
 __device__ __forceinline__ bool prefill_fetch_item(const ignis_prefill_params &p, const prefill_config &c,
                                                    int64_t slot, ignis_prefill_work *item,
                                                    ignis_prefill_request *req) {
+  if (p.qo_indptr != nullptr) { /* a block-table run: c.implicit_tiles tiles per request (the kernels
+                                   skip a tile past its request's rows) */
+    const uint32_t tiles = (uint32_t)c.implicit_tiles, items = tiles * (uint32_t)p.cache.batch_size;
+    if (slot >= items)
+      return false;
+    const uint32_t i = items - 1 - (uint32_t)slot, b = i / tiles,
+                   row = (i - b * tiles) * (uint32_t)p.q_tile_rows;
+    if (!ignis_prefill_block_table_request(p.qo_indptr, p.cache.seq_lens, (int32_t)b, (int32_t)p.num_q_rows,
+                                           (int32_t)p.cache.block_table_stride, c.block_table_capacity, req))
+      return false;
+    *item = {(int32_t)b, (int32_t)row, 0, req->kv_len, -1};
+    return true;
+  }
   if (p.implicit_chunk_tokens > 0) {
     const int64_t items = (int64_t)c.implicit_tiles * c.implicit_chunks;
     if (slot >= items)

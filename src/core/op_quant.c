@@ -138,20 +138,41 @@ static ignis_status resolve(const char *fn, const ignis_tensor *const *tensors, 
   return ignis_resolve_target(fn, tensors, names, count, target);
 }
 
-ignis_status ignis_fp8_quantize(const ignis_tensor *input, const ignis_tensor *scale, ignis_tensor *out,
-                                void *stream) {
-  static const char fn[] = "ignis_fp8_quantize";
+/* The values per out row: input.shape[-1], or half of it (which must be even) for silu_and_mul. */
+static ignis_status out_width(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input, int min_ndim,
+                              int max_ndim, int64_t *width) {
+  IGNIS_TRY(ignis_check_tensor(fn, "input", input, min_ndim, max_ndim));
+  *width = input->shape[input->ndim - 1];
+  if (prologue != IGNIS_QUANT_SILU_MUL)
+    return IGNIS_OK;
+  if (*width % 2 != 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.shape[-1]=%" PRId64
+                           " must be even (2H: gate then up)", fn, *width);
+  *width /= 2;
+  return IGNIS_OK;
+}
+
+/* fp8_quantize and silu_and_mul_quant: a static per-tensor scale. */
+static ignis_status static_quant(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input,
+                                 const ignis_tensor *scale, ignis_tensor *out, void *stream) {
   ignis_clear_error();
-  IGNIS_TRY(check_rows(fn, input, 1, out, -1));
+  int64_t width;
+  IGNIS_TRY(out_width(fn, prologue, input, 1, 3, &width));
+  IGNIS_TRY(check_rows(fn, input, 1, out, prologue == IGNIS_QUANT_SILU_MUL ? width : -1));
   IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
   IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "scale", scale));
   const ignis_tensor *tensors[] = {input, scale, out};
   const char *names[] = {"input", "scale", "out"};
   ignis_target target;
   IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
-  ignis_quant_params p = base_params(IGNIS_QUANT_PLAIN, input, out);
+  ignis_quant_params p = base_params(prologue, input, out);
   set_static_scale(&p, scale);
   return dispatch(&p, &target, stream);
+}
+
+ignis_status ignis_fp8_quantize(const ignis_tensor *input, const ignis_tensor *scale, ignis_tensor *out,
+                                void *stream) {
+  return static_quant("ignis_fp8_quantize", IGNIS_QUANT_PLAIN, input, scale, out, stream);
 }
 
 ignis_status ignis_fp8_quantize_dynamic(const ignis_tensor *input, double eps, ignis_tensor *out,
@@ -183,14 +204,9 @@ static ignis_status group_quant(const char *fn, ignis_quant_prologue prologue, c
                                 int64_t group_size, double eps, int ue8m0, ignis_tensor *out, ignis_tensor *scale,
                                 void *stream) {
   ignis_clear_error();
-  const int silu = prologue == IGNIS_QUANT_SILU_MUL;
-  IGNIS_TRY(ignis_check_tensor(fn, "input", input, 2, 2));
-  int64_t width = input->shape[1];
-  if (silu && width % 2 != 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.shape[-1]=%" PRId64
-                           " must be even (2H: gate then up)", fn, width);
-  IGNIS_TRY(check_rows(fn, input, 2, out, silu ? width / 2 : -1));
-  width = out->shape[1];
+  int64_t width;
+  IGNIS_TRY(out_width(fn, prologue, input, 2, 2, &width));
+  IGNIS_TRY(check_rows(fn, input, 2, out, prologue == IGNIS_QUANT_SILU_MUL ? width : -1));
   IGNIS_TRY(check_group_size(fn, group_size, width));
   IGNIS_TRY(check_eps(fn, "eps", eps, 1));
   IGNIS_TRY(check_group_scale(fn, "scale", scale, input->shape[0], width / group_size, ue8m0));
@@ -377,23 +393,7 @@ ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(const ignis_tensor *input, 
 
 ignis_status ignis_silu_and_mul_quant(const ignis_tensor *input, const ignis_tensor *scale, ignis_tensor *out,
                                       void *stream) {
-  static const char fn[] = "ignis_silu_and_mul_quant";
-  ignis_clear_error();
-  IGNIS_TRY(ignis_check_tensor(fn, "input", input, 1, 3));
-  const int64_t width = input->shape[input->ndim - 1];
-  if (width % 2 != 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.shape[-1]=%" PRId64
-                           " must be even (2H: gate then up)", fn, width);
-  IGNIS_TRY(check_rows(fn, input, 1, out, width / 2));
-  IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
-  IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "scale", scale));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
-  ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
-  ignis_quant_params p = base_params(IGNIS_QUANT_SILU_MUL, input, out);
-  set_static_scale(&p, scale);
-  return dispatch(&p, &target, stream);
+  return static_quant("ignis_silu_and_mul_quant", IGNIS_QUANT_SILU_MUL, input, scale, out, stream);
 }
 
 ignis_status ignis_silu_and_mul_quant_per_token_group(const ignis_tensor *input, int64_t group_size, double eps,

@@ -11,6 +11,8 @@
 #include "core/quant_math.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
+#include "cpu/norm_common.h"
+#include "cpu/activation_common.h"
 
 static int64_t row_offset(ignis_row_layout layout, int64_t row, int64_t num_rows_inner) {
   return row / num_rows_inner * layout.stride_outer + row % num_rows_inner * layout.stride_inner;
@@ -20,8 +22,6 @@ static uint8_t to_fp8(ignis_dtype dtype, float v, float fp8_max) {
   v = ignis_quant_saturate(v, fp8_max);
   return dtype == IGNIS_FP8_E4M3 ? ignis_f32_to_fp8_e4m3(v) : ignis_f32_to_fp8_e5m2(v);
 }
-
-static float silu(float a) { return a / (1.0f + expf(-a)); }
 
 /* The prologue of row r into v (scratch: 3 * hidden floats, v first). */
 static void row_values(const ignis_quant_params *p, int64_t r, float *scratch) {
@@ -36,7 +36,7 @@ static void row_values(const ignis_quant_params *p, int64_t r, float *scratch) {
     ignis_cpu_load_row(in, p->dtype, n, v);
     ignis_cpu_load_row(ignis_cpu_at(in, p->dtype, n), p->dtype, n, w);
     for (int64_t h = 0; h < n; ++h)
-      v[h] = silu(v[h]) * w[h];
+      v[h] = ignis_cpu_activate(IGNIS_ACT_SILU, v[h]) * w[h];
     return;
   }
   ignis_cpu_load_row(in, p->dtype, n, v);
@@ -47,26 +47,12 @@ static void row_values(const ignis_quant_params *p, int64_t r, float *scratch) {
       v[h] += w[h];
     ignis_cpu_store_row(res, p->dtype, n, v);
   }
-  float mean = 0.0f;
-  if (p->norm_kind == IGNIS_NORM_LAYER) {
-    double sum = 0.0;
-    for (int64_t h = 0; h < n; ++h)
-      sum += v[h];
-    mean = (float)(sum / (double)n);
-  }
-  double sum_sq = 0.0;
-  for (int64_t h = 0; h < n; ++h) {
-    const float centered = v[h] - mean;
-    sum_sq += (double)centered * centered;
-  }
-  const float rstd = 1.0f / sqrtf((float)(sum_sq / (double)n) + p->eps);
+  float mean, rstd;
+  ignis_cpu_norm_stats(p->norm_kind, v, n, p->eps, &mean, &rstd);
   ignis_cpu_load_row(p->weight, p->weight_dtype, n, w);
   if (p->bias)
     ignis_cpu_load_row(p->bias, p->weight_dtype, n, b);
-  for (int64_t h = 0; h < n; ++h) {
-    const float y = (v[h] - mean) * rstd * w[h];
-    v[h] = p->bias ? y + b[h] : y;
-  }
+  ignis_cpu_norm_apply(v, w, p->bias ? b : NULL, n, mean, rstd, 0.0f);
   if (p->normed_out) {
     void *normed = ignis_cpu_at_mut(p->normed_out, p->dtype, row_offset(p->normed_layout, r, p->num_rows_inner));
     ignis_cpu_store_row(normed, p->dtype, n, v);

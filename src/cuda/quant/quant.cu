@@ -31,6 +31,7 @@
 #include <cuda_fp8.h>
 
 #include "core/quant_math.h"
+#include "cuda/common/activation_math.cuh"
 #include "cuda/common/cuda_common.cuh"
 
 enum {
@@ -41,7 +42,10 @@ enum {
 };
 
 /* ---- values ------------------------------------------------------------------------------ */
-__device__ __forceinline__ float silu_mul(float a, float b) { return a / (1.0f + __expf(-a)) * b; }
+/* silu(a) * b as the unfused silu_and_mul computes it for T (activation/activation.cu). */
+template <typename T> __device__ __forceinline__ float silu_mul(float a, float b) {
+  return ignis_activate<IGNIS_ACT_SILU, sizeof(T) == 4>(a) * b;
+}
 
 /* Two values to two fp8 codes (round to nearest even, saturating, NaN kept). */
 __device__ __forceinline__ uint32_t fp8x2(float a, float b, bool e4m3) {
@@ -152,7 +156,7 @@ __device__ __forceinline__ void chunk_input(const chunk_raw<T> &c, float (&x)[CH
       ignis_raw_to_floats<T>(c.b[i], y + i * PER);
 #pragma unroll
     for (int k = 0; k < CHUNK; ++k)
-      x[k] = PRO == PRO_SILU ? silu_mul(x[k], y[k]) : x[k] + y[k];
+      x[k] = PRO == PRO_SILU ? silu_mul<T>(x[k], y[k]) : x[k] + y[k];
   }
 }
 
@@ -328,7 +332,7 @@ __device__ __forceinline__ float element_value(const ignis_quant_params &p, cons
                                                float mean, float rstd, float *sum) {
   float x = ignis_to_float(r.in[h]);
   if (p.prologue == IGNIS_QUANT_SILU_MUL)
-    return silu_mul(x, ignis_to_float(r.second[h]));
+    return silu_mul<T>(x, ignis_to_float(r.second[h]));
   if (p.prologue == IGNIS_QUANT_PLAIN)
     return x;
   if (r.second)

@@ -220,14 +220,14 @@ __global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_in_registers(ignis_q
 
   float mean = 0.0f, rstd = 1.0f;
   if (PRO == PRO_NORM) {
-    if (SECOND) /* residual = input + residual, rounded */
+    /* residual = input + residual, rounded */
 #pragma unroll
-      for (int j = 0; j < VPT; ++j)
-        if (valid[j]) {
-          float x[CHUNK];
-          chunk_input<T, PRO, SECOND>(raw[j], x);
-          ignis_store_floats(second + (threadIdx.x + j * blockDim.x) * CHUNK, x);
-        }
+    for (int j = 0; j < VPT; ++j)
+      if (SECOND && valid[j]) {
+        float x[CHUNK];
+        chunk_input<T, PRO, SECOND>(raw[j], x);
+        ignis_store_floats(second + (threadIdx.x + j * blockDim.x) * CHUNK, x);
+      }
     const float inv_hidden = 1.0f / (float)p.hidden;
     if (p.norm_kind == IGNIS_NORM_LAYER) {
       float sum = 0.0f; /* chunks past the row are zeros */

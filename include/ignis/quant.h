@@ -11,9 +11,11 @@
  *                                   +-max of the format (e4m3: 448, e5m2: 57344)
  *
  * so that q * s approximates v (the GEMMs multiply by s). Saturation: finite values beyond the
- * format's range and +-inf become +-max (e5m2's infinities are never produced). NaN: a NaN input
- * stays NaN (e4m3 0x7f / 0xff, e5m2 0x7f / 0xff with the input's sign); it never enters an absmax
- * (absmax ignores NaN), so one NaN does not poison the scale of its group or tensor.
+ * format's range and +-inf become +-max (e5m2's infinities are never produced). NaN: a NaN value
+ * stays NaN (a NaN code of the format; its sign is not guaranteed); it never enters an absmax
+ * (absmax ignores NaN), so one NaN does not poison the scale of its group or tensor. An infinity
+ * in a dynamic group makes its absmax FLT_MAX: the scale stays finite, the infinity saturates and
+ * the group's finite values quantize to (signed) zeros.
  *
  * Dynamic scales: s = max(absmax, eps) / max_fp8 over the values a scale covers (eps: the absmax
  * floor, > 0, so an all-zero group gets a finite scale and quantizes to zeros). UE8M0 scales
@@ -30,9 +32,14 @@
  *     M_pad = M, or M rounded up to 16 bytes' worth of scales (4 f32 / 16 u8) for TMA, as
  *     DeepGEMM's get_col_major_tma_aligned_tensor lays it out. Padding entries are not written.
  * Scales are written only for the rows and groups that exist; the two layouts hold the same values.
+ * These are the a_scale conventions of the block-scaled GEMM (ignis_mm_fp8_blockscale in
+ * include/ignis/gemm.h: [M, K / 128] view, any strides, f32 or u8 e8m0), so a quantized activation
+ * and its scales go to the GEMM as they are.
  *
- * Shapes: input [M, K] (2-D; the last dimension contiguous, the row stride free) of f16, bf16 or
- * f32; out [M, K] of fp8 e4m3 or e5m2 (its dtype chooses the format), last dimension contiguous.
+ * Shapes: input [M, K] of f16, bf16 or f32 (2-D for the group forms; 1-D to 3-D for the
+ * per-tensor ones, 2-D or 3-D for the norms, the leading dimensions being rows), the last dimension
+ * contiguous and the row strides free; out of the input's shape in fp8 e4m3 or e5m2 (its dtype
+ * chooses the format), last dimension contiguous, row strides free.
  * Per-tensor scales are f32 tensors of one element ([1] or [], the form FlashInfer passes). Norm
  * weights are [K] of the input's dtype or f32, as in norm.h. For silu_and_mul the input is [M, 2H]
  * (gate, then up) and out [M, H]. Any K works; the group forms need K % group_size == 0.

@@ -20,7 +20,9 @@
 #define GROUP 128
 #define OUT_DTYPE IGNIS_FP8_E4M3
 
-static int64_t padded_tokens(const bench_case *c) { return (c->tokens + 3) / 4 * 4; }
+static int64_t padded_tokens(const bench_case *c) {
+  return (c->tokens + 3) / 4 * 4;
+}
 
 /* [tokens, hidden / GROUP] view of the column-major storage spec [hidden / GROUP, padded]. */
 static ignis_tensor column_major_scales(const bench_case *c, const ignis_tensor *storage) {
@@ -33,8 +35,8 @@ static ignis_tensor column_major_scales(const bench_case *c, const ignis_tensor 
 }
 
 static bench_tensor_spec group_scale_spec(const bench_case *c) {
-  bench_tensor_spec s = bench_output(BENCH_SPEC("scale", IGNIS_F32, BENCH_FILL_RANDOM, c->hidden / GROUP,
-                                                padded_tokens(c)));
+  bench_tensor_spec s =
+      bench_output(BENCH_SPEC("scale", IGNIS_F32, BENCH_FILL_RANDOM, c->hidden / GROUP, padded_tokens(c)));
   s.bytes_moved = c->tokens * (c->hidden / GROUP) * 4;
   return s;
 }
@@ -147,8 +149,8 @@ static int describe_block_quant(const bench_case *c, bench_tensor_spec *s) {
 
 static ignis_status call_block_quant(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
   ignis_tensor scale = column_major_scales(c, &t[4]);
-  return ignis_fused_add_rmsnorm_fp8_block_quant(&t[0], &t[1], &t[2], QUANT_EPS, GROUP, 1e-4, 0, &t[3], &scale,
-                                                 &t[5], stream);
+  return ignis_fused_add_rmsnorm_fp8_block_quant(&t[0], &t[1], &t[2], QUANT_EPS, GROUP, 1e-4, 0, &t[3],
+                                                 &scale, &t[5], stream);
 }
 
 /* ---- silu_and_mul: input [T, 2H] -> out [T, H] ---------------------------------------------- */
@@ -187,7 +189,7 @@ static void shape_quant(const bench_case *c, char *text, size_t size) {
 #define HOST_QUANT_LARGE QUANT_SHAPE(1, 512, 4096)
 #define HOST_QUANT_ALL BENCH_SUITE(HOST_QUANT_LARGE, QUANT_SHAPE(3, 1, 4096))
 #define QUANT_ENTRY                                                                                          \
-  .family = &bench_family_quant, .dims = BENCH_DIM_TOKENS | BENCH_DIM_HIDDEN, .dtypes = BENCH_DTYPES_FLOAT,   \
+  .family = &bench_family_quant, .dims = BENCH_DIM_TOKENS | BENCH_DIM_HIDDEN, .dtypes = BENCH_DTYPES_FLOAT,  \
   .tiny = BENCH_DIMS(.tokens = 4, .hidden = 256)
 #define OUT_BYTES "input (T*H*es) + out (T*H)"
 
@@ -197,7 +199,8 @@ static const bench_routine quant_routines[] = {
      .host_suite = HOST_QUANT_ALL, .describe = describe_static, .call = call_static},
     {QUANT_ENTRY, .name = "fp8_quantize_dynamic",
      .summary = "scale = absmax / 448 on the device, then out = fp8(x / scale) (two passes)",
-     .functions = "ignis_fp8_quantize_dynamic", .bytes_rule = OUT_BYTES " + scale (4); the input is read twice",
+     .functions = "ignis_fp8_quantize_dynamic",
+     .bytes_rule = OUT_BYTES " + scale (4); the input is read twice",
      .gpu_suite = BENCH_SUITE(GPU_QUANT_LARGE), .host_suite = BENCH_SUITE(HOST_QUANT_LARGE),
      .describe = describe_dynamic, .call = call_dynamic},
     {QUANT_ENTRY, .name = "fp8_quantize_per_token", .summary = "one dynamic scale per row",
@@ -207,7 +210,8 @@ static const bench_routine quant_routines[] = {
     {QUANT_ENTRY, .name = "per_token_group_quant_8bit",
      .summary = "1x128 dynamic scales, f32, column-major TMA-aligned",
      .functions = "ignis_fp8_quantize_per_token_group", .bytes_rule = OUT_BYTES " + scales (T*H/128*4)",
-     .gpu_suite = GPU_QUANT_ALL, .host_suite = HOST_QUANT_ALL, .describe = describe_group, .call = call_group},
+     .gpu_suite = GPU_QUANT_ALL, .host_suite = HOST_QUANT_ALL, .describe = describe_group,
+     .call = call_group},
     {QUANT_ENTRY, .name = "per_token_group_quant_8bit_ue8m0",
      .summary = "1x128 dynamic power-of-two scales (f32), column-major TMA-aligned",
      .functions = "ignis_fp8_quantize_per_token_group", .bytes_rule = OUT_BYTES " + scales (T*H/128*4)",
@@ -240,8 +244,9 @@ static const bench_routine quant_routines[] = {
     {QUANT_ENTRY, .name = "silu_and_mul_quant_per_token_group",
      .summary = "silu(x[:, :H]) * x[:, H:] with 1x128 dynamic scales",
      .functions = "ignis_silu_and_mul_quant_per_token_group",
-     .bytes_rule = "input (T*2H*es) + out (T*H) + scales (T*H/128*4)", .gpu_suite = BENCH_SUITE(GPU_QUANT_LARGE),
-     .host_suite = BENCH_SUITE(HOST_QUANT_LARGE), .describe = describe_silu_group, .call = call_silu_group},
+     .bytes_rule = "input (T*2H*es) + out (T*H) + scales (T*H/128*4)",
+     .gpu_suite = BENCH_SUITE(GPU_QUANT_LARGE), .host_suite = BENCH_SUITE(HOST_QUANT_LARGE),
+     .describe = describe_silu_group, .call = call_silu_group},
 };
 
 const bench_family bench_family_quant = {"quant", shape_quant, NULL, BENCH_TABLE(quant_routines)};

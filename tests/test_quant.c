@@ -22,7 +22,9 @@
 #include "harness.h"
 
 /* ---- the fp8 reference rounding ----------------------------------------------------------- */
-static double fp8_max_of(ignis_dtype d) { return d == IGNIS_FP8_E4M3 ? 448.0 : 57344.0; }
+static double fp8_max_of(ignis_dtype d) {
+  return d == IGNIS_FP8_E4M3 ? 448.0 : 57344.0;
+}
 
 static double fp8_decode(ignis_dtype d, int code) {
   return d == IGNIS_FP8_E4M3 ? ignis_fp8_e4m3_to_f32((uint8_t)code) : ignis_fp8_e5m2_to_f32((uint8_t)code);
@@ -59,7 +61,9 @@ static double fp8_step(ignis_dtype d, double v) {
   return ldexp(1.0, e - mant);
 }
 
-static float f32(double x) { return (float)x; }
+static float f32(double x) {
+  return (float)x;
+}
 
 static double ref_scale(double absmax, double eps, ignis_dtype d, int ue8m0) {
   double a = absmax > eps ? absmax : f32(eps);
@@ -80,7 +84,9 @@ static double ref_quant(ignis_dtype d, double x, double s) {
   return ref_fp8(d, (double)(f32(x) * inv));
 }
 
-static int same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+static int same_value(double a, double b) {
+  return (isnan(a) && isnan(b)) || a == b;
+}
 
 /* ---- inputs ------------------------------------------------------------------------------- */
 /* A value of row r: normal values of a per-row magnitude, and a few specials at fixed places. */
@@ -113,14 +119,21 @@ typedef enum op_kind {
   OP_COUNT
 } op_kind;
 
-static const char *const op_names[OP_COUNT] = {"fp8_quantize", "fp8_quantize_dynamic", "per_token_group",
-                                               "per_token", "rmsnorm_quant", "fused_add_rmsnorm_quant",
-                                               "layernorm_quant", "fused_add_rmsnorm_fp8_block_quant",
+static const char *const op_names[OP_COUNT] = {"fp8_quantize",       "fp8_quantize_dynamic",
+                                               "per_token_group",    "per_token",
+                                               "rmsnorm_quant",      "fused_add_rmsnorm_quant",
+                                               "layernorm_quant",    "fused_add_rmsnorm_fp8_block_quant",
                                                "silu_and_mul_quant", "silu_and_mul_quant_per_token_group"};
 
-static int is_group(op_kind op) { return op == OP_GROUP || op == OP_TOKEN || op == OP_BLOCK || op == OP_SILU_GROUP; }
-static int is_norm(op_kind op) { return op == OP_RMS || op == OP_ADD_RMS || op == OP_LAYER || op == OP_BLOCK; }
-static int is_silu(op_kind op) { return op == OP_SILU || op == OP_SILU_GROUP; }
+static int is_group(op_kind op) {
+  return op == OP_GROUP || op == OP_TOKEN || op == OP_BLOCK || op == OP_SILU_GROUP;
+}
+static int is_norm(op_kind op) {
+  return op == OP_RMS || op == OP_ADD_RMS || op == OP_LAYER || op == OP_BLOCK;
+}
+static int is_silu(op_kind op) {
+  return op == OP_SILU || op == OP_SILU_GROUP;
+}
 
 typedef enum scale_layout { ROW_MAJOR, COL_MAJOR, COL_MAJOR_TMA } scale_layout;
 
@@ -139,9 +152,9 @@ typedef struct quant_case {
 /* ---- one case ------------------------------------------------------------------------------ */
 static void run_case(h_backend backend, const quant_case *c, h_rng *rng) {
   h_case("%s on %s: %s -> %s rows=%lld k=%lld%s group=%lld layout=%d%s%s%s", op_names[c->op],
-         h_backend_name(backend), ignis_dtype_name(c->dtype), ignis_dtype_name(c->out_dtype), (long long)c->rows,
-         (long long)c->k, c->padded ? " padded" : "", (long long)c->group, c->layout, c->ue8m0 ? " ue8m0" : "",
-         c->byte_scales ? " bytes" : "", c->specials ? " specials" : "");
+         h_backend_name(backend), ignis_dtype_name(c->dtype), ignis_dtype_name(c->out_dtype),
+         (long long)c->rows, (long long)c->k, c->padded ? " padded" : "", (long long)c->group, c->layout,
+         c->ue8m0 ? " ue8m0" : "", c->byte_scales ? " bytes" : "", c->specials ? " specials" : "");
   const int64_t m = c->rows, k = c->k, in_k = is_silu(c->op) ? 2 * k : k;
   const int64_t in_stride = c->padded ? in_k + 3 : in_k, out_stride = c->padded ? k + 5 : k;
   const int64_t in_off = c->padded ? 1 : 0, out_off = c->padded ? 3 : 0;
@@ -152,9 +165,9 @@ static void run_case(h_backend backend, const quant_case *c, h_rng *rng) {
   h_buf bias_b = h_buf_alloc(backend, IGNIS_F32, k);
   h_buf out_b = h_buf_alloc(backend, c->out_dtype, out_off + m * out_stride + 2);
   const int64_t groups = is_group(c->op) ? k / c->group : 1;
-  const int64_t m_pad = c->layout == COL_MAJOR_TMA ? (m + (c->byte_scales ? 15 : 3)) / (c->byte_scales ? 16 : 4) *
-                                                           (c->byte_scales ? 16 : 4)
-                                                     : m;
+  const int64_t m_pad = c->layout == COL_MAJOR_TMA ? (m + (c->byte_scales ? 15 : 3)) /
+                                                         (c->byte_scales ? 16 : 4) * (c->byte_scales ? 16 : 4)
+                                                   : m;
   h_buf scale_b = h_buf_alloc(backend, c->byte_scales ? IGNIS_U8 : IGNIS_F32, groups * m_pad + 1);
   h_buf_poison(&out_b);
   h_buf_poison(&scale_b);
@@ -201,18 +214,34 @@ static void run_case(h_backend backend, const quant_case *c, h_rng *rng) {
   const double eps = 1e-6, qeps = c->op == OP_BLOCK ? 1e-4 : 1e-10;
   ignis_status st = IGNIS_OK;
   switch (c->op) {
-  case OP_STATIC: st = ignis_fp8_quantize(&in, &scalar, &out, NULL); break;
-  case OP_DYNAMIC: st = ignis_fp8_quantize_dynamic(&in, qeps, &out, &scalar, NULL); break;
-  case OP_GROUP: st = ignis_fp8_quantize_per_token_group(&in, c->group, qeps, c->ue8m0, &out, &gscale, NULL); break;
-  case OP_TOKEN: st = ignis_fp8_quantize_per_token(&in, qeps, &out, &tscale, NULL); break;
-  case OP_RMS: st = ignis_rmsnorm_quant(&in, &w, &scalar, eps, &out, NULL); break;
-  case OP_ADD_RMS: st = ignis_fused_add_rmsnorm_quant(&in, &res, &w, &scalar, eps, &out, NULL); break;
-  case OP_LAYER: st = ignis_layernorm_quant(&in, &w, &bias, &scalar, eps, &out, NULL); break;
+  case OP_STATIC:
+    st = ignis_fp8_quantize(&in, &scalar, &out, NULL);
+    break;
+  case OP_DYNAMIC:
+    st = ignis_fp8_quantize_dynamic(&in, qeps, &out, &scalar, NULL);
+    break;
+  case OP_GROUP:
+    st = ignis_fp8_quantize_per_token_group(&in, c->group, qeps, c->ue8m0, &out, &gscale, NULL);
+    break;
+  case OP_TOKEN:
+    st = ignis_fp8_quantize_per_token(&in, qeps, &out, &tscale, NULL);
+    break;
+  case OP_RMS:
+    st = ignis_rmsnorm_quant(&in, &w, &scalar, eps, &out, NULL);
+    break;
+  case OP_ADD_RMS:
+    st = ignis_fused_add_rmsnorm_quant(&in, &res, &w, &scalar, eps, &out, NULL);
+    break;
+  case OP_LAYER:
+    st = ignis_layernorm_quant(&in, &w, &bias, &scalar, eps, &out, NULL);
+    break;
   case OP_BLOCK:
     st = ignis_fused_add_rmsnorm_fp8_block_quant(&in, &res, &w, eps, c->group, qeps, c->ue8m0, &out, &gscale,
                                                  &normed, NULL);
     break;
-  case OP_SILU: st = ignis_silu_and_mul_quant(&in, &scalar, &out, NULL); break;
+  case OP_SILU:
+    st = ignis_silu_and_mul_quant(&in, &scalar, &out, NULL);
+    break;
   default:
     st = ignis_silu_and_mul_quant_per_token_group(&in, c->group, qeps, c->ue8m0, &out, &gscale, NULL);
     break;
@@ -266,7 +295,8 @@ static void run_case(h_backend backend, const quant_case *c, h_rng *rng) {
       for (int64_t h = 0; h < k; ++h) {
         ref[h] = (ref[h] - mean) * rstd * h_get(&w_b, h) + (c->op == OP_LAYER ? h_get(&bias_b, h) : 0.0);
         if (c->op == OP_BLOCK) {
-          h_cmp_add_tol(&extra, m * k + r * k + h, h_get(&normed_b, r * k + h), ref[h], h_tol_for(c->dtype, 1.0));
+          h_cmp_add_tol(&extra, m * k + r * k + h, h_get(&normed_b, r * k + h), ref[h],
+                        h_tol_for(c->dtype, 1.0));
           ref[h] = h_get(&normed_b, r * k + h); /* the kernel quantizes its own rounded norm */
         }
       }
@@ -337,8 +367,17 @@ static void run_cases(h_backend backend) {
             continue;
           if ((k >= 4096) && (di != 0 || ri == 0) && !(k == 4096 && di == 2))
             continue; /* large rows: bf16 (and f32 at 4096) keep the runtime small */
-          quant_case c = {(op_kind)op, dtypes[di], (ki + ri + op) % 3 == 0 ? IGNIS_FP8_E5M2 : IGNIS_FP8_E4M3,
-                          rows, k, (ki + ri) % 2, 128, (scale_layout)((ki + ri) % 3), 0, 0, op != OP_BLOCK};
+          quant_case c = {(op_kind)op,
+                          dtypes[di],
+                          (ki + ri + op) % 3 == 0 ? IGNIS_FP8_E5M2 : IGNIS_FP8_E4M3,
+                          rows,
+                          k,
+                          (ki + ri) % 2,
+                          128,
+                          (scale_layout)((ki + ri) % 3),
+                          0,
+                          0,
+                          op != OP_BLOCK};
           if (op == OP_BLOCK)
             c.out_dtype = IGNIS_FP8_E4M3;
           if (is_group((op_kind)op) && op != OP_TOKEN) {
@@ -403,7 +442,8 @@ static void run_bad_inputs(h_backend backend) {
 
   CHECK_ERROR(ignis_fp8_quantize(&in, &scalar, &bad_out, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "out.dtype");
   CHECK_ERROR(ignis_fp8_quantize(&in, &two, &out, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "scale has 2");
-  CHECK_ERROR(ignis_fp8_quantize(&in, &scalar, &out_short, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "out.shape[-1]");
+  CHECK_ERROR(ignis_fp8_quantize(&in, &scalar, &out_short, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "out.shape[-1]");
   CHECK_ERROR(ignis_fp8_quantize(NULL, &scalar, &out, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "input");
   CHECK_ERROR(ignis_fp8_quantize_dynamic(&in, 0.0, &out, &scalar, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "eps");
   CHECK_ERROR(ignis_fp8_quantize_per_token_group(&in, 100, 1e-10, 0, &out, &gscale, NULL),
@@ -420,12 +460,16 @@ static void run_bad_inputs(h_backend backend) {
               "weight.shape[0]");
   CHECK_ERROR(ignis_fused_add_rmsnorm_quant(&in, &in, &w, &scalar, 1e-6, &out, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "residual");
-  CHECK_ERROR(ignis_fused_add_rmsnorm_fp8_block_quant(&in, &res, &w, 1e-6, 128, 1e-4, 0, &out, NULL, NULL, NULL),
-              IGNIS_ERROR_INVALID_ARGUMENT, "block_scale");
-  CHECK_ERROR(ignis_fused_add_rmsnorm_fp8_block_quant(&in, &res, &w, -1.0, 128, 1e-4, 0, &out, &gscale, NULL, NULL),
-              IGNIS_ERROR_INVALID_ARGUMENT, "eps");
-  CHECK_ERROR(ignis_silu_and_mul_quant(&in, &scalar, &out, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "out.shape[-1]");
-  CHECK_ERROR(ignis_silu_and_mul_quant(&in_alias, &scalar, &out_short, NULL), IGNIS_ERROR_INVALID_ARGUMENT, "");
+  CHECK_ERROR(
+      ignis_fused_add_rmsnorm_fp8_block_quant(&in, &res, &w, 1e-6, 128, 1e-4, 0, &out, NULL, NULL, NULL),
+      IGNIS_ERROR_INVALID_ARGUMENT, "block_scale");
+  CHECK_ERROR(
+      ignis_fused_add_rmsnorm_fp8_block_quant(&in, &res, &w, -1.0, 128, 1e-4, 0, &out, &gscale, NULL, NULL),
+      IGNIS_ERROR_INVALID_ARGUMENT, "eps");
+  CHECK_ERROR(ignis_silu_and_mul_quant(&in, &scalar, &out, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "out.shape[-1]");
+  CHECK_ERROR(ignis_silu_and_mul_quant(&in_alias, &scalar, &out_short, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
+              "");
   for (int i = 0; i < 7; ++i)
     CHECK(h_buf_untouched(all[i]));
   for (int i = 0; i < 7; ++i)

@@ -109,11 +109,10 @@ IGNIS_API ignis_status ignis_layernorm_quant(const ignis_tensor *input, const ig
  * quantize normed_out. FlashInfer's form is group_size 128, quant_eps 1e-4, f32 scales.
  * block_scale: [M, K / group_size] view, any strides (FlashInfer passes the column-major
  * TMA-aligned buffer [K / 128, round_up(M, 4)] transposed). */
-IGNIS_API ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(const ignis_tensor *input, ignis_tensor *residual,
-                                                               const ignis_tensor *weight, double eps,
-                                                               int64_t group_size, double quant_eps, int ue8m0,
-                                                               ignis_tensor *out, ignis_tensor *block_scale,
-                                                               ignis_tensor *normed_out, void *stream);
+IGNIS_API ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(
+    const ignis_tensor *input, ignis_tensor *residual, const ignis_tensor *weight, double eps,
+    int64_t group_size, double quant_eps, int ue8m0, ignis_tensor *out, ignis_tensor *block_scale,
+    ignis_tensor *normed_out, void *stream);
 
 /* out = fp8(sat(silu(input[:, :H]) * input[:, H:] / scale[0])), silu as in ignis_silu_and_mul, the
  * product in f32 (not rounded to the input dtype). */

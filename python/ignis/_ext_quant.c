@@ -58,7 +58,8 @@ static PyObject *ext_fp8_quantize_dynamic(PyObject *self, PyObject *const *args,
   if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[4], args[5]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_fp8_quantize_dynamic(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_fp8_quantize_dynamic(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -74,11 +75,13 @@ static PyObject *ext_fp8_quantize_per_token(PyObject *self, PyObject *const *arg
   if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[4], args[5]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_fp8_quantize_per_token(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_fp8_quantize_per_token(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-typedef ignis_status (*group_fn)(const ignis_tensor *, int64_t, double, int, ignis_tensor *, ignis_tensor *, void *);
+typedef ignis_status (*group_fn)(const ignis_tensor *, int64_t, double, int, ignis_tensor *, ignis_tensor *,
+                                 void *);
 
 /* (input, group_size, eps, ue8m0, out, scale, out_view, stream) */
 static PyObject *run_group(const char *fn, group_fn f, PyObject *const *args, Py_ssize_t nargs) {
@@ -94,7 +97,8 @@ static PyObject *run_group(const char *fn, group_fn f, PyObject *const *args, Py
   if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[6], args[7]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], group_size, eps, ue8m0, &c.tensors[1], &c.tensors[2], c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      f(&c.tensors[0], group_size, eps, ue8m0, &c.tensors[1], &c.tensors[2], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -102,7 +106,8 @@ static PyObject *ext_fp8_quantize_per_token_group(PyObject *self, PyObject *cons
   return run_group("ignis.fp8_quantize_per_token_group", ignis_fp8_quantize_per_token_group, args, nargs);
 }
 
-static PyObject *ext_silu_and_mul_quant_per_token_group(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_silu_and_mul_quant_per_token_group(PyObject *self, PyObject *const *args,
+                                                        Py_ssize_t nargs) {
   return run_group("ignis.silu_and_mul_quant_per_token_group", ignis_silu_and_mul_quant_per_token_group, args,
                    nargs);
 }
@@ -137,7 +142,7 @@ static PyObject *ext_fused_add_rmsnorm_quant(PyObject *self, PyObject *const *ar
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_fused_add_rmsnorm_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2],
-                                                               &c.tensors[3], eps, &c.tensors[4], c.stream);
+                                                                &c.tensors[3], eps, &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -153,14 +158,15 @@ static PyObject *ext_layernorm_quant(PyObject *self, PyObject *const *args, Py_s
   if (quant_begin(&c, fn, objs, names, 5, 1u << 4, 4, args[6], args[7]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_layernorm_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3],
-                                                       eps, &c.tensors[4], c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_layernorm_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2],
+                                                        &c.tensors[3], eps, &c.tensors[4], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
 /* (input, residual, weight, eps, group_size, quant_eps, ue8m0, out, block_scale, normed_out, out_view,
  * stream); normed_out may be None. */
-static PyObject *ext_fused_add_rmsnorm_fp8_block_quant(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *ext_fused_add_rmsnorm_fp8_block_quant(PyObject *self, PyObject *const *args,
+                                                       Py_ssize_t nargs) {
   static const char fn[] = "ignis.fused_add_rmsnorm_fp8_block_quant";
   static const char *const names[] = {"input", "residual", "weight", "out", "block_scale", "normed_out"};
   double eps, quant_eps;
@@ -191,7 +197,8 @@ static PyObject *ext_silu_and_mul_quant(PyObject *self, PyObject *const *args, P
   if (check_nargs(fn, nargs, 5) < 0 || quant_begin(&c, fn, args, names, 3, 1u << 2, 2, args[3], args[4]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_silu_and_mul_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2], c.stream);
+  Py_BEGIN_ALLOW_THREADS status =
+      ignis_silu_and_mul_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -205,11 +212,13 @@ PyMethodDef ext_quant_methods[] = {
     FASTCALL(fused_add_rmsnorm_quant,
              "fused_add_rmsnorm_quant(input, residual, weight, scale, eps, out, out_view, stream)"),
     FASTCALL(layernorm_quant, "layernorm_quant(input, gamma, beta, scale, eps, out, out_view, stream)"),
-    FASTCALL(fused_add_rmsnorm_fp8_block_quant,
-             "fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps, group_size, quant_eps, ue8m0, out, "
-             "block_scale, normed_out, out_view, stream)"),
+    FASTCALL(
+        fused_add_rmsnorm_fp8_block_quant,
+        "fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps, group_size, quant_eps, ue8m0, out, "
+        "block_scale, normed_out, out_view, stream)"),
     FASTCALL(silu_and_mul_quant, "silu_and_mul_quant(input, scale, out, out_view, stream)"),
-    FASTCALL(silu_and_mul_quant_per_token_group,
-             "silu_and_mul_quant_per_token_group(input, group_size, eps, ue8m0, out, scale, out_view, stream)"),
+    FASTCALL(
+        silu_and_mul_quant_per_token_group,
+        "silu_and_mul_quant_per_token_group(input, group_size, eps, ue8m0, out, scale, out_view, stream)"),
     {NULL, NULL, 0, NULL},
 };

@@ -16,8 +16,9 @@ float ignis_fp8_max(ignis_dtype dtype) {
 
 static ignis_status check_fp8_out(const char *fn, const ignis_tensor *out) {
   if (out->dtype != IGNIS_FP8_E4M3 && out->dtype != IGNIS_FP8_E5M2)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: out.dtype=%s but it must be fp8_e4m3 or fp8_e5m2",
-                           fn, ignis_dtype_name(out->dtype));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: out.dtype=%s but it must be fp8_e4m3 or fp8_e5m2", fn,
+                           ignis_dtype_name(out->dtype));
   return IGNIS_OK;
 }
 
@@ -50,8 +51,8 @@ static ignis_status check_weight(const char *fn, const char *name, const ignis_t
 }
 
 /* out has input's leading shape and `width` values per row; both rows contiguous; disjoint. */
-static ignis_status check_rows(const char *fn, const ignis_tensor *input, int min_ndim, const ignis_tensor *out,
-                               int64_t width) {
+static ignis_status check_rows(const char *fn, const ignis_tensor *input, int min_ndim,
+                               const ignis_tensor *out, int64_t width) {
   IGNIS_TRY(ignis_check_tensor(fn, "input", input, min_ndim, 3));
   IGNIS_TRY(ignis_check_float_dtype(fn, "input", input));
   IGNIS_TRY(ignis_check_tensor(fn, "out", out, input->ndim, input->ndim));
@@ -67,16 +68,17 @@ static ignis_status check_rows(const char *fn, const ignis_tensor *input, int mi
 
 /* A group scale view [rows, groups]: f32, or u8 when ue8m0; entries distinct (a layout, not a
  * broadcast); disjoint from the other tensors. */
-static ignis_status check_group_scale(const char *fn, const char *name, const ignis_tensor *scale, int64_t rows,
-                                      int64_t groups, int ue8m0) {
+static ignis_status check_group_scale(const char *fn, const char *name, const ignis_tensor *scale,
+                                      int64_t rows, int64_t groups, int ue8m0) {
   IGNIS_TRY(ignis_check_tensor(fn, name, scale, 2, 2));
   if (scale->dtype != IGNIS_F32 && !(ue8m0 && scale->dtype == IGNIS_U8))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.dtype=%s but it must be f32%s", fn, name,
-                           ignis_dtype_name(scale->dtype), ue8m0 ? " or u8 (e8m0 bytes)" : " (u8 needs ue8m0)");
+                           ignis_dtype_name(scale->dtype),
+                           ue8m0 ? " or u8 (e8m0 bytes)" : " (u8 needs ue8m0)");
   IGNIS_TRY(ignis_check_dim(fn, name, scale, 0, rows, "the rows of input"));
   IGNIS_TRY(ignis_check_dim(fn, name, scale, 1, groups, "input.shape[-1]/group_size"));
   const int64_t sr = llabs(scale->strides[0]), sg = llabs(scale->strides[1]);
-  const int distinct = rows <= 1 ? (groups <= 1 || sg > 0)
+  const int distinct = rows <= 1     ? (groups <= 1 || sg > 0)
                        : groups <= 1 ? sr > 0
                                      : (sr >= groups * sg && sg > 0) || (sg >= rows * sr && sr > 0);
   if (!distinct)
@@ -95,7 +97,8 @@ static ignis_status check_group_size(const char *fn, int64_t group_size, int64_t
 }
 
 /* The fields every call shares. */
-static ignis_quant_params base_params(ignis_quant_prologue prologue, const ignis_tensor *input, ignis_tensor *out) {
+static ignis_quant_params base_params(ignis_quant_prologue prologue, const ignis_tensor *input,
+                                      ignis_tensor *out) {
   ignis_quant_params p = {0};
   p.prologue = prologue;
   p.hidden = out->shape[out->ndim - 1];
@@ -116,7 +119,8 @@ static void set_static_scale(ignis_quant_params *p, const ignis_tensor *scale) {
   p->scale_dtype = IGNIS_F32;
 }
 
-static void set_group_scale(ignis_quant_params *p, ignis_tensor *scale, int64_t group_size, double eps, int ue8m0) {
+static void set_group_scale(ignis_quant_params *p, ignis_tensor *scale, int64_t group_size, double eps,
+                            int ue8m0) {
   p->scale_mode = IGNIS_QUANT_SCALE_GROUP;
   p->scale = scale->data;
   p->scale_dtype = scale->dtype;
@@ -133,21 +137,21 @@ static ignis_status dispatch(const ignis_quant_params *p, const ignis_target *ta
   return target->backend->quant(p, target->device.id, stream);
 }
 
-static ignis_status resolve(const char *fn, const ignis_tensor *const *tensors, const char *const *names, int count,
-                            ignis_target *target) {
+static ignis_status resolve(const char *fn, const ignis_tensor *const *tensors, const char *const *names,
+                            int count, ignis_target *target) {
   return ignis_resolve_target(fn, tensors, names, count, target);
 }
 
 /* The values per out row: input.shape[-1], or half of it (which must be even) for silu_and_mul. */
-static ignis_status out_width(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input, int min_ndim,
-                              int max_ndim, int64_t *width) {
+static ignis_status out_width(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input,
+                              int min_ndim, int max_ndim, int64_t *width) {
   IGNIS_TRY(ignis_check_tensor(fn, "input", input, min_ndim, max_ndim));
   *width = input->shape[input->ndim - 1];
   if (prologue != IGNIS_QUANT_SILU_MUL)
     return IGNIS_OK;
   if (*width % 2 != 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.shape[-1]=%" PRId64
-                           " must be even (2H: gate then up)", fn, *width);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: input.shape[-1]=%" PRId64 " must be even (2H: gate then up)", fn, *width);
   *width /= 2;
   return IGNIS_OK;
 }
@@ -201,8 +205,8 @@ ignis_status ignis_fp8_quantize_dynamic(const ignis_tensor *input, double eps, i
 }
 
 static ignis_status group_quant(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input,
-                                int64_t group_size, double eps, int ue8m0, ignis_tensor *out, ignis_tensor *scale,
-                                void *stream) {
+                                int64_t group_size, double eps, int ue8m0, ignis_tensor *out,
+                                ignis_tensor *scale, void *stream) {
   ignis_clear_error();
   int64_t width;
   IGNIS_TRY(out_width(fn, prologue, input, 2, 2, &width));
@@ -221,10 +225,11 @@ static ignis_status group_quant(const char *fn, ignis_quant_prologue prologue, c
   return dispatch(&p, &target, stream);
 }
 
-ignis_status ignis_fp8_quantize_per_token_group(const ignis_tensor *input, int64_t group_size, double eps, int ue8m0,
-                                                ignis_tensor *out, ignis_tensor *scale, void *stream) {
-  return group_quant("ignis_fp8_quantize_per_token_group", IGNIS_QUANT_PLAIN, input, group_size, eps, ue8m0, out,
-                     scale, stream);
+ignis_status ignis_fp8_quantize_per_token_group(const ignis_tensor *input, int64_t group_size, double eps,
+                                                int ue8m0, ignis_tensor *out, ignis_tensor *scale,
+                                                void *stream) {
+  return group_quant("ignis_fp8_quantize_per_token_group", IGNIS_QUANT_PLAIN, input, group_size, eps, ue8m0,
+                     out, scale, stream);
 }
 
 ignis_status ignis_fp8_quantize_per_token(const ignis_tensor *input, double eps, ignis_tensor *out,
@@ -267,7 +272,8 @@ static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *s
   const int block = a->block_scale != NULL || a->scale == NULL;
   IGNIS_TRY(check_rows(fn, a->input, 2, a->out, -1));
   if (block && a->input->ndim != 2)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.ndim=%d but it must be 2", fn, a->input->ndim);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.ndim=%d but it must be 2", fn,
+                           a->input->ndim);
   const int64_t hidden = a->input->shape[a->input->ndim - 1];
   IGNIS_TRY(check_weight(fn, a->weight_name, a->weight, a->input, hidden));
   if (a->kind == IGNIS_NORM_LAYER) {
@@ -309,9 +315,10 @@ static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *s
     if (a->residual)
       IGNIS_TRY(ignis_check_disjoint(fn, "residual", a->residual, "scale", a->scale));
   }
-  const ignis_tensor *tensors[] = {a->input, a->residual, a->weight, a->bias, a->scale, a->out, a->block_scale,
-                                   a->normed_out};
-  const char *names[] = {"input", "residual", a->weight_name, "beta", "scale", "out", "block_scale", "normed_out"};
+  const ignis_tensor *tensors[] = {a->input, a->residual, a->weight,      a->bias,
+                                   a->scale, a->out,      a->block_scale, a->normed_out};
+  const char *names[] = {"input", "residual", a->weight_name, "beta",
+                         "scale", "out",      "block_scale",  "normed_out"};
   ignis_target target;
   IGNIS_TRY(resolve(fn, tensors, names, 8, &target));
 
@@ -339,10 +346,15 @@ static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *s
   return dispatch(&p, &target, stream);
 }
 
-ignis_status ignis_rmsnorm_quant(const ignis_tensor *input, const ignis_tensor *weight, const ignis_tensor *scale,
-                                 double eps, ignis_tensor *out, void *stream) {
-  norm_quant_args a = {.kind = IGNIS_NORM_RMS, .input = input, .weight = weight, .weight_name = "weight",
-                       .scale = scale, .eps = eps, .out = out};
+ignis_status ignis_rmsnorm_quant(const ignis_tensor *input, const ignis_tensor *weight,
+                                 const ignis_tensor *scale, double eps, ignis_tensor *out, void *stream) {
+  norm_quant_args a = {.kind = IGNIS_NORM_RMS,
+                       .input = input,
+                       .weight = weight,
+                       .weight_name = "weight",
+                       .scale = scale,
+                       .eps = eps,
+                       .out = out};
   if (!scale) {
     ignis_clear_error();
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_rmsnorm_quant: scale is NULL");
@@ -353,8 +365,14 @@ ignis_status ignis_rmsnorm_quant(const ignis_tensor *input, const ignis_tensor *
 ignis_status ignis_fused_add_rmsnorm_quant(const ignis_tensor *input, ignis_tensor *residual,
                                            const ignis_tensor *weight, const ignis_tensor *scale, double eps,
                                            ignis_tensor *out, void *stream) {
-  norm_quant_args a = {.kind = IGNIS_NORM_RMS, .input = input, .residual = residual, .weight = weight,
-                       .weight_name = "weight", .scale = scale, .eps = eps, .out = out};
+  norm_quant_args a = {.kind = IGNIS_NORM_RMS,
+                       .input = input,
+                       .residual = residual,
+                       .weight = weight,
+                       .weight_name = "weight",
+                       .scale = scale,
+                       .eps = eps,
+                       .out = out};
   if (!scale || !residual) {
     ignis_clear_error();
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_fused_add_rmsnorm_quant: %s is NULL",
@@ -363,10 +381,17 @@ ignis_status ignis_fused_add_rmsnorm_quant(const ignis_tensor *input, ignis_tens
   return norm_quant("ignis_fused_add_rmsnorm_quant", &a, stream);
 }
 
-ignis_status ignis_layernorm_quant(const ignis_tensor *input, const ignis_tensor *gamma, const ignis_tensor *beta,
-                                   const ignis_tensor *scale, double eps, ignis_tensor *out, void *stream) {
-  norm_quant_args a = {.kind = IGNIS_NORM_LAYER, .input = input, .weight = gamma, .weight_name = "gamma",
-                       .bias = beta, .scale = scale, .eps = eps, .out = out};
+ignis_status ignis_layernorm_quant(const ignis_tensor *input, const ignis_tensor *gamma,
+                                   const ignis_tensor *beta, const ignis_tensor *scale, double eps,
+                                   ignis_tensor *out, void *stream) {
+  norm_quant_args a = {.kind = IGNIS_NORM_LAYER,
+                       .input = input,
+                       .weight = gamma,
+                       .weight_name = "gamma",
+                       .bias = beta,
+                       .scale = scale,
+                       .eps = eps,
+                       .out = out};
   if (!scale || !beta) {
     ignis_clear_error();
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_layernorm_quant: %s is NULL",
@@ -376,17 +401,26 @@ ignis_status ignis_layernorm_quant(const ignis_tensor *input, const ignis_tensor
 }
 
 ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(const ignis_tensor *input, ignis_tensor *residual,
-                                                     const ignis_tensor *weight, double eps, int64_t group_size,
-                                                     double quant_eps, int ue8m0, ignis_tensor *out,
-                                                     ignis_tensor *block_scale, ignis_tensor *normed_out,
-                                                     void *stream) {
-  norm_quant_args a = {.kind = IGNIS_NORM_RMS, .input = input, .residual = residual, .weight = weight,
-                       .weight_name = "weight", .eps = eps, .out = out, .block_scale = block_scale,
-                       .normed_out = normed_out, .group_size = group_size, .quant_eps = quant_eps,
+                                                     const ignis_tensor *weight, double eps,
+                                                     int64_t group_size, double quant_eps, int ue8m0,
+                                                     ignis_tensor *out, ignis_tensor *block_scale,
+                                                     ignis_tensor *normed_out, void *stream) {
+  norm_quant_args a = {.kind = IGNIS_NORM_RMS,
+                       .input = input,
+                       .residual = residual,
+                       .weight = weight,
+                       .weight_name = "weight",
+                       .eps = eps,
+                       .out = out,
+                       .block_scale = block_scale,
+                       .normed_out = normed_out,
+                       .group_size = group_size,
+                       .quant_eps = quant_eps,
                        .ue8m0 = ue8m0};
   if (!residual) {
     ignis_clear_error();
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_fused_add_rmsnorm_fp8_block_quant: residual is NULL");
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "ignis_fused_add_rmsnorm_fp8_block_quant: residual is NULL");
   }
   return norm_quant("ignis_fused_add_rmsnorm_fp8_block_quant", &a, stream);
 }
@@ -396,9 +430,9 @@ ignis_status ignis_silu_and_mul_quant(const ignis_tensor *input, const ignis_ten
   return static_quant("ignis_silu_and_mul_quant", IGNIS_QUANT_SILU_MUL, input, scale, out, stream);
 }
 
-ignis_status ignis_silu_and_mul_quant_per_token_group(const ignis_tensor *input, int64_t group_size, double eps,
-                                                      int ue8m0, ignis_tensor *out, ignis_tensor *scale,
-                                                      void *stream) {
+ignis_status ignis_silu_and_mul_quant_per_token_group(const ignis_tensor *input, int64_t group_size,
+                                                      double eps, int ue8m0, ignis_tensor *out,
+                                                      ignis_tensor *scale, void *stream) {
   return group_quant("ignis_silu_and_mul_quant_per_token_group", IGNIS_QUANT_SILU_MUL, input, group_size, eps,
                      ue8m0, out, scale, stream);
 }

@@ -17,7 +17,9 @@
 #endif
 
 /* max(m, |v|); a NaN v leaves m unchanged (fmaxf returns the other operand). */
-IGNIS_QUANT_FN float ignis_quant_absmax_fold(float m, float v) { return fmaxf(m, fabsf(v)); }
+IGNIS_QUANT_FN float ignis_quant_absmax_fold(float m, float v) {
+  return fmaxf(m, fabsf(v));
+}
 
 /* The scale of a dynamic group whose absmax is `absmax`: max(absmax, min_absmax) capped at FLT_MAX
  * (an infinity gives a finite scale and saturates), over fp8_max (IEEE f32 division); with ue8m0

@@ -10,8 +10,8 @@
 
 #include "core/params.h"
 
-static inline void ignis_cpu_norm_stats(ignis_norm_kind kind, const float *x, int64_t n, float eps, float *mean,
-                                        float *rstd) {
+static inline void ignis_cpu_norm_stats(ignis_norm_kind kind, const float *x, int64_t n, float eps,
+                                        float *mean, float *rstd) {
   float m = 0.0f;
   if (kind == IGNIS_NORM_LAYER) {
     double sum = 0.0;
@@ -29,8 +29,8 @@ static inline void ignis_cpu_norm_stats(ignis_norm_kind kind, const float *x, in
 }
 
 /* x[h] = (x[h] - mean) * rstd * (w[h] + weight_offset), plus b[h] when b is not NULL; in place. */
-static inline void ignis_cpu_norm_apply(float *x, const float *w, const float *b, int64_t n, float mean, float rstd,
-                                        float weight_offset) {
+static inline void ignis_cpu_norm_apply(float *x, const float *w, const float *b, int64_t n, float mean,
+                                        float rstd, float weight_offset) {
   for (int64_t h = 0; h < n; ++h) {
     const float y = (x[h] - mean) * rstd * (w[h] + weight_offset);
     x[h] = b ? y + b[h] : y;

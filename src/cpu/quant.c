@@ -9,10 +9,10 @@
 
 #include "core/error.h"
 #include "core/quant_math.h"
+#include "cpu/activation_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/cpu_common.h"
 #include "cpu/norm_common.h"
-#include "cpu/activation_common.h"
 
 static int64_t row_offset(ignis_row_layout layout, int64_t row, int64_t num_rows_inner) {
   return row / num_rows_inner * layout.stride_outer + row % num_rows_inner * layout.stride_inner;
@@ -54,7 +54,8 @@ static void row_values(const ignis_quant_params *p, int64_t r, float *scratch) {
     ignis_cpu_load_row(p->bias, p->weight_dtype, n, b);
   ignis_cpu_norm_apply(v, w, p->bias ? b : NULL, n, mean, rstd, 0.0f);
   if (p->normed_out) {
-    void *normed = ignis_cpu_at_mut(p->normed_out, p->dtype, row_offset(p->normed_layout, r, p->num_rows_inner));
+    void *normed =
+        ignis_cpu_at_mut(p->normed_out, p->dtype, row_offset(p->normed_layout, r, p->num_rows_inner));
     ignis_cpu_store_row(normed, p->dtype, n, v);
     ignis_cpu_load_row(normed, p->dtype, n, v); /* quantize the rounded values */
   }

@@ -35,8 +35,8 @@
 #include "cuda/common/cuda_common.cuh"
 
 enum {
-  CHUNK = 16,              /* values per chunk: one 16-byte vector of fp8 */
-  BLOCK_THREADS = 256,     /* G * R of the register kernel; the looped kernel's block */
+  CHUNK = 16,          /* values per chunk: one 16-byte vector of fp8 */
+  BLOCK_THREADS = 256, /* G * R of the register kernel; the looped kernel's block */
   MAX_VPT = 4,
   LOOPED_GRID_LIMIT = 65535
 };
@@ -55,7 +55,8 @@ __device__ __forceinline__ uint32_t fp8x2(float a, float b, bool e4m3) {
 }
 
 __device__ __forceinline__ uint8_t fp8x1(float a, bool e4m3) {
-  return e4m3 ? __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3) : __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E5M2);
+  return e4m3 ? __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3)
+              : __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E5M2);
 }
 
 /* 16 values times inv as one 16-byte vector of fp8. */
@@ -63,7 +64,8 @@ __device__ __forceinline__ uint4 quantize_chunk(const float (&v)[CHUNK], float i
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    w[i] = fp8x2(v[4 * i] * inv, v[4 * i + 1] * inv, e4m3) | fp8x2(v[4 * i + 2] * inv, v[4 * i + 3] * inv, e4m3) << 16;
+    w[i] = fp8x2(v[4 * i] * inv, v[4 * i + 1] * inv, e4m3) |
+           fp8x2(v[4 * i + 2] * inv, v[4 * i + 3] * inv, e4m3) << 16;
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -72,7 +74,8 @@ template <typename T> __device__ __forceinline__ float round_to(float x) {
   return ignis_to_float(ignis_from_float<T>(x));
 }
 
-__device__ __forceinline__ void store_scale(const ignis_quant_params &p, int64_t row, int64_t group, float s) {
+__device__ __forceinline__ void store_scale(const ignis_quant_params &p, int64_t row, int64_t group,
+                                            float s) {
   const int64_t at = row * p.scale_stride_row + group * p.scale_stride_group;
   if (p.scale_dtype == IGNIS_U8)
     static_cast<uint8_t *>(p.scale)[at] = ignis_quant_e8m0(s);
@@ -87,7 +90,9 @@ __device__ __forceinline__ void fold_absmax_global(const ignis_quant_params &p, 
 /* ---- reductions over a row slot ----------------------------------------------------------- */
 /* Sum or max over the G = blockDim.x threads of a slot. G <= 32: an aligned warp slice
  * (shuffles); else the whole block (R = 1) through scratch (32 floats), with a trailing barrier. */
-template <bool MAX> __device__ __forceinline__ float combine(float a, float b) { return MAX ? fmaxf(a, b) : a + b; }
+template <bool MAX> __device__ __forceinline__ float combine(float a, float b) {
+  return MAX ? fmaxf(a, b) : a + b;
+}
 
 /* Max over the block (every thread gets it); scratch as for ignis_block_sum, trailing barrier. */
 __device__ __forceinline__ float block_max(float x, float *scratch) {
@@ -162,8 +167,8 @@ __device__ __forceinline__ void chunk_input(const chunk_raw<T> &c, float (&x)[CH
 
 /* The chunk's values v at column h: the input, silu * up, or the normalized row. */
 template <typename T, typename W, int PRO, bool SECOND>
-__device__ __forceinline__ void chunk_values(const ignis_quant_params &p, const chunk_raw<T> &c, int h, float mean,
-                                             float rstd, float (&v)[CHUNK]) {
+__device__ __forceinline__ void chunk_values(const ignis_quant_params &p, const chunk_raw<T> &c, int h,
+                                             float mean, float rstd, float (&v)[CHUNK]) {
   chunk_input<T, PRO, SECOND>(c, v);
   if (PRO == PRO_NORM) {
     float w[CHUNK];
@@ -200,8 +205,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_in_registers(ignis_q
   ignis_split_row(row < rows ? row : 0, p.num_rows_inner, &outer, &inner);
   const T *in = static_cast<const T *>(p.input) + ignis_row_offset(outer, inner, p.input_layout);
   T *second = PRO == PRO_SILU ? const_cast<T *>(in) + p.hidden
-              : SECOND        ? static_cast<T *>(p.residual) + ignis_row_offset(outer, inner, p.residual_layout)
-                              : nullptr;
+              : SECOND ? static_cast<T *>(p.residual) + ignis_row_offset(outer, inner, p.residual_layout)
+                       : nullptr;
   uint8_t *out = static_cast<uint8_t *>(p.out) + ignis_row_offset(outer, inner, p.out_layout);
 
   chunk_raw<T> raw[VPT];
@@ -328,8 +333,8 @@ template <typename T, typename W> struct row_ptrs {
 
 /* Value h of the row; the fused sum x is also returned (stored to residual by the last pass). */
 template <typename T, typename W>
-__device__ __forceinline__ float element_value(const ignis_quant_params &p, const row_ptrs<T, W> &r, int64_t h,
-                                               float mean, float rstd, float *sum) {
+__device__ __forceinline__ float element_value(const ignis_quant_params &p, const row_ptrs<T, W> &r,
+                                               int64_t h, float mean, float rstd, float *sum) {
   float x = ignis_to_float(r.in[h]);
   if (p.prologue == IGNIS_QUANT_SILU_MUL)
     return silu_mul<T>(x, ignis_to_float(r.second[h]));
@@ -347,7 +352,8 @@ __device__ __forceinline__ float element_value(const ignis_quant_params &p, cons
 /* The last pass over [h0, h1): quantize, and write the residual sum and normed_out. */
 template <typename T, typename W>
 __device__ __forceinline__ void write_span(const ignis_quant_params &p, const row_ptrs<T, W> &r, int64_t h0,
-                                           int64_t h1, int64_t step, float mean, float rstd, float inv, bool e4m3) {
+                                           int64_t h1, int64_t step, float mean, float rstd, float inv,
+                                           bool e4m3) {
   for (int64_t h = h0; h < h1; h += step) {
     float sum = 0.0f;
     const float v = element_value<T, W>(p, r, h, mean, rstd, &sum);
@@ -359,7 +365,8 @@ __device__ __forceinline__ void write_span(const ignis_quant_params &p, const ro
   }
 }
 
-template <typename T, typename W> __global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_looped(ignis_quant_params p) {
+template <typename T, typename W>
+__global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_looped(ignis_quant_params p) {
   __shared__ float scratch[32];
   const int64_t rows = p.num_rows_outer * p.num_rows_inner, n = p.hidden;
   const bool e4m3 = p.out_dtype == IGNIS_FP8_E4M3;
@@ -374,7 +381,8 @@ template <typename T, typename W> __global__ void __launch_bounds__(BLOCK_THREAD
                : p.residual ? static_cast<T *>(p.residual) + ignis_row_offset(outer, inner, p.residual_layout)
                             : nullptr;
     r.out = static_cast<uint8_t *>(p.out) + ignis_row_offset(outer, inner, p.out_layout);
-    r.normed = p.normed_out ? static_cast<T *>(p.normed_out) + ignis_row_offset(outer, inner, p.normed_layout) : nullptr;
+    r.normed = p.normed_out ? static_cast<T *>(p.normed_out) + ignis_row_offset(outer, inner, p.normed_layout)
+                            : nullptr;
 
     float mean = 0.0f, rstd = 1.0f;
     if (p.prologue == IGNIS_QUANT_NORM) {
@@ -394,8 +402,8 @@ template <typename T, typename W> __global__ void __launch_bounds__(BLOCK_THREAD
     }
 
     if (p.scale_mode == IGNIS_QUANT_SCALE_STATIC) {
-      write_span<T, W>(p, r, threadIdx.x, n, blockDim.x, mean, rstd, 1.0f / *static_cast<const float *>(p.scale),
-                       e4m3);
+      write_span<T, W>(p, r, threadIdx.x, n, blockDim.x, mean, rstd,
+                       1.0f / *static_cast<const float *>(p.scale), e4m3);
       __syncthreads(); /* the next row's statistics must not read what this row still writes */
       continue;
     }
@@ -437,7 +445,8 @@ static int next_pow2(int64_t x) {
   return p;
 }
 
-static bool rows_aligned(const void *data, ignis_row_layout layout, const ignis_quant_params *p, size_t elem) {
+static bool rows_aligned(const void *data, ignis_row_layout layout, const ignis_quant_params *p,
+                         size_t elem) {
   return ignis_rows_aligned16(data, layout, p->num_rows_outer, p->num_rows_inner, elem) != 0;
 }
 
@@ -488,7 +497,8 @@ static bool register_shape(const ignis_quant_params *p, size_t elem, int *vpt, d
   return true;
 }
 
-template <typename T, typename W> static cudaError_t launch_for(const ignis_quant_params *p, cudaStream_t stream) {
+template <typename T, typename W>
+static cudaError_t launch_for(const ignis_quant_params *p, cudaStream_t stream) {
   int vpt;
   dim3 block;
   if (register_shape(p, sizeof(T), &vpt, &block)) {
@@ -532,7 +542,8 @@ extern "C" ignis_status ignis_cuda_quant(const ignis_quant_params *params, int32
   }
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_quant: kernel launch failed: %s", cudaGetErrorString(err));
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_quant: kernel launch failed: %s",
+                           cudaGetErrorString(err));
   }
   return ignis_check_launch("ignis_cuda_quant");
 }
@@ -543,11 +554,11 @@ extern "C" ignis_status ignis_cuda_quant_absmax_begin(float *scale, int32_t devi
   return IGNIS_OK;
 }
 
-extern "C" ignis_status ignis_cuda_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
-                                                       void *stream) {
+extern "C" ignis_status ignis_cuda_quant_absmax_finish(float *scale, float min_absmax, float fp8_max,
+                                                       int32_t device, void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
-  cudaError_t err =
-      ignis_launch(absmax_to_scale, dim3(1), dim3(1), 0, static_cast<cudaStream_t>(stream), scale, min_absmax, fp8_max);
+  cudaError_t err = ignis_launch(absmax_to_scale, dim3(1), dim3(1), 0, static_cast<cudaStream_t>(stream),
+                                 scale, min_absmax, fp8_max);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_quant: absmax kernel launch failed: %s",

@@ -6,6 +6,7 @@
  * absmax is a max-reduction over the rows. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/quant_math.h"
@@ -18,9 +19,23 @@ static int64_t row_offset(ignis_row_layout layout, int64_t row, int64_t num_rows
   return row / num_rows_inner * layout.stride_outer + row % num_rows_inner * layout.stride_inner;
 }
 
+/* fp8 code of v, rounding to nearest even by bits (the library's ignis_f32_to_fp8_* round through
+ * frexp / ldexp, too slow for every element); v is saturated first, so the code never passes the
+ * format's max; NaN gives the NaN code 0x7f (both formats) with v's sign. */
 static uint8_t to_fp8(ignis_dtype dtype, float v, float fp8_max) {
   v = ignis_quant_saturate(v, fp8_max);
-  return dtype == IGNIS_FP8_E4M3 ? ignis_f32_to_fp8_e4m3(v) : ignis_f32_to_fp8_e5m2(v);
+  const int man = dtype == IGNIS_FP8_E4M3 ? 3 : 2, bias = dtype == IGNIS_FP8_E4M3 ? 7 : 15;
+  uint32_t x;
+  memcpy(&x, &v, sizeof x);
+  const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+  const uint32_t a = x & 0x7FFFFFFFu;
+  if (a > 0x7F800000u)
+    return sign | 0x7F;
+  if ((int)(a >> 23) - 127 < 1 - bias) /* below the smallest normal: units of the subnormal step */
+    return sign | (uint8_t)rintf(fabsf(v) * ldexpf(1.0f, bias - 1 + man));
+  const int shift = 23 - man;
+  const uint32_t rounded = (a + (1u << (shift - 1)) - 1 + ((a >> shift) & 1u)) >> shift;
+  return sign | (uint8_t)(rounded - ((uint32_t)(127 - bias) << man));
 }
 
 /* The prologue of row r into v (scratch: 3 * hidden floats, v first). */

@@ -20,9 +20,9 @@
  *
  * Everything else (any hidden, group size, alignment, longer rows): quant_rows_looped, one block
  * of 256 threads per row in a grid-stride loop, element by element; it reads the row once for the
- * norm's statistics, then warps take groups (the whole row for static scales) and read each
- * group again for its absmax and for its output (L1/L2 hits). The residual sum is written in the
- * last pass, as in src/cuda/norm/norm.cu's looped kernel.
+ * norm's statistics, then again to write: the block strides over the row (static scales), or
+ * each warp takes a group and reads it twice, for its absmax and for its output (L1/L2 hits). The
+ * residual sum is written in the last pass, as in src/cuda/norm/norm.cu's looped kernel.
  *
  * Dynamic per-tensor: cudaMemsetAsync zeroes scale[0]; the ABSMAX pass folds each row's absmax in
  * with atomicMax on the f32 bits (non-negative floats order as unsigned integers); a one-thread
@@ -404,7 +404,6 @@ __global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_looped(ignis_quant_p
     if (p.scale_mode == IGNIS_QUANT_SCALE_STATIC) {
       write_span<T, W>(p, r, threadIdx.x, n, blockDim.x, mean, rstd,
                        1.0f / *static_cast<const float *>(p.scale), e4m3);
-      __syncthreads(); /* the next row's statistics must not read what this row still writes */
       continue;
     }
     if (p.scale_mode == IGNIS_QUANT_SCALE_ABSMAX) {
@@ -428,7 +427,6 @@ __global__ void __launch_bounds__(BLOCK_THREADS) quant_rows_looped(ignis_quant_p
         store_scale(p, row, g, s);
       write_span<T, W>(p, r, h0 + lane, h1, 32, mean, rstd, 1.0f / s, e4m3);
     }
-    __syncthreads();
   }
 }
 

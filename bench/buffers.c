@@ -53,14 +53,15 @@ static float random_value(bench_fill fill, uint64_t *state) {
   }
 }
 
-/* Random fills are only asked for in the float dtypes (f32, f16, bf16, fp8). */
+/* Random fills are only asked for in the float dtypes (f32, f16, bf16, fp8) and u8 (fp8 scale
+ * bytes, which get the value's e4m3 bits). */
 static void store_float(void *dst, int64_t i, ignis_dtype dtype, float value) {
-  if (dtype == IGNIS_FP8_E4M3)
+  if (dtype == IGNIS_F32)
+    ((float *)dst)[i] = value;
+  else if (dtype == IGNIS_FP8_E4M3 || dtype == IGNIS_U8)
     ((uint8_t *)dst)[i] = ignis_f32_to_fp8_e4m3(value);
   else if (dtype == IGNIS_FP8_E5M2)
     ((uint8_t *)dst)[i] = ignis_f32_to_fp8_e5m2(value);
-  else if (dtype == IGNIS_F32)
-    ((float *)dst)[i] = value;
   else if (dtype == IGNIS_F16)
     ((uint16_t *)dst)[i] = ignis_f32_to_f16(value);
   else

@@ -18,6 +18,7 @@ static const bench_family *const families[] = {
     &bench_family_norm,  &bench_family_activation, &bench_family_rope,    &bench_family_paged_kv,
     &bench_family_merge, &bench_family_decode,     &bench_family_prefill, &bench_family_sampling,
     &bench_family_gemm,
+    &bench_family_quant,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))
@@ -132,7 +133,8 @@ ignis_paged_kv_cache bench_page_cache(const ignis_tensor *t, int lengths) {
 
 /* ---- the tiny call ---------------------------------------------------------------------------- */
 static int is_float(ignis_dtype dtype) {
-  return dtype == IGNIS_F32 || dtype == IGNIS_F16 || dtype == IGNIS_BF16;
+  return dtype == IGNIS_F32 || dtype == IGNIS_F16 || dtype == IGNIS_BF16 || dtype == IGNIS_FP8_E4M3 ||
+         dtype == IGNIS_FP8_E5M2;
 }
 
 /* Poison: all-ones bytes are NaN in every float dtype; 0x80 bytes are a large negative integer,
@@ -162,6 +164,10 @@ static double element_of(const void *data, ignis_dtype dtype, int64_t i) {
     return ignis_f16_to_f32(((const uint16_t *)data)[i]);
   case IGNIS_BF16:
     return ignis_bf16_to_f32(((const uint16_t *)data)[i]);
+  case IGNIS_FP8_E4M3:
+    return ignis_fp8_e4m3_to_f32(((const uint8_t *)data)[i]);
+  case IGNIS_FP8_E5M2:
+    return ignis_fp8_e5m2_to_f32(((const uint8_t *)data)[i]);
   case IGNIS_I32:
     return ((const int32_t *)data)[i];
   case IGNIS_I64:

@@ -11,6 +11,7 @@
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
 #include "ignis/prefill.h"
+#include "ignis/quant.h"
 #include "ignis/rope.h"
 #include "ignis/sampling.h"
 #include "ignis/topk.h"

@@ -11,12 +11,20 @@ input's framework (PyTorch, CuPy), else on the default stream. ``enable_pdl`` is
 compatibility with FlashInfer: on Hopper ignis kernels always use programmatic dependent
 launch (each waits for the kernel before it prior to touching memory, so it is always safe);
 the environment variable ``IGNIS_DISABLE_PDL=1`` turns it off.
+
+The fp8 forms (``rmsnorm_quant``, ``fused_add_rmsnorm_quant``, ``layernorm_quant``,
+``fused_add_rmsnorm_fp8_block_quant``; FlashInfer's signatures, out first) write an fp8 ``out``
+(its dtype, float8_e4m3fn or float8_e5m2, chooses the format) quantized as
+``fp8(sat(value / scale))``, round to nearest even, saturating at the format's max, NaN kept; see
+include/ignis/quant.h. ``scale`` is a float or a 1-element f32 array on input's device.
 """
 
 from . import _ext
 from ._alloc import new_output
+from .quantization import fp8_out, scale_array
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm", "layernorm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "gemma_rmsnorm", "gemma_fused_add_rmsnorm", "layernorm",
+           "rmsnorm_quant", "fused_add_rmsnorm_quant", "layernorm_quant", "fused_add_rmsnorm_fp8_block_quant"]
 
 
 def rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None, *, stream=None):
@@ -72,3 +80,41 @@ def layernorm(input, gemma, beta, eps=1e-6, *, stream=None):
     out, finish = new_output(input)
     _ext.layernorm(input, gemma, beta, eps, out, stream)
     return finish(out)
+
+
+def rmsnorm_quant(out, input, weight, scale, eps=1e-6, enable_pdl=None, *, stream=None):
+    """RMSNorm then fp8: ``out = fp8(sat(rmsnorm(input) * weight / scale))`` (the norm in f32, not
+    rounded to input's dtype first). out: fp8, input's shape. Returns None."""
+    out, view = fp8_out(out)
+    _ext.rmsnorm_quant(input, weight, scale_array(scale, input), eps, out, view, stream)
+
+
+def fused_add_rmsnorm_quant(out, input, residual, weight, scale, eps=1e-6, enable_pdl=None, *, stream=None):
+    """``residual += input`` (in place, f32 sum stored in residual's dtype), then
+    ``out = fp8(sat(rmsnorm(residual) * weight / scale))`` of the f32 sum. input is only read.
+    Returns None."""
+    out, view = fp8_out(out)
+    _ext.fused_add_rmsnorm_quant(input, residual, weight, scale_array(scale, input), eps, out, view, stream)
+
+
+def layernorm_quant(out, input, gemma, beta, scale, eps=1e-6, *, stream=None):
+    """LayerNorm then fp8: ``out = fp8(sat((layernorm(input) * gemma + beta) / scale))`` (``gemma``
+    is FlashInfer's name for gamma). Returns None."""
+    out, view = fp8_out(out)
+    _ext.layernorm_quant(input, gemma, beta, scale_array(scale, input), eps, out, view, stream)
+
+
+def fused_add_rmsnorm_fp8_block_quant(out, block_scale, normed_out, input, residual, weight, eps=1e-6,
+                                      enable_pdl=None, *, group_size=128, quant_eps=1e-4, scale_ue8m0=False,
+                                      stream=None):
+    """``residual += input``; ``normed = rmsnorm(residual) * weight`` rounded to input's dtype and
+    written to ``normed_out`` (may be None); then 1 x ``group_size`` fp8 quantization of normed into
+    ``out`` with dynamic scales ``max(absmax, quant_eps) / 448`` (UE8M0 powers of two with
+    ``scale_ue8m0``) in ``block_scale``. block_scale is FlashInfer's column-major TMA-aligned buffer
+    ``[hidden // group_size, P]`` (P >= batch_size, FlashInfer's ``round_up(batch_size, 4)``): the
+    scale of row m, group g is ``block_scale[g, m]``. input, residual, out, normed_out:
+    ``[batch_size, hidden]``. Returns None."""
+    rows = input.shape[0]
+    out, view = fp8_out(out)
+    _ext.fused_add_rmsnorm_fp8_block_quant(input, residual, weight, eps, group_size, quant_eps, bool(scale_ue8m0),
+                                           out, block_scale[:, :rows].T, normed_out, view, stream)

@@ -68,6 +68,12 @@ typedef struct ignis_backend {
   /* ---- ops ---- */
   ignis_status (*norm)(const ignis_norm_params *params, int32_t device, void *stream);
   ignis_status (*activation)(const ignis_activation_params *params, int32_t device, void *stream);
+  /* fp8 quantization; dynamic per-tensor scales take three steps (quant_absmax_begin zeroes
+   * scale[0], the ABSMAX pass, quant_absmax_finish turns the absmax into the scale in place). */
+  ignis_status (*quant)(const ignis_quant_params *params, int32_t device, void *stream);
+  ignis_status (*quant_absmax_begin)(float *scale, int32_t device, void *stream);
+  ignis_status (*quant_absmax_finish)(float *scale, float min_absmax, float fp8_max, int32_t device,
+                                      void *stream);
   ignis_status (*rope)(const ignis_rope_params *params, int32_t device, void *stream);
   ignis_status (*append_paged_kv)(const ignis_append_kv_params *params, int32_t device, void *stream);
   ignis_status (*kv_index)(const ignis_kv_index_params *params, int32_t device, void *stream);

@@ -62,6 +62,55 @@ typedef struct ignis_activation_params {
   ignis_row_layout out_layout;
 } ignis_activation_params;
 
+/* fp8 quantization (include/ignis/quant.h), alone or behind a norm or silu_and_mul (the
+ * prologue). Rows as for the norms; out rows hold `hidden` fp8 values of out_dtype. Each value v
+ * is the prologue's f32 result (rounded to dtype first when normed_out is set, which receives it),
+ * quantized as fp8(sat(v * (1 / s))). */
+typedef enum ignis_quant_prologue {
+  IGNIS_QUANT_PLAIN = 0,     /* v = input */
+  IGNIS_QUANT_NORM = 1,      /* v = the norm of norm_kind (residual: fused add first) */
+  IGNIS_QUANT_SILU_MUL = 2   /* v = silu(input[h]) * input[hidden + h] */
+} ignis_quant_prologue;
+
+typedef enum ignis_quant_scale_mode {
+  IGNIS_QUANT_SCALE_STATIC = 0, /* s = scale[0], read on the device */
+  IGNIS_QUANT_SCALE_GROUP = 1,  /* dynamic, per group of group_size values of a row: written */
+  IGNIS_QUANT_SCALE_ABSMAX = 2  /* no quantization: atomic max of |v| into scale[0] (as f32 bits) */
+} ignis_quant_scale_mode;
+
+typedef struct ignis_quant_params {
+  ignis_quant_prologue prologue;
+  ignis_quant_scale_mode scale_mode;
+  int64_t num_rows_outer;
+  int64_t num_rows_inner;
+  int64_t hidden;             /* values per out row (silu_and_mul: input rows hold 2 * hidden) */
+  ignis_dtype dtype;          /* input, residual, normed_out */
+  ignis_dtype out_dtype;      /* IGNIS_FP8_E4M3 or IGNIS_FP8_E5M2 */
+  float fp8_max;
+  const void *input;
+  ignis_row_layout input_layout;
+  void *out;
+  ignis_row_layout out_layout;
+  /* IGNIS_QUANT_NORM */
+  ignis_norm_kind norm_kind;
+  float eps;
+  void *residual;             /* non-NULL: residual += input first */
+  ignis_row_layout residual_layout;
+  const void *weight;         /* [hidden] contiguous */
+  const void *bias;           /* LayerNorm only */
+  ignis_dtype weight_dtype;
+  void *normed_out;           /* NULL, or rows of dtype receiving the rounded norm */
+  ignis_row_layout normed_layout;
+  /* scales */
+  void *scale;                /* STATIC / ABSMAX: f32 [1]; GROUP: [rows, hidden / group_size] */
+  ignis_dtype scale_dtype;    /* IGNIS_F32, or IGNIS_U8 (e8m0 bytes, ue8m0 only) */
+  int64_t scale_stride_row;   /* GROUP: elements between rows' scales (row = the flat row index) */
+  int64_t scale_stride_group; /* GROUP: elements between consecutive groups of a row */
+  int64_t group_size;         /* GROUP: divides hidden */
+  float min_absmax;           /* GROUP: absmax floor (eps) */
+  int32_t ue8m0;              /* GROUP: round scales up to powers of two */
+} ignis_quant_params;
+
 typedef enum ignis_rope_position_source {
   IGNIS_ROPE_POS_IDS = 0,     /* positions[t] */
   IGNIS_ROPE_POS_INDPTR = 1   /* offsets[b] + t - indptr[b] */

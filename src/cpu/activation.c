@@ -2,20 +2,8 @@
 #include <math.h>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/activation_common.h"
 #include "cpu/cpu_common.h"
-
-static float activate(ignis_activation_kind kind, float a) {
-  switch (kind) {
-  case IGNIS_ACT_SILU:
-    return a / (1.0f + expf(-a));
-  case IGNIS_ACT_GELU:
-    return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
-  default: {
-    const float k = 0.79788456080286536f; /* sqrt(2/pi) */
-    return 0.5f * a * (1.0f + tanhf(k * (a + 0.044715f * a * a * a)));
-  }
-  }
-}
 
 /* Rows in parallel; each row in chunks converted to f32 on the stack. */
 #define ACTIVATION_CHUNK 512
@@ -36,7 +24,7 @@ ignis_status ignis_cpu_activation(const ignis_activation_params *p, int32_t devi
       ignis_cpu_load_row(ignis_cpu_at(in, p->dtype, h0), p->dtype, len, a);
       ignis_cpu_load_row(ignis_cpu_at(in, p->dtype, n + h0), p->dtype, len, b);
       for (int64_t h = 0; h < len; ++h)
-        a[h] = activate(p->kind, a[h]) * b[h];
+        a[h] = ignis_cpu_activate(p->kind, a[h]) * b[h];
       ignis_cpu_store_row(ignis_cpu_at_mut(out, p->dtype, h0), p->dtype, len, a);
     }
   }

@@ -8,6 +8,10 @@
 
 ignis_status ignis_cpu_norm(const ignis_norm_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_activation(const ignis_activation_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_quant(const ignis_quant_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_quant_absmax_begin(float *scale, int32_t device, void *stream);
+ignis_status ignis_cpu_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
+                                           void *stream);
 ignis_status ignis_cpu_rope(const ignis_rope_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p, int32_t device, void *stream);

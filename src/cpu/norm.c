@@ -7,6 +7,7 @@
 #include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "cpu/cpu_common.h"
+#include "cpu/norm_common.h"
 
 /* scratch holds 3 * hidden floats: the row, the weight, the bias. */
 static void norm_row(const ignis_norm_params *p, int64_t outer, int64_t inner, float *scratch) {
@@ -23,26 +24,12 @@ static void norm_row(const ignis_norm_params *p, int64_t outer, int64_t inner, f
       x[h] += w[h];
     ignis_cpu_store_row(res, p->dtype, n, x);
   }
-  float mean = 0.0f;
-  if (p->kind == IGNIS_NORM_LAYER) {
-    double sum = 0.0;
-    for (int64_t h = 0; h < n; ++h)
-      sum += x[h];
-    mean = (float)(sum / (double)n);
-  }
-  double sum_sq = 0.0;
-  for (int64_t h = 0; h < n; ++h) {
-    float centered = x[h] - mean;
-    sum_sq += (double)centered * centered;
-  }
-  float rstd = 1.0f / sqrtf((float)(sum_sq / (double)n) + p->eps);
+  float mean, rstd;
+  ignis_cpu_norm_stats(p->kind, x, n, p->eps, &mean, &rstd);
   ignis_cpu_load_row(p->weight, p->weight_dtype, n, w);
   if (p->bias)
     ignis_cpu_load_row(p->bias, p->weight_dtype, n, b);
-  for (int64_t h = 0; h < n; ++h) {
-    float y = (x[h] - mean) * rstd * (w[h] + p->weight_offset);
-    x[h] = p->bias ? y + b[h] : y;
-  }
+  ignis_cpu_norm_apply(x, w, p->bias ? b : NULL, n, mean, rstd, p->weight_offset);
   ignis_cpu_store_row(ignis_cpu_at_mut(p->out, p->dtype, out_off), p->dtype, n, x);
 }
 

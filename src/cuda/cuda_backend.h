@@ -13,6 +13,10 @@ extern "C" {
 /* ---- ops ---- */
 ignis_status ignis_cuda_norm(const ignis_norm_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_quant(const ignis_quant_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_quant_absmax_begin(float *scale, int32_t device, void *stream);
+ignis_status ignis_cuda_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
+                                            void *stream);
 ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream);

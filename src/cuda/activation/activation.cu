@@ -14,39 +14,16 @@
  * aligned (checked on the host): 16-byte streaming loads and 16-byte stores. Otherwise the same
  * kernel with one element per chunk.
  *
- * Functions: silu(a) = a / (1 + e^-a) and gelu with erff as in the CPU backend; gelu_tanh through
- * the identity 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u)), which needs one exponential and stays accurate
- * where 1 + tanh(u) would cancel (a << 0). f32 uses expf and IEEE division; f16/bf16 use __expf and
- * __fdividef, whose few-ulp errors vanish in the output rounding (__fdividef returns 0 once the
- * denominator passes 2^126, where the exact result is below 2^-126 |a| anyway).
+ * Functions: cuda/common/activation_math.cuh (shared with the fused fp8 form in quant/quant.cu).
  *
  * Launched with ignis_launch (programmatic dependent launch on sm_90+, see cuda_common.cuh): the
  * kernel calls ignis_pdl_wait() before its first global access and ignis_pdl_launch_dependents()
  * once a thread has issued the loads of its first tile (almost every thread has only one; the call
  * only lets the next kernel start launching, its own wait still covers this kernel's stores). */
+#include "cuda/common/activation_math.cuh"
 #include "cuda/common/cuda_common.cuh"
 
 enum { BLOCK_THREADS = 256, CHUNKS_PER_THREAD = 4, MAX_GRID_Y = 65535 };
-
-/* e^x and a / b: accurate for f32 outputs; the fast intrinsics (a few ulp, far below the rounding
- * of the output) for f16/bf16. */
-template <bool PRECISE> __device__ __forceinline__ float exp_f32(float x) {
-  return PRECISE ? expf(x) : __expf(x);
-}
-template <bool PRECISE> __device__ __forceinline__ float div_f32(float a, float b) {
-  return PRECISE ? a / b : __fdividef(a, b);
-}
-
-template <ignis_activation_kind KIND, bool PRECISE> __device__ __forceinline__ float activate(float a) {
-  if constexpr (KIND == IGNIS_ACT_SILU) {
-    return div_f32<PRECISE>(a, 1.0f + exp_f32<PRECISE>(-a));
-  } else if constexpr (KIND == IGNIS_ACT_GELU) {
-    return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
-  } else {
-    const float u = 0.79788456080286536f * (a + 0.044715f * a * a * a); /* sqrt(2/pi) (a + 0.044715 a^3) */
-    return div_f32<PRECISE>(a, 1.0f + exp_f32<PRECISE>(-2.0f * u));
-  }
-}
 
 /* A chunk as loaded, kept raw until it is used: a 16-byte vector (N = 16 / sizeof(T)), or one
  * element in the low bits of .x (N = 1). Raw, a 16-byte vector of f16/bf16 takes 4 registers
@@ -118,7 +95,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) gated_activation(ignis_activati
           chunk_to_floats<T, N>(up_raw[i], b);
 #pragma unroll
           for (int k = 0; k < N; ++k)
-            y[k] = activate<KIND, sizeof(T) == 4>(a[k]) * b[k];
+            y[k] = ignis_activate<KIND, sizeof(T) == 4>(a[k]) * b[k];
           ignis_store_floats(out + c * N, y);
         }
       }

@@ -1,153 +1,26 @@
 /* CUDA backend of the gated activations (include/ignis/activation.h): out[h] = act(a[h]) * b[h] with
- * a = input[..., :H] and b = input[..., H:], in f32 (the math of src/cpu/activation.c).
- *
- * Rows to threads: the leading dimensions form a 2-level row index (core/params.h). A row of H
- * outputs is cut into chunks (16-byte vectors, or single elements on the scalar path), and a
- * block of (G, R) threads, G * R = 256, covers R rows times one column tile of G * 4 chunks:
- * thread x takes chunks x, x + G, x + 2G, x + 3G of the tile, so a warp's loads and stores are
- * contiguous and each thread has 8 loads (4 of a, 4 of b) in flight before it computes. G is the
- * smallest power of two for which one tile spans the row, at most 256; shorter rows share a block
- * (R = 256 / G). blockIdx.x steps over column tiles, blockIdx.y over groups of R rows, both in
- * grid-stride loops.
+ * a = input[..., :H] and b = input[..., H:], in f32 (the math of src/cpu/activation.c). The kernel
+ * and its math live in gated.cuh, templated over the memory shape of a launch (threads per block,
+ * 16-byte loads in flight per thread, load and store cache policies); this file picks the shape.
  *
  * Vector path when H is a multiple of 16 / sizeof(T) and every input and output row starts 16-byte
- * aligned (checked on the host): 16-byte streaming loads and 16-byte stores. Otherwise the same
- * kernel with one element per chunk.
+ * aligned (checked on the host): 16-byte loads and stores. Otherwise the same kernel with one
+ * element per chunk (SMALL_SHAPE's rows, element loads).
  *
- * Functions: silu(a) = a / (1 + e^-a) and gelu with erff as in the CPU backend; gelu_tanh through
- * the identity 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u)), which needs one exponential and stays accurate
- * where 1 + tanh(u) would cancel (a << 0). f32 uses expf and IEEE division; f16/bf16 use __expf and
- * __fdividef, whose few-ulp errors vanish in the output rounding (__fdividef returns 0 once the
- * denominator passes 2^126, where the exact result is below 2^-126 |a| anyway).
- *
- * Launched with ignis_launch (programmatic dependent launch on sm_90+, see cuda_common.cuh): the
- * kernel calls ignis_pdl_wait() before its first global access and ignis_pdl_launch_dependents()
- * once a thread has issued the loads of its first tile (almost every thread has only one; the call
- * only lets the next kernel start launching, its own wait still covers this kernel's stores). */
-#include "cuda/common/cuda_common.cuh"
+ * Shapes (bench/micro/act_variants.cu times these and the alternatives on one GPU):
+ *   SMALL_SHAPE  256 threads, 4 units of one 16-byte chunk per thread, streaming loads, plain stores:
+ *                launches of fewer than LARGE_ELEMENTS outputs (decode-sized batches, graph-replayed,
+ *                latency-bound) and the scalar path; the kernel these shapes have always had.
+ *   LARGE_SHAPE  1024 threads, one 16-byte chunk of a and of b per thread, read-only loads, plain
+ *                stores, at most 32 registers (two blocks per SM): one block per row of H = 8192
+ *                bf16, every thread of the SM loading (SMALL_SHAPE's 73 registers leave 3 blocks of
+ *                256 per SM), fewer rows in flight at once; the shape FlashInfer streams at 4.3 TB/s.
+ * Every shape computes the same f32 math per element, so both write the same bits. */
+#include "cuda/activation/gated.cuh"
 
-enum { BLOCK_THREADS = 256, CHUNKS_PER_THREAD = 4, MAX_GRID_Y = 65535 };
-
-/* e^x and a / b: accurate for f32 outputs; the fast intrinsics (a few ulp, far below the rounding
- * of the output) for f16/bf16. */
-template <bool PRECISE> __device__ __forceinline__ float exp_f32(float x) {
-  return PRECISE ? expf(x) : __expf(x);
-}
-template <bool PRECISE> __device__ __forceinline__ float div_f32(float a, float b) {
-  return PRECISE ? a / b : __fdividef(a, b);
-}
-
-template <ignis_activation_kind KIND, bool PRECISE> __device__ __forceinline__ float activate(float a) {
-  if constexpr (KIND == IGNIS_ACT_SILU) {
-    return div_f32<PRECISE>(a, 1.0f + exp_f32<PRECISE>(-a));
-  } else if constexpr (KIND == IGNIS_ACT_GELU) {
-    return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
-  } else {
-    const float u = 0.79788456080286536f * (a + 0.044715f * a * a * a); /* sqrt(2/pi) (a + 0.044715 a^3) */
-    return div_f32<PRECISE>(a, 1.0f + exp_f32<PRECISE>(-2.0f * u));
-  }
-}
-
-/* A chunk as loaded, kept raw until it is used: a 16-byte vector (N = 16 / sizeof(T)), or one
- * element in the low bits of .x (N = 1). Raw, a 16-byte vector of f16/bf16 takes 4 registers
- * instead of 8 as f32. */
-__device__ __forceinline__ uint32_t element_bits(float x) {
-  return __float_as_uint(x);
-}
-__device__ __forceinline__ uint32_t element_bits(__half x) {
-  return __half_as_ushort(x);
-}
-__device__ __forceinline__ uint32_t element_bits(__nv_bfloat16 x) {
-  return __bfloat16_as_ushort(x);
-}
-
-template <typename T, int N> __device__ __forceinline__ uint4 load_chunk(const T *ptr) {
-  if constexpr (N == 1)
-    return make_uint4(element_bits(__ldcs(ptr)), 0, 0, 0);
-  else
-    return __ldcs(reinterpret_cast<const uint4 *>(ptr));
-}
-
-template <typename T, int N> __device__ __forceinline__ void chunk_to_floats(uint4 raw, float (&out)[N]) {
-  if constexpr (N == 1) {
-    float word[4 / sizeof(T)];
-    ignis_unpack_word<T>(raw.x, word);
-    out[0] = word[0];
-  } else {
-    ignis_raw_to_floats<T>(raw, out);
-  }
-}
-
-/* N: elements per chunk, 16 / sizeof(T) (vector path) or 1. */
-template <typename T, int N, ignis_activation_kind KIND>
-__global__ void __launch_bounds__(BLOCK_THREADS) gated_activation(ignis_activation_params p) {
-  const int64_t rows = p.num_rows_outer * p.num_rows_inner;
-  const int64_t num_chunks = p.hidden / N;
-  const int64_t tile = (int64_t)blockDim.x * CHUNKS_PER_THREAD;
-  const int64_t num_tiles = (num_chunks + tile - 1) / tile;
-  bool dependents_launched = false;
-  ignis_pdl_wait();
-  for (int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; row < rows;
-       row += (int64_t)gridDim.y * blockDim.y) {
-    int64_t outer, inner;
-    ignis_split_row(row, p.num_rows_inner, &outer, &inner);
-    const T *gate = static_cast<const T *>(p.input) + ignis_row_offset(outer, inner, p.input_layout);
-    const T *up = gate + p.hidden;
-    T *out = static_cast<T *>(p.out) + ignis_row_offset(outer, inner, p.out_layout);
-    for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
-      const int64_t first = t * tile + threadIdx.x;
-      uint4 gate_raw[CHUNKS_PER_THREAD], up_raw[CHUNKS_PER_THREAD];
-#pragma unroll
-      for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
-        const int64_t c = first + (int64_t)i * blockDim.x;
-        if (c < num_chunks) {
-          gate_raw[i] = load_chunk<T, N>(gate + c * N);
-          up_raw[i] = load_chunk<T, N>(up + c * N);
-        }
-      }
-      if (!dependents_launched) {
-        ignis_pdl_launch_dependents();
-        dependents_launched = true;
-      }
-#pragma unroll
-      for (int i = 0; i < CHUNKS_PER_THREAD; ++i) {
-        const int64_t c = first + (int64_t)i * blockDim.x;
-        if (c < num_chunks) {
-          float a[N], b[N], y[N];
-          chunk_to_floats<T, N>(gate_raw[i], a);
-          chunk_to_floats<T, N>(up_raw[i], b);
-#pragma unroll
-          for (int k = 0; k < N; ++k)
-            y[k] = activate<KIND, sizeof(T) == 4>(a[k]) * b[k];
-          ignis_store_floats(out + c * N, y);
-        }
-      }
-    }
-  }
-}
-
-template <typename T, int N>
-static cudaError_t launch_gated(const ignis_activation_params *p, cudaStream_t stream) {
-  const int64_t num_chunks = p->hidden / N;
-  const int64_t per_row = (num_chunks + CHUNKS_PER_THREAD - 1) / CHUNKS_PER_THREAD;
-  int group = 1;
-  while (group < per_row && group < BLOCK_THREADS)
-    group <<= 1;
-  const dim3 block(group, BLOCK_THREADS / group);
-  const int64_t tiles =
-      (num_chunks + (int64_t)group * CHUNKS_PER_THREAD - 1) / ((int64_t)group * CHUNKS_PER_THREAD);
-  const int64_t row_groups = (p->num_rows_outer * p->num_rows_inner + block.y - 1) / block.y;
-  const dim3 grid((unsigned)(tiles < INT32_MAX ? tiles : INT32_MAX),
-                  (unsigned)(row_groups < MAX_GRID_Y ? row_groups : (int64_t)MAX_GRID_Y));
-  switch (p->kind) {
-  case IGNIS_ACT_SILU:
-    return ignis_launch(gated_activation<T, N, IGNIS_ACT_SILU>, grid, block, 0, stream, *p);
-  case IGNIS_ACT_GELU:
-    return ignis_launch(gated_activation<T, N, IGNIS_ACT_GELU>, grid, block, 0, stream, *p);
-  default: /* IGNIS_ACT_GELU_TANH */
-    return ignis_launch(gated_activation<T, N, IGNIS_ACT_GELU_TANH>, grid, block, 0, stream, *p);
-  }
-}
+using SMALL_SHAPE = gated_shape<256, 4, 1, GATED_LOAD_STREAM, GATED_STORE_PLAIN>;
+using LARGE_SHAPE = gated_shape<1024, 1, 1, GATED_LOAD_READ_ONLY, GATED_STORE_PLAIN, 2>;
+enum : int64_t { LARGE_ELEMENTS = (int64_t)1 << 20 }; /* outputs (rows x H) from which LARGE_SHAPE runs */
 
 template <typename T> static cudaError_t launch_for_dtype(const ignis_activation_params *p, cudaStream_t stream) {
   constexpr int VEC = ignis_vec<T>::size;
@@ -155,7 +28,11 @@ template <typename T> static cudaError_t launch_for_dtype(const ignis_activation
       p->hidden % VEC == 0 &&
       ignis_rows_aligned16(p->input, p->input_layout, p->num_rows_outer, p->num_rows_inner, sizeof(T)) &&
       ignis_rows_aligned16(p->out, p->out_layout, p->num_rows_outer, p->num_rows_inner, sizeof(T));
-  return vector ? launch_gated<T, VEC>(p, stream) : launch_gated<T, 1>(p, stream);
+  if (!vector)
+    return ignis_launch_gated<T, 1, SMALL_SHAPE>(p, stream, 0);
+  if (p->num_rows_outer * p->num_rows_inner * p->hidden >= LARGE_ELEMENTS)
+    return ignis_launch_gated<T, VEC, LARGE_SHAPE>(p, stream, 0);
+  return ignis_launch_gated<T, VEC, SMALL_SHAPE>(p, stream, 0);
 }
 
 extern "C" ignis_status ignis_cuda_activation(const ignis_activation_params *params, int32_t device,

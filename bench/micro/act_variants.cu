@@ -14,6 +14,10 @@
  * compared word for word with the library's on the same input ("same" must be yes: the shape never
  * changes the math).
  *
+ * Reading it: the activation row marked "library's LARGE_SHAPE" is what the library launches at
+ * this size (its library row should time the same); a faster variant with "same" yes becomes the
+ * library's by copying its template arguments into LARGE_SHAPE (src/cuda/activation/activation.cu).
+ *
  * Norm variants: a fused add + RMSNorm written here with the library's math (x = input + residual
  * in f32, residual = x rounded, input = x * rstd * weight, one row per block of T threads holding
  * the row in registers, U units of W chunks per thread), against ignis_fused_add_rmsnorm. The
@@ -61,7 +65,7 @@ typedef cudaError_t (*act_launch)(const ignis_activation_params *, cudaStream_t,
 
 struct act_variant {
   const char *load, *store;
-  int threads, units, width, min_blocks, per_sm; /* per_sm > 0: persistent grid of per_sm blocks per SM */
+  int threads, units, width, min_blocks, row_blocks, per_sm; /* per_sm > 0: persistent, per_sm blocks per SM */
   act_launch launch;
   std::vector<double> us[3];
 };
@@ -75,18 +79,30 @@ static const char *store_name(int store) {
   return names[store];
 }
 
-template <int T, int U, int W, int L, int S, int M> static act_variant act(int per_sm) {
-  using shape = gated_shape<T, U, W, L, S, M>;
-  return act_variant{load_name(L), store_name(S), T, U, W, M, per_sm, ignis_launch_gated<bf16, 8, shape>, {}};
+template <int T, int U, int W, int L, int S, int M, int RB = 0> static act_variant act(int per_sm) {
+  using shape = gated_shape<T, U, W, L, S, M, RB>;
+  return act_variant{load_name(L), store_name(S), T, U, W, M, RB, per_sm, ignis_launch_gated<bf16, 8, shape>, {}};
 }
 
-/* M: __launch_bounds__ minimum blocks per SM (registers per thread <= 65536 / (M * T)). */
+/* M: __launch_bounds__ minimum blocks per SM (registers per thread <= 65536 / (M * T)); RB: blocks
+ * per row (0: one per tile; 1: one block walks the row's tiles, as FlashInfer's kernel does). */
 #define LD(x) GATED_LOAD_##x
 #define ST(x) GATED_STORE_##x
 static std::vector<act_variant> act_variants() {
   return {
       act<256, 4, 1, LD(STREAM), ST(PLAIN), 1>(0), /* the library's SMALL_SHAPE (the kernel before issue 22) */
-      act<1024, 1, 1, LD(READ_ONLY), ST(PLAIN), 2>(0), /* the library's LARGE_SHAPE */
+      act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 6, 1>(0), /* the library's LARGE_SHAPE */
+      act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 1, 1>(0),
+      act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 8, 1>(0),
+      act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 6, 0>(0),
+      act<256, 1, 1, LD(PLAIN), ST(PLAIN), 6, 1>(0),
+      act<256, 1, 1, LD(STREAM), ST(PLAIN), 6, 1>(0),
+      act<256, 1, 1, LD(STREAM), ST(STREAM), 6, 1>(0),
+      act<256, 1, 1, LD(EVICT_FIRST), ST(EVICT_FIRST), 6, 1>(0),
+      act<256, 1, 2, LD(READ_ONLY), ST(PLAIN), 4, 1>(0),
+      act<256, 2, 1, LD(READ_ONLY), ST(PLAIN), 4, 1>(0),
+      act<512, 1, 1, LD(READ_ONLY), ST(PLAIN), 3, 1>(0),
+      act<1024, 1, 1, LD(READ_ONLY), ST(PLAIN), 2>(0),
       act<1024, 1, 1, LD(READ_ONLY), ST(PLAIN), 1>(0),
       act<1024, 1, 1, LD(PLAIN), ST(PLAIN), 2>(0),
       act<1024, 1, 1, LD(STREAM), ST(PLAIN), 2>(0),
@@ -376,7 +392,7 @@ int main(int argc, char **argv) {
          "median of %d bursts of %d calls over %d input sets (%.2f GiB)\n",
          prop.name, sms, (long long)rows, (long long)hidden, act_bytes / 1e6, ROUNDS * SAMPLES_PER_ROUND, BURST,
          SETS, (double)SETS * (in_elems + out_elems) * 2 / (1 << 30));
-  printf("%-10s %-46s %9s %8s %7s %5s\n", "op", "variant (T threads, U units x W 16B chunks, P blocks/SM)", "us",
+  printf("%-10s %-46s %9s %8s %7s %5s\n", "op", "variant (T thr, U units x W 16B, M, RB/row, P/SM)", "us",
          "GB/s", "vs lib", "same");
   for (int k = 0; k < 3; ++k) {
     const double lib = median(library_us[k]);
@@ -387,17 +403,19 @@ int main(int argc, char **argv) {
       const double us = median(variants[v].us[k]);
       if (us < median(variants[best].us[k]))
         best = v;
-      char name[96], persistent[16] = "";
+      char name[96], grid[16] = "";
       if (variants[v].per_sm)
-        snprintf(persistent, sizeof persistent, " P%d", variants[v].per_sm);
+        snprintf(grid, sizeof grid, " P%d", variants[v].per_sm);
+      else if (variants[v].row_blocks)
+        snprintf(grid, sizeof grid, " RB%d", variants[v].row_blocks);
       snprintf(name, sizeof name, "T%d U%d W%d M%d %s %s%s", variants[v].threads, variants[v].units,
-               variants[v].width, variants[v].min_blocks, variants[v].load, variants[v].store, persistent);
+               variants[v].width, variants[v].min_blocks, variants[v].load, variants[v].store, grid);
       printf("%-10s %-46s %9.2f %8.1f %7.3f %5s\n", kinds[k], name, us, act_bytes / us / 1e3, lib / us,
              same[v][k] ? "yes" : "NO");
     }
-    printf("# %s best: T%d U%d W%d M%d %s %s P%d, %.1f GB/s (library %.1f)\n", kinds[k], variants[best].threads,
-           variants[best].units, variants[best].width, variants[best].min_blocks, variants[best].load,
-           variants[best].store, variants[best].per_sm,
+    printf("# %s best: T%d U%d W%d M%d %s %s RB%d P%d, %.1f GB/s (library %.1f)\n", kinds[k],
+           variants[best].threads, variants[best].units, variants[best].width, variants[best].min_blocks,
+           variants[best].load, variants[best].store, variants[best].row_blocks, variants[best].per_sm,
            act_bytes / median(variants[best].us[k]) / 1e3, act_bytes / lib / 1e3);
   }
   CK(cudaFree(act_in));

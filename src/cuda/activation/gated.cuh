@@ -13,7 +13,8 @@
  * (of a and of b) in flight before it computes. G is the smallest power of two for which one tile
  * spans the row, at most THREADS; shorter rows share a block (R = THREADS / G). blockIdx.x steps
  * over column tiles, blockIdx.y over groups of R rows, both in grid-stride loops; the grid has one
- * block per tile and row group, or (persistent) at most a given number of row groups.
+ * block per tile (or at most ROW_BLOCKS per row group, which then walk the row's tiles in turn)
+ * and row group, or (persistent) at most a given number of row groups.
  *
  * Cache policies (template LOAD, STORE), written as PTX so that the instruction is the one named:
  * loads plain (ld.global), read-only (ld.global.nc), streaming (ld.global.cs), read-only with a
@@ -46,11 +47,14 @@ enum ignis_gated_load {
 enum ignis_gated_store { GATED_STORE_PLAIN = 0, GATED_STORE_STREAM = 1, GATED_STORE_EVICT_FIRST = 2 };
 
 /* The memory shape of a launch: threads per block, units per thread and tile, chunks per unit,
- * the load and store policies, and the blocks per SM the registers must allow (__launch_bounds__'s
- * minimum: 2 for 1024 threads caps a thread at 32 registers, so two blocks fill an SM). */
-template <int THREADS, int UNITS, int WIDTH, int LOAD, int STORE, int MIN_BLOCKS = 1> struct gated_shape {
+ * the load and store policies, the blocks per SM the registers must allow (__launch_bounds__'s
+ * minimum: 2 for 1024 threads caps a thread at 32 registers, so two blocks fill an SM), and the
+ * blocks per row group (0: one per column tile; k: at most k, each walking its tiles in turn, one
+ * tile's loads in flight at a time). */
+template <int THREADS, int UNITS, int WIDTH, int LOAD, int STORE, int MIN_BLOCKS = 1, int ROW_BLOCKS = 0>
+struct gated_shape {
   static constexpr int threads = THREADS, units = UNITS, width = WIDTH, load = LOAD, store = STORE,
-                       min_blocks = MIN_BLOCKS;
+                       min_blocks = MIN_BLOCKS, row_blocks = ROW_BLOCKS;
   static_assert(THREADS >= 32 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0, "power-of-two block");
   static_assert(WIDTH == 1 || WIDTH == 2 || WIDTH == 4, "1, 2 or 4 chunks per unit");
 };
@@ -225,7 +229,9 @@ static cudaError_t ignis_launch_gated(const ignis_activation_params *p, cudaStre
     group <<= 1;
   const dim3 block(group, S::threads / group);
   const int64_t tile = (int64_t)group * S::units * W;
-  const int64_t tiles = (num_chunks + tile - 1) / tile;
+  int64_t tiles = (num_chunks + tile - 1) / tile;
+  if (S::row_blocks > 0 && tiles > S::row_blocks)
+    tiles = S::row_blocks;
   int64_t row_groups = (p->num_rows_outer * p->num_rows_inner + block.y - 1) / block.y;
   if (max_row_groups > 0 && row_groups > max_row_groups)
     row_groups = max_row_groups;

@@ -528,8 +528,9 @@ static void write_mix_json(FILE *to, const void *data) {
   const mix_record *r = data;
   char device[32];
   bench_device_name(r->device, device, sizeof device);
-  fprintf(to, "{\"record\":\"mix_ceiling\",\"device\":\"%s\",\"reads\":%d,\"writes\":%d,\"gbps\":%.1f,"
-              "\"variants\":%d,\"best\":",
+  fprintf(to,
+          "{\"record\":\"mix_ceiling\",\"device\":\"%s\",\"reads\":%d,\"writes\":%d,\"gbps\":%.1f,"
+          "\"variants\":%d,\"best\":",
           device, r->mix->reads, r->mix->writes, r->mix->gbps, r->mix->variants);
   json_string(to, r->mix->best);
   fprintf(to, "}\n");
@@ -661,7 +662,7 @@ static void print_row(output *out, const result *r) {
     return;
   print_columns(out, unit_of(r->c.routine));
   char shape[96], sets[24], work[24], median[24], p90[24], rate[24], fraction[24] = "", mix[16] = "",
-      mix_fraction[24] = "";
+                                                                     mix_fraction[24] = "";
   bench_case_shape(&r->c, shape, sizeof shape);
   snprintf(sets, sizeof sets, "%lld", (long long)r->sets);
   snprintf(median, sizeof median, "%.2f", r->median_us);
@@ -697,8 +698,8 @@ static void print_error(output *out, const bench_case *c, const char *message) {
   if (out->json)
     return;
   print_columns(out, unit_of(c->routine));
-  printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "", "", "",
-         "");
+  printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "", "",
+         "", "");
 }
 
 /* The counting rule of every routine the cases used, of one unit. */

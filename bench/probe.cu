@@ -38,16 +38,21 @@ struct probe_args {
 template <int LOAD> __device__ __forceinline__ uint4 probe_load(const uint4 *ptr, uint64_t policy) {
   uint4 v;
   if constexpr (LOAD == LOAD_PLAIN)
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else if constexpr (LOAD == LOAD_READ_ONLY)
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else if constexpr (LOAD == LOAD_STREAM)
     asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr), "l"(policy));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr), "l"(policy));
   return v;
 }
 
@@ -56,7 +61,8 @@ template <int STORE> __device__ __forceinline__ void probe_store(uint4 *ptr, uin
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                  : "memory");
   else if constexpr (STORE == STORE_STREAM)
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
                  : "memory");
   else
     asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(ptr),
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(T) mix_probe(probe_args a) {
     for (int w = 0; w < WIDTH; ++w) {
       uint4 x = v[0][i][w];
       if (R == 2)
-        x = make_uint4(x.x ^ v[R - 1][i][w].x, x.y ^ v[R - 1][i][w].y, x.z ^ v[R - 1][i][w].z, x.w ^ v[R - 1][i][w].w);
+        x = make_uint4(x.x ^ v[R - 1][i][w].x, x.y ^ v[R - 1][i][w].y, x.z ^ v[R - 1][i][w].z,
+                       x.w ^ v[R - 1][i][w].w);
       const int64_t at = first + (i * T + (int)threadIdx.x) * WIDTH + w;
 #pragma unroll
       for (int j = 0; j < W; ++j)
@@ -109,15 +116,15 @@ struct probe_variant {
 
 #define PROBE_VARIANTS(R, W)                                                                                 \
   {                                                                                                          \
-    {"T256 U4 16B ld st", 256 * 4, 256, mix_probe<R, W, 256, 4, 1, LOAD_PLAIN, STORE_PLAIN>},                 \
-        {"T256 U4 16B ld.cs st.cs", 256 * 4, 256, mix_probe<R, W, 256, 4, 1, LOAD_STREAM, STORE_STREAM>},     \
-        {"T256 U8 16B ld.cs st", 256 * 8, 256, mix_probe<R, W, 256, 8, 1, LOAD_STREAM, STORE_PLAIN>},         \
-        {"T256 U2 32B ld.nc st", 256 * 4, 256, mix_probe<R, W, 256, 2, 2, LOAD_READ_ONLY, STORE_PLAIN>},      \
-        {"T256 U2 32B ld.cs st.cs", 256 * 4, 256, mix_probe<R, W, 256, 2, 2, LOAD_STREAM, STORE_STREAM>},     \
+    {"T256 U4 16B ld st", 256 * 4, 256, mix_probe<R, W, 256, 4, 1, LOAD_PLAIN, STORE_PLAIN>},                \
+        {"T256 U4 16B ld.cs st.cs", 256 * 4, 256, mix_probe<R, W, 256, 4, 1, LOAD_STREAM, STORE_STREAM>},    \
+        {"T256 U8 16B ld.cs st", 256 * 8, 256, mix_probe<R, W, 256, 8, 1, LOAD_STREAM, STORE_PLAIN>},        \
+        {"T256 U2 32B ld.nc st", 256 * 4, 256, mix_probe<R, W, 256, 2, 2, LOAD_READ_ONLY, STORE_PLAIN>},     \
+        {"T256 U2 32B ld.cs st.cs", 256 * 4, 256, mix_probe<R, W, 256, 2, 2, LOAD_STREAM, STORE_STREAM>},    \
         {"T256 U4 32B ld.na.ef st.na.ef", 256 * 8, 256,                                                      \
          mix_probe<R, W, 256, 4, 2, LOAD_EVICT_FIRST, STORE_EVICT_FIRST>},                                   \
-        {"T1024 U1 16B ld.nc st", 1024, 1024, mix_probe<R, W, 1024, 1, 1, LOAD_READ_ONLY, STORE_PLAIN>},      \
-        {"T512 U2 32B ld.nc st.cs", 512 * 4, 512, mix_probe<R, W, 512, 2, 2, LOAD_READ_ONLY, STORE_STREAM>},  \
+        {"T1024 U1 16B ld.nc st", 1024, 1024, mix_probe<R, W, 1024, 1, 1, LOAD_READ_ONLY, STORE_PLAIN>},     \
+        {"T512 U2 32B ld.nc st.cs", 512 * 4, 512, mix_probe<R, W, 512, 2, 2, LOAD_READ_ONLY, STORE_STREAM>}, \
   }
 #define PROBE_VARIANT_COUNT 8
 
@@ -136,8 +143,8 @@ static int compare_us(const void *a, const void *b) {
 }
 
 /* Median microseconds of one variant. */
-static int time_variant(const probe_variant *v, const probe_args *args, cudaStream_t stream, cudaEvent_t *events,
-                        double *us) {
+static int time_variant(const probe_variant *v, const probe_args *args, cudaStream_t stream,
+                        cudaEvent_t *events, double *us) {
   const unsigned blocks = (unsigned)(args->vectors / v->tile);
   for (int i = 0; i < PROBE_WARMUP; ++i)
     v->kernel<<<blocks, v->threads, 0, stream>>>(*args);
@@ -169,7 +176,8 @@ static int probe_mixes(ignis_device device, void *const *buffers, cudaStream_t s
   static const struct {
     int reads, writes;
     const probe_variant *variants;
-  } mixes[BENCH_MIX_COUNT] = {{1, 0, variants_r1w0}, {1, 1, variants_r1w1}, {2, 1, variants_r2w1}, {2, 2, variants_r2w2}};
+  } mixes[BENCH_MIX_COUNT] = {
+      {1, 0, variants_r1w0}, {1, 1, variants_r1w1}, {2, 1, variants_r2w1}, {2, 2, variants_r2w2}};
   probe_args args = {{(const uint4 *)buffers[0], (const uint4 *)buffers[1]},
                      {(uint4 *)buffers[2], (uint4 *)buffers[3]},
                      (int64_t)(PROBE_STREAM_BYTES / 16)};

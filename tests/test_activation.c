@@ -199,7 +199,8 @@ static void test_correctness(h_backend backend) {
   /* Launches of 2^20 outputs or more take the CUDA backend's large launch shape. */
   for (int op = 0; op < ACT_COUNT; ++op)
     for (int d = 0; d < 3; ++d) {
-      run_case(backend, (act_op)op, float_dtypes[d], 2, 257, 4096, LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS, &rng);
+      run_case(backend, (act_op)op, float_dtypes[d], 2, 257, 4096, LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS,
+               &rng);
     }
 }
 

@@ -65,7 +65,8 @@ typedef cudaError_t (*act_launch)(const ignis_activation_params *, cudaStream_t,
 
 struct act_variant {
   const char *load, *store;
-  int threads, units, width, min_blocks, row_blocks, per_sm; /* per_sm > 0: persistent, per_sm blocks per SM */
+  /* per_sm > 0: a persistent grid of per_sm blocks per SM */
+  int threads, units, width, min_blocks, row_blocks, per_sm;
   act_launch launch;
   std::vector<double> us[3];
 };
@@ -81,7 +82,8 @@ static const char *store_name(int store) {
 
 template <int T, int U, int W, int L, int S, int M, int RB = 0> static act_variant act(int per_sm) {
   using shape = gated_shape<T, U, W, L, S, M, RB>;
-  return act_variant{load_name(L), store_name(S), T, U, W, M, RB, per_sm, ignis_launch_gated<bf16, 8, shape>, {}};
+  return act_variant{
+      load_name(L), store_name(S), T, U, W, M, RB, per_sm, ignis_launch_gated<bf16, 8, shape>, {}};
 }
 
 /* M: __launch_bounds__ minimum blocks per SM (registers per thread <= 65536 / (M * T)); RB: blocks
@@ -90,7 +92,8 @@ template <int T, int U, int W, int L, int S, int M, int RB = 0> static act_varia
 #define ST(x) GATED_STORE_##x
 static std::vector<act_variant> act_variants() {
   return {
-      act<256, 4, 1, LD(STREAM), ST(PLAIN), 1>(0), /* the library's SMALL_SHAPE (the kernel before issue 22) */
+      /* the library's SMALL_SHAPE (the kernel before issue 22) */
+      act<256, 4, 1, LD(STREAM), ST(PLAIN), 1>(0),
       act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 6, 1>(0), /* the library's LARGE_SHAPE */
       act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 1, 1>(0),
       act<256, 1, 1, LD(READ_ONLY), ST(PLAIN), 8, 1>(0),
@@ -116,11 +119,11 @@ static std::vector<act_variant> act_variants() {
       act<512, 2, 1, LD(STREAM), ST(STREAM), 2>(0),
       act<512, 1, 2, LD(EVICT_FIRST), ST(STREAM), 2>(0),
       act<256, 4, 1, LD(READ_ONLY), ST(PLAIN), 1>(0),
-      act<256, 2, 2, LD(READ_ONLY), ST(PLAIN), 4>(0),
-      act<256, 1, 4, LD(READ_ONLY), ST(PLAIN), 4>(0),
+      act<256, 2, 2, LD(READ_ONLY), ST(PLAIN), 3>(0),
+      act<256, 1, 4, LD(READ_ONLY), ST(PLAIN), 3>(0),
       act<256, 4, 1, LD(STREAM), ST(STREAM), 1>(0),
-      act<256, 2, 1, LD(READ_ONLY), ST(PLAIN), 8>(0),
-      act<256, 2, 2, LD(EVICT_FIRST), ST(EVICT_FIRST), 4>(0),
+      act<256, 2, 1, LD(READ_ONLY), ST(PLAIN), 6>(0),
+      act<256, 2, 2, LD(EVICT_FIRST), ST(EVICT_FIRST), 3>(0),
       act<128, 4, 2, LD(READ_ONLY), ST(PLAIN), 1>(0),
       act<128, 8, 1, LD(STREAM), ST(PLAIN), 1>(0),
       act<1024, 1, 1, LD(READ_ONLY), ST(PLAIN), 2>(2),
@@ -142,10 +145,10 @@ template <int T> __device__ __forceinline__ float block_row_sum(float x, float *
   return ignis_warp_sum(lane < T / 32 ? scratch[lane] : 0.0f);
 }
 
-/* One row per block; hidden == T * U * W * 8 (checked on the host). */
+/* One row per block; hidden == T * U * W * 8 == 8192 (nrm() asserts it). */
 template <int T, int U, int W, int L, int S, int M>
-__global__ void __launch_bounds__(T, M) fused_norm_variant(bf16 *input, bf16 *residual, const bf16 *weight,
-                                                        int64_t hidden, float eps) {
+__global__ void __launch_bounds__(T, M)
+    fused_norm_variant(bf16 *input, bf16 *residual, const bf16 *weight, int64_t hidden, float eps) {
   __shared__ float scratch[32];
   constexpr bool POLICY = L == GATED_LOAD_EVICT_FIRST || S == GATED_STORE_EVICT_FIRST;
   const uint64_t policy = POLICY ? gated_evict_first_policy() : 0;
@@ -216,6 +219,7 @@ struct norm_variant {
 };
 
 template <int T, int U, int W, int L, int S, int M> static norm_variant nrm() {
+  static_assert(T * U * W * 8 == 8192, "a block holds one row of 8192 bf16");
   return norm_variant{load_name(L), store_name(S), T, U, W, M, launch_norm<T, U, W, L, S, M>, {}};
 }
 
@@ -231,7 +235,9 @@ static std::vector<norm_variant> norm_variants() {
       nrm<512, 2, 1, LD(STREAM), ST(STREAM), 2>(),
       nrm<512, 1, 2, LD(STREAM), ST(STREAM), 2>(),
       nrm<512, 2, 1, LD(EVICT_FIRST), ST(STREAM), 2>(),
-      nrm<1024, 1, 1, LD(PLAIN), ST(PLAIN), 1>(),
+      nrm<1024, 1, 1, LD(PLAIN), ST(PLAIN), 1>(), /* FlashInfer's block (it keeps x in shared memory) */
+      nrm<1024, 1, 1, LD(READ_ONLY), ST(PLAIN), 1>(),
+      nrm<512, 2, 1, LD(READ_ONLY), ST(PLAIN), 2>(),
       nrm<1024, 1, 1, LD(STREAM), ST(STREAM), 1>(),
       nrm<1024, 1, 1, LD(STREAM), ST(STREAM), 2>(),
       nrm<1024, 1, 1, LD(EVICT_FIRST), ST(EVICT_FIRST), 2>(),
@@ -242,7 +248,8 @@ static std::vector<norm_variant> norm_variants() {
 
 /* ---- helpers ------------------------------------------------------------------------------------ */
 __global__ void fill_bf16(bf16 *data, int64_t count, uint64_t seed) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
     uint64_t z = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -255,7 +262,8 @@ __global__ void fill_bf16(bf16 *data, int64_t count, uint64_t seed) {
 __global__ void compare_bf16(const bf16 *a, const bf16 *b, int64_t count, unsigned long long *counts) {
   unsigned long long differ = 0;
   unsigned worst = 0;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
     const unsigned short x = __bfloat16_as_ushort(a[i]), y = __bfloat16_as_ushort(b[i]);
     if (x != y) {
       ++differ;
@@ -289,7 +297,8 @@ static double median(std::vector<double> v) {
 }
 
 /* Time `call(set)` as SAMPLES_PER_ROUND bursts; appends microseconds per call to us. */
-template <typename F> static void time_bursts(cudaStream_t stream, cudaEvent_t *events, F call, std::vector<double> &us) {
+template <typename F>
+static void time_bursts(cudaStream_t stream, cudaEvent_t *events, F call, std::vector<double> &us) {
   for (int i = 0; i < WARMUP; ++i)
     call(i % SETS);
   for (int s = 0; s < SAMPLES_PER_ROUND; ++s) {
@@ -314,7 +323,7 @@ static ignis_tensor tensor2(void *data, int64_t rows, int64_t cols) {
 }
 
 static ignis_status library_act(int kind, const ignis_tensor *in, ignis_tensor *out, cudaStream_t stream) {
-  return kind == 0 ? ignis_silu_and_mul(in, out, stream)
+  return kind == 0   ? ignis_silu_and_mul(in, out, stream)
          : kind == 1 ? ignis_gelu_and_mul(in, out, stream)
                      : ignis_gelu_tanh_and_mul(in, out, stream);
 }
@@ -350,9 +359,16 @@ int main(int argc, char **argv) {
   for (int s = 0; s < SETS; ++s) {
     in_t[s] = tensor2(act_in + s * in_elems, rows, 2 * hidden);
     out_t[s] = tensor2(act_out + s * out_elems, rows, hidden);
-    params[s] = ignis_activation_params{IGNIS_ACT_SILU, 1, rows, hidden, IGNIS_BF16, act_in + s * in_elems,
-                                        ignis_row_layout{0, 2 * hidden}, act_out + s * out_elems,
-                                        ignis_row_layout{0, hidden}};
+    params[s] = ignis_activation_params{};
+    params[s].kind = IGNIS_ACT_SILU;
+    params[s].num_rows_outer = 1;
+    params[s].num_rows_inner = rows;
+    params[s].hidden = hidden;
+    params[s].dtype = IGNIS_BF16;
+    params[s].input = act_in + s * in_elems;
+    params[s].input_layout = ignis_row_layout{0, 2 * hidden};
+    params[s].out = act_out + s * out_elems;
+    params[s].out_layout = ignis_row_layout{0, hidden};
   }
   const double act_bytes = (double)rows * hidden * 2 * 3;
   std::vector<act_variant> variants = act_variants();
@@ -378,26 +394,30 @@ int main(int argc, char **argv) {
   }
   for (int round = 0; round < ROUNDS; ++round)
     for (int k = 0; k < 3; ++k) {
-      time_bursts(stream, events, [&](int s) { IK(library_act(k, &in_t[s], &out_t[s], stream)); }, library_us[k]);
+      time_bursts(
+          stream, events, [&](int s) { IK(library_act(k, &in_t[s], &out_t[s], stream)); }, library_us[k]);
       for (auto &v : variants)
-        time_bursts(stream, events, [&](int s) {
-          ignis_activation_params p = params[s];
-          p.kind = kind_ids[k];
-          CK(v.launch(&p, stream, v.per_sm ? (int64_t)v.per_sm * sms : 0));
-        }, v.us[k]);
+        time_bursts(
+            stream, events,
+            [&](int s) {
+              ignis_activation_params p = params[s];
+              p.kind = kind_ids[k];
+              CK(v.launch(&p, stream, v.per_sm ? (int64_t)v.per_sm * sms : 0));
+            },
+            v.us[k]);
     }
   CK(cudaGetLastError());
 
   printf("# ignis_act_variants on %s (%d SMs): gated activations %lldx(2x%lld) bf16, %.1f MB per call; "
          "median of %d bursts of %d calls over %d input sets (%.2f GiB)\n",
-         prop.name, sms, (long long)rows, (long long)hidden, act_bytes / 1e6, ROUNDS * SAMPLES_PER_ROUND, BURST,
-         SETS, (double)SETS * (in_elems + out_elems) * 2 / (1 << 30));
+         prop.name, sms, (long long)rows, (long long)hidden, act_bytes / 1e6, ROUNDS * SAMPLES_PER_ROUND,
+         BURST, SETS, (double)SETS * (in_elems + out_elems) * 2 / (1 << 30));
   printf("%-10s %-46s %9s %8s %7s %5s\n", "op", "variant (T thr, U units x W 16B, M, RB/row, P/SM)", "us",
          "GB/s", "vs lib", "same");
   for (int k = 0; k < 3; ++k) {
     const double lib = median(library_us[k]);
-    printf("%-10s %-46s %9.2f %8.1f %7s %5s\n", kinds[k], "library (ignis_*_and_mul)", lib, act_bytes / lib / 1e3,
-           "1.000", "-");
+    printf("%-10s %-46s %9.2f %8.1f %7s %5s\n", kinds[k], "library (ignis_*_and_mul)", lib,
+           act_bytes / lib / 1e3, "1.000", "-");
     size_t best = 0;
     for (size_t v = 0; v < variants.size(); ++v) {
       const double us = median(variants[v].us[k]);
@@ -449,7 +469,8 @@ int main(int argc, char **argv) {
   CK(cudaMemcpyAsync(x_ref, x, elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
   CK(cudaMemcpyAsync(r_ref, r, elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
   std::vector<norm_variant> norms = norm_variants();
-  std::vector<std::array<unsigned long long, 3>> checks(norms.size()); /* residual differs, out differs, out max ulps */
+  /* per variant: residual elements that differ, out elements that differ, out's largest difference in ulps */
+  std::vector<std::array<unsigned long long, 3>> checks(norms.size());
   for (size_t v = 0; v < norms.size(); ++v) {
     CK(cudaMemcpyAsync(x, x0, elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
     CK(cudaMemcpyAsync(r, r0, elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
@@ -462,21 +483,26 @@ int main(int argc, char **argv) {
   }
   std::vector<double> norm_library_us;
   for (int round = 0; round < ROUNDS; ++round) {
-    time_bursts(stream, events, [&](int s) { IK(ignis_fused_add_rmsnorm(&xt[s], &rt[s], &wt[s], eps, stream)); },
-                norm_library_us);
+    time_bursts(
+        stream, events, [&](int s) { IK(ignis_fused_add_rmsnorm(&xt[s], &rt[s], &wt[s], eps, stream)); },
+        norm_library_us);
     for (auto &v : norms)
-      time_bursts(stream, events, [&](int s) {
-        CK(v.launch(x + s * elems, r + s * elems, w + s * hidden, rows, hidden, eps, stream));
-      }, v.us);
+      time_bursts(
+          stream, events,
+          [&](int s) {
+            CK(v.launch(x + s * elems, r + s * elems, w + s * hidden, rows, hidden, eps, stream));
+          },
+          v.us);
   }
   CK(cudaGetLastError());
   const double norm_bytes = (double)rows * hidden * 2 * 4 + hidden * 2;
   const double lib = median(norm_library_us);
-  printf("# fused_add_rmsnorm %lldx%lld bf16, %.1f MB per call; same timing; residual must match bit for bit, "
-         "out within 1 ulp\n",
-         (long long)rows, (long long)hidden, norm_bytes / 1e6);
-  printf("%-10s %-46s %9s %8s %7s %s\n", "op", "variant (T threads = one row, U units x W 16B chunks)", "us", "GB/s",
-         "vs lib", "residual/out differ, max ulps");
+  printf(
+      "# fused_add_rmsnorm %lldx%lld bf16, %.1f MB per call; same timing; residual must match bit for bit, "
+      "out within 1 ulp\n",
+      (long long)rows, (long long)hidden, norm_bytes / 1e6);
+  printf("%-10s %-46s %9s %8s %7s %s\n", "op", "variant (T threads = one row, U units x W 16B chunks)", "us",
+         "GB/s", "vs lib", "residual/out differ, max ulps");
   printf("%-10s %-46s %9.2f %8.1f %7s %s\n", "fused_add", "library (ignis_fused_add_rmsnorm)", lib,
          norm_bytes / lib / 1e3, "1.000", "-");
   size_t best = 0;
@@ -487,12 +513,12 @@ int main(int argc, char **argv) {
     char name[96];
     snprintf(name, sizeof name, "T%d U%d W%d M%d %s %s", norms[v].threads, norms[v].units, norms[v].width,
              norms[v].min_blocks, norms[v].load, norms[v].store);
-    printf("%-10s %-46s %9.2f %8.1f %7.3f %llu/%llu, %llu\n", "fused_add", name, us, norm_bytes / us / 1e3, lib / us,
-           checks[v][0], checks[v][1], checks[v][2]);
+    printf("%-10s %-46s %9.2f %8.1f %7.3f %llu/%llu, %llu\n", "fused_add", name, us, norm_bytes / us / 1e3,
+           lib / us, checks[v][0], checks[v][1], checks[v][2]);
   }
   printf("# fused_add best: T%d U%d W%d M%d %s %s, %.1f GB/s (library %.1f)\n", norms[best].threads,
-         norms[best].units, norms[best].width, norms[best].min_blocks, norms[best].load, norms[best].store, norm_bytes / median(norms[best].us) / 1e3,
-         norm_bytes / lib / 1e3);
+         norms[best].units, norms[best].width, norms[best].min_blocks, norms[best].load, norms[best].store,
+         norm_bytes / median(norms[best].us) / 1e3, norm_bytes / lib / 1e3);
   for (bf16 *p : {x, r, w, x0, r0, x_ref, r_ref})
     CK(cudaFree(p));
   CK(cudaFree(counts_dev));

@@ -23,7 +23,8 @@ using SMALL_SHAPE = gated_shape<256, 4, 1, GATED_LOAD_STREAM, GATED_STORE_PLAIN>
 using LARGE_SHAPE = gated_shape<256, 1, 1, GATED_LOAD_READ_ONLY, GATED_STORE_PLAIN, 6, 1>;
 enum : int64_t { LARGE_ELEMENTS = (int64_t)1 << 20 }; /* outputs (rows x H) from which LARGE_SHAPE runs */
 
-template <typename T> static cudaError_t launch_for_dtype(const ignis_activation_params *p, cudaStream_t stream) {
+template <typename T>
+static cudaError_t launch_for_dtype(const ignis_activation_params *p, cudaStream_t stream) {
   constexpr int VEC = ignis_vec<T>::size;
   const bool vector =
       p->hidden % VEC == 0 &&

@@ -92,19 +92,24 @@ template <int LOAD> __device__ __forceinline__ uint4 gated_load_vec(const void *
   uint4 v;
   if constexpr (LOAD == GATED_LOAD_PLAIN)
     asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else if constexpr (LOAD == GATED_LOAD_READ_ONLY)
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else if constexpr (LOAD == GATED_LOAD_STREAM)
     asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else if constexpr (LOAD == GATED_LOAD_READ_ONLY_256B)
     asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
   else
     asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr), "l"(policy));
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr), "l"(policy));
   return v;
 }
 
@@ -135,14 +140,16 @@ __device__ __forceinline__ uint32_t gated_element_bits(__nv_bfloat16 x) {
   return __bfloat16_as_ushort(x);
 }
 
-template <typename T, int N, int LOAD> __device__ __forceinline__ uint4 gated_load_chunk(const T *ptr, uint64_t policy) {
+template <typename T, int N, int LOAD>
+__device__ __forceinline__ uint4 gated_load_chunk(const T *ptr, uint64_t policy) {
   if constexpr (N == 1)
     return make_uint4(gated_element_bits(__ldcs(ptr)), 0, 0, 0);
   else
     return gated_load_vec<LOAD>(ptr, policy);
 }
 
-template <typename T, int N> __device__ __forceinline__ void gated_chunk_to_floats(uint4 raw, float (&out)[N]) {
+template <typename T, int N>
+__device__ __forceinline__ void gated_chunk_to_floats(uint4 raw, float (&out)[N]) {
   if constexpr (N == 1) {
     float word[4 / sizeof(T)];
     ignis_unpack_word<T>(raw.x, word);

@@ -125,8 +125,11 @@ struct probe_variant {
          mix_probe<R, W, 256, 4, 2, LOAD_EVICT_FIRST, STORE_EVICT_FIRST>},                                   \
         {"T1024 U1 16B ld.nc st", 1024, 1024, mix_probe<R, W, 1024, 1, 1, LOAD_READ_ONLY, STORE_PLAIN>},     \
         {"T512 U2 32B ld.nc st.cs", 512 * 4, 512, mix_probe<R, W, 512, 2, 2, LOAD_READ_ONLY, STORE_STREAM>}, \
+        {"T256 U1 16B ld.nc st", 256, 256, mix_probe<R, W, 256, 1, 1, LOAD_READ_ONLY, STORE_PLAIN>}, {       \
+      "T1024 U1 16B ld st", 1024, 1024, mix_probe<R, W, 1024, 1, 1, LOAD_PLAIN, STORE_PLAIN>                 \
+    }                                                                                                        \
   }
-#define PROBE_VARIANT_COUNT 8
+#define PROBE_VARIANT_COUNT 10
 
 static const probe_variant variants_r1w0[PROBE_VARIANT_COUNT] = PROBE_VARIANTS(1, 0);
 static const probe_variant variants_r1w1[PROBE_VARIANT_COUNT] = PROBE_VARIANTS(1, 1);

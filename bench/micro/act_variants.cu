@@ -122,7 +122,7 @@ static std::vector<act_variant> act_variants() {
       act<256, 2, 2, LD(READ_ONLY), ST(PLAIN), 3>(0),
       act<256, 1, 4, LD(READ_ONLY), ST(PLAIN), 3>(0),
       act<256, 4, 1, LD(STREAM), ST(STREAM), 1>(0),
-      act<256, 2, 1, LD(READ_ONLY), ST(PLAIN), 6>(0),
+      act<256, 2, 1, LD(READ_ONLY), ST(PLAIN), 4>(0),
       act<256, 2, 2, LD(EVICT_FIRST), ST(EVICT_FIRST), 3>(0),
       act<128, 4, 2, LD(READ_ONLY), ST(PLAIN), 1>(0),
       act<128, 8, 1, LD(STREAM), ST(PLAIN), 1>(0),

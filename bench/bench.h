@@ -113,6 +113,8 @@ typedef struct bench_tensor_spec {
   int64_t valid_min; /* integer outputs: the range every written value lies in */
   int64_t valid_max;
   int neg_inf_ok; /* float outputs: -inf is a legitimate value (masked logits) */
+  int write_only; /* an in-out tensor the call only writes: all of bytes_moved is written (else an
+                     in-out tensor's bytes_moved is half read, half written) */
 } bench_tensor_spec;
 
 /* A spec of the given shape (1 to 4 dims), bytes_moved its size, role input. */
@@ -215,6 +217,9 @@ bench_case bench_make_case(const bench_routine *routine, const bench_case *dims,
                            ignis_dtype dtype);
 /* Bytes a call of this case must move (sum of bytes_moved). */
 int64_t bench_case_bytes(const bench_case *c);
+/* The same bytes split into read and written (inputs read, outputs written, in-out tensors half
+ * each unless write_only), and how many tensors take at least a quarter of the written bytes. */
+void bench_case_traffic(const bench_case *c, int64_t *read, int64_t *written, int *write_streams);
 /* "16384x8192", "16384x8192 (in 16384x16384)", "16384tok 32/8h d128 inplace", ... */
 void bench_case_shape(const bench_case *c, char *text, size_t size);
 /* "4096" or "4k" (multiples of 1024): the compact numbers of shape texts. */
@@ -309,6 +314,20 @@ typedef struct bench_ceiling {
 /* Copy ceiling of the device: GPU 1 GiB device-to-device cudaMemcpyAsync, host a threaded memcpy
  * of 256 MiB; median of several after warm-up. */
 int bench_measure_ceiling(ignis_device device, bench_ceiling *out);
+
+/* Read/write mix ceilings of a CUDA device (bench/probe.cu): a probe kernel reading `reads` and
+ * writing `writes` equal streams, in several variants (access width, loads in flight, cache
+ * policies); gbps is the best variant's (bytes read + written), `best` names it. The mixes, in
+ * this order: 1:0, 1:1, 2:1, 2:2. */
+#define BENCH_MIX_COUNT 4
+typedef struct bench_mix_ceiling {
+  int reads, writes;
+  double gbps;
+  int variants;
+  char best[48];
+} bench_mix_ceiling;
+/* Returns 0, or -1 with bench_fail (always on the host, and in builds without CUDA). */
+int bench_measure_mix_ceilings(ignis_device device, bench_mix_ceiling *out);
 
 /* ---- commands ------------------------------------------------------------------------------- */
 int bench_command_info(int argc, char **argv);

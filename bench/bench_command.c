@@ -5,6 +5,10 @@
  *
  * Method (see bench.h for the input sets and the byte counts):
  *   - the copy ceiling of the device is measured once per run; every row quotes its fraction;
+ *   - on a GPU, so are the read/write mix ceilings (bench/probe.cu: the best of several probe
+ *     kernels reading and writing equal streams at 1:0, 1:1, 2:1 and 2:2); every byte-counted row
+ *     also quotes its fraction of the mix nearest its own: the mix whose share of written bytes is
+ *     nearest the row's (bench_case_traffic), 2:2 over 1:1 when two or more tensors take the writes;
  *   - inputs rotate over enough copies that their total exceeds twice the L2, so no call reads
  *     what an earlier call left in the cache (on the host: twice the last-level cache, at most
  *     64 MiB, so the short host suite stays short);
@@ -69,6 +73,7 @@ typedef struct output {
   int json;
   FILE *json_file;
   double ceiling_gbps;
+  const bench_mix_ceiling *mixes; /* BENCH_MIX_COUNT of them, or NULL when not measured */
   int rows;
   table_unit header; /* the column header printed last */
 } output;
@@ -491,9 +496,52 @@ static void write_ceiling_json(FILE *to, const void *data) {
   fprintf(to, "}\n");
 }
 
+/* The mix ceiling a byte-counted case is held against (see the header comment); NULL without mixes. */
+static const bench_mix_ceiling *mix_of(const bench_case *c, const bench_mix_ceiling *mixes) {
+  if (!mixes || c->routine->flops)
+    return NULL;
+  int64_t read, written;
+  int write_streams;
+  bench_case_traffic(c, &read, &written, &write_streams);
+  if (read + written <= 0)
+    return NULL;
+  const double share = (double)written / (double)(read + written);
+  const bench_mix_ceiling *best = NULL;
+  double best_gap = 2.0;
+  for (int m = 0; m < BENCH_MIX_COUNT; ++m) {
+    const double mix_share = (double)mixes[m].writes / (double)(mixes[m].reads + mixes[m].writes);
+    const double gap = fabs(mix_share - share);
+    /* equal shares (1:1 and 2:2): the one whose written streams match the row's */
+    const int streams_match = mixes[m].writes == (write_streams >= 2 ? 2 : 1);
+    if (gap < best_gap - 1e-9 || (fabs(gap - best_gap) <= 1e-9 && streams_match)) {
+      best = &mixes[m];
+      best_gap = gap;
+    }
+  }
+  return best;
+}
+
+typedef struct mix_record {
+  ignis_device device;
+  const bench_mix_ceiling *mix;
+} mix_record;
+
+static void write_mix_json(FILE *to, const void *data) {
+  const mix_record *r = data;
+  char device[32];
+  bench_device_name(r->device, device, sizeof device);
+  fprintf(to,
+          "{\"record\":\"mix_ceiling\",\"device\":\"%s\",\"reads\":%d,\"writes\":%d,\"gbps\":%.1f,"
+          "\"variants\":%d,\"best\":",
+          device, r->mix->reads, r->mix->writes, r->mix->gbps, r->mix->variants);
+  json_string(to, r->mix->best);
+  fprintf(to, "}\n");
+}
+
 typedef struct result_record {
   const result *r;
   double ceiling_gbps;
+  const bench_mix_ceiling *mix;
 } result_record;
 
 static void write_result_json(FILE *to, const void *data) {
@@ -528,6 +576,9 @@ static void write_result_json(FILE *to, const void *data) {
   if (rec->ceiling_gbps > 0)
     fprintf(to, ",\"ceiling_gbps\":%.1f,\"fraction_of_ceiling\":%.4f", rec->ceiling_gbps,
             gbps / rec->ceiling_gbps);
+  if (rec->mix && rec->mix->gbps > 0)
+    fprintf(to, ",\"mix\":\"%d:%d\",\"mix_gbps\":%.1f,\"fraction_of_mix\":%.4f", rec->mix->reads,
+            rec->mix->writes, rec->mix->gbps, gbps / rec->mix->gbps);
   fprintf(to, "}\n");
 }
 
@@ -549,7 +600,7 @@ static void write_error_json(FILE *to, const void *data) {
   fprintf(to, "}\n");
 }
 
-#define TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s %6s\n"
+#define TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s %6s %4s %6s\n"
 /* FLOP-counted rows: GFLOP/call and TFLOP/s in the columns of MB/call and GB/s, no ceiling. */
 #define FLOP_TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s\n"
 
@@ -571,6 +622,16 @@ static void print_header(const output *out, ignis_device device, const ignis_dev
     printf("# copy ceiling: %.1f GB/s (%s)\n", ceiling->gbps, ceiling->how);
   else
     printf("# copy ceiling: not measured (%%ceil left blank)\n");
+  if (out->mixes) {
+    printf("# read:write mix ceilings (probe kernels reading and writing equal 256 MiB streams, best of %d "
+           "variants, median of 9; %%mix: a row's fraction of the mix nearest its own):\n",
+           out->mixes[0].variants);
+    for (int m = 0; m < BENCH_MIX_COUNT; ++m)
+      printf("#   %d:%d  %.1f GB/s  (%.3fx copy; best %s)\n", out->mixes[m].reads, out->mixes[m].writes,
+             out->mixes[m].gbps, ceiling_ok ? out->mixes[m].gbps / ceiling->gbps : 0.0, out->mixes[m].best);
+  } else if (device.type == IGNIS_DEVICE_CUDA) {
+    printf("# read:write mix ceilings: not measured (%%mix left blank)\n");
+  }
   printf(
       "# time per call = median of the samples; direct: events around each launch; graph: calls\n"
       "# captured in CUDA graphs replayed back to back, time / calls; host: monotonic clock per call.\n"
@@ -583,7 +644,7 @@ static void print_columns(output *out, table_unit unit) {
     return;
   if (unit == TABLE_BYTES)
     printf(TABLE_FORMAT, "routine", "shape", "dtype", "mode", "sets", "MB/call", "median_us", "p90_us",
-           "GB/s", "%ceil");
+           "GB/s", "%ceil", "mix", "%mix");
   else
     printf("# FLOP-counted routines: TFLOP/s = FLOPs per call / median time (no ceiling "
            "quoted)\n" FLOP_TABLE_FORMAT,
@@ -596,13 +657,14 @@ static table_unit unit_of(const bench_routine *routine) {
 }
 
 static void print_row(output *out, const result *r) {
-  result_record record = {r, out->ceiling_gbps};
+  result_record record = {r, out->ceiling_gbps, mix_of(&r->c, out->mixes)};
   emit_json(out, write_result_json, &record);
   ++out->rows;
   if (out->json)
     return;
   print_columns(out, unit_of(r->c.routine));
-  char shape[96], sets[24], work[24], median[24], p90[24], rate[24], fraction[24] = "";
+  char shape[96], sets[24], work[24], median[24], p90[24], rate[24], fraction[24] = "", mix[16] = "",
+                                                                     mix_fraction[24] = "";
   bench_case_shape(&r->c, shape, sizeof shape);
   snprintf(sets, sizeof sets, "%lld", (long long)r->sets);
   snprintf(median, sizeof median, "%.2f", r->median_us);
@@ -618,8 +680,12 @@ static void print_row(output *out, const result *r) {
     snprintf(rate, sizeof rate, "%.1f", gbps);
     if (out->ceiling_gbps > 0)
       snprintf(fraction, sizeof fraction, "%.1f%%", 100.0 * gbps / out->ceiling_gbps);
+    if (record.mix && record.mix->gbps > 0) {
+      snprintf(mix, sizeof mix, "%d:%d", record.mix->reads, record.mix->writes);
+      snprintf(mix_fraction, sizeof mix_fraction, "%.1f%%", 100.0 * gbps / record.mix->gbps);
+    }
     printf(TABLE_FORMAT, r->c.routine->name, shape, ignis_dtype_name(r->c.dtype), r->mode, sets, work, median,
-           p90, rate, fraction);
+           p90, rate, fraction, mix, mix_fraction);
   }
   fflush(stdout);
 }
@@ -634,7 +700,8 @@ static void print_error(output *out, const bench_case *c, const char *message) {
   if (out->json)
     return;
   print_columns(out, unit_of(c->routine));
-  printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "", "");
+  printf(TABLE_FORMAT, c->routine->name, shape, ignis_dtype_name(c->dtype), "FAILED", "", "", "", "", "", "",
+         "", "");
 }
 
 /* The counting rule of every routine the cases used, of one unit. */
@@ -717,7 +784,7 @@ int bench_command_bench(int argc, char **argv) {
   else
     suite_cases(&o, gpu, cases);
 
-  output out = {o.json, NULL, 0.0, 0, TABLE_NONE};
+  output out = {o.json, NULL, 0.0, NULL, 0, TABLE_NONE};
   if (o.json_file && !(out.json_file = fopen(o.json_file, "w"))) {
     fprintf(stderr, "ignis bench: cannot write %s\n", o.json_file);
     free(cases);
@@ -733,6 +800,19 @@ int bench_command_bench(int argc, char **argv) {
   } else {
     fprintf(stderr, "ignis bench: copy ceiling: %s\n", bench_error());
     ++failures;
+  }
+  bench_mix_ceiling mixes[BENCH_MIX_COUNT];
+  if (gpu) {
+    if (bench_measure_mix_ceilings(o.device, mixes) == 0) {
+      out.mixes = mixes;
+      for (int m = 0; m < BENCH_MIX_COUNT; ++m) {
+        mix_record record = {o.device, &mixes[m]};
+        emit_json(&out, write_mix_json, &record);
+      }
+    } else {
+      fprintf(stderr, "ignis bench: read/write mix ceilings: %s\n", bench_error());
+      ++failures;
+    }
   }
   print_header(&out, o.device, &info, &ceiling, ceiling_ok);
 

@@ -488,6 +488,10 @@ static int no_cuda(void) {
   return bench_fail("this `ignis` was built without CUDA");
 }
 
+int bench_measure_mix_ceilings(ignis_device device, bench_mix_ceiling *out) {
+  return bench_fail("the read/write mix probe needs CUDA (this `ignis` was built without it)");
+}
+
 int bench_device_alloc(ignis_device device, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (device.type != IGNIS_DEVICE_CPU)

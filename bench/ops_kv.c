@@ -23,6 +23,7 @@ static int describe_append(const bench_case *c, bench_tensor_spec *s) {
   int n = 4 + bench_page_cache_specs(c, 1, &s[4]);
   s[4] = bench_inout(s[4]); /* written once, each token held */
   s[5] = bench_inout(s[5]);
+  s[4].write_only = s[5].write_only = 1;
   return n;
 }
 

@@ -82,6 +82,25 @@ int64_t bench_case_bytes(const bench_case *c) {
   return bytes;
 }
 
+void bench_case_traffic(const bench_case *c, int64_t *read, int64_t *written, int *write_streams) {
+  bench_tensor_spec specs[BENCH_MAX_TENSORS];
+  int64_t writes[BENCH_MAX_TENSORS];
+  int count = c->routine->describe(c, specs);
+  *read = *written = 0;
+  for (int i = 0; i < count; ++i) {
+    const bench_tensor_spec *s = &specs[i];
+    writes[i] = s->role == BENCH_OUT || (s->role == BENCH_INOUT && s->write_only) ? s->bytes_moved
+                : s->role == BENCH_INOUT                                          ? s->bytes_moved / 2
+                                                                                  : 0;
+    *written += writes[i];
+    *read += s->bytes_moved - writes[i];
+  }
+  *write_streams = 0;
+  for (int i = 0; i < count; ++i)
+    if (writes[i] > 0 && 4 * writes[i] >= *written)
+      ++*write_streams;
+}
+
 void bench_case_shape(const bench_case *c, char *text, size_t size) {
   c->routine->family->shape(c, text, size);
 }

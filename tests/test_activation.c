@@ -3,7 +3,8 @@
  * formulas: out[..., h] = act(input[..., h]) * input[..., H + h].
  *
  * Cases: H in {1, 7, 8, 4095, 4096, 4097}, 1-D [2H], 2-D [rows, 2H] and 3-D [2, rows, 2H] with rows
- * 1, 3, 17, dtypes f16/bf16/f32, and layouts: contiguous; padded, misaligned row strides (input and
+ * 1, 3, 17, and 2-D with 257 rows at H 4096 (over 2^20 outputs: the CUDA backend's large launch
+ * shape), dtypes f16/bf16/f32, and layouts: contiguous; padded, misaligned row strides (input and
  * output padded differently); 3-D with permuted leading strides; vector-aligned padding. Gate
  * values are mostly N(0, 2.5^2) with some extremes (+-30, +-8, 0) to reach the tails of exp/erf/tanh.
  * Outputs are poisoned before each call; every element of the output view must be written, the
@@ -195,6 +196,12 @@ static void test_correctness(h_backend backend) {
                    &rng);
         }
       }
+  /* Launches of 2^20 outputs or more take the CUDA backend's large launch shape. */
+  for (int op = 0; op < ACT_COUNT; ++op)
+    for (int d = 0; d < 3; ++d) {
+      run_case(backend, (act_op)op, float_dtypes[d], 2, 257, 4096, LAYOUT_CONTIGUOUS, LAYOUT_CONTIGUOUS,
+               &rng);
+    }
 }
 
 /* Zero rows or H = 0: success, nothing written. */

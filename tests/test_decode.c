@@ -1804,7 +1804,8 @@ static void test_block_table(h_backend backend) {
       {4, 16, 2, 2, 128, 3, 900, IGNIS_BF16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_HND, 0, 0, NULL},
       {2, 64, 4, 1, 256, 1, 1200, IGNIS_F16, IGNIS_F16, IGNIS_KV_LAYOUT_NHD, 1, 1, NULL},
       {3, 16, 2, 4, 128, 2, 800, IGNIS_FP8_E4M3, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_NHD, 0, 0, NULL},
-      {cuda ? 40 : 6, 16, 8, 4, 128, 1, cuda ? 3000 : 600, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_HND, 0, 0, NULL},
+      {cuda ? 40 : 6, 16, 8, 4, 128, 1, cuda ? 3000 : 600, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_HND, 0, 0,
+       NULL},
       {3, 16, 2, 8, 512, 1, 2100, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 0, 1, NULL},
       {2, 16, 1, 4, 512, 3, 700, IGNIS_F16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_HND, 1, 0, NULL},
   };

@@ -70,7 +70,8 @@ static ignis_status check_head_dim(const char *fn, const char *what, int64_t hea
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be positive", fn,
                            what, head_dim);
   return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128, 256 or 512)", fn, what, head_dim);
+                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128, 256 or 512)", fn, what,
+                         head_dim);
 }
 
 /* Run extras into the params' fields. */

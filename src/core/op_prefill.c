@@ -64,10 +64,11 @@ static ignis_status check_head_dims(const char *fn, const char *qk_what, int64_t
              (head_dim_qk == 64 || head_dim_qk == 128 || head_dim_qk == 256 || head_dim_qk == 512);
   if (same || (head_dim_qk == 192 && head_dim_vo == 128))
     return IGNIS_OK;
-  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "%s: %s=%" PRId64 " with %s=%" PRId64
-                         " has no compiled kernel ((64, 64), (128, 128), (256, 256), (512, 512) or (192, 128))",
-                         fn, qk_what, head_dim_qk, vo_what, head_dim_vo);
+  return ignis_set_error(
+      IGNIS_ERROR_UNSUPPORTED,
+      "%s: %s=%" PRId64 " with %s=%" PRId64
+      " has no compiled kernel ((64, 64), (128, 128), (256, 256), (512, 512) or (192, 128))",
+      fn, qk_what, head_dim_qk, vo_what, head_dim_vo);
 }
 
 static ignis_status check_mask_mode(const char *fn, const char *name, ignis_mask_mode mode) {

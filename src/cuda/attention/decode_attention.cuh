@@ -55,8 +55,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
   const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(decode_smem);
   const char **rows_at =
       reinterpret_cast<const char **>(decode_smem + tile::RING_BYTES); /* [slot][key][K, V] */
-  uint32_t *valid_bits =
-      reinterpret_cast<uint32_t *>(decode_smem + tile::RING_BYTES + tile::SLOTS * KT * 16);
+  uint32_t *valid_bits = reinterpret_cast<uint32_t *>(decode_smem + tile::RING_BYTES + tile::SLOTS * KT * 16);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -318,7 +317,8 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
           if constexpr (DSPLIT > 1) {
             /* the warps' partial scores (their dims) summed in one order, so every warp holds the
              * same S; buffer sub & 1: the next write to it follows the tile's barrier */
-            float *xs = reinterpret_cast<float *>(decode_smem + tile::XS_OFFSET) + (sub & 1) * DECODE_WARPS * 32 * 8;
+            float *xs =
+                reinterpret_cast<float *>(decode_smem + tile::XS_OFFSET) + (sub & 1) * DECODE_WARPS * 32 * 8;
             float4 *mine = reinterpret_cast<float4 *>(xs + (warp * 32 + lane) * 8);
             mine[0] = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
             mine[1] = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
@@ -378,8 +378,8 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 #pragma unroll
             for (int j = 0; j < OTILES; j += 2) {
               uint32_t x[4];
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8,
-                                                                                  dpart * OTILES + j + (mi >> 1)),
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(
+                                             key0 + mrow + (mi & 1) * 8, dpart * OTILES + j + (mi >> 1)),
                                 x);
               mma16816<BF16>(o[j], pa, x[0], x[1]);
               mma16816<BF16>(o[j + 1], pa, x[2], x[3]);
@@ -388,9 +388,10 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 #pragma unroll
             for (int cc = 0; cc < tile::CHUNKS / DSPLIT; cc += 2) {
               uint32_t x[4];
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(
-                                             key0 + mrow + (mi & 1) * 8, dpart * (tile::CHUNKS / DSPLIT) + cc + (mi >> 1)),
-                                x);
+              ldmatrix_x4_trans(
+                  v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(
+                               key0 + mrow + (mi & 1) * 8, dpart * (tile::CHUNKS / DSPLIT) + cc + (mi >> 1)),
+                  x);
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
@@ -413,9 +414,11 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 
     /* each warp leaves its O (f32, by dim), m and l (summed over the lanes of a row) in shared memory */
     float *merge_o = reinterpret_cast<float *>(decode_smem);
-    float *merge_m = merge_o + DECODE_WARPS / DSPLIT * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
+    float *merge_m = merge_o + DECODE_WARPS / DSPLIT * 16 * tile::O_STRIDE,
+          *merge_l = merge_m + DECODE_WARPS * 16;
     /* DSPLIT: one slot, the warp's dims of it */
-    float *wo = DSPLIT > 1 ? merge_o + dpart * (HEAD_DIM / DSPLIT) : merge_o + (size_t)warp * 16 * tile::O_STRIDE;
+    float *wo =
+        DSPLIT > 1 ? merge_o + dpart * (HEAD_DIM / DSPLIT) : merge_o + (size_t)warp * 16 * tile::O_STRIDE;
     if constexpr (TRANSPOSED) { /* rows 2t, 2t + 1 of the lanes g */
       store_transposed_rows<FP8>(o, m, l, active, wo, tile::O_STRIDE, merge_m + warp * 16,
                                  merge_l + warp * 16);

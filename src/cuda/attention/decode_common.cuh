@@ -89,8 +89,8 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
    * (DSPLIT) the partial scores of a 16-key sub-tile, [2 sub-tiles][warps][32 lanes][8] f32 */
   static constexpr size_t RING_TABLES_END = RING_BYTES + (size_t)SLOTS * KT * 16 + (size_t)SLOTS * KT / 8;
   static constexpr size_t XS_OFFSET = (RING_TABLES_END + 127) / 128 * 128;
-  static constexpr size_t SMEM_BYTES =
-      DSPLIT > 1 ? XS_OFFSET + (size_t)2 * DECODE_WARPS * 32 * 8 * 4 : RING_TABLES_END;
+  static constexpr size_t SMEM_BYTES = DSPLIT > 1 ? XS_OFFSET + (size_t)2 * DECODE_WARPS * 32 * 8 * 4
+                                                  : RING_TABLES_END;
   /* the split merge reuses it all: O [warps][16][O_STRIDE] f32 (rows padded by 8 floats, so the
    * 8 rows a warp stores at once fall in different banks; DSPLIT: one slot, each warp its dims),
    * then m and l [warps][16] */
@@ -408,8 +408,7 @@ template <int HEAD_DIM, bool ROPE, bool TRANSPOSED, int DSPLIT = 1> struct query
  * DSPLIT): the two halves of the local steps take matching steps of the two halves of the head dim,
  * so ROPE_LLAMA's pairs (dims d, d + HEAD_DIM / 2) stay in one warp, at local steps kk, kk + KSTEPS / 2;
  * an even step and the next are consecutive (fp8 K loads two at once). The identity for DSPLIT 1. */
-template <int HEAD_DIM, int DSPLIT>
-__device__ __forceinline__ int qk_step(int kk, int dpart) {
+template <int HEAD_DIM, int DSPLIT> __device__ __forceinline__ int qk_step(int kk, int dpart) {
   constexpr int HALF = HEAD_DIM / 16 / DSPLIT / 2;
   return kk % HALF + dpart * HALF + (kk / HALF) * (HEAD_DIM / 32);
 }
@@ -486,8 +485,9 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
       for (int kk = 0; kk < KSTEPS / 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          freq[kk][e] = p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
-                                                 HEAD_DIM * p.rope_log2_theta);
+          freq[kk][e] = p.rope_rcp_scale *
+                        exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
+                              HEAD_DIM * p.rope_log2_theta);
 #pragma unroll
       for (int h2 = 0; h2 < QROWS; ++h2)
         rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
@@ -508,14 +508,15 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
         } else if (row_ok[h2]) {
           /* the warps of a row must agree: the maximum of the whole row as loaded (RoPE turns a pair
            * by at most a factor sqrt 2, still inside f16's range) */
-          const QT *qp = static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
+          const QT *qp =
+              static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
 #pragma unroll 1
           for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
 #pragma unroll
             for (int e = 0; e < 4; e += 2) {
               float two[2];
-              ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))),
-                                    two);
+              ignis_unpack_word<QT>(
+                  __ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))), two);
               mx = fmaxf(mx, fmaxf(fabsf(two[0]), fabsf(two[1])));
             }
         }
@@ -551,8 +552,9 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
     for (int kk = 0; kk < KSTEPS / 2; ++kk)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        kfreq[kk][e] = p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
-                                                HEAD_DIM * p.rope_log2_theta);
+        kfreq[kk][e] =
+            p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
+                                     HEAD_DIM * p.rope_log2_theta);
   }
   float(&slope)[2] = q.slope;
   slope[0] = slope[1] = 0.0f;
@@ -566,8 +568,8 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
  * path: scaled, ALiBi, soft cap (base 2 out), masks of the row. */
 template <int HEAD_DIM, bool ROPE, bool TRANSPOSED, int DSPLIT>
 __device__ __forceinline__ float general_score(const ignis_decode_params &p, const decode_config &c,
-                                               const query_frags<HEAD_DIM, ROPE, TRANSPOSED, DSPLIT> &q, float raw,
-                                               int h2, int j, bool ok, bool row_masks) {
+                                               const query_frags<HEAD_DIM, ROPE, TRANSPOSED, DSPLIT> &q,
+                                               float raw, int h2, int j, bool ok, bool row_masks) {
   const int32_t pos = q.score_pos[h2];
   float x = raw * q.row_scale[h2];
   if (c.transform) {

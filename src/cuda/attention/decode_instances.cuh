@@ -63,7 +63,9 @@ extern const decode_instance decode_instances_hd512[DECODE_INSTANCES_PER_HEAD_DI
 
 /* Whether the transposed kernel has instances of a head dim: not 512, whose Q and O fragments do not
  * fit a warp (the m16 kernel splits the head dim across its warps there: decode_tile). */
-constexpr bool decode_transposed_takes(int64_t head_dim) { return head_dim <= 256; }
+constexpr bool decode_transposed_takes(int64_t head_dim) {
+  return head_dim <= 256;
+}
 
 template <auto KERNEL>
 static cudaError_t decode_kernel_set(size_t smem, int threads, int heads_per_block, decode_kernel *k,

@@ -2,9 +2,8 @@
  * tells the grid, the work items and the instances).
  *
  * FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS = 128 packed rows for head
- * dims up to 128 (4 warps of 2 m-tiles), 64 up to 256 (4 warps of 1 m-tile), 16 at head dim 512
- * (the 4 warps on one m-tile, each with the whole S and a quarter of O's dims: prefill_shape);
- * KT = 64 keys (32 at head dim 256, 16 at 512). Q is copied once into swizzled shared memory and read by ldmatrix at each k-step; K and
+ * dims up to 128 (4 warps of 2 m-tiles), 64 to 256 (4 warps of 1 m-tile); KT = 64 keys (32 at head
+ * dim 256). Q is copied once into swizzled shared memory and read by ldmatrix at each k-step; K and
  * V tiles stream through a ring of 2-3 stages filled with 16-byte cp.async (zero-filled past the
  * range). The row addresses of every key are computed a stage ahead by threads 0..KT-1 (contiguous,
  * ragged, or through cache.indices for paged keys, whose page-table read is issued one more tile
@@ -16,6 +15,10 @@
  * (V by ldmatrix.trans). Per step and warp the keys are skipped (beyond the causal diagonal or
  * before the window), taken without any mask (fully visible), or masked per element (diagonal,
  * window edges, range end, custom-mask bits gathered once per tile into shared memory).
+ *
+ * Head dim 512 (prefill_shape): tiles of 16 rows and 16 keys; the 4 warps share the one m-tile,
+ * each computing the whole S (the same in every warp) and a quarter of O's dims, since O of a
+ * 512-dim row would not fit one warp's registers.
  *
  * fp8 K/V tiles land as bytes and are converted once per tile, by the whole block, into a 16-bit
  * tile of q's dtype (exact for both formats), which is also where ROPE_LLAMA rotates the keys
@@ -60,9 +63,9 @@ template <int DQK, int DVO, int KV_BYTES> struct prefill_shape {
    * warp's registers. */
   static constexpr int DSPLIT = DMAX >= 512 ? PREFILL_WARPS : 1;
   static constexpr int ROWS = DMAX <= 128 ? 128 : DMAX <= 256 ? 64 : 16; /* ignis_prefill_q_tile_rows */
-  static constexpr int MT = ROWS * DSPLIT / (16 * PREFILL_WARPS);       /* m-tiles per warp */
-  static constexpr int NV = DVO / 8 / DSPLIT;                           /* O n-tiles per warp */
-  static constexpr int KT = DQK >= 512 ? 16 : DQK >= 256 ? 32 : 64;     /* keys per tile */
+  static constexpr int MT = ROWS * DSPLIT / (16 * PREFILL_WARPS);        /* m-tiles per warp */
+  static constexpr int NV = DVO / 8 / DSPLIT;                            /* O n-tiles per warp */
+  static constexpr int KT = DQK >= 512 ? 16 : DQK >= 256 ? 32 : 64;      /* keys per tile */
   /* keys per softmax step: two steps per tile where S of a whole tile would crowd out O */
   static constexpr int KC = MT * NV * 4 + MT * (KT / 8) * 4 > 160 ? 32 : KT;
   static constexpr int STAGES = DQK <= 64 ? 3 : 2;

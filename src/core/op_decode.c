@@ -78,13 +78,14 @@ struct ignis_decode_plan {
 };
 
 static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
-  if (head_dim == 64 || head_dim == 128 || head_dim == 256)
+  if (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512)
     return IGNIS_OK;
   if (head_dim <= 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be positive", fn,
                            what, head_dim);
   return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128 or 256)", fn, what, head_dim);
+                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128, 256 or 512)", fn, what,
+                         head_dim);
 }
 
 /* Run extras into the params' fields. */

@@ -696,7 +696,10 @@ static int plan_run_views(plan_env *e, const kv_batch *c, qo_set *s, extras_set 
 /* The planner's schedule of a batch, with the chunk its policy chooses for it. */
 static size_t plan_batch_of(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last, int64_t B,
                             void *image) {
-  return ignis_decode_plan_batch(pl, ignis_decode_choose_chunk_pages(pl, indptr, 0, B), indptr, last, B, image);
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b)
+    longest = indptr[b + 1] - indptr[b] > longest ? indptr[b + 1] - indptr[b] : longest;
+  return ignis_decode_plan_batch(pl, ignis_decode_choose_chunk_pages(pl, indptr, longest, B), indptr, last, B, image);
 }
 
 static void check_schedule(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last,

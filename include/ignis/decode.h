@@ -189,7 +189,9 @@ IGNIS_API ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_
  * at once). workspace may be NULL; when given, it is checked as the runs will check it (size,
  * device), so a wrong buffer fails here already.
  * The plan keeps a small ring of pinned staging buffers; an update only waits if it would reuse
- * one whose previous copy has not run yet. */
+ * one whose previous copy has not run yet. Updates of one plan on different streams must be
+ * ordered on the device (each after the previous update's runs), as they all write the plan's one
+ * device schedule; the ring relies on that order. */
 IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
                                                 const int32_t *kv_last_page_len_host, int64_t batch_size,
                                                 void *workspace, size_t workspace_bytes, void *stream);

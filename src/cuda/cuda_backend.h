@@ -55,6 +55,7 @@ ignis_status ignis_cuda_event_query(void *event, int *complete);
 ignis_status ignis_cuda_event_synchronize(void *event);
 ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                              void *event);
+ignis_status ignis_cuda_device_synchronize(int32_t device);
 ignis_status ignis_cuda_copy_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream);
 
 #ifdef __cplusplus

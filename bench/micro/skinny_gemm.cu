@@ -58,7 +58,8 @@ static const int COUNTERS = 16384;
 
 /* ---- kernels of the harness ------------------------------------------------------------------ */
 __global__ void fill_uniform(bf16 *x, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
     h ^= h >> 15;
     h *= 2246822519u;
@@ -77,7 +78,8 @@ __global__ void reference(const bf16 *a, const bf16 *w, int m, int n, int k, dou
   const int row = i / n, col = i % n;
   double s = 0, s_abs = 0;
   for (int kk = 0; kk < k; ++kk) {
-    const double term = (double)__bfloat162float(a[(size_t)row * k + kk]) * __bfloat162float(w[(size_t)col * k + kk]);
+    const double term =
+        (double)__bfloat162float(a[(size_t)row * k + kk]) * __bfloat162float(w[(size_t)col * k + kk]);
     s += term;
     s_abs += fabs(term);
   }
@@ -93,7 +95,8 @@ __global__ void spin(long long cycles) {
 
 __global__ void stream_read(const uint4 *x, size_t count, unsigned *sink) {
   unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
     const uint4 v = __ldcs(x + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
@@ -107,10 +110,10 @@ typedef ignis_status (*variant_fn)(const ignis_skinny_args &, int, int, float *,
 
 template <typename Cfg>
 static ignis_status run_variant(const ignis_skinny_args &args, int sms, int per_sm, float *partials,
-                                size_t partial_floats, unsigned *counters, int counters_count, cudaStream_t stream,
-                                ignis_skinny_launch_info *info) {
-  return ignis_skinny_launch_m<bf16, Cfg>(args, sms, per_sm, partials, partial_floats, counters, counters_count,
-                                          stream, info);
+                                size_t partial_floats, unsigned *counters, int counters_count,
+                                cudaStream_t stream, ignis_skinny_launch_info *info) {
+  return ignis_skinny_launch_m<bf16, Cfg>(args, sms, per_sm, partials, partial_floats, counters,
+                                          counters_count, stream, info);
 }
 
 struct variant {
@@ -181,8 +184,8 @@ struct check_result {
   std::vector<uint16_t> bits;
 };
 
-static check_result check(const bf16 *out_dev, const std::vector<double> &ref, const std::vector<double> &abs_sum,
-                          int m, int n, int k) {
+static check_result check(const bf16 *out_dev, const std::vector<double> &ref,
+                          const std::vector<double> &abs_sum, int m, int n, int k) {
   check_result r;
   r.bits.resize((size_t)m * n);
   CK(cudaMemcpy(r.bits.data(), out_dev, r.bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -212,7 +215,7 @@ static ignis_tensor transposed(ignis_tensor t) {
 }
 
 int main() {
-  static const int SHAPES[][3] = {{1, 7168, 2048},  {4, 7168, 2048},  {16, 7168, 2048},  {64, 7168, 2048},
+  static const int SHAPES[][3] = {{1, 7168, 2048}, {4, 7168, 2048}, {16, 7168, 2048}, {64, 7168, 2048},
                                   {1, 4096, 4096}, {4, 4096, 4096}, {16, 4096, 4096}, {64, 4096, 4096}};
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -230,8 +233,9 @@ int main() {
   printf("# ignis_skinny_gemm: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB); "
          "weights rotate over >= %zu MiB\n",
          prop.name, sms, prop.l2CacheSize >> 20, bandwidth / 1e9, rotation >> 20);
-  printf("| M | N | K | path | grid (rows x splits) | us | GB/s | x floor | vs cuBLASLt | err/bound | same |\n"
-         "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  printf(
+      "| M | N | K | path | grid (rows x splits) | us | GB/s | x floor | vs cuBLASLt | err/bound | same |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
 
   int failures = 0;
   for (const auto &shape : SHAPES) {
@@ -319,8 +323,9 @@ int main() {
     }
     const double floor_us = w_bytes / bandwidth * 1e6, base_us = rows[0].us;
     for (const row &r : rows)
-      printf("| %d | %d | %d | %s | %s | %.2f | %.0f | %.2f | %.2f | %.3f | %s |\n", m, n, k, r.name, r.grid, r.us,
-             w_bytes / (r.us * 1e-6) / 1e9, r.us / floor_us, base_us / r.us, r.worst, r.same ? "yes" : "NO");
+      printf("| %d | %d | %d | %s | %s | %.2f | %.0f | %.2f | %.2f | %.3f | %s |\n", m, n, k, r.name, r.grid,
+             r.us, w_bytes / (r.us * 1e-6) / 1e9, r.us / floor_us, base_us / r.us, r.worst,
+             r.same ? "yes" : "NO");
     fflush(stdout);
     for (int s = 0; s < sets; ++s) {
       CK(cudaFree(a[s]));

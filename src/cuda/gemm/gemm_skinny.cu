@@ -41,12 +41,11 @@ extern "C" ignis_status ignis_cuda_skinny_gemm(const ignis_gemm_params *p, int32
   const ignis_skinny_args args = ignis_skinny_args_of(p);
   const int sms = ignis_cuda_sm_count(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  ignis_status status =
-      p->a_dtype == IGNIS_BF16
-          ? ignis_skinny_launch_m<__nv_bfloat16, LIBRARY_CONFIG>(args, sms, PER_SM, partials, partial_floats,
-                                                                  counters, counters_count, s)
-          : ignis_skinny_launch_m<__half, LIBRARY_CONFIG>(args, sms, PER_SM, partials, partial_floats, counters,
-                                                           counters_count, s);
+  ignis_status status = p->a_dtype == IGNIS_BF16
+                            ? ignis_skinny_launch_m<__nv_bfloat16, LIBRARY_CONFIG>(
+                                  args, sms, PER_SM, partials, partial_floats, counters, counters_count, s)
+                            : ignis_skinny_launch_m<__half, LIBRARY_CONFIG>(
+                                  args, sms, PER_SM, partials, partial_floats, counters, counters_count, s);
   if (status != IGNIS_OK)
     return status;
   return ignis_check_launch("ignis GEMM: the small-M kernel");

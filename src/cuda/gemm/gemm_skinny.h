@@ -22,7 +22,8 @@ int ignis_cuda_skinny_takes(const ignis_gemm_params *p, int32_t device);
 
 /* Launch on `stream`; `device` is current. */
 ignis_status ignis_cuda_skinny_gemm(const ignis_gemm_params *p, int32_t device, float *partials,
-                                    size_t partial_floats, unsigned *counters, int counters_count, void *stream);
+                                    size_t partial_floats, unsigned *counters, int counters_count,
+                                    void *stream);
 
 #ifdef __cplusplus
 }

@@ -50,8 +50,8 @@ struct ignis_skinny_args {
   int out_kind;  /* 0 bf16, 1 f16, 2 f32 */
   int bias_kind; /* 0 none, 1 f32, 2 out's dtype */
   int splits, k_per_split;
-  float *partials;     /* [splits, M, N] when splits > 1 */
-  unsigned *counters;  /* one per row block, zero between calls */
+  float *partials;    /* [splits, M, N] when splits > 1 */
+  unsigned *counters; /* one per row block, zero between calls */
 };
 
 /* A compile-time shape: RT 16-row tiles per warp, U steps of 32 k per load batch, PREFETCH the
@@ -74,8 +74,8 @@ template <typename T, int NT> constexpr size_t ignis_skinny_smem_bytes() {
 
 template <typename T> struct ignis_skinny_mma;
 template <> struct ignis_skinny_mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
+  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -83,8 +83,8 @@ template <> struct ignis_skinny_mma<__nv_bfloat16> {
   }
 };
 template <> struct ignis_skinny_mma<__half> {
-  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
+  static __device__ __forceinline__ void run(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -109,7 +109,8 @@ template <bool L2_256> __device__ __forceinline__ uint4 ignis_skinny_load_w(cons
 /* 16 bytes global -> shared, asynchronously; bytes == 0 writes zeros. */
 __device__ __forceinline__ void ignis_skinny_cp_async(void *smem, const void *global, int bytes) {
   const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(bytes)
+               : "memory");
 }
 
 __device__ __forceinline__ void ignis_skinny_store(const ignis_skinny_args &p, int m, int n, float v) {
@@ -211,7 +212,8 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
     for (int i = threadIdx.x; i < ROWS * pieces; i += IGNIS_SKINNY_THREADS) {
       const int row = i / pieces, col = (i - row * pieces) * 8;
       const bool valid = row < p.m && kc + col < k_stop;
-      ignis_skinny_cp_async(a_s + row * AS + col, valid ? a + (int64_t)row * p.lda + kc + col : a, valid ? 16 : 0);
+      ignis_skinny_cp_async(a_s + row * AS + col, valid ? a + (int64_t)row * p.lda + kc + col : a,
+                            valid ? 16 : 0);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (ragged && steps == 1)
@@ -301,16 +303,20 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
 
 /* ---- host --------------------------------------------------------------------------------- */
 /* The split of a call: `splits` blocks along K of k_per_split each (a multiple of `step`; the last
- * may be shorter). Enough blocks for min(resident, per_sm) blocks on each of `sms` SMs, at least
- * one step per split, partials within partial_floats, a counter per row block. */
+ * may be shorter). Enough blocks for min(resident, per_sm) blocks on each of `sms` SMs, but no more
+ * than one wave (sms * resident), at least one step per split, partials within partial_floats, a
+ * counter per row block. */
 static inline void ignis_skinny_plan(int m, int n, int k, int block_rows, int step, int sms, int resident,
                                      int per_sm, size_t partial_floats, int counters, int *splits,
                                      int *k_per_split) {
   const int row_blocks = (n + block_rows - 1) / block_rows;
   const int target = sms * (resident < per_sm ? resident : per_sm);
   int s = (target + row_blocks - 1) / row_blocks;
+  const int most_by_wave = sms * resident / row_blocks;
   const int most_by_k = (k + step - 1) / step;
   const size_t most_by_partials = partial_floats / ((size_t)m * n);
+  if (s > most_by_wave)
+    s = most_by_wave;
   if (s > most_by_k)
     s = most_by_k;
   if ((size_t)s > most_by_partials)
@@ -376,14 +382,14 @@ static inline ignis_status ignis_skinny_launch_m(const ignis_skinny_args &args, 
                                                  int counters_count, cudaStream_t stream,
                                                  ignis_skinny_launch_info *info = nullptr) {
   if (args.m <= 8)
-    return ignis_skinny_launch<T, 1, Cfg>(args, sms, per_sm, partials, partial_floats, counters, counters_count,
-                                          stream, info);
+    return ignis_skinny_launch<T, 1, Cfg>(args, sms, per_sm, partials, partial_floats, counters,
+                                          counters_count, stream, info);
   if (args.m <= 16)
-    return ignis_skinny_launch<T, 2, Cfg>(args, sms, per_sm, partials, partial_floats, counters, counters_count,
-                                          stream, info);
+    return ignis_skinny_launch<T, 2, Cfg>(args, sms, per_sm, partials, partial_floats, counters,
+                                          counters_count, stream, info);
   if (args.m <= 32)
-    return ignis_skinny_launch<T, 4, Cfg>(args, sms, per_sm, partials, partial_floats, counters, counters_count,
-                                          stream, info);
+    return ignis_skinny_launch<T, 4, Cfg>(args, sms, per_sm, partials, partial_floats, counters,
+                                          counters_count, stream, info);
   return ignis_skinny_launch<T, 8, Cfg>(args, sms, per_sm, partials, partial_floats, counters, counters_count,
                                         stream, info);
 }

@@ -7,9 +7,10 @@
  *
  * Variants: "rR uU" = R 16-row tiles per warp, U steps of 32 k per batch of weight loads
  * (2 * R * U 16-byte loads per thread in flight), "pf" = the next batch prefetched while the
- * current one multiplies, "L2:256B" = the .L2::256B prefetch hint on weight loads, "/S" = the
- * split-K rule aims at S resident blocks per SM. The library's shape is LIBRARY_CONFIG and PER_SM
- * in src/cuda/gemm/gemm_skinny.cu ("r16 u4 pf /2" here); a faster variant becomes the library's by
+ * current one multiplies, "L2:256B" = the .L2::256B prefetch hint on weight loads, "ef" = weight
+ * loads marked L2 evict-first (a createpolicy cache hint), "/S" = the split-K rule aims at S
+ * resident blocks per SM. The library's shape is LIBRARY_CONFIG and PER_SM in
+ * src/cuda/gemm/gemm_skinny.cu ("r16 u4 pf /2" here); a faster variant becomes the library's by
  * copying its template arguments there.
  *
  * Data: uniform [-1, 1) bf16; the weights rotate over enough sets to hold 2.4x the L2 (at least
@@ -123,12 +124,13 @@ struct variant {
 };
 
 static const variant VARIANTS[] = {
-    {"r16 u4 pf /2", run_variant<ignis_skinny_config<1, 4, true, false, 2>>, 2},
-    {"r16 u4 pf /1", run_variant<ignis_skinny_config<1, 4, true, false, 2>>, 1},
-    {"r16 u4 pf /4", run_variant<ignis_skinny_config<1, 4, true, false, 2>>, 4},
-    {"r16 u4 /2", run_variant<ignis_skinny_config<1, 4, false, false, 2>>, 2},
-    {"r32 u2 pf /2", run_variant<ignis_skinny_config<2, 2, true, false, 1>>, 2},
-    {"r16 u8 L2:256B /2", run_variant<ignis_skinny_config<1, 8, false, true, 2>>, 2},
+    {"r16 u4 pf /2", run_variant<ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2>>, 2},
+    {"r16 u4 pf /1", run_variant<ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2>>, 1},
+    {"r16 u4 pf /4", run_variant<ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2>>, 4},
+    {"r16 u4 /2", run_variant<ignis_skinny_config<1, 4, false, IGNIS_SKINNY_LOAD_PLAIN, 2>>, 2},
+    {"r32 u2 pf /2", run_variant<ignis_skinny_config<2, 2, true, IGNIS_SKINNY_LOAD_PLAIN, 1>>, 2},
+    {"r16 u8 L2:256B /2", run_variant<ignis_skinny_config<1, 8, false, IGNIS_SKINNY_LOAD_L2_256B, 2>>, 2},
+    {"r16 u4 pf ef /2", run_variant<ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_EVICT_FIRST, 2>>, 2},
 };
 enum { VARIANT_COUNT = sizeof VARIANTS / sizeof VARIANTS[0] };
 

@@ -9,7 +9,7 @@
 #include "cuda/gemm/skinny.cuh"
 
 /* 16 rows per warp, 4 steps of 32 k per batch, the next batch prefetched, plain L2 policy */
-typedef ignis_skinny_config<1, 4, true, false, 2> LIBRARY_CONFIG;
+typedef ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2> LIBRARY_CONFIG;
 enum { PER_SM = 2 };
 
 static bool skinny_enabled(void) {

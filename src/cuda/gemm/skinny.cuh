@@ -54,12 +54,20 @@ struct ignis_skinny_args {
   unsigned *counters; /* one per row block, zero between calls */
 };
 
+/* How weight loads treat the L2: plain, with the .L2::256B prefetch hint, or marked evict-first
+ * (an L2 cache policy, so the streamed weight does not push out a and the split-K partials). */
+enum ignis_skinny_load {
+  IGNIS_SKINNY_LOAD_PLAIN = 0,
+  IGNIS_SKINNY_LOAD_L2_256B = 1,
+  IGNIS_SKINNY_LOAD_EVICT_FIRST = 2
+};
+
 /* A compile-time shape: RT 16-row tiles per warp, U steps of 32 k per load batch, PREFETCH the
- * next batch while multiplying, L2_256 the .L2::256B prefetch hint on weight loads, MIN_BLOCKS
- * __launch_bounds__'s minimum resident blocks. */
-template <int RT, int U, bool PREFETCH, bool L2_256, int MIN_BLOCKS> struct ignis_skinny_config {
-  static constexpr int row_tiles = RT, unroll = U, min_blocks = MIN_BLOCKS;
-  static constexpr bool prefetch = PREFETCH, l2_256 = L2_256;
+ * next batch while multiplying, LOAD the weight loads' L2 treatment (ignis_skinny_load),
+ * MIN_BLOCKS __launch_bounds__'s minimum resident blocks. */
+template <int RT, int U, bool PREFETCH, int LOAD, int MIN_BLOCKS> struct ignis_skinny_config {
+  static constexpr int row_tiles = RT, unroll = U, min_blocks = MIN_BLOCKS, load = LOAD;
+  static constexpr bool prefetch = PREFETCH;
   static constexpr int step = 32 * U;
   static constexpr int block_rows = 16 * RT * (IGNIS_SKINNY_THREADS / 32);
 };
@@ -93,9 +101,13 @@ template <> struct ignis_skinny_mma<__half> {
 };
 
 /* A weight load: read once, so not kept in L1. */
-template <bool L2_256> __device__ __forceinline__ uint4 ignis_skinny_load_w(const void *ptr) {
+template <int LOAD> __device__ __forceinline__ uint4 ignis_skinny_load_w(const void *ptr, uint64_t policy) {
   uint4 v;
-  if constexpr (L2_256)
+  if constexpr (LOAD == IGNIS_SKINNY_LOAD_EVICT_FIRST)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr), "l"(policy));
+  else if constexpr (LOAD == IGNIS_SKINNY_LOAD_L2_256B)
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(ptr));
@@ -135,7 +147,7 @@ __device__ __forceinline__ void ignis_skinny_store(const ignis_skinny_args &p, i
 template <typename Cfg, bool PREDICATED, typename T>
 __device__ __forceinline__ void ignis_skinny_load_batch(uint4 (&buf)[Cfg::row_tiles][2][Cfg::unroll],
                                                         const T *(&rows)[Cfg::row_tiles][2], int k,
-                                                        int k_stop, int t) {
+                                                        int k_stop, int t, uint64_t policy) {
 #pragma unroll
   for (int u = 0; u < Cfg::unroll; ++u) {
     const int col = k + 32 * u + 8 * t;
@@ -143,7 +155,7 @@ __device__ __forceinline__ void ignis_skinny_load_batch(uint4 (&buf)[Cfg::row_ti
     for (int r = 0; r < Cfg::row_tiles; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        buf[r][h][u] = !PREDICATED || col < k_stop ? ignis_skinny_load_w<Cfg::l2_256>(rows[r][h] + col)
+        buf[r][h][u] = !PREDICATED || col < k_stop ? ignis_skinny_load_w<Cfg::load>(rows[r][h] + col, policy)
                                                    : make_uint4(0, 0, 0, 0);
   }
 }
@@ -201,6 +213,10 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
       for (int e = 0; e < 4; ++e)
         acc[r][j][e] = 0.0f;
 
+  uint64_t policy = 0;
+  if constexpr (Cfg::load == IGNIS_SKINNY_LOAD_EVICT_FIRST)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+
   ignis_pdl_wait();
   uint4 buf0[RT][2][U], buf1[RT][2][U];
   for (int kc = k_begin; kc < k_end; kc += KCH) {
@@ -217,25 +233,25 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (ragged && steps == 1)
-      ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc, k_stop, t);
+      ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc, k_stop, t, policy);
     else
-      ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc, k_stop, t);
+      ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc, k_stop, t, policy);
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if constexpr (Cfg::prefetch) {
       for (int s = 0; s < steps; s += 2) {
         if (s + 1 < steps) {
           if (ragged && s + 2 == steps)
-            ignis_skinny_load_batch<Cfg, true>(buf1, rows, kc + (s + 1) * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, true>(buf1, rows, kc + (s + 1) * STEP, k_stop, t, policy);
           else
-            ignis_skinny_load_batch<Cfg, false>(buf1, rows, kc + (s + 1) * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, false>(buf1, rows, kc + (s + 1) * STEP, k_stop, t, policy);
         }
         ignis_skinny_multiply<T, NT, Cfg>(acc, buf0, a_lane, s * STEP);
         if (s + 2 < steps) {
           if (ragged && s + 3 == steps)
-            ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc + (s + 2) * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc + (s + 2) * STEP, k_stop, t, policy);
           else
-            ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc + (s + 2) * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc + (s + 2) * STEP, k_stop, t, policy);
         }
         if (s + 1 < steps)
           ignis_skinny_multiply<T, NT, Cfg>(acc, buf1, a_lane, (s + 1) * STEP);
@@ -245,9 +261,9 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
       for (int s = 0; s < steps; ++s) {
         if (s > 0) {
           if (ragged && s + 1 == steps)
-            ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc + s * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc + s * STEP, k_stop, t, policy);
           else
-            ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc + s * STEP, k_stop, t);
+            ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc + s * STEP, k_stop, t, policy);
         }
         ignis_skinny_multiply<T, NT, Cfg>(acc, buf0, a_lane, s * STEP);
       }

@@ -195,7 +195,9 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
   const T *w = static_cast<const T *>(p.w);
   const T *a = static_cast<const T *>(p.a);
 
-  /* rows past N read row N - 1 (their results are never written) */
+  /* rows past N read row N - 1 (their results are never written); a warp with no row below N
+   * loads nothing */
+  const bool live = n_warp < p.n;
   const T *rows[RT][2];
 #pragma unroll
   for (int r = 0; r < RT; ++r)
@@ -232,12 +234,16 @@ __global__ void __launch_bounds__(IGNIS_SKINNY_THREADS, Cfg::min_blocks)
                             valid ? 16 : 0);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (ragged && steps == 1)
-      ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc, k_stop, t, policy);
-    else
-      ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc, k_stop, t, policy);
+    if (live) {
+      if (ragged && steps == 1)
+        ignis_skinny_load_batch<Cfg, true>(buf0, rows, kc, k_stop, t, policy);
+      else
+        ignis_skinny_load_batch<Cfg, false>(buf0, rows, kc, k_stop, t, policy);
+    }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
+    if (!live)
+      continue;
     if constexpr (Cfg::prefetch) {
       for (int s = 0; s < steps; s += 2) {
         if (s + 1 < steps) {

@@ -29,8 +29,11 @@ ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int3
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_topk_transform(const ignis_topk_transform_params *params, int32_t device,
                                        void *stream);
-/* cuBLASLt, loaded at first use (gemm/gemm_cublaslt.c). */
+/* The small-M kernel where it applies (gemm/gemm_skinny.h), else cuBLASLt, loaded at first use
+ * (gemm/gemm_cublaslt.c); the second form always takes cuBLASLt (bench/micro/skinny_gemm.cu's
+ * baseline). */
 ignis_status ignis_cuda_gemm(const ignis_gemm_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_gemm_cublaslt(const ignis_gemm_params *params, int32_t device, void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

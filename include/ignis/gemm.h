@@ -35,6 +35,9 @@
  *     The fp8 forms on CUDA need 16-byte aligned data pointers and leading strides that keep rows
  *     16-byte aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor); the 16-bit form takes
  *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).
+ *   - The grouped forms (ignis_grouped_mm, ignis_grouped_mm_fp8_blockscale, below): the CPU GEMM
+ *     per group on the host; on CUDA always ignis' own grouped kernel (src/cuda/gemm/
+ *     grouped_gemm.cu), never cuBLASLt, no workspace.
  *
  * On error nothing is written; the message names the function and the parameter. An empty product
  * (M or N zero) writes nothing; K == 0 writes bias (or zeros) on the CPU and is refused

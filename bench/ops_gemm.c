@@ -9,7 +9,13 @@
  *
  * Suite shapes (issue 18): bf16 and per-tensor fp8 at M 4096 and M 64 with N 7168, K 2048 (a
  * prefill-sized and a decode-sized projection), block-scaled fp8 at M 4096 N 7168 K 16384 and
- * M 64 N 2112 K 7168 (DeepSeek-V3's shapes), a batched bf16 product; small shapes on the host. */
+ * M 64 N 2112 K 7168 (DeepSeek-V3's shapes), a batched bf16 product; small shapes on the host.
+ *
+ * Grouped forms (ignis_grouped_mm, ignis_grouped_mm_fp8_blockscale): --batch groups of --tokens
+ * rows each (m_indptr = g * tokens, int32, on the device), one weight [N, K] per group; a is
+ * [batch * tokens, K]. Counted as batch products of M x N x K. Suite: 8 groups x 4096 rows, N 4096,
+ * K 7168 (issue 18's grouped bar), bf16 and fp8 block-scaled (a_scale K-major [rows, K/128],
+ * b_scale [G, N/128, K/128]). */
 #include <stdio.h>
 
 #include "bench.h"
@@ -88,6 +94,35 @@ static ignis_status call_blockscale(const bench_case *c, ignis_tensor *t, void *
   return ignis_mm_fp8_blockscale(&t[0], &t[1], &t[2], &t[3], &t[4], stream);
 }
 
+/* ---- grouped: a [G * M, K], weights [G, N, K], m_indptr [G + 1], out [G * M, N] ---------------- */
+static int describe_grouped(const bench_case *c, bench_tensor_spec *s) {
+  const int64_t rows = c->batch * c->tokens;
+  s[0] = BENCH_SPEC("a", c->dtype, BENCH_FILL_RANDOM, rows, c->inner);
+  s[1] = BENCH_SPEC("weight", c->dtype, BENCH_FILL_RANDOM, c->batch, c->hidden, c->inner);
+  s[2] = BENCH_SPEC("m_indptr", IGNIS_I32, BENCH_FILL_QO_INDPTR, c->batch + 1);
+  s[3] = bench_output(BENCH_SPEC("out", c->dtype, BENCH_FILL_RANDOM, rows, c->hidden));
+  return 4;
+}
+
+static ignis_status call_grouped(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+  return ignis_grouped_mm(&t[0], &t[1], &t[2], NULL, &t[3], stream);
+}
+
+static int describe_grouped_fp8(const bench_case *c, bench_tensor_spec *s) {
+  const int64_t rows = c->batch * c->tokens, kb = (c->inner + 127) / 128, nb = (c->hidden + 127) / 128;
+  s[0] = BENCH_SPEC("a", IGNIS_FP8_E4M3, BENCH_FILL_RANDOM, rows, c->inner);
+  s[1] = BENCH_SPEC("weight", IGNIS_FP8_E4M3, BENCH_FILL_RANDOM, c->batch, c->hidden, c->inner);
+  s[2] = BENCH_SPEC("a_scale", IGNIS_F32, BENCH_FILL_RANDOM, rows, kb);
+  s[3] = BENCH_SPEC("b_scale", IGNIS_F32, BENCH_FILL_RANDOM, c->batch, nb, kb);
+  s[4] = BENCH_SPEC("m_indptr", IGNIS_I32, BENCH_FILL_QO_INDPTR, c->batch + 1);
+  s[5] = bench_output(BENCH_SPEC("out", c->dtype, BENCH_FILL_RANDOM, rows, c->hidden));
+  return 6;
+}
+
+static ignis_status call_grouped_fp8(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+  return ignis_grouped_mm_fp8_blockscale(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], stream);
+}
+
 #define GEMM_DIMS (BENCH_DIM_TOKENS | BENCH_DIM_HIDDEN | BENCH_DIM_INNER)
 #define GEMM_ENTRY                                                                                           \
   .family = &bench_family_gemm, .dtypes = BENCH_DTYPES_HALF, .flops = gemm_flops,                            \
@@ -123,6 +158,21 @@ static const bench_routine gemm_routines[] = {
      .gpu_suite = BENCH_SUITE(GEMM_SHAPE(1, 4096, 7168, 16384), GEMM_SHAPE(3, 64, 2112, 7168)),
      .host_suite = BENCH_SUITE(GEMM_SHAPE(1, 64, 256, 512)), .describe = describe_blockscale,
      .call = call_blockscale},
+    {GEMM_ENTRY, .name = "grouped_mm",
+     .summary = "grouped 16-bit GEMM: --batch groups of --tokens rows (MoE)", .functions = "ignis_grouped_mm",
+     .dims = GEMM_DIMS | BENCH_DIM_BATCH, .bytes_rule = "a + weights + out (es each)",
+     .tiny = BENCH_DIMS(.tokens = 4, .hidden = 128, .inner = 256, .batch = 2),
+     .gpu_suite = BENCH_SUITE(BMM_SHAPE(2, 8, 4096, 4096, 7168)),
+     .host_suite = BENCH_SUITE(BMM_SHAPE(2, 4, 16, 128, 256)), .describe = describe_grouped,
+     .call = call_grouped},
+    {GEMM_ENTRY, .name = "grouped_mm_fp8_blockscale",
+     .summary = "grouped fp8 e4m3 GEMM, 1x128 / 128x128 scales (DeepSeek-V3 MoE experts)",
+     .functions = "ignis_grouped_mm_fp8_blockscale", .dims = GEMM_DIMS | BENCH_DIM_BATCH,
+     .bytes_rule = "a + weights (1 byte each) + scales (4 bytes each) + out (es)",
+     .tiny = BENCH_DIMS(.tokens = 4, .hidden = 128, .inner = 256, .batch = 2),
+     .gpu_suite = BENCH_SUITE(BMM_SHAPE(2, 8, 4096, 4096, 7168)),
+     .host_suite = BENCH_SUITE(BMM_SHAPE(2, 4, 16, 128, 256)), .describe = describe_grouped_fp8,
+     .call = call_grouped_fp8},
 };
 
 const bench_family bench_family_gemm = {"gemm", shape_gemm, NULL, BENCH_TABLE(gemm_routines)};

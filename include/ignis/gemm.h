@@ -35,6 +35,9 @@
  *     The fp8 forms on CUDA need 16-byte aligned data pointers and leading strides that keep rows
  *     16-byte aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor); the 16-bit form takes
  *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).
+ *   - The grouped forms (ignis_grouped_mm, ignis_grouped_mm_fp8_blockscale, below): the CPU GEMM
+ *     per group on the host; on CUDA always ignis' own grouped kernel (src/cuda/gemm/
+ *     grouped_gemm.cu), never cuBLASLt, no workspace.
  *
  * On error nothing is written; the message names the function and the parameter. An empty product
  * (M or N zero) writes nothing; K == 0 writes bias (or zeros) on the CPU and is refused
@@ -79,6 +82,47 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
 IGNIS_API ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
                                                const ignis_tensor *a_scale, const ignis_tensor *b_scale,
                                                ignis_tensor *out, void *stream);
+
+/* Grouped GEMM (the building block of fused MoE, and LoRA's segment GEMM). G groups share the
+ * activations a [M, K] and the output out [M, N]; group g owns rows m_indptr[g] .. m_indptr[g + 1]:
+ *     out[m, :] = a[m, :] @ b[w]^T   for m_indptr[g] <= m < m_indptr[g + 1], w = g or weight_indices[g]
+ * a: [M, K] f16 or bf16, last dimension contiguous, any row stride. b: the weights [W, N, K] ("NT":
+ * each stored [N, K], b.strides[2] == 1), or the same logical [W, N, K] view of weights stored
+ * [W, K, N] (b.strides[1] == 1; LoRA's row-major weights), any group stride; b.dtype == a.dtype.
+ * m_indptr: [G + 1] i32 or i64, contiguous, on the call's device (G = m_indptr.shape[0] - 1 >= 0).
+ * weight_indices: NULL (then W must equal G) or [G] i32/i64 contiguous. out: [M, N] f16, bf16 or
+ * f32, last dimension contiguous, disjoint from the inputs. f32 accumulation, out rounded once.
+ *
+ * M is an upper bound: rows of out outside m_indptr[0] .. m_indptr[G] are not written. The host
+ * never reads m_indptr or weight_indices on CUDA (no sync, CUDA-graph safe: one launch whose grid
+ * depends only on M, N and G). Their values must be 0 <= m_indptr[0] <= .. <= m_indptr[G] <= M and
+ * 0 <= weight_indices[g] < W: the CPU checks them (IGNIS_ERROR_INVALID_ARGUMENT naming the entry,
+ * nothing written); the CUDA kernel clamps each offset into [0, M] (a decreasing pair is an empty
+ * group) and skips a group whose weight index is out of range (its rows are not written).
+ * Empty groups and groups of any size (one group of all M rows) are fine.
+ *
+ * Paths: CPU: src/cpu/grouped_gemm.c (each group is one call of the CPU GEMM). CUDA (sm_80+):
+ * src/cuda/gemm/grouped_gemm.cu, ignis' own kernel (mma.sync, 128x128 tiles, a cp.async pipeline;
+ * each block finds its (group, m-tile) from m_indptr on the device). The CUDA path needs a, b and
+ * out 16-byte aligned, K a multiple of 8, N a multiple of 8 and the leading strides multiples of
+ * 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise, naming the parameter). */
+IGNIS_API ignis_status ignis_grouped_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *m_indptr,
+                                        const ignis_tensor *weight_indices, ignis_tensor *out, void *stream);
+
+/* Grouped block-scaled fp8 GEMM (DeepSeek-V3's MoE experts; FlashInfer's
+ * group_gemm_fp8_nt_groupwise): groups as in ignis_grouped_mm (no weight_indices), a [M, K] fp8
+ * e4m3, b [G, N, K] fp8 e4m3 with b.strides[2] == 1, and
+ *     out[m, n] = sum_kb a_scale[m, kb] * b_scale[g, n / 128, kb] * sum_{k in block kb} a[m, k] b[g, n, k]
+ * each 128-wide K block's partial sum formed in f32 and then scaled (the GPU's "promotion").
+ * a_scale: [M, ceil(K/128)], any strides (FlashInfer's "MN" mode is the [KB, M] tensor handed in
+ * transposed). b_scale: [G, ceil(N/128), ceil(K/128)], any strides. Both f32, or both u8 holding
+ * UE8M0 exponents (2^(e - 127); 255 is NaN). out [M, N] bf16 or f16.
+ * CUDA: sm_89 and later (mma.sync e4m3), K a multiple of 16, N a multiple of 8, 16-byte aligned
+ * data and leading strides. */
+IGNIS_API ignis_status ignis_grouped_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
+                                                       const ignis_tensor *a_scale, const ignis_tensor *b_scale,
+                                                       const ignis_tensor *m_indptr, ignis_tensor *out,
+                                                       void *stream);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,14 @@ Layouts, as in FlashInfer: ``a`` is ``[m, k]`` (``[b, m, k]`` batched) with its 
 contiguous; the second operand of ``mm_bf16`` / ``bmm_bf16`` / ``bmm_fp8`` is the logical ``[k, n]``
 (``[b, k, n]``), normally a weight stored ``[n, k]`` and passed transposed (``w.transpose(-2,
 -1)``, FlashInfer's "column-major"); ``mm_bf16`` and ``bmm_bf16`` also take a row-major ``[k, n]``.
-The fp8 groupwise forms take the weight ``[n, k]`` itself. Accumulation is f32 everywhere.
+The fp8 groupwise forms take the weight ``[n, k]`` itself.
+
+Grouped GEMMs (``grouped_mm_bf16``, ``group_gemm_fp8_nt_groupwise``, ``SegmentGEMMWrapper``): the
+rows of ``a`` ``[cum_m, k]`` are cut into groups by ``m_indptr`` (``[groups + 1]``, int32 or int64,
+on the device: the GPU reads it, no host sync, CUDA-graph safe) and group ``g`` is multiplied by
+its weight ``b[g]`` ``[n, k]`` (or ``weights[weight_indices[g]]``). Rows of the output outside
+``m_indptr[0] .. m_indptr[-1]`` are not written. On CUDA they run ignis' own grouped kernel
+(src/cuda/gemm/grouped_gemm.cu), on the host the CPU GEMM per group. Accumulation is f32 everywhere.
 
 Paths: the CPU backend for host arrays; on CUDA ignis' own small-M kernel for the decode-sized
 16-bit products (m <= 64, the weight passed transposed, k a multiple of 8, 16-byte aligned rows)
@@ -32,7 +39,7 @@ from ._alloc import framework_of
 from ._common import _fp8_numpy_view
 from ._errors import InvalidArgumentError, UnsupportedError
 
-__all__ = ["mm_bf16", "bmm_bf16", "bmm_fp8"]
+__all__ = ["mm_bf16", "bmm_bf16", "bmm_fp8", "grouped_mm_bf16", "SegmentGEMMWrapper"]
 
 _FP8_MAX = 448.0
 _BLOCK = 128
@@ -241,3 +248,139 @@ def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None,
     out = _output(fn, input, (m, n), out, out_dtype or (None if out is not None else "bfloat16"),
                   ("bfloat16", "float16"))
     return _run_blockscale(fn, input, weight, input_scale, weight_scale, out, stream)
+
+
+# ---- grouped GEMM (flashinfer.grouped_mm, flashinfer.gemm) ------------------------------------------
+_GROUPED_BACKENDS = ("cudnn", "cake")
+_GROUP_FP8_BACKENDS = ("trtllm", "cutile", "cutlass")
+_SEGMENT_BACKENDS = ("auto", "sm80", "sm90")
+
+
+def grouped_mm_bf16(a, b, m_indptr, out=None, out_dtype="bfloat16", *, backend="cudnn", tactic=-1, stream=None):
+    """Grouped ``out[m_indptr[g]:m_indptr[g+1]] = a[m_indptr[g]:m_indptr[g+1]] @ b[g].T`` (FlashInfer's
+    ``grouped_mm_bf16``): a ``[cum_m, k]`` bfloat16 (or float16), b ``[groups, n, k]`` of a's dtype,
+    m_indptr ``[groups + 1]`` int32 or int64 (on the device; never read by the host); out ``[cum_m, n]``
+    bfloat16, float16 or float32. ``backend`` names one of FlashInfer's backends (ignis has one path);
+    ``tactic`` picks a cuDNN plan and only -1 (the default plan) is accepted. Returns out."""
+    fn = "ignis.grouped_mm_bf16"
+    _check_backend(fn, backend, _GROUPED_BACKENDS)
+    if tactic != -1:
+        raise UnsupportedError("%s: tactic=%r is not supported: ignis has one plan (-1)" % (fn, tactic))
+    if out is not None:
+        out_dtype = None
+    out = _output(fn, a, (a.shape[0], b.shape[1]), out, out_dtype, ("bfloat16", "float16", "float32"))
+    _ext.grouped_mm(a, b, m_indptr, None, out, stream)
+    return out
+
+
+def _group_scales(fn, name, scale, shape_k, shape_mn, mode):
+    """A grouped scale tensor as the C API's K-major logical shape ``shape_k``: given so, or in the
+    MN-major shape ``shape_mn`` (its last two dimensions swapped; handed in transposed)."""
+    shape = tuple(scale.shape)
+    if shape == shape_k and (mode != "MN" or shape_k != shape_mn):
+        return scale
+    if shape == shape_mn:
+        return _transposed(scale)
+    raise InvalidArgumentError("%s: %s.shape=%s but it must be %s (K major) or %s (MN major)"
+                               % (fn, name, shape, shape_k, shape_mn))
+
+
+def group_gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, m_indptr, scale_granularity_mnk=(1, 128, 128),
+                                scale_major_mode="MN", mma_sm=1, out=None, out_dtype=None, backend="trtllm",
+                                segment_alignment=1, *, stream=None):
+    """Grouped block-scaled fp8 GEMM (FlashInfer's ``group_gemm_fp8_nt_groupwise``): a ``[cum_m, k]`` and
+    b ``[groups, n, k]`` fp8 e4m3; a_scale one scale per row and 128-wide k block, ``(k/128, cum_m)``
+    ("MN", the default) or ``(cum_m, k/128)`` ("K"); b_scale one per 128x128 block of each group,
+    ``(groups, k/128, n/128)`` ("MN") or ``(groups, n/128, k/128)`` ("K"); float32, or uint8 UE8M0
+    exponents. m_indptr ``[groups + 1]`` int32/int64 on the device (any row counts: ignis needs no
+    padding to 4). ``scale_granularity_mnk`` must be (1, 128, 128). ``mma_sm`` (1 or 2) and
+    ``segment_alignment`` (a caller promise about the offsets) are scheduling hints with no effect on
+    the result. out ``[cum_m, n]`` bfloat16 (default) or float16. Returns out."""
+    fn = "ignis.group_gemm_fp8_nt_groupwise"
+    _check_backend(fn, backend, _GROUP_FP8_BACKENDS)
+    if tuple(scale_granularity_mnk) != (1, _BLOCK, _BLOCK):
+        raise UnsupportedError("%s: scale_granularity_mnk=%s is not supported: only (1, 128, 128)"
+                               % (fn, tuple(scale_granularity_mnk)))
+    if scale_major_mode not in (None, "K", "MN"):
+        raise InvalidArgumentError("%s: scale_major_mode=%r must be 'K' or 'MN'" % (fn, scale_major_mode))
+    if mma_sm not in (1, 2):
+        raise InvalidArgumentError("%s: mma_sm=%r must be 1 or 2" % (fn, mma_sm))
+    if not isinstance(segment_alignment, int) or segment_alignment < 1:
+        raise InvalidArgumentError("%s: segment_alignment=%r must be a positive int" % (fn, segment_alignment))
+    if b.ndim != 3:
+        raise InvalidArgumentError("%s: b must be 3-D (groups, n, k), got shape %s" % (fn, tuple(b.shape)))
+    m, groups, n, k = a.shape[0], b.shape[0], b.shape[1], b.shape[2]
+    kb, nb = -(-k // _BLOCK), -(-n // _BLOCK)
+    a_scale = _group_scales(fn, "a_scale", a_scale, (m, kb), (kb, m), scale_major_mode)
+    b_scale = _group_scales(fn, "b_scale", b_scale, (groups, nb, kb), (groups, kb, nb), scale_major_mode)
+    out = _output(fn, a, (m, n), out, out_dtype or (None if out is not None else "bfloat16"), ("bfloat16", "float16"))
+    a, a_view = _fp8_numpy_view(a)
+    b, b_view = _fp8_numpy_view(b)
+    _ext.grouped_mm_fp8_blockscale(a, b, a_scale, b_scale, m_indptr, out, a_view, b_view, stream)
+    return out
+
+
+def _indptr_from_lens(seg_lens):
+    """[0, cumsum(seg_lens)] as int64, computed where seg_lens lives (on the device: no sync)."""
+    if framework_of(seg_lens) == "torch":
+        torch = sys.modules["torch"]
+        indptr = torch.zeros(seg_lens.shape[0] + 1, dtype=torch.int64, device=seg_lens.device)
+        torch.cumsum(seg_lens.to(torch.int64), 0, out=indptr[1:])
+        return indptr
+    np = sys.modules["numpy"]
+    return np.concatenate([np.zeros(1, np.int64), np.cumsum(np.asarray(seg_lens, dtype=np.int64))])
+
+
+class SegmentGEMMWrapper:
+    """FlashInfer's segment GEMM (LoRA): ``y[seg i] = x[seg i] @ W[i]`` (or ``W[weight_indices[i]]``) on
+    ignis' grouped GEMM. ``float_workspace_buffer`` is kept (FlashInfer's kernels use it; ignis' needs
+    none) and ``backend`` names one of FlashInfer's ("auto", "sm80", "sm90"): one path either way."""
+
+    def __init__(self, float_workspace_buffer, backend="auto"):
+        _check_backend("ignis.SegmentGEMMWrapper", backend, _SEGMENT_BACKENDS)
+        self._float_workspace_buffer = float_workspace_buffer
+        self._int_workspace_buffer = None
+        self.backend = backend
+
+    def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer):
+        self._float_workspace_buffer = float_workspace_buffer
+        self._int_workspace_buffer = int_workspace_buffer
+
+    def run(self, x, weights, batch_size, weight_column_major, out=None, seg_lens=None, seg_indptr=None,
+            weight_indices=None, *, stream=None):
+        """x ``[sum(seg_lens), d_in]`` float16/bfloat16; weights ``[num_weights, d_out, d_in]``
+        (``weight_column_major``) or ``[num_weights, d_in, d_out]``, x's dtype; ``batch_size`` segments
+        given by ``seg_indptr`` ``[batch_size + 1]`` or ``seg_lens`` ``[batch_size]`` (int32/int64;
+        seg_indptr wins when both are given, as in FlashInfer); ``weight_indices`` ``[batch_size]``
+        or None (segment i uses weights[i]). out ``[sum(seg_lens), d_out]`` of x's dtype (allocated
+        zeroed when None). Returns out."""
+        fn = "ignis.SegmentGEMMWrapper.run"
+        if seg_lens is None and seg_indptr is None:
+            raise InvalidArgumentError("%s: either seg_lens or seg_indptr must be given" % fn)
+        if str(x.dtype).replace("torch.", "").startswith("float8"):
+            raise UnsupportedError("%s: x.dtype=%s is not supported: float16 or bfloat16" % (fn, x.dtype))
+        if weights.ndim != 3:
+            raise InvalidArgumentError("%s: weights must be 3-D, got shape %s" % (fn, tuple(weights.shape)))
+        if seg_indptr is None:
+            if seg_lens.shape[0] != batch_size:
+                raise InvalidArgumentError("%s: seg_lens.shape=%s but batch_size=%d"
+                                           % (fn, tuple(seg_lens.shape), batch_size))
+            seg_indptr = _indptr_from_lens(seg_lens)
+        if seg_indptr.shape[0] != batch_size + 1:
+            raise InvalidArgumentError("%s: seg_indptr.shape=%s but it must be (batch_size + 1,) = (%d,)"
+                                       % (fn, tuple(seg_indptr.shape), batch_size + 1))
+        b = weights if weight_column_major else _transposed(weights)
+        if weight_indices is None:
+            if b.shape[0] < batch_size:
+                raise InvalidArgumentError("%s: weights.shape[0]=%d but without weight_indices it must be at "
+                                           "least batch_size=%d" % (fn, b.shape[0], batch_size))
+            b = b[:batch_size]
+        d_out = b.shape[1]
+        if out is None:
+            out = _empty(fn, x, (x.shape[0], d_out), _dtype_name(x.dtype))
+            out[...] = 0
+        elif tuple(out.shape) != (x.shape[0], d_out):
+            raise InvalidArgumentError("%s: out.shape=%s but it must be %s"
+                                       % (fn, tuple(out.shape), (x.shape[0], d_out)))
+        _ext.grouped_mm(x, b, seg_indptr, weight_indices, out, stream)
+        return out

@@ -12,6 +12,7 @@
 #define IGNIS_CORE_BACKEND_H
 
 #include "gemm_params.h"
+#include "grouped_gemm_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -93,6 +94,9 @@ typedef struct ignis_backend {
   /* Every GEMM form (core/gemm_params.h). A backend that cannot run a valid call (CUDA without
    * cuBLASLt, a shape cuBLASLt refuses) answers IGNIS_ERROR_UNSUPPORTED with the reason. */
   ignis_status (*gemm)(const ignis_gemm_params *params, int32_t device, void *stream);
+  /* The grouped GEMM forms (core/grouped_gemm_params.h): one launch over every group, m_indptr
+   * read where it lives (on the device for CUDA: no host sync). */
+  ignis_status (*grouped_gemm)(const ignis_grouped_gemm_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

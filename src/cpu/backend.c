@@ -44,4 +44,5 @@ const ignis_backend ignis_cpu_backend = {
     .top_k = ignis_cpu_top_k,
     .topk_transform = ignis_cpu_topk_transform,
     .gemm = ignis_cpu_gemm,
+    .grouped_gemm = ignis_cpu_grouped_gemm,
 };

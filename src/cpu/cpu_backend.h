@@ -23,6 +23,7 @@ ignis_status ignis_cpu_softmax(const ignis_softmax_params *p, int32_t device, vo
 ignis_status ignis_cpu_speculative(const ignis_speculative_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_top_k(const ignis_top_k_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_gemm(const ignis_gemm_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_grouped_gemm(const ignis_grouped_gemm_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_topk_transform(const ignis_topk_transform_params *p, int32_t device, void *stream);
 
 #endif

@@ -40,4 +40,5 @@ const ignis_backend ignis_cuda_backend = {
     .top_k = ignis_cuda_top_k,
     .topk_transform = ignis_cuda_topk_transform,
     .gemm = ignis_cuda_gemm,
+    .grouped_gemm = ignis_cuda_grouped_gemm,
 };

@@ -19,7 +19,8 @@ against), ``__ignis_version__`` the loaded ignis library's. No distribution meta
 from ignis import *
 from ignis import __version__ as __ignis_version__
 
-from . import activation, cascade, decode, gemm, jit, mla, norm, page, prefill, quantization, rope, sampling, topk, utils
+from . import (activation, cascade, decode, gemm, grouped_mm, jit, mla, norm, page, prefill, quantization, rope, sampling,
+               topk, utils)
 from .mla import BatchMLAPagedAttentionWrapper
 from .page import nvfp4_quantize_append_paged_kv_cache, nvfp4_quantize_append_paged_kv_cache_with_slot_mapping
 from .topk import TopKTieBreak, top_k_page_table_transform, top_k_ragged_transform

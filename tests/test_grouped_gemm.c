@@ -1,0 +1,422 @@
+/* Tests of the grouped GEMM ops (include/ignis/gemm.h): ignis_grouped_mm and
+ * ignis_grouped_mm_fp8_blockscale on every backend, against an fp64 reference written here from the
+ * header's formulas (inputs read back after rounding to their dtypes; block-scaled sums formed per
+ * 128-wide K block).
+ *
+ * Cases: 1 to 16 groups with odd row counts, empty groups (first, middle, last, all), one huge
+ * group (a few thousand rows, many 128-row tiles), a first offset above 0 and rows of a past the
+ * last offset (those rows of out must keep their poison), N and K small multiples of 8 (plus odd
+ * ones on the CPU), padded row strides, weights stored [N, K] and [K, N], weight_indices (i32 and
+ * i64, repeated and skipped weights), m_indptr i32 and i64, out bf16/f16/f32; fp8 block-scaled with
+ * f32 and UE8M0 scales, a_scale K-major and MN-major, b_scale [G, N/128, K/128] K-major and
+ * MN-major, a partial last K block. The CUDA cases run the shapes its kernel takes (K % 8, N % 8,
+ * 16-byte rows). Bad inputs: each returns the documented status, the message names the parameter,
+ * and out is untouched.
+ *
+ * Tolerance per element: out's rounding plus the f32 accumulation bound K * 2^-24 * sum |terms|. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+typedef struct operand {
+  h_buf buf;
+  ignis_tensor t;
+} operand;
+
+/* A view over a fresh buffer of `count` elements: ndim, shape, strides (elements), offset. */
+static operand make_view(h_backend be, ignis_dtype dtype, int64_t count, int64_t offset, int ndim,
+                         const int64_t *shape, const int64_t *strides) {
+  operand o;
+  o.buf = h_buf_alloc(be, dtype, count);
+  o.t = h_view(&o.buf, offset, ndim, shape, strides);
+  return o;
+}
+
+static void fill_normal(operand *o, h_rng *rng, double scale) {
+  for (int64_t i = 0; i < o->buf.count; ++i)
+    h_set(&o->buf, i, scale * h_rng_normal(rng));
+  h_buf_upload(&o->buf);
+}
+
+static double at2(const operand *o, int64_t r, int64_t c) {
+  int64_t idx[2] = {r, c};
+  return h_get(&o->buf, h_index(&o->buf, &o->t, idx));
+}
+
+static double at3(const operand *o, int64_t g, int64_t r, int64_t c) {
+  int64_t idx[3] = {g, r, c};
+  return h_get(&o->buf, h_index(&o->buf, &o->t, idx));
+}
+
+static operand make_index(h_backend be, ignis_dtype dtype, const int64_t *values, int64_t count) {
+  operand o = make_view(be, dtype, count > 0 ? count : 1, 0, 1, &count, NULL);
+  for (int64_t i = 0; i < count; ++i)
+    h_set(&o.buf, i, (double)values[i]);
+  h_buf_upload(&o.buf);
+  return o;
+}
+
+/* The weights [W, N, K]: stored [W, N, K] (kn 0) or [W, K, N] viewed as [W, N, K] (kn 1), each
+ * stored row padded by `pad` elements. */
+static operand make_weights(h_backend be, ignis_dtype dtype, int64_t w, int64_t n, int64_t k, int kn,
+                            int64_t pad) {
+  int64_t rows = kn ? k : n, cols = kn ? n : k, ld = cols + pad, group = (rows * ld + 15) / 16 * 16;
+  int64_t shape[3] = {w, n, k};
+  int64_t strides[3] = {group, kn ? 1 : ld, kn ? ld : 1};
+  return make_view(be, dtype, w * group + 16, 0, 3, shape, strides);
+}
+
+/* Compare out's rows m_indptr[0] .. m_indptr[G] with ref (M x N), and check every other element of
+ * out's buffer kept its poison. */
+static void compare_rows(operand *out, const double *ref, const double *abs_sum, int64_t lo, int64_t hi,
+                         int64_t n, int64_t k, const char *what) {
+  h_buf_download(&out->buf);
+  h_cmp cmp;
+  h_cmp_init(&cmp);
+  h_tol tol = h_tol_for(out->t.dtype, 1.0);
+  for (int64_t i = lo; i < hi; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t r = i * n + j;
+      double bound =
+          tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * (double)(k > 16 ? k : 16) * ldexp(1.0, -24);
+      h_cmp_add(&cmp, r, at2(out, i, j), ref[r], bound);
+    }
+  CHECK_CMP(&cmp, what);
+  unsigned char *mask = calloc((size_t)out->buf.count, 1);
+  for (int64_t i = lo; i < hi; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t idx[2] = {i, j};
+      mask[h_index(&out->buf, &out->t, idx)] = 1;
+    }
+  CHECKF(h_buf_changed(&out->buf, mask) == 0, "%s: elements outside the groups' rows were written", what);
+  free(mask);
+}
+
+/* Offsets from lengths: indptr[0] = first, then the running sum. */
+static int64_t make_offsets(const int64_t *lens, int64_t groups, int64_t first, int64_t *indptr) {
+  indptr[0] = first;
+  for (int64_t g = 0; g < groups; ++g)
+    indptr[g + 1] = indptr[g] + lens[g];
+  return indptr[groups];
+}
+
+/* ---- ignis_grouped_mm ----------------------------------------------------------------------- */
+typedef struct mm_case {
+  ignis_dtype in, out;
+  int64_t groups;
+  const int64_t *lens;
+  int64_t first, tail; /* rows of a before the first offset / after the last */
+  int64_t n, k;
+  int kn;              /* weights stored [K, N] */
+  int64_t num_weights; /* > 0: weight_indices used, W weights */
+  ignis_dtype index_dtype;
+} mm_case;
+
+static void run_mm(h_backend be, const mm_case *c, h_rng *rng) {
+  const int cuda = be == H_CUDA;
+  if (cuda && (c->n % 8 || c->k % 8))
+    return;
+  int64_t indptr[260];
+  const int64_t end = make_offsets(c->lens, c->groups, c->first, indptr), m = end + c->tail;
+  const int64_t w = c->num_weights > 0 ? c->num_weights : c->groups;
+  h_case("grouped_mm %s %s->%s G%lld M%lld N%lld K%lld %s%s idx %s", h_backend_name(be),
+         ignis_dtype_name(c->in), ignis_dtype_name(c->out), (long long)c->groups, (long long)m,
+         (long long)c->n, (long long)c->k, c->kn ? "[K,N]" : "[N,K]",
+         c->num_weights > 0 ? " weight_indices" : "", ignis_dtype_name(c->index_dtype));
+  const int64_t pad = cuda ? 8 : 3;
+  int64_t a_shape[2] = {m, c->k}, a_strides[2] = {c->k + pad, 1};
+  operand a = make_view(be, c->in, m * (c->k + pad) + 16, 0, 2, a_shape, a_strides);
+  operand b = make_weights(be, c->in, w, c->n, c->k, c->kn, pad);
+  int64_t o_shape[2] = {m, c->n}, o_strides[2] = {c->n + pad, 1};
+  operand out = make_view(be, c->out, m * (c->n + pad) + 16, 0, 2, o_shape, o_strides);
+  fill_normal(&a, rng, 1.0);
+  fill_normal(&b, rng, 1.0);
+  operand ind = make_index(be, c->index_dtype, indptr, c->groups + 1);
+  int64_t widx[256];
+  for (int64_t g = 0; g < c->groups; ++g)
+    widx[g] = (g * 7 + 3) % w;
+  operand wi = {0};
+  if (c->num_weights > 0)
+    wi = make_index(be, c->index_dtype == IGNIS_I32 ? IGNIS_I64 : IGNIS_I32, widx, c->groups);
+  h_buf_poison(&out.buf);
+  h_buf_upload(&out.buf);
+  CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL),
+               IGNIS_OK);
+  double *ref = calloc((size_t)(m * c->n + 1), sizeof(double)),
+         *abs_sum = calloc((size_t)(m * c->n + 1), sizeof(double));
+  for (int64_t g = 0; g < c->groups; ++g) {
+    const int64_t wg = c->num_weights > 0 ? widx[g] : g;
+    for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
+      for (int64_t j = 0; j < c->n; ++j) {
+        double s = 0, sa = 0;
+        for (int64_t kk = 0; kk < c->k; ++kk) {
+          double term = at2(&a, i, kk) * at3(&b, wg, j, kk);
+          s += term;
+          sa += fabs(term);
+        }
+        ref[i * c->n + j] = s;
+        abs_sum[i * c->n + j] = sa;
+      }
+  }
+  compare_rows(&out, ref, abs_sum, indptr[0], end, c->n, c->k, "ignis_grouped_mm");
+  free(ref);
+  free(abs_sum);
+  h_buf_free(&a.buf);
+  h_buf_free(&b.buf);
+  h_buf_free(&out.buf);
+  h_buf_free(&ind.buf);
+  if (c->num_weights > 0)
+    h_buf_free(&wi.buf);
+}
+
+static void test_grouped_mm(h_backend be) {
+  h_rng rng = h_rng_make(18);
+  static const int64_t one[] = {77};
+  static const int64_t four[] = {3, 0, 130, 17};
+  static const int64_t eight[] = {0, 1, 255, 9, 0, 64, 33, 0};
+  static const int64_t empty[] = {0, 0, 0};
+  static const int64_t sixteen[] = {5, 12, 0, 7, 129, 3, 1, 0, 40, 2, 2, 2, 90, 0, 11, 6};
+  static const int64_t huge[] = {0, 2500, 0};
+  const ignis_dtype B = IGNIS_BF16, H = IGNIS_F16, F = IGNIS_F32, I32 = IGNIS_I32, I64 = IGNIS_I64;
+  const mm_case cases[] = {
+      {B, B, 1, one, 0, 0, 64, 96, 0, 0, I32},
+      {B, B, 4, four, 0, 0, 136, 72, 0, 0, I32},
+      {H, H, 8, eight, 5, 7, 64, 128, 0, 0, I64},
+      {B, F, 8, eight, 0, 0, 40, 200, 1, 0, I32},   /* [K, N] weights, f32 out */
+      {H, B, 4, four, 2, 0, 128, 64, 1, 0, I64},    /* [K, N], f16 in -> bf16 out */
+      {B, B, 3, empty, 4, 3, 64, 64, 0, 0, I32},    /* every group empty */
+      {B, B, 16, sixteen, 0, 0, 48, 56, 0, 5, I32}, /* weight_indices, 5 weights */
+      {H, F, 16, sixteen, 1, 2, 24, 40, 1, 3, I64}, /* weight_indices with [K, N] */
+      {B, B, 3, huge, 0, 0, 72, 64, 0, 0, I32},     /* one huge group */
+      {B, B, 4, four, 0, 0, 33, 21, 0, 0, I32},     /* CPU only: odd N and K */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    run_mm(be, &cases[i], &rng);
+}
+
+/* ---- ignis_grouped_mm_fp8_blockscale ---------------------------------------------------------- */
+typedef struct fp8_case {
+  int64_t groups;
+  const int64_t *lens;
+  int64_t first, tail, n, k;
+  ignis_dtype scale_dtype;
+  int a_mn, b_mn; /* scale tensors given transposed (FlashInfer's "MN" major mode) */
+  ignis_dtype out;
+} fp8_case;
+
+static double scale_value(const operand *s, double v) {
+  return s->t.dtype == IGNIS_F32 ? v : ldexp(1.0, (int)v - 127);
+}
+
+static void fill_scales(operand *s, h_rng *rng) {
+  for (int64_t i = 0; i < s->buf.count; ++i)
+    h_set(&s->buf, i,
+          s->t.dtype == IGNIS_F32 ? h_rng_uniform(rng, 0.01, 0.1) : (double)h_rng_int(rng, 118, 128));
+  h_buf_upload(&s->buf);
+}
+
+static void run_fp8(h_backend be, const fp8_case *c, h_rng *rng) {
+  const int cuda = be == H_CUDA;
+  if (cuda && (c->n % 8 || c->k % 16))
+    return;
+  int64_t indptr[260];
+  const int64_t end = make_offsets(c->lens, c->groups, c->first, indptr), m = end + c->tail;
+  const int64_t kb = (c->k + 127) / 128, nb = (c->n + 127) / 128;
+  h_case("grouped_mm_fp8_blockscale %s G%lld M%lld N%lld K%lld scales %s a %s b %s -> %s", h_backend_name(be),
+         (long long)c->groups, (long long)m, (long long)c->n, (long long)c->k,
+         ignis_dtype_name(c->scale_dtype), c->a_mn ? "MN" : "K", c->b_mn ? "MN" : "K",
+         ignis_dtype_name(c->out));
+  const int64_t pad = cuda ? 16 : 3;
+  int64_t a_shape[2] = {m, c->k}, a_strides[2] = {c->k + pad, 1};
+  operand a = make_view(be, IGNIS_FP8_E4M3, m * (c->k + pad) + 16, 0, 2, a_shape, a_strides);
+  operand b = make_weights(be, IGNIS_FP8_E4M3, c->groups, c->n, c->k, 0, pad);
+  int64_t o_shape[2] = {m, c->n}, o_strides[2] = {c->n + 8, 1};
+  operand out = make_view(be, c->out, m * (c->n + 8) + 16, 0, 2, o_shape, o_strides);
+  fill_normal(&a, rng, 2.0);
+  fill_normal(&b, rng, 2.0);
+  int64_t sa_shape[2] = {m, kb}, sa_strides[2] = {c->a_mn ? 1 : kb, c->a_mn ? m : 1};
+  operand sa = make_view(be, c->scale_dtype, m * kb + 1, 0, 2, sa_shape, sa_strides);
+  int64_t sb_shape[3] = {c->groups, nb, kb}, sb_strides[3] = {nb * kb, c->b_mn ? 1 : kb, c->b_mn ? nb : 1};
+  operand sb = make_view(be, c->scale_dtype, c->groups * nb * kb + 1, 0, 3, sb_shape, sb_strides);
+  fill_scales(&sa, rng);
+  fill_scales(&sb, rng);
+  operand ind = make_index(be, IGNIS_I32, indptr, c->groups + 1);
+  h_buf_poison(&out.buf);
+  h_buf_upload(&out.buf);
+  CHECK_STATUS(ignis_grouped_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), IGNIS_OK);
+  double *ref = calloc((size_t)(m * c->n + 1), sizeof(double)),
+         *abs_sum = calloc((size_t)(m * c->n + 1), sizeof(double));
+  for (int64_t g = 0; g < c->groups; ++g)
+    for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
+      for (int64_t j = 0; j < c->n; ++j) {
+        double s = 0, sabs = 0;
+        for (int64_t blk = 0; blk < kb; ++blk) {
+          double part = 0, part_abs = 0;
+          for (int64_t kk = blk * 128; kk < c->k && kk < (blk + 1) * 128; ++kk) {
+            double term = at2(&a, i, kk) * at3(&b, g, j, kk);
+            part += term;
+            part_abs += fabs(term);
+          }
+          double scale = scale_value(&sa, at2(&sa, i, blk)) * scale_value(&sb, at3(&sb, g, j / 128, blk));
+          s += part * scale;
+          sabs += part_abs * scale;
+        }
+        ref[i * c->n + j] = s;
+        abs_sum[i * c->n + j] = sabs;
+      }
+  compare_rows(&out, ref, abs_sum, indptr[0], end, c->n, c->k, "ignis_grouped_mm_fp8_blockscale");
+  free(ref);
+  free(abs_sum);
+  operand all[] = {a, b, out, sa, sb, ind};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+    h_buf_free(&all[i].buf);
+}
+
+static void test_grouped_fp8(h_backend be) {
+  h_rng rng = h_rng_make(19);
+  static const int64_t one[] = {45};
+  static const int64_t four[] = {3, 0, 130, 17};
+  static const int64_t eight[] = {0, 1, 129, 9, 0, 64, 33, 0};
+  static const int64_t huge[] = {0, 1500};
+  const ignis_dtype F = IGNIS_F32, U = IGNIS_U8, B = IGNIS_BF16, H = IGNIS_F16;
+  const fp8_case cases[] = {
+      {1, one, 0, 0, 128, 256, F, 0, 0, B},
+      {4, four, 0, 3, 256, 384, F, 1, 1, B},  /* FlashInfer's default MN-major scales */
+      {8, eight, 2, 0, 136, 320, U, 0, 1, H}, /* UE8M0, partial N and K blocks */
+      {2, huge, 0, 0, 128, 512, F, 1, 0, B},  /* one huge group */
+      {4, four, 0, 0, 200, 200, U, 1, 1, B},  /* CPU only: K not a multiple of 16 */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    run_fp8(be, &cases[i], &rng);
+}
+
+/* ---- bad inputs ------------------------------------------------------------------------------ */
+static void test_bad_inputs(h_backend be) {
+  enum { G = 3, M = 20, N = 128, K = 256 };
+  h_case("grouped gemm bad inputs on %s", h_backend_name(be));
+  h_rng rng = h_rng_make(7);
+  const ignis_status INV = IGNIS_ERROR_INVALID_ARGUMENT, UNS = IGNIS_ERROR_UNSUPPORTED;
+  int64_t a_shape[2] = {M, K}, o_shape[2] = {M, N};
+  operand a = make_view(be, IGNIS_BF16, M * K, 0, 2, a_shape, NULL);
+  operand b = make_weights(be, IGNIS_BF16, G, N, K, 0, 0);
+  operand out = make_view(be, IGNIS_BF16, M * N, 0, 2, o_shape, NULL);
+  fill_normal(&a, &rng, 1.0);
+  fill_normal(&b, &rng, 1.0);
+  const int64_t good[] = {0, 5, 5, 20}, decreasing[] = {0, 6, 5, 20}, past[] = {0, 5, 5, 21},
+                widx_bad[] = {0, 3, 1};
+  operand ind = make_index(be, IGNIS_I32, good, G + 1);
+  operand dec = make_index(be, IGNIS_I32, decreasing, G + 1), pst = make_index(be, IGNIS_I32, past, G + 1);
+  operand wbad = make_index(be, IGNIS_I64, widx_bad, G);
+  operand ind_f = make_view(be, IGNIS_F32, G + 1, 0, 1, (int64_t[]){G + 1}, NULL);
+  h_buf_poison(&out.buf);
+  h_buf_upload(&out.buf);
+  ignis_tensor t, o;
+
+  t = b.t;
+  t.shape[2] = K - 8;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &t, &ind.t, NULL, &out.t, NULL), INV, "do not multiply");
+  o = out.t;
+  o.shape[1] = N - 8;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind.t, NULL, &o, NULL), INV, "out.shape[1]");
+  o = out.t;
+  o.shape[0] = M - 1;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind.t, NULL, &o, NULL), INV, "out.shape[0]");
+  t = b.t;
+  t.shape[0] = G + 1;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &t, &ind.t, NULL, &out.t, NULL), INV, "b.shape[0]");
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind_f.t, NULL, &out.t, NULL), INV, "m_indptr");
+  t = b.t;
+  t.dtype = IGNIS_F16;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &t, &ind.t, NULL, &out.t, NULL), INV, "b.dtype");
+  t = a.t;
+  t.dtype = IGNIS_F32;
+  CHECK_ERROR(ignis_grouped_mm(&t, &b.t, &ind.t, NULL, &out.t, NULL), INV, "a.dtype");
+  t = b.t;
+  t.strides[1] = 2;
+  t.strides[2] = 2 * N;
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &t, &ind.t, NULL, &out.t, NULL), UNS, "b.strides");
+  t = a.t;
+  t.strides[0] = K - 1;
+  CHECK_ERROR(ignis_grouped_mm(&t, &b.t, &ind.t, NULL, &out.t, NULL), INV, "a.strides[0]");
+  t = ind.t; /* G + 1 entries where weight_indices has G */
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind.t, &t, &out.t, NULL), INV, "weight_indices");
+  o = out.t;
+  o.data = a.t.data; /* out overlapping a */
+  CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind.t, NULL, &o, NULL), INV, "overlaps a");
+  if (be == H_CPU) { /* values of the index arrays: checked where the host can read them */
+    CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &dec.t, NULL, &out.t, NULL), INV, "m_indptr[2]");
+    CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &pst.t, NULL, &out.t, NULL), INV, "m_indptr[3]");
+    CHECK_ERROR(ignis_grouped_mm(&a.t, &b.t, &ind.t, &wbad.t, &out.t, NULL), INV, "weight_indices[1]");
+  } else {
+    t = a.t;
+    t.data = (char *)t.data + 2; /* rows no longer 16-byte aligned */
+    t.shape[0] = M - 1;
+    o = out.t;
+    o.shape[0] = M - 1;
+    operand small = make_index(be, IGNIS_I32, (const int64_t[]){0, 5, 5, 19}, G + 1);
+    CHECK_ERROR(ignis_grouped_mm(&t, &b.t, &small.t, NULL, &o, NULL), UNS, "a.data");
+    h_buf_free(&small.buf);
+  }
+  CHECK(h_buf_untouched(&out.buf));
+
+  /* fp8 block-scaled */
+  operand a8 = make_view(be, IGNIS_FP8_E4M3, M * K, 0, 2, a_shape, NULL);
+  operand b8 = make_weights(be, IGNIS_FP8_E4M3, G, N, K, 0, 0);
+  fill_normal(&a8, &rng, 1.0);
+  fill_normal(&b8, &rng, 1.0);
+  int64_t sa_shape[2] = {M, K / 128}, sb_shape[3] = {G, N / 128, K / 128};
+  operand sa = make_view(be, IGNIS_F32, M * (K / 128), 0, 2, sa_shape, NULL);
+  operand sb = make_view(be, IGNIS_F32, G * (N / 128) * (K / 128), 0, 3, sb_shape, NULL);
+  operand sbu = make_view(be, IGNIS_U8, G * (N / 128) * (K / 128), 0, 3, sb_shape, NULL);
+  fill_scales(&sa, &rng);
+  fill_scales(&sb, &rng);
+  fill_scales(&sbu, &rng);
+  t = sa.t;
+  t.shape[1] = K / 128 + 1;
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &t, &sb.t, &ind.t, &out.t, NULL), INV,
+              "a_scale.shape[1]");
+  t = sb.t;
+  t.shape[1] = 2;
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &sa.t, &t, &ind.t, &out.t, NULL), INV,
+              "b_scale.shape[1]");
+  t = sb.t;
+  t.ndim = 2;
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &sa.t, &t, &ind.t, &out.t, NULL), INV, "b_scale");
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &sa.t, &sbu.t, &ind.t, &out.t, NULL), INV,
+              "b_scale.dtype");
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a.t, &b8.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), INV,
+              "a.dtype");
+  t = b8.t;
+  t.strides[1] = 1;
+  t.strides[2] = N;
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &t, &sa.t, &sb.t, &ind.t, &out.t, NULL), UNS,
+              "K-contiguous");
+  o = out.t;
+  o.dtype = IGNIS_F32;
+  CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &sa.t, &sb.t, &ind.t, &o, NULL), INV,
+              "out.dtype");
+  if (be == H_CPU)
+    CHECK_ERROR(ignis_grouped_mm_fp8_blockscale(&a8.t, &b8.t, &sa.t, &sb.t, &dec.t, &out.t, NULL), INV,
+                "m_indptr[2]");
+  CHECK(h_buf_untouched(&out.buf));
+
+  operand all[] = {a, b, out, ind, dec, pst, wbad, ind_f, a8, b8, sa, sb, sbu};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+    h_buf_free(&all[i].buf);
+}
+
+int main(void) {
+  h_init("test_grouped_gemm");
+  for (int i = 0; i < h_backend_count(); ++i) {
+    h_backend be = h_backend_at(i);
+    if (be == H_CPU && h_quick()) /* IGNIS_TEST_QUICK (the sanitizer runs): the GPU cases only */
+      continue;
+    test_grouped_mm(be);
+    test_grouped_fp8(be);
+    test_bad_inputs(be);
+  }
+  return h_finish();
+}

@@ -12,6 +12,7 @@
 #define IGNIS_CORE_BACKEND_H
 
 #include "gemm_params.h"
+#include "mla_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -90,6 +91,10 @@ typedef struct ignis_backend {
   /* Every GEMM form (core/gemm_params.h). A backend that cannot run a valid call (CUDA without
    * cuBLASLt, a shape cuBLASLt refuses) answers IGNIS_ERROR_UNSUPPORTED with the reason. */
   ignis_status (*gemm)(const ignis_gemm_params *params, int32_t device, void *stream);
+  /* MLA attention over the latent cache (the attention items, then the merge of split requests)
+   * and the append of latent rows (core/mla_params.h). */
+  ignis_status (*mla)(const ignis_mla_params *params, int32_t device, void *stream);
+  ignis_status (*append_paged_mla_kv)(const ignis_append_mla_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

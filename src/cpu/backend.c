@@ -44,4 +44,6 @@ const ignis_backend ignis_cpu_backend = {
     .top_k = ignis_cpu_top_k,
     .topk_transform = ignis_cpu_topk_transform,
     .gemm = ignis_cpu_gemm,
+    .mla = ignis_cpu_mla,
+    .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
 };

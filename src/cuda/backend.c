@@ -39,4 +39,6 @@ const ignis_backend ignis_cuda_backend = {
     .top_k = ignis_cuda_top_k,
     .topk_transform = ignis_cuda_topk_transform,
     .gemm = ignis_cuda_gemm,
+    .mla = ignis_cuda_mla,
+    .append_paged_mla_kv = ignis_cuda_append_paged_mla_kv,
 };

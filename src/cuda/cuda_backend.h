@@ -31,6 +31,9 @@ ignis_status ignis_cuda_topk_transform(const ignis_topk_transform_params *params
                                        void *stream);
 /* cuBLASLt, loaded at first use (gemm/gemm_cublaslt.c). */
 ignis_status ignis_cuda_gemm(const ignis_gemm_params *params, int32_t device, void *stream);
+/* MLA (attention/mla.cu). */
+ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *params, int32_t device, void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
       top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
       const float m_old = s_m[r], m_new = fmaxf(m_old, top);
       float sum = 0.0f;
-      T prob[8];
+      alignas(16) T prob[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float pe = m_new == -CUDART_INF_F ? 0.0f : exp2f(v[e] - m_new);
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
         const int col = 64 * warp + nt * 8 + (lane % 4) * 2;
         const float x0 = acc[mg][nt][half * 2] * inv, x1 = acc[mg][nt][half * 2 + 1] * inv;
         if (w.partial < 0) {
-          T pair[2] = {ignis_from_float<T>(x0), ignis_from_float<T>(x1)};
+          alignas(4) T pair[2] = {ignis_from_float<T>(x0), ignis_from_float<T>(x1)};
           *(uint32_t *)((T *)p.out + (w.q_row + token) * p.out_stride_token + h * p.out_stride_head + col) =
               *(const uint32_t *)pair;
         } else {
@@ -279,7 +279,7 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
     lse_merge_fold<4>(t, x, m, d, acc);
   }
   const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
-  T out[4];
+  alignas(8) T out[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     out[k] = ignis_from_float<T>(acc[k]);

@@ -34,7 +34,8 @@ static void release_mla(const bench_case *c, void *state) {
 }
 
 static int describe_mla(const bench_case *c, bench_tensor_spec *s) {
-  const int64_t rows = c->batch * c->tokens, pages = bench_num_pages(c), es = (int64_t)ignis_dtype_size(c->dtype);
+  const int64_t rows = c->batch * c->tokens, pages = bench_num_pages(c),
+                es = (int64_t)ignis_dtype_size(c->dtype);
   s[0] = BENCH_SPEC("q_nope", c->dtype, BENCH_FILL_RANDOM, rows, c->q_heads, CKV);
   s[1] = BENCH_SPEC("q_pe", c->dtype, BENCH_FILL_RANDOM, rows, c->q_heads, KPE);
   s[2] = BENCH_SPEC("ckv_cache", c->dtype, BENCH_FILL_RANDOM, pages, c->page_size, CKV);
@@ -79,13 +80,14 @@ static int prepare_mla(const bench_case *c, void *stream, void **state) {
   if (rc == 0)
     rc = bench_check_status(ignis_mla_plan_create(&config, &s->plan), "ignis_mla_plan_create");
   if (rc == 0)
-    rc = bench_check_status(ignis_mla_workspace_size(s->plan, &s->workspace_bytes), "ignis_mla_workspace_size");
+    rc = bench_check_status(ignis_mla_workspace_size(s->plan, &s->workspace_bytes),
+                            "ignis_mla_workspace_size");
   if (rc == 0 && s->workspace_bytes > 0)
     rc = bench_device_alloc(c->device, s->workspace_bytes, &s->workspace);
   if (rc == 0)
-    rc = bench_check_status(
-        ignis_mla_plan_update(s->plan, qo, kv_indptr, kv_len, c->batch, s->workspace, s->workspace_bytes, stream),
-        "ignis_mla_plan_update");
+    rc = bench_check_status(ignis_mla_plan_update(s->plan, qo, kv_indptr, kv_len, c->batch, s->workspace,
+                                                  s->workspace_bytes, stream),
+                            "ignis_mla_plan_update");
   int64_t work = 0, merged = 0;
   if (rc == 0)
     rc = bench_check_status(ignis_mla_plan_info(s->plan, &work, &merged), "ignis_mla_plan_info");
@@ -102,8 +104,8 @@ static int prepare_mla(const bench_case *c, void *stream, void **state) {
 
 static ignis_status call_mla(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
   const mla_state *s = state;
-  return ignis_mla_run(s->plan, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], NULL, s->workspace, s->workspace_bytes,
-                       stream);
+  return ignis_mla_run(s->plan, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], NULL, s->workspace,
+                       s->workspace_bytes, stream);
 }
 
 /* append: every request appends all of its kv_len tokens */
@@ -125,7 +127,8 @@ static int describe_append_mla(const bench_case *c, bench_tensor_spec *s) {
 }
 
 static ignis_status call_append_mla(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
-  return ignis_append_paged_mla_kv_cache(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], stream);
+  return ignis_append_paged_mla_kv_cache(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8],
+                                         stream);
 }
 
 /* "B64 T1 L4k 16h p64" */
@@ -147,9 +150,13 @@ static void shape_mla(const bench_case *c, char *text, size_t size) {
 #define TINY_MLA BENCH_DIMS(.batch = 2, .tokens = 2, .kv_len = 20, .q_heads = 4, .page_size = 16, .causal = 1)
 
 static const bench_routine mla_routines[] = {
-    {.name = "mla", .family = &bench_family_mla, .dtypes = BENCH_DTYPES_HALF, .tiny = TINY_MLA,
-     .summary = "MLA attention over the paged latent cache (BatchMLAPagedAttentionWrapper): plan once, update "
-                "once, time the run",
+    {.name = "mla",
+     .family = &bench_family_mla,
+     .dtypes = BENCH_DTYPES_HALF,
+     .tiny = TINY_MLA,
+     .summary =
+         "MLA attention over the paged latent cache (BatchMLAPagedAttentionWrapper): plan once, update "
+         "once, time the run",
      .functions = "ignis_mla_plan_create ignis_mla_workspace_size ignis_mla_plan_update ignis_mla_plan_info "
                   "ignis_mla_run ignis_mla_plan_destroy",
      .dims = MLA_DIMS,
@@ -158,14 +165,23 @@ static const bench_routine mla_routines[] = {
      .gpu_suite = BENCH_SUITE(MLA_SHAPE(4, 64, 1, 4096, 16, 64), MLA_SHAPE(4, 128, 1, 8192, 16, 64),
                               MLA_SHAPE(4, 64, 1, 4096, 128, 64), MLA_SHAPE(4, 64, 2, 4096, 128, 64),
                               MLA_SHAPE(4, 1, 1, 32768, 128, 64), MLA_SHAPE(4, 1, 2048, 10240, 128, 64)),
-     .host_suite = BENCH_SUITE(MLA_SHAPE(4, 2, 1, 512, 16, 64)), .describe = describe_mla, .prepare = prepare_mla,
-     .release = release_mla, .call = call_mla},
-    {.name = "append_paged_mla_kv_cache", .family = &bench_family_mla, .dtypes = BENCH_DTYPES_HALF,
-     .tiny = TINY_MLA, .summary = "write ckv / kpe rows at their pages and slots",
-     .functions = "ignis_append_paged_mla_kv_cache", .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN | BENCH_DIM_PAGE_SIZE,
-     .bytes_rule = "rows read and written (2*B*L*576*es) + batch_indices, positions (B*L*4 each) + page table",
+     .host_suite = BENCH_SUITE(MLA_SHAPE(4, 2, 1, 512, 16, 64)),
+     .describe = describe_mla,
+     .prepare = prepare_mla,
+     .release = release_mla,
+     .call = call_mla},
+    {.name = "append_paged_mla_kv_cache",
+     .family = &bench_family_mla,
+     .dtypes = BENCH_DTYPES_HALF,
+     .tiny = TINY_MLA,
+     .summary = "write ckv / kpe rows at their pages and slots",
+     .functions = "ignis_append_paged_mla_kv_cache",
+     .dims = BENCH_DIM_BATCH | BENCH_DIM_KV_LEN | BENCH_DIM_PAGE_SIZE,
+     .bytes_rule =
+         "rows read and written (2*B*L*576*es) + batch_indices, positions (B*L*4 each) + page table",
      .gpu_suite = BENCH_SUITE(MLA_SHAPE(4, 64, 1, 1024, 16, 64)),
-     .host_suite = BENCH_SUITE(MLA_SHAPE(4, 2, 1, 256, 16, 64)), .describe = describe_append_mla,
+     .host_suite = BENCH_SUITE(MLA_SHAPE(4, 2, 1, 256, 16, 64)),
+     .describe = describe_append_mla,
      .call = call_append_mla},
 };
 

@@ -43,7 +43,8 @@ typedef struct mla_cache {
 static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cache *cache) {
   cache->kv_indptr[0] = 0;
   for (int64_t b = 0; b < c->batch; ++b)
-    cache->kv_indptr[b + 1] = cache->kv_indptr[b] + (int32_t)((c->kv_len[b] + c->page_size - 1) / c->page_size);
+    cache->kv_indptr[b + 1] =
+        cache->kv_indptr[b] + (int32_t)((c->kv_len[b] + c->page_size - 1) / c->page_size);
   const int64_t used = cache->kv_indptr[c->batch];
   cache->num_pages = used + 3;
   cache->indices = malloc(sizeof(int32_t) * (size_t)(used + 1));
@@ -65,7 +66,8 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
     for (int64_t i = 0; i < rows * KV_DIM; ++i)
       h_set(&cache->ckv_buf, i, h_rng_normal(rng));
     h_buf_upload(&cache->ckv_buf);
-    int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV}, shape_kpe[3] = {cache->num_pages, c->page_size, KPE};
+    int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV},
+            shape_kpe[3] = {cache->num_pages, c->page_size, KPE};
     int64_t strides[3] = {c->page_size * KV_DIM, KV_DIM, 1};
     cache->ckv = h_view(&cache->ckv_buf, 0, 3, shape_ckv, strides);
     cache->kpe = h_view(&cache->ckv_buf, CKV, 3, shape_kpe, strides);
@@ -80,7 +82,8 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
     h_set(&cache->kpe_buf, i, h_rng_normal(rng));
   h_buf_upload(&cache->ckv_buf);
   h_buf_upload(&cache->kpe_buf);
-  int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV}, shape_kpe[3] = {cache->num_pages, c->page_size, KPE};
+  int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV},
+          shape_kpe[3] = {cache->num_pages, c->page_size, KPE};
   cache->ckv = h_view(&cache->ckv_buf, 0, 3, shape_ckv, NULL);
   cache->kpe = h_view(&cache->kpe_buf, 0, 3, shape_kpe, NULL);
 }
@@ -114,7 +117,8 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
   const int64_t nnz = qo_indptr[k->batch], rows = nnz + 1; /* one row more than planned */
   mla_cache cache;
   make_cache(backend, k, &rng, &cache);
-  h_buf q_nope = h_buf_alloc(backend, k->dtype, rows * H * CKV), q_pe = h_buf_alloc(backend, k->dtype, rows * H * KPE);
+  h_buf q_nope = h_buf_alloc(backend, k->dtype, rows * H * CKV),
+        q_pe = h_buf_alloc(backend, k->dtype, rows * H * KPE);
   for (int64_t i = 0; i < rows * H * CKV; ++i)
     h_set(&q_nope, i, h_rng_normal(&rng));
   for (int64_t i = 0; i < rows * H * KPE; ++i)
@@ -148,14 +152,15 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
   size_t ws_bytes = 0;
   CHECK_STATUS(ignis_mla_workspace_size(plan, &ws_bytes), IGNIS_OK);
   h_buf ws = h_buf_alloc(backend, IGNIS_U8, ws_bytes > 0 ? (int64_t)ws_bytes : 1);
-  CHECK_STATUS(ignis_mla_plan_update(plan, qo_indptr, cache.kv_indptr, k->kv_len, k->batch, ws_bytes ? ws.data : NULL,
-                                     ws_bytes, NULL),
+  CHECK_STATUS(ignis_mla_plan_update(plan, qo_indptr, cache.kv_indptr, k->kv_len, k->batch,
+                                     ws_bytes ? ws.data : NULL, ws_bytes, NULL),
                IGNIS_OK);
   int64_t num_work = 0, merged = 0;
   CHECK_STATUS(ignis_mla_plan_info(plan, &num_work, &merged), IGNIS_OK);
   if (k->expect_split)
     CHECKF(merged > 0, "expected a split, got %lld merged tokens", (long long)merged);
-  int64_t qn_shape[3] = {rows, H, CKV}, qp_shape[3] = {rows, H, KPE}, lse_shape[2] = {rows, H}, ind_shape[1] = {used};
+  int64_t qn_shape[3] = {rows, H, CKV}, qp_shape[3] = {rows, H, KPE}, lse_shape[2] = {rows, H},
+          ind_shape[1] = {used};
   ignis_tensor tq_nope = h_view(&q_nope, 0, 3, qn_shape, NULL), tq_pe = h_view(&q_pe, 0, 3, qp_shape, NULL);
   ignis_tensor tout = h_view(&out, 0, 3, qn_shape, NULL), tlse = h_view(&lse, 0, 2, lse_shape, NULL);
   ignis_tensor tind = h_view(&indices, 0, 1, ind_shape, NULL);
@@ -203,11 +208,12 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
           const int64_t idx = (t * H + h) * CKV + c;
           h_cmp_add_tol(&cmp_out, idx, h_get(&out, idx), z > 0.0 ? acc[c] / z : 0.0, tol);
         }
-        const double ref_lse = z > 0.0 ? (top + log(z)) / (k->base == IGNIS_LSE_BASE2 ? log(2.0) : 1.0) : -INFINITY;
+        const double ref_lse =
+            z > 0.0 ? (top + log(z)) / (k->base == IGNIS_LSE_BASE2 ? log(2.0) : 1.0) : -INFINITY;
         const double got_lse = h_get(&lse, t * H + h);
         if (ref_lse == -INFINITY)
-          CHECKF(got_lse == -INFINITY, "token %lld head %lld: lse %g, expected -inf", (long long)t, (long long)h,
-                 got_lse);
+          CHECKF(got_lse == -INFINITY, "token %lld head %lld: lse %g, expected -inf", (long long)t,
+                 (long long)h, got_lse);
         else
           h_cmp_add(&cmp_lse, t * H + h, got_lse, ref_lse, 2e-3 + 1e-4 * fabs(ref_lse));
       }
@@ -234,15 +240,52 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
 }
 
 static const mla_case cases[] = {
-    {"decode h16 page64 lengths 1..3001", 16, 64, 5, {1, 1, 1, 1, 1}, {1, 63, 64, 65, 3001}, 1, 0, IGNIS_BF16,
-     IGNIS_LSE_BASE2, 0},
-    {"speculative q1..4 page1 f16 combined, empty request", 16, 1, 4, {1, 2, 3, 4}, {5, 100, 0, 1000}, 1, 1,
-     IGNIS_F16, IGNIS_LSE_NATURAL, 0},
+    {"decode h16 page64 lengths 1..3001",
+     16,
+     64,
+     5,
+     {1, 1, 1, 1, 1},
+     {1, 63, 64, 65, 3001},
+     1,
+     0,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     0},
+    {"speculative q1..4 page1 f16 combined, empty request",
+     16,
+     1,
+     4,
+     {1, 2, 3, 4},
+     {5, 100, 0, 1000},
+     1,
+     1,
+     IGNIS_F16,
+     IGNIS_LSE_NATURAL,
+     0},
     {"h128 page16 q1,2 combined", 128, 16, 2, {1, 2}, {777, 2048}, 1, 1, IGNIS_BF16, IGNIS_LSE_BASE2, 0},
     {"batch 1 long (split-KV)", 16, 64, 1, {1}, {4000}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 1},
-    {"batch 1 q4 h128 page16 (split-KV, tiles)", 128, 16, 1, {4}, {1500}, 1, 1, IGNIS_BF16, IGNIS_LSE_BASE2, 1},
-    {"chunked prefill, request with no tokens", 16, 16, 3, {100, 0, 37}, {700, 50, 37}, 1, 0, IGNIS_BF16,
-     IGNIS_LSE_BASE2, 0},
+    {"batch 1 q4 h128 page16 (split-KV, tiles)",
+     128,
+     16,
+     1,
+     {4},
+     {1500},
+     1,
+     1,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     1},
+    {"chunked prefill, request with no tokens",
+     16,
+     16,
+     3,
+     {100, 0, 37},
+     {700, 50, 37},
+     1,
+     0,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     0},
     {"not causal h32 q3", 32, 64, 2, {3, 1}, {130, 257}, 0, 0, IGNIS_F16, IGNIS_LSE_BASE2, 0},
     {"causal q_len > kv_len", 16, 16, 2, {4, 2}, {2, 0}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0},
 };
@@ -284,17 +327,19 @@ static void bad_inputs(h_backend backend) {
   CHECK_ERROR(ignis_mla_run(plan, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w, ws_bytes, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "ignis_mla_plan_update");
   int32_t long_len[2] = {40, 16}; /* 2 pages hold 32 */
-  CHECK_ERROR(ignis_mla_plan_update(plan, qo, kv_indptr, long_len, 2, w, ws_bytes, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
-              "kv_len_host[0]");
+  CHECK_ERROR(ignis_mla_plan_update(plan, qo, kv_indptr, long_len, 2, w, ws_bytes, NULL),
+              IGNIS_ERROR_INVALID_ARGUMENT, "kv_len_host[0]");
   int32_t qo_many[3] = {0, 5, 9};
   CHECK_ERROR(ignis_mla_plan_update(plan, qo_many, kv_indptr, kv_len, 2, w, ws_bytes, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "qo_indptr_host");
-  CHECK_ERROR(ignis_mla_plan_update(plan, qo, kv_indptr, kv_len, 5, w, ws_bytes, NULL), IGNIS_ERROR_INVALID_ARGUMENT,
-              "batch_size");
+  CHECK_ERROR(ignis_mla_plan_update(plan, qo, kv_indptr, kv_len, 5, w, ws_bytes, NULL),
+              IGNIS_ERROR_INVALID_ARGUMENT, "batch_size");
   CHECK_STATUS(ignis_mla_plan_update(plan, qo, kv_indptr, kv_len, 2, w, ws_bytes, NULL), IGNIS_OK);
   const int64_t pages = 4;
-  h_buf q_nope = h_buf_alloc(backend, IGNIS_BF16, 2 * 16 * CKV), q_pe = h_buf_alloc(backend, IGNIS_BF16, 2 * 16 * KPE);
-  h_buf ckv = h_buf_alloc(backend, IGNIS_BF16, pages * 16 * CKV), kpe = h_buf_alloc(backend, IGNIS_BF16, pages * 16 * KPE);
+  h_buf q_nope = h_buf_alloc(backend, IGNIS_BF16, 2 * 16 * CKV),
+        q_pe = h_buf_alloc(backend, IGNIS_BF16, 2 * 16 * KPE);
+  h_buf ckv = h_buf_alloc(backend, IGNIS_BF16, pages * 16 * CKV),
+        kpe = h_buf_alloc(backend, IGNIS_BF16, pages * 16 * KPE);
   h_buf kpe_f16 = h_buf_alloc(backend, IGNIS_F16, pages * 16 * KPE);
   h_buf out = h_buf_alloc(backend, IGNIS_BF16, 2 * 16 * CKV), lse = h_buf_alloc(backend, IGNIS_F32, 2 * 16);
   h_buf lse16 = h_buf_alloc(backend, IGNIS_F16, 2 * 16);
@@ -332,7 +377,8 @@ static void bad_inputs(h_backend backend) {
                 IGNIS_ERROR_INVALID_ARGUMENT, "kv_indices[1]");
   CHECK(h_buf_untouched(&out));
   CHECK(h_buf_untouched(&lse));
-  CHECK_STATUS(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, &tout, &tlse, w, ws_bytes, NULL), IGNIS_OK);
+  CHECK_STATUS(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, &tout, &tlse, w, ws_bytes, NULL),
+               IGNIS_OK);
   CHECK_STATUS(ignis_mla_plan_destroy(plan), IGNIS_OK);
   h_buf *bufs[] = {&ws, &q_nope, &q_pe, &ckv, &kpe, &kpe_f16, &out, &lse, &lse16, &indices, &bad_indices};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
@@ -367,7 +413,8 @@ static void append_case(h_backend backend, ignis_dtype dtype, int64_t page_size)
   h_buf_poison(&cache);
   h_buf_upload(&cache);
   h_buf i_bi = h_buf_alloc(backend, IGNIS_I32, nnz), i_pos = h_buf_alloc(backend, IGNIS_I32, nnz);
-  h_buf i_ind = h_buf_alloc(backend, IGNIS_I32, kv_indptr[batch]), i_ptr = h_buf_alloc(backend, IGNIS_I32, batch + 1);
+  h_buf i_ind = h_buf_alloc(backend, IGNIS_I32, kv_indptr[batch]),
+        i_ptr = h_buf_alloc(backend, IGNIS_I32, batch + 1);
   h_buf i_last = h_buf_alloc(backend, IGNIS_I32, batch);
   for (int64_t t = 0; t < nnz; ++t) {
     h_set(&i_bi, t, bi[t]);
@@ -382,22 +429,23 @@ static void append_case(h_backend backend, ignis_dtype dtype, int64_t page_size)
   h_buf *ins[] = {&i_bi, &i_pos, &i_ind, &i_ptr, &i_last};
   for (int i = 0; i < 5; ++i)
     h_buf_upload(ins[i]);
-  int64_t sc[3] = {pages, page_size, CKV}, sk[3] = {pages, page_size, KPE}, st[3] = {page_size * KV_DIM, KV_DIM, 1};
+  int64_t sc[3] = {pages, page_size, CKV}, sk[3] = {pages, page_size, KPE},
+          st[3] = {page_size * KV_DIM, KV_DIM, 1};
   ignis_tensor ckv = h_view(&cache, 0, 3, sc, st), kpe = h_view(&cache, CKV, 3, sk, st);
-  int64_t rc[2] = {nnz, CKV}, rk[2] = {nnz, KPE}, n1[1] = {nnz}, ni[1] = {kv_indptr[batch]}, np[1] = {batch + 1},
-          nl[1] = {batch};
+  int64_t rc[2] = {nnz, CKV}, rk[2] = {nnz, KPE}, n1[1] = {nnz}, ni[1] = {kv_indptr[batch]},
+          np[1] = {batch + 1}, nl[1] = {batch};
   ignis_tensor a_ckv = h_view(&ckv_rows, 0, 2, rc, NULL), a_kpe = h_view(&kpe_rows, 0, 2, rk, NULL);
   ignis_tensor t_bi = h_view(&i_bi, 0, 1, n1, NULL), t_pos = h_view(&i_pos, 0, 1, n1, NULL);
   ignis_tensor t_ind = h_view(&i_ind, 0, 1, ni, NULL), t_ptr = h_view(&i_ptr, 0, 1, np, NULL);
   ignis_tensor t_last = h_view(&i_last, 0, 1, nl, NULL);
   ignis_tensor wrong_kpe = h_view(&kpe_rows, 0, 2, rc, NULL);
-  CHECK_ERROR(ignis_append_paged_mla_kv_cache(&a_ckv, &wrong_kpe, &t_bi, &t_pos, &ckv, &kpe, &t_ind, &t_ptr, &t_last,
-                                              NULL),
+  CHECK_ERROR(ignis_append_paged_mla_kv_cache(&a_ckv, &wrong_kpe, &t_bi, &t_pos, &ckv, &kpe, &t_ind, &t_ptr,
+                                              &t_last, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "append_kpe");
   CHECK(h_buf_untouched(&cache));
-  CHECK_STATUS(
-      ignis_append_paged_mla_kv_cache(&a_ckv, &a_kpe, &t_bi, &t_pos, &ckv, &kpe, &t_ind, &t_ptr, &t_last, NULL),
-      IGNIS_OK);
+  CHECK_STATUS(ignis_append_paged_mla_kv_cache(&a_ckv, &a_kpe, &t_bi, &t_pos, &ckv, &kpe, &t_ind, &t_ptr,
+                                               &t_last, NULL),
+               IGNIS_OK);
   h_buf_download(&cache);
   unsigned char *written = calloc((size_t)(pages * page_size * KV_DIM), 1);
   int64_t wrong = 0;

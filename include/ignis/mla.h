@@ -64,12 +64,14 @@ typedef struct ignis_mla_plan_config {
   int64_t max_kv_len;      /* the longest request any update may describe */
 } ignis_mla_plan_config;
 
-#define IGNIS_MLA_PLAN_CONFIG_INIT                                                                 \
-  {/* size */ sizeof(ignis_mla_plan_config), /* device */ {IGNIS_DEVICE_CPU, 0}, /* num_heads */ 0, \
-   /* head_dim_ckv */ IGNIS_MLA_HEAD_DIM_CKV, /* head_dim_kpe */ IGNIS_MLA_HEAD_DIM_KPE,               \
-   /* page_size */ 0, /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* causal */ 0,             \
-   /* sm_scale */ 0.0, /* lse_base */ IGNIS_LSE_BASE2, /* max_batch_size */ 0, /* max_q_tokens */ 0,  \
-   /* max_kv_len */ 0}
+#define IGNIS_MLA_PLAN_CONFIG_INIT                                                                           \
+  { /* size */                                                                                               \
+    sizeof(ignis_mla_plan_config), /* device */ {IGNIS_DEVICE_CPU, 0}, /* num_heads */ 0,                    \
+        /* head_dim_ckv */ IGNIS_MLA_HEAD_DIM_CKV, /* head_dim_kpe */ IGNIS_MLA_HEAD_DIM_KPE,                \
+        /* page_size */ 0, /* q_dtype */ IGNIS_BF16, /* kv_dtype */ IGNIS_BF16, /* causal */ 0,              \
+        /* sm_scale */ 0.0, /* lse_base */ IGNIS_LSE_BASE2, /* max_batch_size */ 0, /* max_q_tokens */ 0,    \
+        /* max_kv_len */ 0                                                                                   \
+  }
 
 typedef struct ignis_mla_plan ignis_mla_plan;
 
@@ -97,12 +99,13 @@ IGNIS_API ignis_status ignis_mla_plan_update(ignis_mla_plan *plan, const int32_t
 IGNIS_API ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nope,
                                      const ignis_tensor *q_pe, const ignis_tensor *ckv_cache,
                                      const ignis_tensor *kpe_cache, const ignis_tensor *kv_indices,
-                                     ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes,
-                                     void *stream);
+                                     ignis_tensor *out, ignis_tensor *lse, void *workspace,
+                                     size_t workspace_bytes, void *stream);
 
 /* The schedule of the last update (diagnostics, tests): its work items, and the query tokens whose
  * request was split (merged from partial rows; 0 when nothing is split). */
-IGNIS_API ignis_status ignis_mla_plan_info(const ignis_mla_plan *plan, int64_t *num_work, int64_t *num_merged_tokens);
+IGNIS_API ignis_status ignis_mla_plan_info(const ignis_mla_plan *plan, int64_t *num_work,
+                                           int64_t *num_merged_tokens);
 
 /* append_paged_mla_kv_cache: token t of append_ckv [nnz, 512] / append_kpe [nnz, 64] belongs to
  * request batch_indices[t] at position positions[t]; it is written to ckv_cache / kpe_cache at page
@@ -111,11 +114,11 @@ IGNIS_API ignis_status ignis_mla_plan_info(const ignis_mla_plan *plan, int64_t *
  * lengths after the append: positions[t] < (pages - 1) * page_size + kv_last_page_len[b]). The
  * caches as for ignis_mla_run; the appended rows of their dtype. Host index arrays are checked;
  * device ones are trusted (out-of-range entries are skipped by the CUDA kernel). */
-IGNIS_API ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, const ignis_tensor *append_kpe,
-                                                       const ignis_tensor *batch_indices, const ignis_tensor *positions,
-                                                       ignis_tensor *ckv_cache, ignis_tensor *kpe_cache,
-                                                       const ignis_tensor *kv_indices, const ignis_tensor *kv_indptr,
-                                                       const ignis_tensor *kv_last_page_len, void *stream);
+IGNIS_API ignis_status ignis_append_paged_mla_kv_cache(
+    const ignis_tensor *append_ckv, const ignis_tensor *append_kpe, const ignis_tensor *batch_indices,
+    const ignis_tensor *positions, ignis_tensor *ckv_cache, ignis_tensor *kpe_cache,
+    const ignis_tensor *kv_indices, const ignis_tensor *kv_indptr, const ignis_tensor *kv_last_page_len,
+    void *stream);
 
 #ifdef __cplusplus
 }

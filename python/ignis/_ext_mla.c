@@ -24,16 +24,17 @@ static ignis_mla_plan *mla_plan_of(const char *fn, PyObject *obj) {
  *  causal, sm_scale, lse_base, max_batch_size, max_q_tokens, max_kv_len) -> plan capsule */
 static PyObject *ext_mla_plan_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchMLAPagedAttentionWrapper.plan";
-  static const char *const names[] = {"device_type", "device_id", "num_heads",    "head_dim_ckv",
-                                      "head_dim_kpe", "page_size", "q_dtype",     "kv_dtype",
-                                      "causal",      "sm_scale",  "lse_base",     "max_batch_size",
+  static const char *const names[] = {"device_type",  "device_id", "num_heads", "head_dim_ckv",
+                                      "head_dim_kpe", "page_size", "q_dtype",   "kv_dtype",
+                                      "causal",       "sm_scale",  "lse_base",  "max_batch_size",
                                       "max_q_tokens", "max_kv_len"};
   if (check_nargs(fn, nargs, 14) < 0)
     return NULL;
   int64_t v[14];
   double sm_scale = 0.0;
   for (int i = 0; i < 14; ++i) {
-    if (i == 9 ? parse_double(fn, names[i], args[i], &sm_scale) < 0 : parse_int64(fn, names[i], args[i], &v[i]) < 0)
+    if (i == 9 ? parse_double(fn, names[i], args[i], &sm_scale) < 0
+               : parse_int64(fn, names[i], args[i], &v[i]) < 0)
       return NULL;
   }
   ignis_mla_plan_config config = IGNIS_MLA_PLAN_CONFIG_INIT;
@@ -114,10 +115,11 @@ static PyObject *ext_mla_plan_update(PyObject *self, PyObject *const *args, Py_s
   }
   const int64_t batch = arrays[0].len - 1;
   if (batch < 0 || arrays[1].len != batch + 1 || arrays[2].len < batch) {
-    PyErr_Format(INVALID_ARGUMENT_ERROR,
-                 "%s: qo_indptr has %lld entries, kv_indptr %lld and kv_len_arr %lld, but they must describe one "
-                 "batch ([batch + 1], [batch + 1], [batch])",
-                 fn, (long long)arrays[0].len, (long long)arrays[1].len, (long long)arrays[2].len);
+    PyErr_Format(
+        INVALID_ARGUMENT_ERROR,
+        "%s: qo_indptr has %lld entries, kv_indptr %lld and kv_len_arr %lld, but they must describe one "
+        "batch ([batch + 1], [batch + 1], [batch])",
+        fn, (long long)arrays[0].len, (long long)arrays[1].len, (long long)arrays[2].len);
     goto done;
   }
   void *ws, *stream;
@@ -126,8 +128,8 @@ static PyObject *ext_mla_plan_update(PyObject *self, PyObject *const *args, Py_s
   if (plan_update_workspace(fn, args[4], args[5], &c, &ws, &ws_bytes, &stream) < 0)
     goto done;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_mla_plan_update(plan, arrays[0].data, arrays[1].data, arrays[2].data, batch,
-                                                        ws, ws_bytes, stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_mla_plan_update(plan, arrays[0].data, arrays[1].data, arrays[2].data,
+                                                        batch, ws, ws_bytes, stream);
   Py_END_ALLOW_THREADS if (c.count) op_call_release(&c);
   if (status != IGNIS_OK)
     raise_status(status, ignis_last_error());
@@ -151,12 +153,15 @@ static PyObject *ext_mla_run(PyObject *self, PyObject *const *args, Py_ssize_t n
   const int q_nope = tensor_list_add(&l, args[1], "q_nope"), q_pe = tensor_list_add(&l, args[2], "q_pe");
   const int ckv = tensor_list_add(&l, args[3], "ckv_cache"), kpe = tensor_list_add(&l, args[4], "kpe_cache");
   const int indices = tensor_list_add(&l, args[5], "kv_indices"), out = tensor_list_add(&l, args[6], "out");
-  const int lse = tensor_list_add(&l, args[7], "lse"), ws = tensor_list_add(&l, args[8], "float_workspace_buffer");
+  const int lse = tensor_list_add(&l, args[7], "lse"),
+            ws = tensor_list_add(&l, args[8], "float_workspace_buffer");
   if (q_nope < 0 || q_pe < 0 || ckv < 0 || kpe < 0 || indices < 0 || out < 0)
-    return raise_type("%s: q_nope, q_pe, ckv_cache, kpe_cache, kv_indices and out must be arrays", fn) < 0 ? NULL
-                                                                                                          : NULL;
+    return raise_type("%s: q_nope, q_pe, ckv_cache, kpe_cache, kv_indices and out must be arrays", fn) < 0
+               ? NULL
+               : NULL;
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse) | slot_bit(ws), args[9]) < 0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse) | slot_bit(ws), args[9]) <
+      0)
     return NULL;
   void *ws_data = NULL;
   size_t ws_bytes = 0;
@@ -165,9 +170,9 @@ static PyObject *ext_mla_run(PyObject *self, PyObject *const *args, Py_ssize_t n
     return NULL;
   }
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_mla_run(plan, &c.tensors[q_nope], &c.tensors[q_pe], &c.tensors[ckv], &c.tensors[kpe], &c.tensors[indices],
-                    &c.tensors[out], lse >= 0 ? &c.tensors[lse] : NULL, ws_data, ws_bytes, c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_mla_run(
+      plan, &c.tensors[q_nope], &c.tensors[q_pe], &c.tensors[ckv], &c.tensors[kpe], &c.tensors[indices],
+      &c.tensors[out], lse >= 0 ? &c.tensors[lse] : NULL, ws_data, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
@@ -175,29 +180,33 @@ static PyObject *ext_mla_run(PyObject *self, PyObject *const *args, Py_ssize_t n
  *  kv_last_page_len, stream) */
 static PyObject *ext_append_paged_mla_kv_cache(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.append_paged_mla_kv_cache";
-  static const char *const names[] = {"append_ckv", "append_kpe", "batch_indices", "positions",       "ckv_cache",
-                                      "kpe_cache",  "kv_indices", "kv_indptr",     "kv_last_page_len"};
+  static const char *const names[] = {"append_ckv", "append_kpe", "batch_indices",
+                                      "positions",  "ckv_cache",  "kpe_cache",
+                                      "kv_indices", "kv_indptr",  "kv_last_page_len"};
   if (check_nargs(fn, nargs, 10) < 0)
     return NULL;
   op_call c;
   if (op_call_begin(&c, fn, args, names, 9, (1u << 4) | (1u << 5), args[9]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_append_paged_mla_kv_cache(&c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &c.tensors[4],
-                                      &c.tensors[5], &c.tensors[6], &c.tensors[7], &c.tensors[8], c.stream);
+  Py_BEGIN_ALLOW_THREADS status = ignis_append_paged_mla_kv_cache(
+      &c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &c.tensors[4], &c.tensors[5], &c.tensors[6],
+      &c.tensors[7], &c.tensors[8], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
 PyMethodDef ext_mla_methods[] = {
-    FASTCALL(mla_plan_create, "mla_plan_create(device_type, device_id, num_heads, head_dim_ckv, head_dim_kpe, "
-                              "page_size, q_dtype, kv_dtype, causal, sm_scale, lse_base, max_batch_size, "
-                              "max_q_tokens, max_kv_len)"),
+    FASTCALL(mla_plan_create,
+             "mla_plan_create(device_type, device_id, num_heads, head_dim_ckv, head_dim_kpe, "
+             "page_size, q_dtype, kv_dtype, causal, sm_scale, lse_base, max_batch_size, "
+             "max_q_tokens, max_kv_len)"),
     FASTCALL(mla_workspace_size, "mla_workspace_size(plan)"),
     FASTCALL(mla_plan_info, "mla_plan_info(plan)"),
     FASTCALL(mla_plan_update, "mla_plan_update(plan, qo_indptr, kv_indptr, kv_len_arr, workspace, stream)"),
-    FASTCALL(mla_run, "mla_run(plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, out, lse, workspace, stream)"),
-    FASTCALL(append_paged_mla_kv_cache, "append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, "
-                                        "ckv_cache, kpe_cache, kv_indices, kv_indptr, kv_last_page_len, stream)"),
+    FASTCALL(mla_run,
+             "mla_run(plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, out, lse, workspace, stream)"),
+    FASTCALL(append_paged_mla_kv_cache,
+             "append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, "
+             "ckv_cache, kpe_cache, kv_indices, kv_indptr, kv_last_page_len, stream)"),
     {NULL, NULL, 0, NULL},
 };

@@ -39,49 +39,57 @@ struct ignis_mla_plan {
   int32_t *host_kv_indptr; /* host plans: the planned kv_indptr, for the run's page checks */
 };
 
-static ignis_status check_config(const char *fn, const ignis_mla_plan_config *caller, ignis_mla_plan_config *c) {
+static ignis_status check_config(const char *fn, const ignis_mla_plan_config *caller,
+                                 ignis_mla_plan_config *c) {
   static const ignis_mla_plan_config defaults = IGNIS_MLA_PLAN_CONFIG_INIT;
   if (!caller)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config is NULL", fn);
-  IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_MLA_PLAN_CONFIG_INIT", c, &defaults, caller, sizeof *c,
-                              IGNIS_CONFIG_END(ignis_mla_plan_config, max_kv_len)));
+  IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_MLA_PLAN_CONFIG_INIT", c, &defaults, caller,
+                              sizeof *c, IGNIS_CONFIG_END(ignis_mla_plan_config, max_kv_len)));
   IGNIS_TRY(ignis_check_plan_device(fn, c->device));
   if (c->num_heads < 1 || c->num_heads > 4096)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.num_heads=%" PRId64 " but it must be 1..4096",
-                           fn, c->num_heads);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.num_heads=%" PRId64 " but it must be 1..4096", fn, c->num_heads);
   if (c->head_dim_ckv != CKV)
     return ignis_set_error(c->head_dim_ckv > 0 ? IGNIS_ERROR_UNSUPPORTED : IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.head_dim_ckv=%" PRId64 " but only %d is supported", fn, c->head_dim_ckv, CKV);
+                           "%s: config.head_dim_ckv=%" PRId64 " but only %d is supported", fn,
+                           c->head_dim_ckv, CKV);
   if (c->head_dim_kpe != KPE)
     return ignis_set_error(c->head_dim_kpe > 0 ? IGNIS_ERROR_UNSUPPORTED : IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.head_dim_kpe=%" PRId64 " but only %d is supported", fn, c->head_dim_kpe, KPE);
+                           "%s: config.head_dim_kpe=%" PRId64 " but only %d is supported", fn,
+                           c->head_dim_kpe, KPE);
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
   IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
   if (c->kv_dtype == IGNIS_FP8_E4M3 || c->kv_dtype == IGNIS_FP8_E5M2)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "%s: config.kv_dtype=%s: an fp8 MLA cache (ckv_scale / kpe_scale) is not supported yet",
-                           fn, ignis_dtype_name(c->kv_dtype));
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "%s: config.kv_dtype=%s: an fp8 MLA cache (ckv_scale / kpe_scale) is not supported yet", fn,
+        ignis_dtype_name(c->kv_dtype));
   if (c->kv_dtype != c->q_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.kv_dtype=%s but it must be config.q_dtype=%s",
-                           fn, ignis_dtype_name(c->kv_dtype), ignis_dtype_name(c->q_dtype));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.kv_dtype=%s but it must be config.q_dtype=%s", fn,
+                           ignis_dtype_name(c->kv_dtype), ignis_dtype_name(c->q_dtype));
   if (c->causal != 0 && c->causal != 1)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.causal=%d but it must be 0 or 1", fn,
                            (int)c->causal);
   if (!(c->sm_scale > 0.0) || !isfinite(c->sm_scale))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.sm_scale=%g but it must be finite and > 0", fn,
-                           c->sm_scale);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.sm_scale=%g but it must be finite and > 0", fn, c->sm_scale);
   if (c->lse_base != IGNIS_LSE_BASE2 && c->lse_base != IGNIS_LSE_NATURAL)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.lse_base=%d is not an ignis_lse_base", fn,
-                           (int)c->lse_base);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.lse_base=%d is not an ignis_lse_base",
+                           fn, (int)c->lse_base);
   if (c->max_batch_size < 1 || c->max_batch_size >= INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.max_batch_size=%" PRId64 " but it must be 1..%d",
-                           fn, c->max_batch_size, INT32_MAX - 1);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_batch_size=%" PRId64 " but it must be 1..%d", fn,
+                           c->max_batch_size, INT32_MAX - 1);
   if (c->max_q_tokens < 1 || c->max_q_tokens >= INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.max_q_tokens=%" PRId64 " but it must be 1..%d",
-                           fn, c->max_q_tokens, INT32_MAX - 1);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_q_tokens=%" PRId64 " but it must be 1..%d", fn, c->max_q_tokens,
+                           INT32_MAX - 1);
   if (c->max_kv_len < 0 || c->max_kv_len > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.max_kv_len=%" PRId64 " but it must be 0..%d",
-                           fn, c->max_kv_len, INT32_MAX);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.max_kv_len=%" PRId64 " but it must be 0..%d", fn, c->max_kv_len,
+                           INT32_MAX);
   return IGNIS_OK;
 }
 
@@ -107,15 +115,16 @@ ignis_status ignis_mla_plan_create(const ignis_mla_plan_config *config, ignis_ml
   if (ignis_mla_planner_init(&planner, c.num_heads, c.max_batch_size, c.max_q_tokens, c.max_kv_len,
                              IGNIS_MLA_NOMINAL_WAVE) != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.max_q_tokens=%" PRId64 " x config.num_heads=%" PRId64 " is too large", fn,
-                           c.max_q_tokens, c.num_heads);
+                           "%s: config.max_q_tokens=%" PRId64 " x config.num_heads=%" PRId64 " is too large",
+                           fn, c.max_q_tokens, c.num_heads);
   ignis_mla_plan *plan = calloc(1, sizeof *plan);
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   plan->config = c;
   plan->config.size = sizeof c;
   plan->planner = planner;
-  ignis_status status = ignis_plan_storage_create(&plan->storage, fn, c.device, ignis_mla_schedule_bytes(&planner), 0);
+  ignis_status status =
+      ignis_plan_storage_create(&plan->storage, fn, c.device, ignis_mla_schedule_bytes(&planner), 0);
   if (status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage)) {
     plan->host_kv_indptr = malloc(sizeof(int32_t) * (size_t)(c.max_batch_size + 1));
     if (!plan->host_kv_indptr)
@@ -135,12 +144,14 @@ typedef struct mla_pieces {
   float *partial_out, *partial_lse;
 } mla_pieces;
 
-static ignis_status carve(ignis_workspace *ws, const char *fn, const ignis_mla_plan *plan, mla_pieces *pieces) {
+static ignis_status carve(ignis_workspace *ws, const char *fn, const ignis_mla_plan *plan,
+                          mla_pieces *pieces) {
   const int64_t rows = plan->planner.max_partial_tokens * plan->config.num_heads;
   pieces->partial_out = pieces->partial_lse = NULL;
   if (rows == 0)
     return IGNIS_OK;
-  IGNIS_TRY(ignis_workspace_take(ws, fn, "partial_out", rows * CKV, sizeof(float), (void **)&pieces->partial_out));
+  IGNIS_TRY(
+      ignis_workspace_take(ws, fn, "partial_out", rows * CKV, sizeof(float), (void **)&pieces->partial_out));
   return ignis_workspace_take(ws, fn, "partial_lse", rows, sizeof(float), (void **)&pieces->partial_lse);
 }
 
@@ -165,7 +176,8 @@ static ignis_status open_workspace(const char *fn, const ignis_mla_plan *plan, v
   memset(pieces, 0, sizeof *pieces);
   if (!ignis_plan_uses_workspace(&plan->storage))
     return IGNIS_OK;
-  ignis_workspace ws = workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
+  ignis_workspace ws =
+      workspace ? ignis_workspace_over(workspace, workspace_bytes) : ignis_workspace_counting();
   IGNIS_TRY(carve(&ws, fn, plan, pieces));
   if (!workspace)
     return ws.offset ? ignis_attention_missing_workspace(fn, &ws) : IGNIS_OK;
@@ -179,11 +191,14 @@ static ignis_status check_update(const char *fn, const ignis_mla_plan *plan, con
   const ignis_mla_plan_config *c = &plan->config;
   if (batch_size < 0 || batch_size > c->max_batch_size)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: batch_size=%" PRId64 " but it must be 0..%" PRId64 " (the plan's max_batch_size)", fn,
-                           batch_size, c->max_batch_size);
+                           "%s: batch_size=%" PRId64 " but it must be 0..%" PRId64
+                           " (the plan's max_batch_size)",
+                           fn, batch_size, c->max_batch_size);
   if (!qo_indptr || !kv_indptr || (!kv_len && batch_size > 0))
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
-                           !qo_indptr ? "qo_indptr_host" : !kv_indptr ? "kv_indptr_host" : "kv_len_host");
+                           !qo_indptr   ? "qo_indptr_host"
+                           : !kv_indptr ? "kv_indptr_host"
+                                        : "kv_len_host");
   if (qo_indptr[0] != 0 || kv_indptr[0] != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s[0]=%d but it must be 0", fn,
                            qo_indptr[0] != 0 ? "qo_indptr_host" : "kv_indptr_host",
@@ -202,9 +217,10 @@ static ignis_status check_update(const char *fn, const ignis_mla_plan *plan, con
   return IGNIS_OK;
 }
 
-ignis_status ignis_mla_plan_update(ignis_mla_plan *plan, const int32_t *qo_indptr_host, const int32_t *kv_indptr_host,
-                                   const int32_t *kv_len_host, int64_t batch_size, void *workspace,
-                                   size_t workspace_bytes, void *stream) {
+ignis_status ignis_mla_plan_update(ignis_mla_plan *plan, const int32_t *qo_indptr_host,
+                                   const int32_t *kv_indptr_host, const int32_t *kv_len_host,
+                                   int64_t batch_size, void *workspace, size_t workspace_bytes,
+                                   void *stream) {
   static const char fn[] = "ignis_mla_plan_update";
   ignis_clear_error();
   IGNIS_TRY(check_update(fn, plan, qo_indptr_host, kv_indptr_host, kv_len_host, batch_size));
@@ -214,8 +230,8 @@ ignis_status ignis_mla_plan_update(ignis_mla_plan *plan, const int32_t *qo_indpt
   void *image;
   IGNIS_TRY(ignis_plan_begin_update(&plan->storage, &image));
   plan->updated = 0;
-  const size_t used = ignis_mla_plan_batch(&plan->planner, qo_indptr_host, kv_indptr_host, kv_len_host, batch_size,
-                                           image);
+  const size_t used =
+      ignis_mla_plan_batch(&plan->planner, qo_indptr_host, kv_indptr_host, kv_len_host, batch_size, image);
   const ignis_mla_schedule_header header = *(const ignis_mla_schedule_header *)image;
   IGNIS_TRY(ignis_plan_finish_update(&plan->storage, used, stream));
   if (plan->host_kv_indptr)
@@ -235,7 +251,9 @@ ignis_status ignis_mla_plan_info(const ignis_mla_plan *plan, int64_t *num_work, 
   ignis_clear_error();
   if (!plan || !num_work || !num_merged_tokens)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn,
-                           !plan ? "plan" : !num_work ? "num_work" : "num_merged_tokens");
+                           !plan       ? "plan"
+                           : !num_work ? "num_work"
+                                       : "num_merged_tokens");
   if (!plan->updated)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: the plan has no update yet", fn);
   *num_work = plan->num_work;
@@ -248,38 +266,40 @@ static ignis_status check_rows(const char *fn, const char *name, const ignis_ten
                                int64_t heads, int64_t dim, ignis_dtype dtype) {
   IGNIS_TRY(ignis_check_tensor(fn, name, t, 3, 3));
   if (t->dtype != dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.dtype=%s but the plan's dtype is %s", fn, name,
-                           ignis_dtype_name(t->dtype), ignis_dtype_name(dtype));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.dtype=%s but the plan's dtype is %s", fn,
+                           name, ignis_dtype_name(t->dtype), ignis_dtype_name(dtype));
   if (t->shape[0] < rows)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: %s.shape[0]=%" PRId64 " but the planned batch has %" PRId64 " query rows", fn, name,
-                           t->shape[0], rows);
+                           "%s: %s.shape[0]=%" PRId64 " but the planned batch has %" PRId64 " query rows", fn,
+                           name, t->shape[0], rows);
   IGNIS_TRY(ignis_check_dim(fn, name, t, 1, heads, "the plan's num_heads"));
   IGNIS_TRY(ignis_check_dim(fn, name, t, 2, dim, dim == CKV ? "head_dim_ckv (512)" : "head_dim_kpe (64)"));
   return ignis_check_last_dim_contiguous(fn, name, t);
 }
 
 /* A cache [num_pages, page_size, dim] of the plan's dtype, last dimension contiguous. */
-static ignis_status check_cache(const char *fn, const char *name, const ignis_tensor *t, const ignis_mla_plan_config *c,
-                                int64_t dim) {
+static ignis_status check_cache(const char *fn, const char *name, const ignis_tensor *t,
+                                const ignis_mla_plan_config *c, int64_t dim) {
   IGNIS_TRY(ignis_check_tensor(fn, name, t, 3, 3));
   if (t->dtype != c->kv_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.dtype=%s but the plan's kv_dtype is %s", fn, name,
-                           ignis_dtype_name(t->dtype), ignis_dtype_name(c->kv_dtype));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s.dtype=%s but the plan's kv_dtype is %s", fn,
+                           name, ignis_dtype_name(t->dtype), ignis_dtype_name(c->kv_dtype));
   IGNIS_TRY(ignis_check_dim(fn, name, t, 1, c->page_size, "the plan's page_size"));
   IGNIS_TRY(ignis_check_dim(fn, name, t, 2, dim, dim == CKV ? "head_dim_ckv (512)" : "head_dim_kpe (64)"));
   return ignis_check_last_dim_contiguous(fn, name, t);
 }
 
 ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nope, const ignis_tensor *q_pe,
-                           const ignis_tensor *ckv_cache, const ignis_tensor *kpe_cache, const ignis_tensor *kv_indices,
-                           ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes, void *stream) {
+                           const ignis_tensor *ckv_cache, const ignis_tensor *kpe_cache,
+                           const ignis_tensor *kv_indices, ignis_tensor *out, ignis_tensor *lse,
+                           void *workspace, size_t workspace_bytes, void *stream) {
   static const char fn[] = "ignis_mla_run";
   ignis_clear_error();
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
   if (!plan->updated)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: the plan has no successful ignis_mla_plan_update", fn);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: the plan has no successful ignis_mla_plan_update", fn);
   const ignis_mla_plan_config *c = &plan->config;
   const int64_t H = c->num_heads, rows = plan->nnz_q;
   IGNIS_TRY(check_rows(fn, "q_nope", q_nope, rows, H, CKV, c->q_dtype));
@@ -287,7 +307,8 @@ ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nop
   IGNIS_TRY(check_rows(fn, "out", out, rows, H, CKV, c->q_dtype));
   IGNIS_TRY(check_cache(fn, "ckv_cache", ckv_cache, c, CKV));
   IGNIS_TRY(check_cache(fn, "kpe_cache", kpe_cache, c, KPE));
-  IGNIS_TRY(ignis_check_dim(fn, "kpe_cache", kpe_cache, 0, ckv_cache->shape[0], "ckv_cache.shape[0] (pages)"));
+  IGNIS_TRY(
+      ignis_check_dim(fn, "kpe_cache", kpe_cache, 0, ckv_cache->shape[0], "ckv_cache.shape[0] (pages)"));
   IGNIS_TRY(ignis_check_index_vector(fn, "kv_indices", kv_indices, -1, plan->num_pages_used));
   if (lse) {
     IGNIS_TRY(ignis_check_tensor(fn, "lse", lse, 2, 2));
@@ -296,8 +317,8 @@ ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nop
                              ignis_dtype_name(lse->dtype));
     if (lse->shape[0] < rows)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: lse.shape[0]=%" PRId64 " but the planned batch has %" PRId64 " query rows", fn,
-                             lse->shape[0], rows);
+                             "%s: lse.shape[0]=%" PRId64 " but the planned batch has %" PRId64 " query rows",
+                             fn, lse->shape[0], rows);
     IGNIS_TRY(ignis_check_dim(fn, "lse", lse, 1, H, "the plan's num_heads"));
   }
   const ignis_tensor *inputs[] = {q_nope, q_pe, ckv_cache, kpe_cache, kv_indices};
@@ -381,7 +402,7 @@ ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, con
   const ignis_dtype dtype = ckv_cache->dtype;
   if (dtype != IGNIS_F16 && dtype != IGNIS_BF16)
     return ignis_set_error(dtype == IGNIS_FP8_E4M3 || dtype == IGNIS_FP8_E5M2 ? IGNIS_ERROR_UNSUPPORTED
-                                                                               : IGNIS_ERROR_INVALID_ARGUMENT,
+                                                                              : IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: ckv_cache.dtype=%s but it must be f16 or bf16", fn, ignis_dtype_name(dtype));
   const int64_t page_size = ckv_cache->shape[1];
   IGNIS_TRY(ignis_check_page_size(fn, "ckv_cache.shape[1] (page_size)", page_size));
@@ -389,7 +410,8 @@ ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, con
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "ckv_cache", ckv_cache));
   IGNIS_TRY(ignis_check_tensor(fn, "kpe_cache", kpe_cache, 3, 3));
   IGNIS_TRY(ignis_check_same_dtype(fn, "kpe_cache", kpe_cache, "ckv_cache", ckv_cache));
-  IGNIS_TRY(ignis_check_dim(fn, "kpe_cache", kpe_cache, 0, ckv_cache->shape[0], "ckv_cache.shape[0] (pages)"));
+  IGNIS_TRY(
+      ignis_check_dim(fn, "kpe_cache", kpe_cache, 0, ckv_cache->shape[0], "ckv_cache.shape[0] (pages)"));
   IGNIS_TRY(ignis_check_dim(fn, "kpe_cache", kpe_cache, 1, page_size, "ckv_cache.shape[1] (page_size)"));
   IGNIS_TRY(ignis_check_dim(fn, "kpe_cache", kpe_cache, 2, KPE, "head_dim_kpe (64)"));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "kpe_cache", kpe_cache));
@@ -409,10 +431,10 @@ ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, con
   const int64_t batch = kv_indptr->shape[0] - 1;
   IGNIS_TRY(ignis_check_index_vector(fn, "kv_last_page_len", kv_last_page_len, batch, 0));
   IGNIS_TRY(ignis_check_index_vector(fn, "kv_indices", kv_indices, -1, 0));
-  const ignis_tensor *inputs[] = {append_ckv, append_kpe, batch_indices, positions, kv_indices, kv_indptr,
-                                  kv_last_page_len};
-  const char *input_names[] = {"append_ckv", "append_kpe", "batch_indices", "positions", "kv_indices", "kv_indptr",
-                               "kv_last_page_len"};
+  const ignis_tensor *inputs[] = {append_ckv, append_kpe, batch_indices,   positions,
+                                  kv_indices, kv_indptr,  kv_last_page_len};
+  const char *input_names[] = {"append_ckv", "append_kpe", "batch_indices",   "positions",
+                               "kv_indices", "kv_indptr",  "kv_last_page_len"};
   for (int i = 0; i < 7; ++i) {
     IGNIS_TRY(ignis_check_disjoint(fn, "ckv_cache", ckv_cache, input_names[i], inputs[i]));
     IGNIS_TRY(ignis_check_disjoint(fn, "kpe_cache", kpe_cache, input_names[i], inputs[i]));
@@ -432,8 +454,9 @@ ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, con
     IGNIS_TRY(ignis_check_last_page_len_contents(fn, "kv_last_page_len", indptr, last, batch, page_size));
     for (int64_t t = 0; t < nnz; ++t) {
       if (bi[t] < 0 || bi[t] >= batch)
-        return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: batch_indices[%" PRId64 "]=%d but it must be 0..%" PRId64,
-                               fn, t, (int)bi[t], batch - 1);
+        return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                               "%s: batch_indices[%" PRId64 "]=%d but it must be 0..%" PRId64, fn, t,
+                               (int)bi[t], batch - 1);
       const int64_t pages = (int64_t)indptr[bi[t] + 1] - indptr[bi[t]];
       const int64_t len = pages > 0 ? (pages - 1) * page_size + last[bi[t]] : 0;
       if (pos[t] < 0 || pos[t] >= len)

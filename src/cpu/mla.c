@@ -15,8 +15,8 @@
  * Results do not depend on the thread count. */
 #include <math.h>
 #include <stdatomic.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
@@ -39,15 +39,17 @@ static void store_out(const ignis_mla_params *p, int64_t token, int64_t h, const
   float tmp[CKV];
   for (int c = 0; c < CKV; ++c)
     tmp[c] = (float)row[c];
-  ignis_cpu_store_row(ignis_cpu_at_mut(p->out, p->dtype, token * p->out_stride_token + h * p->out_stride_head),
-                      p->dtype, CKV, tmp);
+  ignis_cpu_store_row(
+      ignis_cpu_at_mut(p->out, p->dtype, token * p->out_stride_token + h * p->out_stride_head), p->dtype, CKV,
+      tmp);
   if (p->lse)
     p->lse[token * p->lse_stride_token + h * p->lse_stride_head] =
         lse2 == -INFINITY ? -INFINITY : (float)(lse2 * p->lse_scale);
 }
 
 /* Returns 0, or -1 when its scratch cannot be allocated (nothing written then). */
-static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float *partial_out, float *partial_lse) {
+static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float *partial_out,
+                       float *partial_lse) {
   enum { TILE = IGNIS_MLA_TILE_ROWS };
   const int64_t H = p->num_heads, rows = (int64_t)w->q_len * H;
   const int64_t count = rows - w->row_start < TILE ? rows - w->row_start : TILE;
@@ -114,8 +116,8 @@ static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float
   return 0;
 }
 
-static void merge_token(const ignis_mla_params *p, const ignis_mla_merge *mg, int64_t h, const float *partial_out,
-                        const float *partial_lse) {
+static void merge_token(const ignis_mla_params *p, const ignis_mla_merge *mg, int64_t h,
+                        const float *partial_out, const float *partial_lse) {
   const int64_t H = p->num_heads;
   double top = -INFINITY, row[CKV] = {0}, sum = 0.0;
   for (int32_t c = 0; c < mg->count; ++c) {

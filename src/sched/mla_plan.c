@@ -4,14 +4,16 @@
 
 #include <string.h>
 
-static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t ceil_div64(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 static int64_t request_tiles(int64_t q_len, int64_t num_heads) {
   return ceil_div64(q_len * num_heads, IGNIS_MLA_TILE_ROWS);
 }
 
-int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch, int64_t max_q_tokens,
-                           int64_t max_kv_len, int64_t wave) {
+int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch,
+                           int64_t max_q_tokens, int64_t max_kv_len, int64_t wave) {
   memset(planner, 0, sizeof *planner);
   planner->num_heads = num_heads;
   planner->wave = wave;
@@ -50,8 +52,8 @@ static int chunk_fits(const ignis_mla_planner *planner, const int32_t *qo_indptr
   return items <= planner->wave && partial_tokens <= planner->max_partial_tokens;
 }
 
-int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *qo_indptr, const int32_t *kv_len,
-                               int64_t batch_size) {
+int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *qo_indptr,
+                               const int32_t *kv_len, int64_t batch_size) {
   if (planner->max_partial_tokens == 0)
     return 0;
   int64_t tiles = 0, longest = 0;
@@ -80,8 +82,9 @@ int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *
   return lo * IGNIS_MLA_KEY_TILE < longest ? lo * IGNIS_MLA_KEY_TILE : 0;
 }
 
-size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_indptr, const int32_t *kv_indptr,
-                            const int32_t *kv_len, int64_t batch_size, void *image) {
+size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_indptr,
+                            const int32_t *kv_indptr, const int32_t *kv_len, int64_t batch_size,
+                            void *image) {
   const int64_t chunk = ignis_mla_choose_chunk(planner, qo_indptr, kv_len, batch_size);
   ignis_mla_work *work = ignis_mla_schedule_work(image);
   ignis_mla_merge *merge = ignis_mla_schedule_merge(planner, image);
@@ -96,8 +99,9 @@ size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_
       const int32_t kv_start = splits > 1 ? (int32_t)(c * chunk) : 0;
       const int32_t kv_end = splits > 1 && (c + 1) * chunk < len ? (int32_t)((c + 1) * chunk) : len;
       for (int64_t r = 0; r < rows; r += IGNIS_MLA_TILE_ROWS) {
-        ignis_mla_work w = {qo_indptr[b], q_len,    (int32_t)r,   len,
-                            kv_start,     kv_end,   kv_indptr[b], splits > 1 ? partial_tokens + (int32_t)c * q_len : -1};
+        ignis_mla_work w = {
+            qo_indptr[b], q_len,  (int32_t)r,   len,
+            kv_start,     kv_end, kv_indptr[b], splits > 1 ? partial_tokens + (int32_t)c * q_len : -1};
         work[num_work++] = w;
       }
     }

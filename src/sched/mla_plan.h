@@ -24,11 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IGNIS_MLA_TILE_ROWS 64            /* query rows (token x head) per work item */
-#define IGNIS_MLA_KEY_TILE 32             /* keys per step of the kernels; chunks are multiples */
-#define IGNIS_MLA_MIN_CHUNK 256           /* no split chunk shorter (but a request's last) */
-#define IGNIS_MLA_MAX_PARTIAL_TOKENS 256  /* partial token rows of one batch (workspace room) */
-#define IGNIS_MLA_NOMINAL_WAVE 132        /* blocks resident at once (one per SM of an H100 / H200) */
+#define IGNIS_MLA_TILE_ROWS 64           /* query rows (token x head) per work item */
+#define IGNIS_MLA_KEY_TILE 32            /* keys per step of the kernels; chunks are multiples */
+#define IGNIS_MLA_MIN_CHUNK 256          /* no split chunk shorter (but a request's last) */
+#define IGNIS_MLA_MAX_PARTIAL_TOKENS 256 /* partial token rows of one batch (workspace room) */
+#define IGNIS_MLA_NOMINAL_WAVE 132       /* blocks resident at once (one per SM of an H100 / H200) */
 
 typedef struct ignis_mla_work {
   int32_t q_row;     /* the request's first query row (qo_indptr[b]) */
@@ -64,8 +64,8 @@ typedef struct ignis_mla_planner {
 } ignis_mla_planner;
 
 /* The planner's bounds for these maxima; -1 when they do not fit the int32 fields. */
-int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch, int64_t max_q_tokens,
-                           int64_t max_kv_len, int64_t wave);
+int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch,
+                           int64_t max_q_tokens, int64_t max_kv_len, int64_t wave);
 
 size_t ignis_mla_schedule_bytes(const ignis_mla_planner *planner);
 static inline ignis_mla_work *ignis_mla_schedule_work(void *image) {
@@ -76,13 +76,13 @@ static inline ignis_mla_merge *ignis_mla_schedule_merge(const ignis_mla_planner 
 }
 
 /* The chunk, in keys, of a batch's split requests (0: no split). Inputs valid (see plan_batch). */
-int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *qo_indptr, const int32_t *kv_len,
-                               int64_t batch_size);
+int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *qo_indptr,
+                               const int32_t *kv_len, int64_t batch_size);
 
 /* Plan a valid batch (qo_indptr / kv_indptr non-decreasing from 0 within the maxima, kv_len within
  * the pages) into image (ignis_mla_schedule_bytes, 16-byte aligned). Returns the bytes used (the
  * header, the work items and the merge area: the merge area sits at a fixed offset). */
-size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_indptr, const int32_t *kv_indptr,
-                            const int32_t *kv_len, int64_t batch_size, void *image);
+size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_indptr,
+                            const int32_t *kv_indptr, const int32_t *kv_len, int64_t batch_size, void *image);
 
 #endif

@@ -6,19 +6,25 @@
  * aligned with strides of whole 16-byte units (IGNIS_ERROR_UNSUPPORTED otherwise, before any launch). */
 #include "cuda/attention/mla_attention.cuh"
 
-static bool aligned16(const void *ptr) { return ((uintptr_t)ptr & 15u) == 0; }
-static bool stride16(int64_t stride) { return stride % 8 == 0; } /* 16-bit elements */
+static bool aligned16(const void *ptr) {
+  return ((uintptr_t)ptr & 15u) == 0;
+}
+static bool stride16(int64_t stride) {
+  return stride % 8 == 0;
+} /* 16-bit elements */
 
 static ignis_status check_alignment(const ignis_mla_params &p) {
   const bool ok = aligned16(p.q_nope) && aligned16(p.q_pe) && aligned16(p.ckv) && aligned16(p.kpe) &&
                   aligned16(p.out) && stride16(p.q_nope_stride_token) && stride16(p.q_nope_stride_head) &&
-                  stride16(p.q_pe_stride_token) && stride16(p.q_pe_stride_head) && stride16(p.ckv_stride_page) &&
-                  stride16(p.ckv_stride_token) && stride16(p.kpe_stride_page) && stride16(p.kpe_stride_token) &&
+                  stride16(p.q_pe_stride_token) && stride16(p.q_pe_stride_head) &&
+                  stride16(p.ckv_stride_page) && stride16(p.ckv_stride_token) &&
+                  stride16(p.kpe_stride_page) && stride16(p.kpe_stride_token) &&
                   stride16(p.out_stride_token) && stride16(p.out_stride_head);
   if (!ok)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis_mla_run: on CUDA q_nope, q_pe, ckv_cache, kpe_cache and out must start 16-byte "
-                           "aligned with strides of multiples of 16 bytes");
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis_mla_run: on CUDA q_nope, q_pe, ckv_cache, kpe_cache and out must start 16-byte "
+        "aligned with strides of multiples of 16 bytes");
   return IGNIS_OK;
 }
 
@@ -32,8 +38,8 @@ template <typename T> static ignis_status launch(const ignis_mla_params &p, cuda
   const int64_t items = captured ? p.max_work : p.launch_work;
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
-    IGNIS_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          MLA_SMEM_BYTES));
+    IGNIS_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<T>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, MLA_SMEM_BYTES));
     mla_attention_kernel<T><<<(unsigned)items, MLA_THREADS, MLA_SMEM_BYTES, stream>>>(p);
     const ignis_status status = ignis_check_launch("mla attention");
     if (status != IGNIS_OK)
@@ -56,17 +62,19 @@ extern "C" ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t d
   return launch<__half>(*params, (cudaStream_t)stream);
 }
 
-extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device, void *stream) {
+extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device,
+                                                       void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
   if (!aligned16(p->append_ckv) || !aligned16(p->append_kpe) || !aligned16(p->ckv) || !aligned16(p->kpe) ||
       !stride16(p->append_ckv_stride) || !stride16(p->append_kpe_stride) || !stride16(p->ckv_stride_page) ||
       !stride16(p->ckv_stride_token) || !stride16(p->kpe_stride_page) || !stride16(p->kpe_stride_token))
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis_append_paged_mla_kv_cache: on CUDA the rows and caches must start 16-byte aligned "
-                           "with strides of multiples of 16 bytes");
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis_append_paged_mla_kv_cache: on CUDA the rows and caches must start 16-byte aligned "
+        "with strides of multiples of 16 bytes");
   if (p->nnz > INT32_MAX)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_append_paged_mla_kv_cache: %lld rows exceed one grid",
-                           (long long)p->nnz);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis_append_paged_mla_kv_cache: %lld rows exceed one grid", (long long)p->nnz);
   if (p->dtype == IGNIS_BF16)
     mla_append_kernel<__nv_bfloat16><<<(unsigned)p->nnz, MLA_CHUNKS, 0, (cudaStream_t)stream>>>(*p);
   else

@@ -32,8 +32,8 @@
 #define MLA_TILE_M IGNIS_MLA_TILE_ROWS
 #define MLA_KEY_TILE IGNIS_MLA_KEY_TILE
 #define MLA_THREADS 256
-#define MLA_ROW 584                 /* padded shared row, in 16-bit values (1168 bytes) */
-#define MLA_CHUNKS (MLA_DIM / 8)    /* 16-byte chunks of a row */
+#define MLA_ROW 584                  /* padded shared row, in 16-bit values (1168 bytes) */
+#define MLA_CHUNKS (MLA_DIM / 8)     /* 16-byte chunks of a row */
 #define MLA_S_ROW (MLA_KEY_TILE + 4) /* f32 score row */
 #define MLA_P_ROW (MLA_KEY_TILE + 8) /* 16-bit probability row */
 
@@ -50,8 +50,8 @@ static_assert(MLA_TILE_M == 64 && MLA_KEY_TILE == 32, "the warp layout assumes 6
 /* Issue the copies of key tile [k0, k0 + 32) of the item into stage `stage` (keys at or past
  * `stop` zero-filled). */
 template <typename T>
-__device__ __forceinline__ void mla_load_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0, int stop,
-                                              uint32_t stage) {
+__device__ __forceinline__ void mla_load_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
+                                              int stop, uint32_t stage) {
   const T *ckv = (const T *)p.ckv, *kpe = (const T *)p.kpe;
   for (int i = threadIdx.x; i < MLA_KEY_TILE * MLA_CHUNKS; i += MLA_THREADS) {
     const int key = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, j = k0 + key;
@@ -59,19 +59,16 @@ __device__ __forceinline__ void mla_load_keys(const ignis_mla_params &p, const i
     const T *src = ckv;
     if (live) {
       const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
-      src = chunk < MLA_CKV / 8 ? ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * 8
-                                : kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + (chunk - MLA_CKV / 8) * 8;
+      src = chunk < MLA_CKV / 8
+                ? ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * 8
+                : kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + (chunk - MLA_CKV / 8) * 8;
     }
     copy_async16(stage + (uint32_t)(key * MLA_ROW + chunk * 8) * 2, src, live);
   }
 }
 
-template <typename T> struct mla_is_bf16 {
-  static constexpr bool value = false;
-};
-template <> struct mla_is_bf16<__nv_bfloat16> {
-  static constexpr bool value = true;
-};
+template <typename T> struct mla_is_bf16 { static constexpr bool value = false; };
+template <> struct mla_is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
 
 template <typename T>
 __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ignis_mla_params p) {
@@ -95,8 +92,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
     const T *src = q_nope;
     if (live) {
       const int64_t t = w.q_row + row / H, h = row % H;
-      src = chunk < MLA_CKV / 8 ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
-                                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
+      src = chunk < MLA_CKV / 8
+                ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
+                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
     }
     copy_async16(base + MLA_SMEM_Q + (uint32_t)(r * MLA_ROW + chunk * 8) * 2, src, live);
   }
@@ -135,7 +133,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
     }
     /* 1. scores */
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    const uint32_t a_addr = base + MLA_SMEM_Q + (uint32_t)((score_rows + lane % 16) * MLA_ROW + (lane / 16) * 8) * 2;
+    const uint32_t a_addr =
+        base + MLA_SMEM_Q + (uint32_t)((score_rows + lane % 16) * MLA_ROW + (lane / 16) * 8) * 2;
     const uint32_t b_addr =
         stage + (uint32_t)((score_keys + lane % 8 + (lane / 16) * 8) * MLA_ROW + ((lane / 8) % 2) * 8) * 2;
 #pragma unroll 4
@@ -155,7 +154,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = score_keys + nt * 8 + (lane % 4) * 2 + e, j = k0 + col;
-          s_score[r * MLA_S_ROW + col] = j <= last && j < stop ? s[nt][half * 2 + e] * p.sm_scale_log2 : -CUDART_INF_F;
+          s_score[r * MLA_S_ROW + col] =
+              j <= last && j < stop ? s[nt][half * 2 + e] * p.sm_scale_log2 : -CUDART_INF_F;
         }
     }
     __syncthreads();
@@ -207,13 +207,14 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
       uint32_t a[4][4];
 #pragma unroll
       for (int mg = 0; mg < 4; ++mg)
-        ldmatrix_x4(base + MLA_SMEM_P + (uint32_t)((16 * mg + lane % 16) * MLA_P_ROW + ks * 16 + (lane / 16) * 8) * 2,
+        ldmatrix_x4(base + MLA_SMEM_P +
+                        (uint32_t)((16 * mg + lane % 16) * MLA_P_ROW + ks * 16 + (lane / 16) * 8) * 2,
                     a[mg]);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(stage + (uint32_t)((ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * MLA_ROW + 64 * warp +
-                                             np * 16 + (lane / 16) * 8) *
+        ldmatrix_x4_trans(stage + (uint32_t)((ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * MLA_ROW +
+                                             64 * warp + np * 16 + (lane / 16) * 8) *
                                       2,
                           b);
 #pragma unroll
@@ -283,7 +284,8 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     out[k] = ignis_from_float<T>(acc[k]);
-  *(uint2 *)((T *)p.out + (int64_t)mg.q_row * p.out_stride_token + h * p.out_stride_head + col) = *(const uint2 *)out;
+  *(uint2 *)((T *)p.out + (int64_t)mg.q_row * p.out_stride_token + h * p.out_stride_head + col) =
+      *(const uint2 *)out;
   if (threadIdx.x == 0 && p.lse)
     p.lse[(int64_t)mg.q_row * p.lse_stride_token + h * p.lse_stride_head] = lse2 * p.lse_scale;
 }
@@ -291,7 +293,8 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
 /* append_paged_mla_kv_cache: one block per appended token, one thread per 16-byte chunk of its 576
  * values; tokens whose batch index or page is out of range are skipped (device index arrays are
  * not checked on the host). */
-template <typename T> __global__ void __launch_bounds__(MLA_CHUNKS) mla_append_kernel(const ignis_append_mla_params p) {
+template <typename T>
+__global__ void __launch_bounds__(MLA_CHUNKS) mla_append_kernel(const ignis_append_mla_params p) {
   const int64_t t = blockIdx.x;
   const int32_t b = p.batch_indices[t], pos = p.positions[t];
   if (b < 0 || b >= p.batch_size || pos < 0)
@@ -300,10 +303,12 @@ template <typename T> __global__ void __launch_bounds__(MLA_CHUNKS) mla_append_k
   if (page < 0 || page >= p.num_pages)
     return;
   const int chunk = threadIdx.x;
-  const T *src = chunk < MLA_CKV / 8 ? (const T *)p.append_ckv + t * p.append_ckv_stride + chunk * 8
-                                     : (const T *)p.append_kpe + t * p.append_kpe_stride + (chunk - MLA_CKV / 8) * 8;
+  const T *src = chunk < MLA_CKV / 8
+                     ? (const T *)p.append_ckv + t * p.append_ckv_stride + chunk * 8
+                     : (const T *)p.append_kpe + t * p.append_kpe_stride + (chunk - MLA_CKV / 8) * 8;
   T *dst = chunk < MLA_CKV / 8 ? (T *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * 8
-                               : (T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + (chunk - MLA_CKV / 8) * 8;
+                               : (T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token +
+                                     (chunk - MLA_CKV / 8) * 8;
   *(uint4 *)dst = *(const uint4 *)src;
 }
 

@@ -104,7 +104,7 @@ static int prepare_mla(const bench_case *c, void *stream, void **state) {
 
 static ignis_status call_mla(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
   const mla_state *s = state;
-  return ignis_mla_run(s->plan, &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], NULL, s->workspace,
+  return ignis_mla_run(s->plan, &t[0], &t[1], &t[2], &t[3], &t[4], 1.0, 1.0, &t[5], NULL, s->workspace,
                        s->workspace_bytes, stream);
 }
 

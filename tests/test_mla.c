@@ -7,7 +7,8 @@
  * to a few thousand including lengths ending mid-page, empty requests (no keys; no query tokens),
  * query lengths 1 to 4 (speculative decode) and a chunked-prefill batch, heads 16, 32 and 128,
  * f16 and bf16, both LSE bases, causal and not, separate caches and two views of one
- * [pages, page_size, 576] buffer, a batch of one long request (split-KV and its merge) and one row
+ * [pages, page_size, 576] buffer, fp8 e4m3 caches with ckv_scale / kpe_scale, a batch of one long
+ * request (split-KV and its merge) and one row
  * more in out / lse than the batch has (never written). Outputs are poisoned first. Bad inputs:
  * status, parameter named, nothing written. The append writes rows at the pages and slots of
  * their positions and nothing else. */
@@ -28,8 +29,14 @@ typedef struct mla_case {
   int causal, combined;
   ignis_dtype dtype;
   ignis_lse_base base;
-  int expect_split; /* 1: the plan must merge split requests */
+  int expect_split;            /* 1: the plan must merge split requests */
+  ignis_dtype kv_dtype;        /* 0: dtype; else the cache's (fp8 e4m3) */
+  double ckv_scale, kpe_scale; /* 0: 1 */
 } mla_case;
+
+static ignis_dtype cache_dtype(const mla_case *c) {
+  return c->kv_dtype ? c->kv_dtype : c->dtype;
+}
 
 /* The paged latent cache of a case: pages shuffled over a pool with spares, as views. */
 typedef struct mla_cache {
@@ -62,7 +69,7 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
   free(perm);
   const int64_t rows = cache->num_pages * c->page_size;
   if (c->combined) {
-    cache->ckv_buf = h_buf_alloc(backend, c->dtype, rows * KV_DIM);
+    cache->ckv_buf = h_buf_alloc(backend, cache_dtype(c), rows * KV_DIM);
     for (int64_t i = 0; i < rows * KV_DIM; ++i)
       h_set(&cache->ckv_buf, i, h_rng_normal(rng));
     h_buf_upload(&cache->ckv_buf);
@@ -74,8 +81,8 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
     memset(&cache->kpe_buf, 0, sizeof cache->kpe_buf);
     return;
   }
-  cache->ckv_buf = h_buf_alloc(backend, c->dtype, rows * CKV);
-  cache->kpe_buf = h_buf_alloc(backend, c->dtype, rows * KPE);
+  cache->ckv_buf = h_buf_alloc(backend, cache_dtype(c), rows * CKV);
+  cache->kpe_buf = h_buf_alloc(backend, cache_dtype(c), rows * KPE);
   for (int64_t i = 0; i < rows * CKV; ++i)
     h_set(&cache->ckv_buf, i, h_rng_normal(rng));
   for (int64_t i = 0; i < rows * KPE; ++i)
@@ -95,13 +102,15 @@ static void free_cache(mla_cache *cache) {
   free(cache->indices);
 }
 
-/* Element c of key j of request b (c < 576: ckv then kpe), from the host mirror. */
+/* Element c of key j of request b (c < 576: ckv then kpe), from the host mirror, scaled. */
 static double key_at(const mla_case *k, const mla_cache *cache, int64_t b, int64_t j, int c) {
   const int64_t page = cache->indices[cache->kv_indptr[b] + j / k->page_size], slot = j % k->page_size;
   const int64_t row = page * k->page_size + slot;
+  const double scale = c < CKV ? (k->ckv_scale ? k->ckv_scale : 1.0) : (k->kpe_scale ? k->kpe_scale : 1.0);
   if (k->combined)
-    return h_get(&cache->ckv_buf, row * KV_DIM + c);
-  return c < CKV ? h_get(&cache->ckv_buf, row * CKV + c) : h_get(&cache->kpe_buf, row * KPE + c - CKV);
+    return scale * h_get(&cache->ckv_buf, row * KV_DIM + c);
+  return scale *
+         (c < CKV ? h_get(&cache->ckv_buf, row * CKV + c) : h_get(&cache->kpe_buf, row * KPE + c - CKV));
 }
 
 static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
@@ -140,7 +149,8 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
   config.device = h_backend_device(backend);
   config.num_heads = H;
   config.page_size = k->page_size;
-  config.q_dtype = config.kv_dtype = k->dtype;
+  config.q_dtype = k->dtype;
+  config.kv_dtype = cache_dtype(k);
   config.causal = k->causal;
   config.sm_scale = 1.0 / sqrt(192.0);
   config.lse_base = k->base;
@@ -164,8 +174,9 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
   ignis_tensor tq_nope = h_view(&q_nope, 0, 3, qn_shape, NULL), tq_pe = h_view(&q_pe, 0, 3, qp_shape, NULL);
   ignis_tensor tout = h_view(&out, 0, 3, qn_shape, NULL), tlse = h_view(&lse, 0, 2, lse_shape, NULL);
   ignis_tensor tind = h_view(&indices, 0, 1, ind_shape, NULL);
-  CHECK_STATUS(ignis_mla_run(plan, &tq_nope, &tq_pe, &cache.ckv, &cache.kpe, &tind, &tout, &tlse,
-                             ws_bytes ? ws.data : NULL, ws_bytes, NULL),
+  CHECK_STATUS(ignis_mla_run(plan, &tq_nope, &tq_pe, &cache.ckv, &cache.kpe, &tind,
+                             k->ckv_scale ? k->ckv_scale : 1.0, k->kpe_scale ? k->kpe_scale : 1.0, &tout,
+                             &tlse, ws_bytes ? ws.data : NULL, ws_bytes, NULL),
                IGNIS_OK);
   h_buf_download(&out);
   h_buf_download(&lse);
@@ -250,7 +261,10 @@ static const mla_case cases[] = {
      0,
      IGNIS_BF16,
      IGNIS_LSE_BASE2,
-     0},
+     0,
+     0,
+     0.0,
+     0.0},
     {"speculative q1..4 page1 f16 combined, empty request",
      16,
      1,
@@ -261,9 +275,25 @@ static const mla_case cases[] = {
      1,
      IGNIS_F16,
      IGNIS_LSE_NATURAL,
-     0},
-    {"h128 page16 q1,2 combined", 128, 16, 2, {1, 2}, {777, 2048}, 1, 1, IGNIS_BF16, IGNIS_LSE_BASE2, 0},
-    {"batch 1 long (split-KV)", 16, 64, 1, {1}, {4000}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 1},
+     0,
+     0,
+     0.0,
+     0.0},
+    {"h128 page16 q1,2 combined",
+     128,
+     16,
+     2,
+     {1, 2},
+     {777, 2048},
+     1,
+     1,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     0,
+     0,
+     0.0,
+     0.0},
+    {"batch 1 long (split-KV)", 16, 64, 1, {1}, {4000}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 1, 0, 0.0, 0.0},
     {"batch 1 q4 h128 page16 (split-KV, tiles)",
      128,
      16,
@@ -274,7 +304,10 @@ static const mla_case cases[] = {
      1,
      IGNIS_BF16,
      IGNIS_LSE_BASE2,
-     1},
+     1,
+     0,
+     0.0,
+     0.0},
     {"chunked prefill, request with no tokens",
      16,
      16,
@@ -285,9 +318,40 @@ static const mla_case cases[] = {
      0,
      IGNIS_BF16,
      IGNIS_LSE_BASE2,
-     0},
-    {"not causal h32 q3", 32, 64, 2, {3, 1}, {130, 257}, 0, 0, IGNIS_F16, IGNIS_LSE_BASE2, 0},
-    {"causal q_len > kv_len", 16, 16, 2, {4, 2}, {2, 0}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0},
+     0,
+     0,
+     0.0,
+     0.0},
+    {"not causal h32 q3", 32, 64, 2, {3, 1}, {130, 257}, 0, 0, IGNIS_F16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    {"causal q_len > kv_len", 16, 16, 2, {4, 2}, {2, 0}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    {"fp8 e4m3 cache bf16 q, scales, split",
+     16,
+     64,
+     2,
+     {1, 2},
+     {3000, 70},
+     1,
+     0,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     1,
+     IGNIS_FP8_E4M3,
+     0.5,
+     0.25},
+    {"fp8 e4m3 combined cache f16 q, h128 page1",
+     128,
+     1,
+     2,
+     {1, 3},
+     {40, 300},
+     1,
+     1,
+     IGNIS_F16,
+     IGNIS_LSE_BASE2,
+     0,
+     IGNIS_FP8_E4M3,
+     1.5,
+     1.0},
 };
 
 /* Bad inputs: each call fails naming the parameter and writes nothing. */
@@ -309,7 +373,7 @@ static void bad_inputs(h_backend backend) {
   bad.head_dim_ckv = 256;
   CHECK_ERROR(ignis_mla_plan_create(&bad, &plan), IGNIS_ERROR_UNSUPPORTED, "config.head_dim_ckv");
   bad = config;
-  bad.kv_dtype = IGNIS_FP8_E4M3;
+  bad.kv_dtype = IGNIS_FP8_E5M2;
   CHECK_ERROR(ignis_mla_plan_create(&bad, &plan), IGNIS_ERROR_UNSUPPORTED, "config.kv_dtype");
   bad = config;
   bad.sm_scale = 0.0;
@@ -324,7 +388,7 @@ static void bad_inputs(h_backend backend) {
   h_buf ws = h_buf_alloc(backend, IGNIS_U8, ws_bytes > 0 ? (int64_t)ws_bytes : 1);
   void *w = ws_bytes ? ws.data : NULL;
   int32_t qo[3] = {0, 1, 2}, kv_indptr[3] = {0, 2, 3}, kv_len[2] = {20, 16};
-  CHECK_ERROR(ignis_mla_run(plan, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w, ws_bytes, NULL),
+  CHECK_ERROR(ignis_mla_run(plan, NULL, NULL, NULL, NULL, NULL, 1.0, 1.0, NULL, NULL, w, ws_bytes, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "ignis_mla_plan_update");
   int32_t long_len[2] = {40, 16}; /* 2 pages hold 32 */
   CHECK_ERROR(ignis_mla_plan_update(plan, qo, kv_indptr, long_len, 2, w, ws_bytes, NULL),
@@ -364,21 +428,26 @@ static void bad_inputs(h_backend backend) {
   ignis_tensor tout = h_view(&out, 0, 3, qn, NULL), tlse = h_view(&lse, 0, 2, ls, NULL);
   ignis_tensor tlse16 = h_view(&lse16, 0, 2, ls, NULL);
   ignis_tensor tind = h_view(&indices, 0, 1, is, NULL), tbad = h_view(&bad_indices, 0, 1, is, NULL);
-  CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp_wrong, &tckv, &tkpe, &tind, &tout, &tlse, w, ws_bytes, NULL),
-              IGNIS_ERROR_INVALID_ARGUMENT, "q_pe");
-  CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe16, &tind, &tout, &tlse, w, ws_bytes, NULL),
-              IGNIS_ERROR_INVALID_ARGUMENT, "kpe_cache.dtype");
-  CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, &tout, &tlse16, w, ws_bytes, NULL),
-              IGNIS_ERROR_INVALID_ARGUMENT, "lse.dtype");
-  CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, &tqn, &tlse, w, ws_bytes, NULL),
+  CHECK_ERROR(
+      ignis_mla_run(plan, &tqn, &tqp_wrong, &tckv, &tkpe, &tind, 1.0, 1.0, &tout, &tlse, w, ws_bytes, NULL),
+      IGNIS_ERROR_INVALID_ARGUMENT, "q_pe");
+  CHECK_ERROR(
+      ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe16, &tind, 1.0, 1.0, &tout, &tlse, w, ws_bytes, NULL),
+      IGNIS_ERROR_INVALID_ARGUMENT, "kpe_cache.dtype");
+  CHECK_ERROR(
+      ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, 1.0, 1.0, &tout, &tlse16, w, ws_bytes, NULL),
+      IGNIS_ERROR_INVALID_ARGUMENT, "lse.dtype");
+  CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, 1.0, 1.0, &tqn, &tlse, w, ws_bytes, NULL),
               IGNIS_ERROR_INVALID_ARGUMENT, "out overlaps q_nope");
   if (backend == H_CPU)
-    CHECK_ERROR(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tbad, &tout, &tlse, w, ws_bytes, NULL),
-                IGNIS_ERROR_INVALID_ARGUMENT, "kv_indices[1]");
+    CHECK_ERROR(
+        ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tbad, 1.0, 1.0, &tout, &tlse, w, ws_bytes, NULL),
+        IGNIS_ERROR_INVALID_ARGUMENT, "kv_indices[1]");
   CHECK(h_buf_untouched(&out));
   CHECK(h_buf_untouched(&lse));
-  CHECK_STATUS(ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, &tout, &tlse, w, ws_bytes, NULL),
-               IGNIS_OK);
+  CHECK_STATUS(
+      ignis_mla_run(plan, &tqn, &tqp, &tckv, &tkpe, &tind, 1.0, 1.0, &tout, &tlse, w, ws_bytes, NULL),
+      IGNIS_OK);
   CHECK_STATUS(ignis_mla_plan_destroy(plan), IGNIS_OK);
   h_buf *bufs[] = {&ws, &q_nope, &q_pe, &ckv, &kpe, &kpe_f16, &out, &lse, &lse16, &indices, &bad_indices};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
@@ -481,6 +550,7 @@ int main(void) {
     append_case(backend, IGNIS_BF16, 1);
     append_case(backend, IGNIS_F16, 16);
     append_case(backend, IGNIS_BF16, 64);
+    append_case(backend, IGNIS_FP8_E4M3, 16);
   }
   return h_finish();
 }

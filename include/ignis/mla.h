@@ -4,9 +4,10 @@
  *
  * Math, per request b with kv_len keys (kv_len_arr[b]) and q_len query tokens (qo_indptr[b + 1] -
  * qo_indptr[b]), query token i (row qo_indptr[b] + i of q_nope / q_pe / out), head h:
- *     key j: ckv_j = ckv_cache[page, slot] (head_dim_ckv = 512 values), kpe_j = kpe_cache[page,
- *            slot] (head_dim_kpe = 64), page = kv_indices[kv_indptr[b] + j / page_size],
- *            slot = j % page_size
+ *     key j: ckv_j = ckv_scale * ckv_cache[page, slot] (head_dim_ckv = 512 values),
+ *            kpe_j = kpe_scale * kpe_cache[page, slot] (head_dim_kpe = 64),
+ *            page = kv_indices[kv_indptr[b] + j / page_size], slot = j % page_size
+ *            (the scales dequantize an fp8 cache; any finite positive value, 1 for 16-bit caches)
  *     x_j = sm_scale * (<q_nope[i, h], ckv_j> + <q_pe[i, h], kpe_j>)
  *     causal: key j is visible to token i when j <= kv_len - q_len + i (the query block aligned to
  *             the end of the keys: decode with speculative tokens, chunked prefill); else all keys
@@ -18,8 +19,8 @@
  * (the dtype of q), lse [nnz_q, num_heads] f32 (optional); any leading strides, last dimension
  * contiguous. ckv_cache [num_pages, page_size, 512] and kpe_cache [num_pages, page_size, 64] with
  * any page and token strides (two views of one [num_pages, page_size, 576] buffer work: ckv the
- * first 512 columns, kpe the last 64). kv_indices 1-D i32. q and the cache: f16 or bf16, the same
- * dtype. An fp8 cache is refused (IGNIS_ERROR_UNSUPPORTED) in this version. On the CUDA backend
+ * first 512 columns, kpe the last 64). kv_indices 1-D i32. q f16 or bf16; the cache q's dtype or
+ * fp8 e4m3 (fp8 e5m2: IGNIS_ERROR_UNSUPPORTED). On the CUDA backend
  * q_nope, q_pe, the caches and out must start 16-byte aligned with strides that are multiples of
  * 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise, nothing written). Arithmetic: products on tensor
  * cores in the 16-bit dtype (CUDA) or in double (CPU), softmax and sums in f32 or better.
@@ -55,7 +56,7 @@ typedef struct ignis_mla_plan_config {
   int64_t head_dim_kpe;    /* 64 */
   int64_t page_size;       /* 1..256 */
   ignis_dtype q_dtype;     /* f16 or bf16 */
-  ignis_dtype kv_dtype;    /* q_dtype (fp8: IGNIS_ERROR_UNSUPPORTED) */
+  ignis_dtype kv_dtype;    /* q_dtype or fp8 e4m3 */
   int32_t causal;          /* 0 or 1 */
   double sm_scale;         /* > 0 (FlashInfer's callers pass 1 / sqrt(192) for DeepSeek) */
   ignis_lse_base lse_base; /* base of the returned LSE */
@@ -95,12 +96,13 @@ IGNIS_API ignis_status ignis_mla_plan_update(ignis_mla_plan *plan, const int32_t
 /* Attention of the last update's batch. q_nope / q_pe / out have the planned nnz_q rows (or more:
  * rows past the planned ones are neither read nor written); kv_indices holds the pages the update's
  * kv_indptr points into (at least kv_indptr[batch_size] entries, each within ckv_cache.shape[0]:
- * checked on the host for host memory only). lse may be NULL. */
+ * checked on the host for host memory only). ckv_scale / kpe_scale: finite, > 0 (1: none). lse may
+ * be NULL. */
 IGNIS_API ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nope,
                                      const ignis_tensor *q_pe, const ignis_tensor *ckv_cache,
                                      const ignis_tensor *kpe_cache, const ignis_tensor *kv_indices,
-                                     ignis_tensor *out, ignis_tensor *lse, void *workspace,
-                                     size_t workspace_bytes, void *stream);
+                                     double ckv_scale, double kpe_scale, ignis_tensor *out, ignis_tensor *lse,
+                                     void *workspace, size_t workspace_bytes, void *stream);
 
 /* The schedule of the last update (diagnostics, tests): its work items, and the query tokens whose
  * request was split (merged from partial rows; 0 when nothing is split). */
@@ -112,7 +114,8 @@ IGNIS_API ignis_status ignis_mla_plan_info(const ignis_mla_plan *plan, int64_t *
  * kv_indices[kv_indptr[b] + positions[t] / page_size], slot positions[t] % page_size.
  * batch_indices, positions [nnz] i32; kv_indptr [batch + 1], kv_last_page_len [batch] i32 (the
  * lengths after the append: positions[t] < (pages - 1) * page_size + kv_last_page_len[b]). The
- * caches as for ignis_mla_run; the appended rows of their dtype. Host index arrays are checked;
+ * caches as for ignis_mla_run (fp8 e4m3 included: the rows are then already quantized); the
+ * appended rows of their dtype. Host index arrays are checked;
  * device ones are trusted (out-of-range entries are skipped by the CUDA kernel). */
 IGNIS_API ignis_status ignis_append_paged_mla_kv_cache(
     const ignis_tensor *append_ckv, const ignis_tensor *append_kpe, const ignis_tensor *batch_indices,

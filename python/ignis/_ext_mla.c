@@ -141,10 +141,17 @@ done:
   return result;
 }
 
-/* (plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, out, lse_or_None, workspace_or_None, stream) */
+/* (plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, ckv_scale, kpe_scale, kv_view, out, lse_or_None,
+ *  workspace_or_None, stream): kv_view, the ignis dtype to read uint8 caches as (NumPy fp8), or -1 */
 static PyObject *ext_mla_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.BatchMLAPagedAttentionWrapper.run";
-  if (check_nargs(fn, nargs, 10) < 0)
+  if (check_nargs(fn, nargs, 13) < 0)
+    return NULL;
+  double ckv_scale = 1.0, kpe_scale = 1.0;
+  int64_t kv_view = -1;
+  if (parse_double(fn, "ckv_scale", args[6], &ckv_scale) < 0 ||
+      parse_double(fn, "kpe_scale", args[7], &kpe_scale) < 0 ||
+      parse_int64(fn, "kv_view", args[8], &kv_view) < 0)
     return NULL;
   ignis_mla_plan *plan = mla_plan_of(fn, args[0]);
   if (!plan)
@@ -152,42 +159,50 @@ static PyObject *ext_mla_run(PyObject *self, PyObject *const *args, Py_ssize_t n
   tensor_list l = {0};
   const int q_nope = tensor_list_add(&l, args[1], "q_nope"), q_pe = tensor_list_add(&l, args[2], "q_pe");
   const int ckv = tensor_list_add(&l, args[3], "ckv_cache"), kpe = tensor_list_add(&l, args[4], "kpe_cache");
-  const int indices = tensor_list_add(&l, args[5], "kv_indices"), out = tensor_list_add(&l, args[6], "out");
-  const int lse = tensor_list_add(&l, args[7], "lse"),
-            ws = tensor_list_add(&l, args[8], "float_workspace_buffer");
+  const int indices = tensor_list_add(&l, args[5], "kv_indices"), out = tensor_list_add(&l, args[9], "out");
+  const int lse = tensor_list_add(&l, args[10], "lse"),
+            ws = tensor_list_add(&l, args[11], "float_workspace_buffer");
   if (q_nope < 0 || q_pe < 0 || ckv < 0 || kpe < 0 || indices < 0 || out < 0)
     return raise_type("%s: q_nope, q_pe, ckv_cache, kpe_cache, kv_indices and out must be arrays", fn) < 0
                ? NULL
                : NULL;
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse) | slot_bit(ws), args[9]) <
-      0)
+  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse) | slot_bit(ws),
+                    args[12]) < 0)
     return NULL;
   void *ws_data = NULL;
   size_t ws_bytes = 0;
-  if (ws >= 0 && workspace_of(fn, &c.tensors[ws], &ws_data, &ws_bytes) < 0) {
+  if (apply_fp8_view(fn, kv_view, &c.tensors[ckv], "ckv_cache") < 0 ||
+      apply_fp8_view(fn, kv_view, &c.tensors[kpe], "kpe_cache") < 0 ||
+      (ws >= 0 && workspace_of(fn, &c.tensors[ws], &ws_data, &ws_bytes) < 0)) {
     op_call_release(&c);
     return NULL;
   }
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_mla_run(
       plan, &c.tensors[q_nope], &c.tensors[q_pe], &c.tensors[ckv], &c.tensors[kpe], &c.tensors[indices],
-      &c.tensors[out], lse >= 0 ? &c.tensors[lse] : NULL, ws_data, ws_bytes, c.stream);
+      ckv_scale, kpe_scale, &c.tensors[out], lse >= 0 ? &c.tensors[lse] : NULL, ws_data, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
 /* (append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache, kv_indices, kv_indptr,
- *  kv_last_page_len, stream) */
+ *  kv_last_page_len, kv_view, stream): kv_view as for mla_run, applied to the rows and the caches */
 static PyObject *ext_append_paged_mla_kv_cache(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.append_paged_mla_kv_cache";
   static const char *const names[] = {"append_ckv", "append_kpe", "batch_indices",
                                       "positions",  "ckv_cache",  "kpe_cache",
                                       "kv_indices", "kv_indptr",  "kv_last_page_len"};
-  if (check_nargs(fn, nargs, 10) < 0)
+  int64_t kv_view = -1;
+  if (check_nargs(fn, nargs, 11) < 0 || parse_int64(fn, "kv_view", args[9], &kv_view) < 0)
     return NULL;
   op_call c;
-  if (op_call_begin(&c, fn, args, names, 9, (1u << 4) | (1u << 5), args[9]) < 0)
+  if (op_call_begin(&c, fn, args, names, 9, (1u << 4) | (1u << 5), args[10]) < 0)
     return NULL;
+  for (int i = 0; i < 6; ++i)
+    if (i != 2 && i != 3 && apply_fp8_view(fn, kv_view, &c.tensors[i], names[i]) < 0) {
+      op_call_release(&c);
+      return NULL;
+    }
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_append_paged_mla_kv_cache(
       &c.tensors[0], &c.tensors[1], &c.tensors[2], &c.tensors[3], &c.tensors[4], &c.tensors[5], &c.tensors[6],
@@ -203,10 +218,11 @@ PyMethodDef ext_mla_methods[] = {
     FASTCALL(mla_workspace_size, "mla_workspace_size(plan)"),
     FASTCALL(mla_plan_info, "mla_plan_info(plan)"),
     FASTCALL(mla_plan_update, "mla_plan_update(plan, qo_indptr, kv_indptr, kv_len_arr, workspace, stream)"),
-    FASTCALL(mla_run,
-             "mla_run(plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, out, lse, workspace, stream)"),
+    FASTCALL(mla_run, "mla_run(plan, q_nope, q_pe, ckv_cache, kpe_cache, kv_indices, ckv_scale, kpe_scale, "
+                      "kv_view, out, lse, "
+                      "workspace, stream)"),
     FASTCALL(append_paged_mla_kv_cache,
              "append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, "
-             "ckv_cache, kpe_cache, kv_indices, kv_indptr, kv_last_page_len, stream)"),
+             "ckv_cache, kpe_cache, kv_indices, kv_indptr, kv_last_page_len, kv_view, stream)"),
     {NULL, NULL, 0, NULL},
 };

@@ -1,7 +1,7 @@
 /* The flat params of the MLA ops (include/ignis/mla.h), filled by src/core/op_mla.c and read by
  * the backends' mla / append_paged_mla_kv entry points.
  *
- * Attention: element addresses, in elements of the 16-bit dtype,
+ * Attention: element addresses, in elements of each tensor's dtype (the cache's may be fp8),
  *   q_nope[t, h, c] = q_nope + t * q_nope_stride_token + h * q_nope_stride_head + c   (c < 512)
  *   q_pe[t, h, c]   = q_pe + t * q_pe_stride_token + h * q_pe_stride_head + c         (c < 64)
  *   ckv[p, s, c]    = ckv + p * ckv_stride_page + s * ckv_stride_token + c
@@ -20,7 +20,9 @@
 #include "sched/mla_plan.h"
 
 typedef struct ignis_mla_params {
-  ignis_dtype dtype; /* q, the cache and out */
+  ignis_dtype dtype;    /* q and out */
+  ignis_dtype kv_dtype; /* the cache: dtype or fp8 e4m3 */
+  float ckv_scale, kpe_scale;
   int64_t num_heads;
   int64_t page_size;
   int32_t causal;
@@ -45,7 +47,7 @@ typedef struct ignis_mla_params {
 /* append_paged_mla_kv_cache: token t goes to page kv_indices[kv_indptr[batch_indices[t]] +
  * positions[t] / page_size], slot positions[t] % page_size. */
 typedef struct ignis_append_mla_params {
-  ignis_dtype dtype;
+  ignis_dtype dtype; /* rows and caches: f16, bf16 or fp8 e4m3 */
   int64_t nnz, page_size, num_pages, batch_size;
   const void *append_ckv, *append_kpe;
   int64_t append_ckv_stride, append_kpe_stride;

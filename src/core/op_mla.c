@@ -60,14 +60,14 @@ static ignis_status check_config(const char *fn, const ignis_mla_plan_config *ca
                            c->head_dim_kpe, KPE);
   IGNIS_TRY(ignis_check_page_size(fn, "config.page_size", c->page_size));
   IGNIS_TRY(ignis_check_attention_dtype(fn, "config.q_dtype", c->q_dtype));
-  if (c->kv_dtype == IGNIS_FP8_E4M3 || c->kv_dtype == IGNIS_FP8_E5M2)
-    return ignis_set_error(
-        IGNIS_ERROR_UNSUPPORTED,
-        "%s: config.kv_dtype=%s: an fp8 MLA cache (ckv_scale / kpe_scale) is not supported yet", fn,
-        ignis_dtype_name(c->kv_dtype));
-  if (c->kv_dtype != c->q_dtype)
+  if (c->kv_dtype == IGNIS_FP8_E5M2)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: config.kv_dtype=fp8_e5m2: the MLA cache takes f16, bf16 or "
+                           "fp8 e4m3",
+                           fn);
+  if (c->kv_dtype != c->q_dtype && c->kv_dtype != IGNIS_FP8_E4M3)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: config.kv_dtype=%s but it must be config.q_dtype=%s", fn,
+                           "%s: config.kv_dtype=%s but it must be config.q_dtype=%s or fp8_e4m3", fn,
                            ignis_dtype_name(c->kv_dtype), ignis_dtype_name(c->q_dtype));
   if (c->causal != 0 && c->causal != 1)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.causal=%d but it must be 0 or 1", fn,
@@ -291,8 +291,9 @@ static ignis_status check_cache(const char *fn, const char *name, const ignis_te
 
 ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nope, const ignis_tensor *q_pe,
                            const ignis_tensor *ckv_cache, const ignis_tensor *kpe_cache,
-                           const ignis_tensor *kv_indices, ignis_tensor *out, ignis_tensor *lse,
-                           void *workspace, size_t workspace_bytes, void *stream) {
+                           const ignis_tensor *kv_indices, double ckv_scale, double kpe_scale,
+                           ignis_tensor *out, ignis_tensor *lse, void *workspace, size_t workspace_bytes,
+                           void *stream) {
   static const char fn[] = "ignis_mla_run";
   ignis_clear_error();
   if (!plan)
@@ -310,6 +311,11 @@ ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nop
   IGNIS_TRY(
       ignis_check_dim(fn, "kpe_cache", kpe_cache, 0, ckv_cache->shape[0], "ckv_cache.shape[0] (pages)"));
   IGNIS_TRY(ignis_check_index_vector(fn, "kv_indices", kv_indices, -1, plan->num_pages_used));
+  const double scales[2] = {ckv_scale, kpe_scale};
+  for (int i = 0; i < 2; ++i)
+    if (!(scales[i] > 0.0) || !isfinite(scales[i]))
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%g but it must be finite and > 0", fn,
+                             i == 0 ? "ckv_scale" : "kpe_scale", scales[i]);
   if (lse) {
     IGNIS_TRY(ignis_check_tensor(fn, "lse", lse, 2, 2));
     if (lse->dtype != IGNIS_F32)
@@ -350,6 +356,9 @@ ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nop
   ignis_mla_params p;
   memset(&p, 0, sizeof p);
   p.dtype = c->q_dtype;
+  p.kv_dtype = c->kv_dtype;
+  p.ckv_scale = (float)ckv_scale;
+  p.kpe_scale = (float)kpe_scale;
   p.num_heads = H;
   p.page_size = c->page_size;
   p.causal = c->causal;
@@ -400,10 +409,10 @@ ignis_status ignis_append_paged_mla_kv_cache(const ignis_tensor *append_ckv, con
   ignis_clear_error();
   IGNIS_TRY(ignis_check_tensor(fn, "ckv_cache", ckv_cache, 3, 3));
   const ignis_dtype dtype = ckv_cache->dtype;
-  if (dtype != IGNIS_F16 && dtype != IGNIS_BF16)
-    return ignis_set_error(dtype == IGNIS_FP8_E4M3 || dtype == IGNIS_FP8_E5M2 ? IGNIS_ERROR_UNSUPPORTED
-                                                                              : IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: ckv_cache.dtype=%s but it must be f16 or bf16", fn, ignis_dtype_name(dtype));
+  if (dtype != IGNIS_F16 && dtype != IGNIS_BF16 && dtype != IGNIS_FP8_E4M3)
+    return ignis_set_error(dtype == IGNIS_FP8_E5M2 ? IGNIS_ERROR_UNSUPPORTED : IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: ckv_cache.dtype=%s but it must be f16, bf16 or fp8_e4m3", fn,
+                           ignis_dtype_name(dtype));
   const int64_t page_size = ckv_cache->shape[1];
   IGNIS_TRY(ignis_check_page_size(fn, "ckv_cache.shape[1] (page_size)", page_size));
   IGNIS_TRY(ignis_check_dim(fn, "ckv_cache", ckv_cache, 2, CKV, "head_dim_ckv (512)"));

@@ -3,9 +3,9 @@
  *
  * It honours the plan's schedule exactly as the CUDA backend does (sched/mla_plan.h): each work
  * item (a tile of query rows, row = token * num_heads + head, against a chunk of keys) is one
- * task; each key of the chunk is loaded once per task into double (ckv 512 values, kpe 64) and
- * pushed into every row's online softmax in double (running maximum m of the base-2 scores, sum l,
- * weighted ckv sum acc):
+ * task; each key of the chunk is loaded once per task into double (ckv 512 values, kpe 64; fp8
+ * through the shared conversion; times ckv_scale / kpe_scale) and pushed into every row's online
+ * softmax in double (running maximum m of the base-2 scores, sum l, weighted ckv sum acc):
  *     s = sm_scale * log2(e) * (<q_nope, ckv_j> + <q_pe, kpe_j>),  key j visible to token i when
  *     j <= kv_len - q_len + i (causal) or always
  * An item that covers its whole request writes out = acc / l and lse = (m + log2 l) * lse_scale
@@ -27,11 +27,13 @@
 #define KPE IGNIS_MLA_HEAD_DIM_KPE
 #define LOG2E 1.4426950408889634
 
-static void load_row(const void *base, ignis_dtype dtype, int64_t offset, int64_t n, double *out) {
+/* n values at element offset `offset` of base (f16, bf16 or fp8 e4m3), times scale, in double. */
+static void load_row(const void *base, ignis_dtype dtype, int64_t offset, int64_t n, double scale,
+                     double *out) {
   float tmp[CKV];
-  ignis_cpu_load_row(ignis_cpu_at(base, dtype, offset), dtype, n, tmp);
+  ignis_cpu_load_row((const char *)base + (size_t)offset * ignis_dtype_size(dtype), dtype, n, tmp);
   for (int64_t c = 0; c < n; ++c)
-    out[c] = tmp[c];
+    out[c] = scale * (double)tmp[c];
 }
 
 /* Write a finished row (values already divided, base-2 LSE) to out / lse. */
@@ -64,8 +66,8 @@ static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float
   }
   for (int64_t r = 0; r < count; ++r) {
     const int64_t row = w->row_start + r, token = row / H, h = row % H, t = w->q_row + token;
-    load_row(p->q_nope, p->dtype, t * p->q_nope_stride_token + h * p->q_nope_stride_head, CKV, q[r]);
-    load_row(p->q_pe, p->dtype, t * p->q_pe_stride_token + h * p->q_pe_stride_head, KPE, q[r] + CKV);
+    load_row(p->q_nope, p->dtype, t * p->q_nope_stride_token + h * p->q_nope_stride_head, CKV, 1.0, q[r]);
+    load_row(p->q_pe, p->dtype, t * p->q_pe_stride_token + h * p->q_pe_stride_head, KPE, 1.0, q[r] + CKV);
     last[r] = p->causal ? (int64_t)w->kv_len - w->q_len + token : (int64_t)w->kv_len - 1;
     m[r] = -INFINITY;
     l[r] = 0.0;
@@ -74,8 +76,10 @@ static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float
   }
   for (int64_t j = w->kv_start; j < w->kv_end; ++j) {
     const int64_t page = p->kv_indices[w->page_base + j / p->page_size], slot = j % p->page_size;
-    load_row(p->ckv, p->dtype, page * p->ckv_stride_page + slot * p->ckv_stride_token, CKV, key);
-    load_row(p->kpe, p->dtype, page * p->kpe_stride_page + slot * p->kpe_stride_token, KPE, key + CKV);
+    load_row(p->ckv, p->kv_dtype, page * p->ckv_stride_page + slot * p->ckv_stride_token, CKV, p->ckv_scale,
+             key);
+    load_row(p->kpe, p->kv_dtype, page * p->kpe_stride_page + slot * p->kpe_stride_token, KPE, p->kpe_scale,
+             key + CKV);
     for (int64_t r = 0; r < count; ++r) {
       if (j > last[r])
         continue;

@@ -15,9 +15,11 @@ The math is the header comment of include/ignis/mla.h: q_nope ``[nnz, H, 512]``,
 request's query tokens aligned to the end of its keys. ``return_lse`` returns ``(out, lse)``, lse
 ``[nnz, H]`` float32 in base 2 (FlashInfer's), or natural with ``return_lse_base_on_e=True``.
 
-What is supported: q and cache float16 or bfloat16 of one dtype, head dims 512 / 64, any head
-count, page sizes 1 to 256. An fp8 cache (``kv_data_type`` float8, ``ckv_scale`` / ``kpe_scale``
-other than 1) raises UnsupportedError, as do the arguments of features ignis lacks (``metadata=``,
+What is supported: q float16 or bfloat16; the cache q's dtype or float8_e4m3fn (``kv_data_type``;
+``ckv_scale`` / ``kpe_scale``, Python floats or one-element host tensors, dequantize it: keys are
+``ckv_scale * ckv`` and ``kpe_scale * kpe``; NumPy caches of ml_dtypes' float8_e4m3fn too); head
+dims 512 / 64, any head count, page sizes 1 to 256. float8_e5m2 raises UnsupportedError, as do the
+arguments of features ignis lacks (``metadata=``,
 the dense ``block_tables`` / ``seq_lens`` / ``cum_seq_lens_q`` form, ``use_profiler``,
 ``output_scale``, ``scale_mode`` other than "default", ``skip_softmax``, ``use_sinks``, run's
 ``profiler_buffer``, ``kv_len``, ``page_table``, ``o_scale``, ``sinks``,
@@ -46,11 +48,10 @@ Every call takes a keyword-only ``stream=``; plan and run must use the same stre
 """
 
 import math
-import sys
 
 from . import _ext
 from ._alloc import new_array, new_output
-from ._common import (byte_workspace, capturing, copy_index_into, device_i32, dtype_code, host_i32, is_cuda,
+from ._common import (_scale, byte_workspace, copy_index_into, device_i32, dtype_code, host_i32, is_cuda, kv_views,
                       nbytes_of, next_pow2, to_device_of)
 from ._errors import InvalidArgumentError, UnsupportedError
 
@@ -211,10 +212,11 @@ class BatchMLAPagedAttentionWrapper:
                             ("skip_softmax_threshold_scale_factor", skip_softmax_threshold_scale_factor),
                             ("bmm1_scale", bmm1_scale), ("bmm2_scale", bmm2_scale)):
             _refuse(fn, name, value)
-        for name, value in (("o_scale", o_scale), ("ckv_scale", ckv_scale), ("kpe_scale", kpe_scale)):
-            if value is not None and float(value) != 1.0:
-                raise UnsupportedError("%s: %s=%r: ignis has no fp8 MLA cache (scales other than 1)"
-                                       % (fn, name, value))
+        if o_scale is not None and float(o_scale) != 1.0:
+            raise UnsupportedError("%s: o_scale=%r is not supported by ignis (the output is not rescaled)"
+                                   % (fn, o_scale))
+        ckv_value = 1.0 if ckv_scale is None else _scale(fn, "ckv_scale", ckv_scale)
+        kpe_value = 1.0 if kpe_scale is None else _scale(fn, "kpe_scale", kpe_scale)
         if self._plan is None:
             raise InvalidArgumentError("%s: call plan() first" % fn)
         if query is not None:
@@ -233,8 +235,9 @@ class BatchMLAPagedAttentionWrapper:
             out, finish = new_output(q_nope, shape=tuple(q_nope.shape[:-1]) + (_CKV,))
         if lse is None and return_lse:
             lse = new_array(q_nope, tuple(q_nope.shape[:2]), "float32")
-        _ext.mla_run(self._plan, q_nope, q_pe, ckv_cache, kpe_cache, self._kv_indices, out, lse, self._workspace,
-                     stream)
+        ckv_cache, kpe_cache, view = kv_views(fn, ckv_cache, kpe_cache, "ckv_cache", "kpe_cache")
+        _ext.mla_run(self._plan, q_nope, q_pe, ckv_cache, kpe_cache, self._kv_indices, ckv_value, kpe_value,
+                     -1 if view is None else view, out, lse, self._workspace, stream)
         if lse is not None and return_lse_base_on_e:
             lse *= _LN2
         if finish is not None:
@@ -249,5 +252,9 @@ def append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, 
     fn = "ignis.append_paged_mla_kv_cache"
     if ckv_cache is None or kpe_cache is None:
         raise UnsupportedError("%s: ckv_cache and kpe_cache are both required by ignis" % fn)
+    ckv_cache, kpe_cache, view = kv_views(fn, ckv_cache, kpe_cache, "ckv_cache", "kpe_cache")
+    append_ckv, append_kpe, row_view = kv_views(fn, append_ckv, append_kpe, "append_ckv", "append_kpe")
+    if row_view != view:
+        raise InvalidArgumentError("%s: append_ckv.dtype and ckv_cache.dtype must be equal" % fn)
     _ext.append_paged_mla_kv_cache(append_ckv, append_kpe, batch_indices, positions, ckv_cache, kpe_cache, kv_indices,
-                                   kv_indptr, kv_last_page_len, stream)
+                                   kv_indptr, kv_last_page_len, -1 if view is None else view, stream)

@@ -10,8 +10,9 @@ against a float64 reference over the same paged latent cache, on every host of e
   ``return_lse=True`` (base 2) and ``return_lse_base_on_e``;
 - CUDA graphs: the wrapper made with ``use_cuda_graph=True`` and SGLang's persistent buffers, its
   run captured, then re-planned with new batches (more requests, other lengths) and replayed;
-- packed ``run(query=, kv_cache=)``, page size 64 with permuted pages, ``append_paged_mla_kv_cache``
-  and the refusals (fp8 cache, scales, the dense form, run before plan)."""
+- packed ``run(query=, kv_cache=)``, page size 64 with permuted pages, an fp8 e4m3 cache with
+  ``ckv_scale`` / ``kpe_scale``, ``append_paged_mla_kv_cache`` and the refusals (fp8 e5m2,
+  ``o_scale``, the dense form, run before plan)."""
 
 import math
 
@@ -20,7 +21,7 @@ import pytest
 
 import ignis
 from engine_arrays import HOSTS, as_f64, capture, model_dtype, needs_cuda, on_device, on_host, workspace, write
-from refs import torch
+from refs import ml_dtypes, torch
 
 rng = np.random.default_rng(29)
 CKV, KPE, DIM = 512, 64, 576
@@ -167,6 +168,40 @@ def test_sglang_cuda_graph_replay_after_replan():
         check(out_static, None, ref_out, None, len(kv_lens))
 
 
+def fp8_cache(values, host):
+    """An fp8 e4m3 copy of values where the engine keeps the cache (ml_dtypes for NumPy), and the
+    values it holds as float64."""
+    if host == "numpy":
+        if ml_dtypes is None:
+            pytest.skip("needs ml_dtypes for NumPy fp8")
+        cache = np.asarray(values, np.float32).astype(ml_dtypes.float8_e4m3fn)
+        return cache, cache.astype(np.float64)
+    cache = torch.from_numpy(np.asarray(values, np.float32)).to(torch.float8_e4m3fn)
+    held = cache.to(torch.float64).numpy()
+    return (cache.cuda() if host == "cuda" else cache), held
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_fp8_cache_with_scales(host):
+    q_lens, kv_lens = [1, 2], np.array([700, 33], np.int32)
+    q, pool, qo, kv_ptr, kv_indices = batch(q_lens, kv_lens, 16, 16)
+    cache, held = fp8_cache(pool.astype(np.float32) * 4.0, host)
+    ckv_scale, kpe_scale = 0.25, 0.5
+    wrapper = ignis.BatchMLAPagedAttentionWrapper(workspace(host, "sglang"))
+    dtype = model_dtype(host)
+    wrapper.plan(on_host(qo, host), on_host(kv_ptr, host), on_device(kv_indices, host, "i32"),
+                 on_host(kv_lens, host), 16, CKV, KPE, 16, True, SM_SCALE, dtype,
+                 "float8_e4m3fn" if host == "numpy" else torch.float8_e4m3fn)
+    q_dev = on_device(q, host)
+    out = wrapper.run(q_dev[:, :, :CKV], q_dev[:, :, CKV:], cache[:, :, :CKV], cache[:, :, CKV:],
+                      ckv_scale=ckv_scale, kpe_scale=kpe_scale)
+    keys = held.copy()
+    keys[..., :CKV] *= ckv_scale
+    keys[..., CKV:] *= kpe_scale
+    ref_out, _ = reference(q.astype(np.float64), keys, qo, kv_ptr, kv_indices, kv_lens, 16, True)
+    check(out, None, ref_out, None, q.shape[0])
+
+
 @pytest.mark.parametrize("host", HOSTS)
 def test_append_paged_mla_kv_cache(host):
     page_size, pages = 16, 6
@@ -198,7 +233,7 @@ def test_refusals(host):
     with pytest.raises(ignis.InvalidArgumentError, match="plan"):
         wrapper.run(None, None, None, None)
     with pytest.raises(ignis.UnsupportedError, match="kv_dtype"):
-        wrapper.plan(qo, kv_ptr, kv_indices, kv_lens, 16, CKV, KPE, 1, False, SM_SCALE, dtype, "float8_e4m3fn")
+        wrapper.plan(qo, kv_ptr, kv_indices, kv_lens, 16, CKV, KPE, 1, False, SM_SCALE, dtype, "float8_e5m2")
     with pytest.raises(ignis.UnsupportedError, match="block_tables"):
         wrapper.plan(qo, kv_ptr, kv_indices, kv_lens, 16, CKV, KPE, 1, False, SM_SCALE, dtype, dtype,
                      block_tables=np.zeros((1, 1), np.int32))
@@ -207,7 +242,9 @@ def test_refusals(host):
     wrapper.plan(qo, kv_ptr, kv_indices, kv_lens, 16, CKV, KPE, 1, False, SM_SCALE, dtype, dtype)
     q = on_device(np.zeros((1, 16, DIM)), host)
     pool = on_device(np.zeros((1, 1, DIM)), host)
-    with pytest.raises(ignis.UnsupportedError, match="ckv_scale"):
-        wrapper.run(q[:, :, :CKV], q[:, :, CKV:], pool[:, :, :CKV], pool[:, :, CKV:], ckv_scale=0.5)
+    with pytest.raises(ignis.UnsupportedError, match="o_scale"):
+        wrapper.run(q[:, :, :CKV], q[:, :, CKV:], pool[:, :, :CKV], pool[:, :, CKV:], o_scale=2.0)
+    with pytest.raises(ignis.InvalidArgumentError, match="ckv_scale"):
+        wrapper.run(q[:, :, :CKV], q[:, :, CKV:], pool[:, :, :CKV], pool[:, :, CKV:], ckv_scale=-1.0)
     with pytest.raises(ignis.InvalidArgumentError, match="q_pe"):
         wrapper.run(q[:, :, :CKV], q[:, :, CKV:CKV + 32], pool[:, :, :CKV], pool[:, :, CKV:])

@@ -6,7 +6,10 @@
  * keys). The tile's queries (q_nope | q_pe, 576 values a row) stay in shared memory; the keys
  * stream through a two-stage ring of MLA_KEY_TILE = 32 keys x 576 values (ckv | kpe, gathered
  * through the page table with 16-byte cp.async, zero-filled past the chunk), the next tile's copy
- * in flight while the current one computes. Rows are padded to 584 values so the 8 row addresses
+ * in flight while the current one computes (an fp8 e4m3 cache lands in raw stages and is converted
+ * exactly into the 16-bit key stage at the top of its step; the dequantization scales are folded
+ * into the queries, q_nope * ckv_scale and q_pe * kpe_scale, and ckv_scale into the output's
+ * normalisation). Rows are padded to 584 values so the 8 row addresses
  * of every ldmatrix phase fall in distinct banks. Per key tile:
  *   1. scores S[64 x 32] = Q . K^T on tensor cores (mma.sync m16n8k16, f32 accumulators): warp w
  *      takes rows 16 (w % 4).. and keys 16 (w / 4).., 36 k-steps over the 576 dimensions; scaled to
@@ -44,33 +47,105 @@
 #define MLA_SMEM_P (MLA_SMEM_S + MLA_TILE_M * MLA_S_ROW * 4)
 #define MLA_SMEM_STATS (MLA_SMEM_P + MLA_TILE_M * MLA_P_ROW * 2)
 #define MLA_SMEM_BYTES (MLA_SMEM_STATS + 3 * MLA_TILE_M * 4)
+/* An fp8 cache lands in two raw stages (576 bytes a key) after that, and is converted into the
+ * 16-bit key stages. */
+#define MLA_SMEM_RAW MLA_SMEM_BYTES
+#define MLA_RAW_STAGE (MLA_KEY_TILE * MLA_DIM)
+#define MLA_RAW_CHUNKS (MLA_DIM / 16) /* 16-byte chunks of an fp8 row */
+#define MLA_SMEM_BYTES_FP8 (MLA_SMEM_RAW + 2 * MLA_RAW_STAGE)
 
 static_assert(MLA_TILE_M == 64 && MLA_KEY_TILE == 32, "the warp layout assumes 64 x 32 tiles");
 
 /* Issue the copies of key tile [k0, k0 + 32) of the item into stage `stage` (keys at or past
- * `stop` zero-filled). */
-template <typename T>
+ * `stop` zero-filled): 16-bit rows into a key stage, fp8 rows (FP8) into a raw stage. */
+template <typename K, int CHUNKS>
 __device__ __forceinline__ void mla_load_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
-                                              int stop, uint32_t stage) {
-  const T *ckv = (const T *)p.ckv, *kpe = (const T *)p.kpe;
-  for (int i = threadIdx.x; i < MLA_KEY_TILE * MLA_CHUNKS; i += MLA_THREADS) {
-    const int key = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, j = k0 + key;
+                                              int stop, uint32_t stage, int row_bytes) {
+  constexpr int PER_CHUNK = 16 / (int)sizeof(K), CKV_CHUNKS = MLA_CKV / PER_CHUNK;
+  const K *ckv = (const K *)p.ckv, *kpe = (const K *)p.kpe;
+  for (int i = threadIdx.x; i < MLA_KEY_TILE * CHUNKS; i += MLA_THREADS) {
+    const int key = i / CHUNKS, chunk = i % CHUNKS, j = k0 + key;
     const bool live = j < stop;
-    const T *src = ckv;
+    const K *src = ckv;
     if (live) {
       const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
-      src = chunk < MLA_CKV / 8
-                ? ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * 8
-                : kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + (chunk - MLA_CKV / 8) * 8;
+      src =
+          chunk < CKV_CHUNKS
+              ? ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * PER_CHUNK
+              : kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + (chunk - CKV_CHUNKS) * PER_CHUNK;
     }
-    copy_async16(stage + (uint32_t)(key * MLA_ROW + chunk * 8) * 2, src, live);
+    copy_async16(stage + (uint32_t)(key * row_bytes + chunk * 16), src, live);
+  }
+}
+
+template <typename T, bool FP8>
+__device__ __forceinline__ void mla_issue_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
+                                               int stop, uint32_t base, int stage) {
+  if (FP8)
+    mla_load_keys<uint8_t, MLA_RAW_CHUNKS>(p, w, k0, stop,
+                                           base + MLA_SMEM_RAW + (uint32_t)(stage * MLA_RAW_STAGE), MLA_DIM);
+  else
+    mla_load_keys<T, MLA_CHUNKS>(
+        p, w, k0, stop, base + MLA_SMEM_K + (uint32_t)(stage * MLA_KEY_TILE * MLA_ROW * 2), MLA_ROW * 2);
+}
+
+/* An f16 pair as a pair of T (exact: e4m3 values fit bf16 too). */
+template <typename T> __device__ __forceinline__ uint32_t mla_pair_from_f16x2(uint32_t h2);
+template <> __device__ __forceinline__ uint32_t mla_pair_from_f16x2<__half>(uint32_t h2) {
+  return h2;
+}
+template <> __device__ __forceinline__ uint32_t mla_pair_from_f16x2<__nv_bfloat16>(uint32_t h2) {
+  __half2_raw raw;
+  raw.x = (unsigned short)(h2 & 0xffffu);
+  raw.y = (unsigned short)(h2 >> 16);
+  const float2 f = __half22float2(__half2(raw));
+  const __nv_bfloat162 b = __float22bfloat162_rn(f);
+  const __nv_bfloat162_raw braw = b;
+  return (uint32_t)braw.x | ((uint32_t)braw.y << 16);
+}
+
+/* Convert raw stage `stage` (fp8 e4m3 rows) into key stage `stage` (T rows). */
+template <typename T> __device__ __forceinline__ void mla_convert_keys(unsigned char *smem, int stage) {
+  const unsigned char *raw = smem + MLA_SMEM_RAW + stage * MLA_RAW_STAGE;
+  T *keys = (T *)(smem + MLA_SMEM_K) + stage * MLA_KEY_TILE * MLA_ROW;
+  for (int i = threadIdx.x; i < MLA_KEY_TILE * MLA_RAW_CHUNKS; i += MLA_THREADS) {
+    const int key = i / MLA_RAW_CHUNKS, chunk = i % MLA_RAW_CHUNKS;
+    const uint4 bytes = *(const uint4 *)(raw + key * MLA_DIM + chunk * 16);
+    const uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+    uint32_t pairs[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t lo, hi;
+      fp8x4_to_f16x2x2<KV_E4M3>(words[k], lo, hi);
+      pairs[2 * k] = mla_pair_from_f16x2<T>(lo);
+      pairs[2 * k + 1] = mla_pair_from_f16x2<T>(hi);
+    }
+    uint4 *dst = (uint4 *)(keys + key * MLA_ROW + chunk * 16);
+    dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+  }
+}
+
+/* q_nope *= ckv_scale, q_pe *= kpe_scale in the query tile (the cache's scales folded into q). */
+template <typename T>
+__device__ __forceinline__ void mla_scale_queries(unsigned char *smem, float ckv_scale, float kpe_scale) {
+  T *q = (T *)(smem + MLA_SMEM_Q);
+  for (int i = threadIdx.x; i < MLA_TILE_M * MLA_CHUNKS; i += MLA_THREADS) {
+    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS;
+    const float scale = chunk < MLA_CKV / 8 ? ckv_scale : kpe_scale;
+    alignas(16) T v[8];
+    *(uint4 *)v = *(const uint4 *)(q + r * MLA_ROW + chunk * 8);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      v[k] = ignis_from_float<T>(ignis_to_float(v[k]) * scale);
+    *(uint4 *)(q + r * MLA_ROW + chunk * 8) = *(const uint4 *)v;
   }
 }
 
 template <typename T> struct mla_is_bf16 { static constexpr bool value = false; };
 template <> struct mla_is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
 
-template <typename T>
+template <typename T, bool FP8>
 __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ignis_mla_params p) {
   constexpr bool BF16 = mla_is_bf16<T>::value;
   if ((int)blockIdx.x >= p.header->num_work)
@@ -104,8 +179,9 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_KEY_TILE - 1) / MLA_KEY_TILE : 0;
   if (num_tiles > 0)
-    mla_load_keys<T>(p, w, w.kv_start, stop, base + MLA_SMEM_K);
+    mla_issue_keys<T, FP8>(p, w, w.kv_start, stop, base, 0);
   copy_async_commit();
+  const bool scaled = p.ckv_scale != 1.0f || p.kpe_scale != 1.0f;
   if (tid < MLA_TILE_M) {
     s_m[tid] = -CUDART_INF_F;
     s_l[tid] = 0.0f;
@@ -127,10 +203,15 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
     const int k0 = w.kv_start + tile * MLA_KEY_TILE;
     const uint32_t stage = base + MLA_SMEM_K + (uint32_t)(tile & 1) * MLA_KEY_TILE * MLA_ROW * 2;
     if (tile + 1 < num_tiles) {
-      mla_load_keys<T>(p, w, k0 + MLA_KEY_TILE, stop,
-                       base + MLA_SMEM_K + (uint32_t)((tile + 1) & 1) * MLA_KEY_TILE * MLA_ROW * 2);
+      mla_issue_keys<T, FP8>(p, w, k0 + MLA_KEY_TILE, stop, base, (tile + 1) & 1);
       copy_async_commit();
     }
+    if (FP8)
+      mla_convert_keys<T>(smem, tile & 1);
+    if (tile == 0 && scaled)
+      mla_scale_queries<T>(smem, p.ckv_scale, p.kpe_scale);
+    if (FP8 || (tile == 0 && scaled))
+      __syncthreads();
     /* 1. scores */
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     const uint32_t a_addr =
@@ -236,7 +317,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
       const int r = 16 * mg + lane / 4 + half * 8, row = w.row_start + r;
       if (row >= rows_total)
         continue;
-      const float l = s_l[r], inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float l = s_l[r], inv = l > 0.0f ? p.ckv_scale / l : 0.0f; /* values are ckv_scale * ckv */
       const int64_t token = row / H, h = row % H;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
@@ -291,10 +372,11 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
 }
 
 /* append_paged_mla_kv_cache: one block per appended token, one thread per 16-byte chunk of its 576
- * values; tokens whose batch index or page is out of range are skipped (device index arrays are
- * not checked on the host). */
-template <typename T>
+ * values (K: the 16-bit dtype, or uint8_t for fp8 rows); tokens whose batch index or page is out of
+ * range are skipped (device index arrays are not checked on the host). */
+template <typename K>
 __global__ void __launch_bounds__(MLA_CHUNKS) mla_append_kernel(const ignis_append_mla_params p) {
+  constexpr int PER_CHUNK = 16 / (int)sizeof(K), CKV_CHUNKS = MLA_CKV / PER_CHUNK;
   const int64_t t = blockIdx.x;
   const int32_t b = p.batch_indices[t], pos = p.positions[t];
   if (b < 0 || b >= p.batch_size || pos < 0)
@@ -303,12 +385,12 @@ __global__ void __launch_bounds__(MLA_CHUNKS) mla_append_kernel(const ignis_appe
   if (page < 0 || page >= p.num_pages)
     return;
   const int chunk = threadIdx.x;
-  const T *src = chunk < MLA_CKV / 8
-                     ? (const T *)p.append_ckv + t * p.append_ckv_stride + chunk * 8
-                     : (const T *)p.append_kpe + t * p.append_kpe_stride + (chunk - MLA_CKV / 8) * 8;
-  T *dst = chunk < MLA_CKV / 8 ? (T *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + chunk * 8
-                               : (T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token +
-                                     (chunk - MLA_CKV / 8) * 8;
+  const bool ckv = chunk < CKV_CHUNKS;
+  const int64_t offset = (ckv ? chunk : chunk - CKV_CHUNKS) * PER_CHUNK;
+  const K *src = ckv ? (const K *)p.append_ckv + t * p.append_ckv_stride + offset
+                     : (const K *)p.append_kpe + t * p.append_kpe_stride + offset;
+  K *dst = ckv ? (K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token + offset
+               : (K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token + offset;
   *(uint4 *)dst = *(const uint4 *)src;
 }
 

@@ -21,9 +21,11 @@ timing, each shape's outputs are compared (max |ignis - baseline| / max |baselin
 
 Targets (issue 18): bf16 M >= 4096 ratio >= 1.0; decode M 1..64 at most 1.5x the floor and ratio
 > 1; fp8 per-tensor ratio >= 1.0; block-scaled M4096 N7168 K16384 >= 1400 TFLOP/s and ratio >= 1.0
-against per-tensor _scaled_mm; M64 N2112 K7168 at most 1.5x the floor. This version runs every
-shape on cuBLASLt, so the decode-floor and 1400 TFLOP/s bars are expected to be missed; the table
-says by how much.
+against per-tensor _scaled_mm; M64 N2112 K7168 at most 1.5x the floor. The bf16 rows with M <= 64
+run on ignis' own small-M kernel (the op column says "bf16 small-M"; include/ignis/gemm.h has the
+rule), every other row on cuBLASLt, so the fp8 decode-floor and 1400 TFLOP/s bars are expected to
+be missed; the table says by how much. bench/micro/skinny_gemm.cu times the small-M kernel's
+variants against cuBLASLt on the same decode shapes.
 
 Usage (on the GPU machine; the ignis package on PYTHONPATH, e.g. build-gpu/python):
     python3 bench/gemm_compare.py [--only RE] [--samples N] [--markdown FILE]
@@ -174,8 +176,9 @@ def main():
             weight_bytes = n * k * (2 if kind == "bf16" else 1)
             floor = weight_bytes / bandwidth * 1e6
             for name, b_us in baselines:
+                op = "bf16 small-M" if kind == "bf16" and m <= 64 else kind
                 row = "| %s | %dx%dx%d | %.2f | %.1f | %.1f%% | %s | %.2f | %.1f | %.2f | %s | %s | %.2g |" % (
-                    kind, m, n, k, us, flops / us / 1e6, 100 * flops / us / 1e6 / peak, name, b_us,
+                    op, m, n, k, us, flops / us / 1e6, 100 * flops / us / 1e6 / peak, name, b_us,
                     flops / b_us / 1e6, b_us / us, "%.2f" % floor if m <= 64 else "", "%.2f" % (us / floor)
                     if m <= 64 else "", diff)
                 lines.append(row)

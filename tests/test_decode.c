@@ -415,7 +415,7 @@ static void ref_decode(const ref_cache *rc, const qo_set *s, int64_t q_len, cons
     int64_t L = pages > 0 ? (pages - 1) * P + ref_i32(rc->last, &c->last_page_len, b) : 0;
     double *k = malloc(sizeof(double) * (size_t)(L * D + 1)),
            *v = malloc(sizeof(double) * (size_t)(L * D + 1));
-    double *x = malloc(sizeof(double) * (size_t)(L + 1)), q[256];
+    double *x = malloc(sizeof(double) * (size_t)(L + 1)), q[512];
     for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
       for (int64_t j = 0; j < L; ++j) {
         int64_t page = ref_i32(rc->indices, &c->indices, first_page + j / P), slot = j % P;
@@ -696,7 +696,10 @@ static int plan_run_views(plan_env *e, const kv_batch *c, qo_set *s, extras_set 
 /* The planner's schedule of a batch, with the chunk its policy chooses for it. */
 static size_t plan_batch_of(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last, int64_t B,
                             void *image) {
-  return ignis_decode_plan_batch(pl, ignis_decode_choose_chunk_pages(pl, indptr, 0, B), indptr, last, B, image);
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b)
+    longest = indptr[b + 1] - indptr[b] > longest ? indptr[b + 1] - indptr[b] : longest;
+  return ignis_decode_plan_batch(pl, ignis_decode_choose_chunk_pages(pl, indptr, longest, B), indptr, last, B, image);
 }
 
 static void check_schedule(const ignis_decode_planner *pl, const int32_t *indptr, const int32_t *last,
@@ -1074,6 +1077,15 @@ static void test_single(h_backend backend) {
                         kv_kind(q_dtype, (variant / 3) % 3), (ignis_kv_layout)layout,
                         opts_variant(variant + variant / NUM_VARIANTS), &rng);
       }
+  /* head dim 512 (on CUDA the m16 kernel, its warps splitting the head dim): every option, K/V
+   * 16-bit and both fp8, GQA 1 to 16, a length that splits into chunks */
+  static const int64_t lens512[] = {1, 37, 1000, 5003};
+  static const int64_t groups512[] = {1, 5, 8, 16};
+  for (int v = 0; v < NUM_VARIANTS; ++v) {
+    ignis_dtype q_dtype = v % 2 ? IGNIS_F16 : IGNIS_BF16;
+    run_single_case(backend, lens512[v % 4], 1 + v % 2, groups512[(v / 2) % 4], 512, q_dtype,
+                    kv_kind(q_dtype, v % 3), (ignis_kv_layout)((v / 3) % 2), opts_variant(v), &rng);
+  }
 }
 
 /* ---- batch decode --------------------------------------------------------------------------- */
@@ -1213,6 +1225,28 @@ static void test_batch(h_backend backend) {
       bs.strided = variant % 4 != 1;
       run_batch_case(backend, &bs, opts_variant(variant + variant / NUM_VARIANTS), &rng);
     }
+
+  /* Head dim 512 (on CUDA the m16 kernel, its warps splitting the head dim): every option, K/V
+   * 16-bit and both fp8, GQA groups of 1 to 16 rows and q_len up to 5 (blocks of one to five
+   * m-tiles, passes over the keys), page sizes 1 and 16, odd lengths, long requests that split. */
+  static const int64_t groups512[] = {1, 3, 8, 16};
+  for (int v = 0; v < NUM_VARIANTS && general; ++v) {
+    batch_shape bs;
+    memset(&bs, 0, sizeof bs);
+    bs.B = 1 + v % 4;
+    bs.P = v % 3 == 0 ? 1 : 16;
+    bs.group = groups512[v % 4];
+    bs.Hkv = 1 + (v / 4) % 2;
+    bs.D = 512;
+    bs.q_len = 1 + (v * 3) % 5;
+    bs.max_len = v % 4 == 2 ? 3000 : 500;
+    bs.q_dtype = v % 2 ? IGNIS_F16 : IGNIS_BF16;
+    bs.kv_dtype = kv_kind(bs.q_dtype, (v / 2) % 3);
+    bs.layout = (ignis_kv_layout)((v / 3) % 2);
+    bs.combined = v % 3 == 1;
+    bs.strided = v % 4 != 1;
+    run_batch_case(backend, &bs, opts_variant(v), &rng);
+  }
 
   /* Causal among the q_len tokens, with requests shorter than q_len (tokens that see no key). */
   static const int64_t short_lens[6] = {0, 1, 3, 6, 7, 12};
@@ -1862,6 +1896,8 @@ static void test_block_table(h_backend backend) {
       {6, 16, 2, 8, 128, 2, 1000, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 0, 0, NULL},
       /* lengths 0..8192 mixed, as engines batch them (bench/decode_block_table.py's mixed row) */
       {cuda ? 24 : 6, 16, 8, 4, 128, 1, cuda ? 8192 : 2000, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 1, 0, NULL},
+      {3, 16, 2, 8, 512, 1, 2100, IGNIS_BF16, IGNIS_BF16, IGNIS_KV_LAYOUT_NHD, 0, 1, NULL},
+      {2, 16, 1, 4, 512, 3, 700, IGNIS_F16, IGNIS_FP8_E4M3, IGNIS_KV_LAYOUT_HND, 1, 0, NULL},
   };
   int variant = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
@@ -2414,12 +2450,13 @@ static void test_block_table_bad_inputs(h_backend backend) {
   kv_free(&c);
 }
 
-static int plan_kernel_is(h_backend backend, int64_t H, int64_t Hkv, int64_t batch, const char *want) {
+static int plan_kernel_of_dim_is(h_backend backend, int64_t D, int64_t H, int64_t Hkv, int64_t batch,
+                                 const char *want) {
   ignis_decode_plan_config config = IGNIS_DECODE_PLAN_CONFIG_INIT;
   config.device = h_backend_device(backend);
   config.num_qo_heads = H;
   config.num_kv_heads = Hkv;
-  config.head_dim = 128;
+  config.head_dim = D;
   config.page_size = 16;
   config.max_batch_size = batch;
   config.max_kv_len = 16;
@@ -2451,13 +2488,21 @@ static int plan_kernel_is(h_backend backend, int64_t H, int64_t Hkv, int64_t bat
   return matches;
 }
 
+static int plan_kernel_is(h_backend backend, int64_t H, int64_t Hkv, int64_t batch, const char *want) {
+  return plan_kernel_of_dim_is(backend, 128, H, Hkv, batch, want);
+}
+
 static void test_kernel_choice(h_backend backend) {
   h_case("kernel choice (%s)", h_backend_name(backend));
   if (backend == H_CPU) {
     plan_kernel_is(backend, 32, 8, 4, "cpu");
     plan_kernel_is(backend, 32, 2, 4, "cpu");
+    plan_kernel_of_dim_is(backend, 512, 32, 8, 4, "cpu");
     return;
   }
+  /* head dim 512: the m16 kernel for any rows (the transposed and page kernels do not take it) */
+  plan_kernel_of_dim_is(backend, 512, 32, 8, 1, "decode_m16");
+  plan_kernel_of_dim_is(backend, 512, 32, 8, 4096, "decode_m16");
   if (getenv("IGNIS_DECODE_TRANSPOSED_ROWS") == NULL) {
     plan_kernel_is(backend, 32, 8, 1, "decode_transposed");
     plan_kernel_is(backend, 32, 2, 1, "decode_m16");

@@ -7,9 +7,13 @@
  * operands, padded row strides, b in both layouts (the NT form and row-major [K, N]), bias (out's
  * dtype and f32), out f16/bf16/f32, fp8 e4m3 and e5m2 pairs with per-tensor scales, block scales
  * f32 and UE8M0 in both scale-major modes and a padded layout, weight scales per 128x128 block and
- * per row (1x128). The CUDA backend (cuBLASLt) runs
- * the cases its rules allow (fp8: NT b, 16-byte alignment; block-scaled: M % 4, N % 16, K % 128);
- * its cases are skipped with a note when cuBLASLt cannot be loaded. Outputs are poisoned (NaN) so
+ * per row (1x128). The CUDA backend runs the cases its rules allow (fp8: NT b, 16-byte alignment;
+ * block-scaled: M % 4, N % 16, K % 128); its cases are skipped with a note when cuBLASLt cannot be
+ * loaded. The small-M cases (test_mm_skinny) are the shapes CUDA sends to ignis' own kernel
+ * (M <= 64, NT weight, K % 8 == 0, 16-byte rows; see include/ignis/gemm.h): M odd and even up to
+ * 64, K 2048 and 4096 and ragged K, N not a multiple of the kernel's 128-row blocks, bias, padded
+ * strides, f16 and bf16, one split-K and one unsplit plan, and the neighbours that stay on cuBLASLt
+ * (M 65, K % 8 != 0); a split-K call repeated must give the same bits. Outputs are poisoned (NaN) so
  * an unwritten element shows; the padding around out must keep its bytes.
  *
  * Tolerance per element: out's rounding (h_tol_for) plus the f32 accumulation bound
@@ -18,6 +22,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 
@@ -177,6 +182,39 @@ static void test_mm(h_backend be) {
   run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 2, 5, 96, 32, 1, 1, 2, &rng);
   if (be == H_CPU)
     run_mm_case(be, IGNIS_BF16, IGNIS_F32, 0, 7, 9, 0, 1, 0, 1, &rng); /* K == 0: bias only */
+}
+
+/* The small-M shapes (see the header comment). in, out dtype, M, N, K, padded, bias kind. */
+static void test_mm_skinny(h_backend be) {
+  h_rng rng = h_rng_make(64);
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 1, 1040, 2048, 1, 0, 0, &rng);  /* split K */
+  run_mm_case(be, IGNIS_F16, IGNIS_F16, 0, 3, 776, 4096, 1, 0, 1, &rng);     /* bias f16 */
+  run_mm_case(be, IGNIS_BF16, IGNIS_F32, 0, 17, 336, 1000, 1, 1, 2, &rng);   /* ragged K, strides */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 33, 1032, 512, 1, 1, 1, &rng);  /* 5 tiles of 8 rows */
+  run_mm_case(be, IGNIS_F16, IGNIS_BF16, 0, 64, 144, 2048, 1, 0, 2, &rng);   /* bias f32 */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 8, 7168, 128, 1, 0, 0, &rng);   /* one split */
+  run_mm_case(be, IGNIS_F16, IGNIS_F16, 1, 9, 200, 256, 1, 0, 1, &rng);      /* batch of one */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 65, 136, 256, 1, 0, 0, &rng);   /* M 65: cuBLASLt */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 5, 144, 100, 1, 0, 0, &rng);    /* K % 8: cuBLASLt */
+  if (be != H_CUDA || skip_cuda(be))
+    return;
+  h_case("mm %s small-M split K repeated: same bits", h_backend_name(be));
+  operand a = make_matrix(be, IGNIS_BF16, 0, 7, 2048, 0, 0), b = make_matrix(be, IGNIS_BF16, 0, 2048, 520, 1, 0);
+  operand out = make_matrix(be, IGNIS_BF16, 0, 7, 520, 0, 0);
+  fill_random(&a, &rng, 1.0);
+  fill_random(&b, &rng, 1.0);
+  CHECK_STATUS(ignis_mm(&a.t, &b.t, NULL, &out.t, NULL), IGNIS_OK);
+  h_buf_download(&out.buf);
+  size_t bytes = (size_t)out.buf.count * out.buf.elem_size;
+  unsigned char *first = malloc(bytes);
+  memcpy(first, out.buf.host, bytes);
+  CHECK_STATUS(ignis_mm(&a.t, &b.t, NULL, &out.t, NULL), IGNIS_OK);
+  h_buf_download(&out.buf);
+  CHECKF(memcmp(first, out.buf.host, bytes) == 0, "a repeated small-M call changed its output");
+  free(first);
+  free_operand(&a);
+  free_operand(&b);
+  free_operand(&out);
 }
 
 /* ---- ignis_mm_fp8 ----------------------------------------------------------------------------- */
@@ -502,6 +540,7 @@ int main(void) {
     if (be == H_CPU && h_quick())
       continue;
     test_mm(be);
+    test_mm_skinny(be);
     test_fp8(be);
     test_blockscale(be);
     test_bad_inputs(be);

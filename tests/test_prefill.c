@@ -198,7 +198,7 @@ static double logit_of(const spec *s, const batch *bt, int64_t b, int64_t i, int
   }
   if (!*visible)
     return 0.0;
-  double q[256], k[256];
+  double q[512], k[512];
   for (int64_t d = 0; d < s->Dqk; ++d) {
     q[d] = bt->qd[((bt->qo[b] + i) * s->Hq + h) * s->Dqk + d];
     k[d] = s->k_scale * bt->kd[((bt->kv[b] + j) * s->Hkv + h / group) * s->Dqk + d];
@@ -797,6 +797,38 @@ static void test_cases(h_backend backend) {
     default: o.Dqk = o.Dvo = 256; o.mask = IGNIS_MASK_CUSTOM; o.empty_rows = 1; o.sinks = variant == 8; break;
     }
     run_case(&o, backend, "options", pages[variant % 3], seed++);
+  }
+  /* head dim 512 (the CUDA tile kernel's 16-row tiles, its warps splitting O's dims): every option,
+   * K/V 16-bit and fp8, GQA groups 1, 3 and 8, odd lengths, tiles of a request's rows that cross
+   * token boundaries, requests that see nothing, and every split policy */
+  for (int variant = 0; variant < 12; ++variant) {
+    spec o = base_spec();
+    o.B = 3;
+    int64_t ql[] = {7, 1, 45}, kl[] = {7, 0, 333};
+    memcpy(o.q_len, ql, sizeof ql);
+    memcpy(o.kv_len, kl, sizeof kl);
+    o.Dqk = o.Dvo = 512;
+    o.Hkv = 1 + variant % 2;
+    o.Hq = o.Hkv * (variant % 3 == 0 ? 1 : variant % 3 == 1 ? 3 : 8);
+    o.mask = (ignis_mask_mode)(variant % 3 == 2 ? IGNIS_MASK_NONE : IGNIS_MASK_CAUSAL);
+    o.split = variant % 3;
+    if (variant % 4 == 1)
+      o.q_dtype = o.kv_dtype = IGNIS_F16;
+    switch (variant) {
+    case 0: o.opt.pos_encoding_mode = IGNIS_POS_ENCODING_ROPE_LLAMA; o.opt.rope_scale = 2.0; o.opt.rope_theta = 5e4; break;
+    case 1: o.opt.pos_encoding_mode = IGNIS_POS_ENCODING_ALIBI; o.sinks = 1; break;
+    case 2: o.opt.logits_soft_cap = 3.0; o.opt.sm_scale = 0.05; break;
+    case 3: o.sinks = 1; o.opt.lse_base = IGNIS_LSE_NATURAL; break;
+    case 4: o.kv_dtype = IGNIS_FP8_E4M3; o.k_scale = 0.5; o.v_scale = 2.0; break;
+    case 5: o.q_dtype = IGNIS_F16; o.kv_dtype = IGNIS_FP8_E5M2; o.k_scale = 1.5; o.opt.window_left = 9; break;
+    case 6: o.opt.window_left = 5; break;
+    case 7: o.mask = IGNIS_MASK_CUSTOM; o.empty_rows = 1; break;
+    case 8: o.kv_dtype = IGNIS_FP8_E4M3; o.opt.pos_encoding_mode = IGNIS_POS_ENCODING_ROPE_LLAMA; break;
+    case 9: o.q_dtype = IGNIS_F16; o.kv_dtype = IGNIS_FP8_E4M3; o.mask = IGNIS_MASK_CUSTOM; o.sinks = 1; break;
+    case 10: o.q_dtype = IGNIS_FP8_E4M3; o.kv_dtype = IGNIS_FP8_E4M3; break; /* fp8 q, bf16 out */
+    default: o.kv_len[2] = 1500; o.q_len[2] = 3; break; /* a long request (splits where the plan splits) */
+    }
+    run_case(&o, backend, "head dim 512", pages[variant % 3], seed++);
   }
   /* custom mask with empty rows and no sink: out 0, lse -inf */
   spec e = base_spec();

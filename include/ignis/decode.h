@@ -24,7 +24,10 @@
  * strides that are multiples of 16 bytes (the kernels use 16-byte loads; IGNIS_ERROR_UNSUPPORTED
  * otherwise, nothing written). q f16 or bf16, out the dtype of q. K/V: f16, bf16 (the dtype of q),
  * fp8 e4m3 or fp8 e5m2 (any q dtype; k_scale / v_scale dequantize). Head dims compiled: 64, 128,
- * 256 (IGNIS_ERROR_UNSUPPORTED otherwise; the CMake option IGNIS_HEAD_DIMS may prune them).
+ * 256 and 512 (IGNIS_ERROR_UNSUPPORTED otherwise; the CMake option IGNIS_HEAD_DIMS may prune them,
+ * and ignis_build_info names the ones built). Every option takes every head dim; on CUDA head dim
+ * 512 always runs the m16 kernel, whose 4 warps split the head dim (ignis_decode_plan_kernel names
+ * the kernel a plan chose).
  * Arithmetic: products of q and k, and of the softmax weights and v, on tensor cores in the KV
  * dtype's 16-bit type (fp8 K/V: f16, with a bf16 q scaled by a power of two per row into f16
  * range), accumulated in f32; softmax in f32.
@@ -186,7 +189,9 @@ IGNIS_API ignis_status ignis_decode_max_kv_len_for_workspace(const ignis_decode_
  * at once). workspace may be NULL; when given, it is checked as the runs will check it (size,
  * device), so a wrong buffer fails here already.
  * The plan keeps a small ring of pinned staging buffers; an update only waits if it would reuse
- * one whose previous copy has not run yet. */
+ * one whose previous copy has not run yet. Updates of one plan on different streams must be
+ * ordered on the device (each after the previous update's runs), as they all write the plan's one
+ * device schedule; the ring relies on that order. */
 IGNIS_API ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
                                                 const int32_t *kv_last_page_len_host, int64_t batch_size,
                                                 void *workspace, size_t workspace_bytes, void *stream);

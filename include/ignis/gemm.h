@@ -14,15 +14,24 @@
  *
  * Which path runs:
  *   - CPU: src/cpu/gemm.c, a blocked, threaded f32-accumulating loop for every form and layout.
- *   - CUDA: cuBLASLt, loaded at the first GEMM call with dlopen (the environment variable
- *     IGNIS_CUBLASLT names the library; else libcublasLt.so.13, then libcublasLt.so, then the copy
- *     PyTorch's wheels ship under site-packages/nvidia/.../lib). Nothing else in ignis needs it: a
- *     machine without it fails GEMM calls with IGNIS_ERROR_UNSUPPORTED and a message saying so.
- *     One cuBLASLt handle and one fixed workspace (32 MiB plus room for repacked scales) per
- *     device and stream, made at the first call on that stream, so calls after it never allocate
- *     and are safe inside CUDA-graph capture (make one call on the stream before capturing). The
- *     algorithm cuBLASLt's heuristic picks is cached per shape, layout and dtypes. Every shape goes
- *     to cuBLASLt in this version (ignis' own sm_90a kernels for small M come later: issue 18).
+ *   - CUDA, small M (decode): ignis' own kernel (src/cuda/gemm/skinny.cuh: the weight streamed
+ *     once over every SM, mma.sync tensor cores, split-K with a deterministic reduction) takes an
+ *     ignis_mm call when all of these hold: a and b both f16 or both bf16, no batch (2-D, or 3-D with
+ *     batch 1), b in the NT form (a weight [N, K] handed in transposed), 1 <= M <= 64, K a positive
+ *     multiple of 8, a and b 16-byte aligned with row strides of whole 16-byte units, a device of
+ *     compute capability 8.0 or later, and the environment variable IGNIS_GEMM_SKINNY not "0".
+ *     Any out dtype and bias; it needs no cuBLASLt. Its result is the same bits on every call of
+ *     a shape (the split sums are added in a fixed order).
+ *   - CUDA, everything else: cuBLASLt, loaded at the first GEMM call that needs it, with dlopen
+ *     (the environment variable IGNIS_CUBLASLT names the library; else libcublasLt.so.13, then
+ *     libcublasLt.so, then the copy PyTorch's wheels ship under site-packages/nvidia/.../lib).
+ *     Nothing else in ignis needs it: a machine without it fails those GEMM calls with
+ *     IGNIS_ERROR_UNSUPPORTED and a message saying so. One cuBLASLt handle per device, and one
+ *     fixed workspace per device and stream (32 MiB for cuBLASLt, 16 MiB for repacked scales or
+ *     the small-M kernel's split-K partials, 64 KiB of its counters), made at the first call on
+ *     that stream, so calls after it never allocate and are safe inside CUDA-graph capture (make
+ *     one call on the stream before capturing). The algorithm cuBLASLt's heuristic picks is
+ *     cached per shape, layout and dtypes.
  *     The fp8 forms on CUDA need 16-byte aligned data pointers and leading strides that keep rows
  *     16-byte aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor); the 16-bit form takes
  *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).

@@ -28,8 +28,10 @@
  * Paged keys: an ignis_paged_kv_cache (include/ignis/paged_kv.h) whose K pages hold head_dim_qk
  * and V pages head_dim_vo elements per head. Leading strides may be anything, last dimensions
  * stride 1. dtypes: q f16 or bf16; K/V q's dtype, fp8 e4m3 or fp8 e5m2 (k_scale / v_scale
- * dequantize). Head dims (head_dim_qk, head_dim_vo): (64, 64), (128, 128), (256, 256) and
- * (192, 128) (DeepSeek-style prefill); other pairs are IGNIS_ERROR_UNSUPPORTED.
+ * dequantize). Head dims (head_dim_qk, head_dim_vo) compiled: (64, 64), (128, 128), (256, 256),
+ * (512, 512) and (192, 128) (DeepSeek-style prefill); other pairs are IGNIS_ERROR_UNSUPPORTED.
+ * Every option takes every pair; on CUDA (512, 512) runs the mma.sync tile kernel with 16-row
+ * tiles (the wgmma kernel is (128, 128) only).
  *
  * Backends: the CPU backend (host tensors) and the CUDA backend (tensor cores; sm_90a and sm_80
  * builds) compute every option above. On CUDA, q, out, K and V (or the cache) must also start
@@ -37,7 +39,8 @@
  * nothing written). CUDA arithmetic: q K^T and the softmax weights times V on tensor cores in q's
  * 16-bit type (fp8 K / V converted exactly to it; with ROPE_LLAMA the rotated q and k rounded to
  * it), accumulated in f32; softmax in f32. The CMake option IGNIS_HEAD_DIMS may prune the head
- * dims compiled ((192, 128) comes with 128); a pruned pair is IGNIS_ERROR_UNSUPPORTED.
+ * dims compiled ((192, 128) comes with 128; ignis_build_info names the ones built); a pruned pair
+ * is IGNIS_ERROR_UNSUPPORTED.
  *
  * Batch prefill is split like batch decode, so the run is cheap and CUDA-graph safe:
  *   - ignis_prefill_plan_create fixes the device, the key source (ragged or paged; the layout and

@@ -14,8 +14,8 @@ can be captured in a CUDA graph and replayed after re-planning). ``fast_decode_p
 What is supported (the math is the header comment of include/ignis/decode.h):
 
 - q f16 or bf16; K/V q's dtype, or fp8 (``torch.float8_e4m3fn`` / ``float8_e5m2``; NumPy arrays of
-  ml_dtypes' ``float8_e4m3fn`` / ``float8_e5m2``) with any q. Head dims 64, 128 and 256; any GQA
-  group. ``data_type`` (FlashInfer's old name) sets K/V's dtype where ``kv_data_type`` is None and
+  ml_dtypes' ``float8_e4m3fn`` / ``float8_e5m2``) with any q. Head dims 64, 128, 256 and 512; any
+  GQA group. ``data_type`` (FlashInfer's old name) sets K/V's dtype where ``kv_data_type`` is None and
   q's where ``q_data_type`` is None, as in FlashInfer (plan's ``q_data_type`` defaults to
   "float16", so there it sets K/V only). ``o_data_type`` must be q's (the kernels write q's dtype),
   except for the wrapper's fp8 q: ``q_data_type=float8_e4m3fn`` on an fp8 cache with

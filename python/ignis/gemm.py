@@ -7,8 +7,9 @@ contiguous; the second operand of ``mm_bf16`` / ``bmm_bf16`` / ``bmm_fp8`` is th
 -1)``, FlashInfer's "column-major"); ``mm_bf16`` and ``bmm_bf16`` also take a row-major ``[k, n]``.
 The fp8 groupwise forms take the weight ``[n, k]`` itself. Accumulation is f32 everywhere.
 
-Paths: the CPU backend for host arrays; on CUDA cuBLASLt (loaded at the first call, see the C
-header). FlashInfer's ``backend=`` chooses among FlashInfer's kernel libraries; ignis has one path
+Paths: the CPU backend for host arrays; on CUDA ignis' own small-M kernel for the decode-sized
+16-bit products (m <= 64, the weight passed transposed, k a multiple of 8, 16-byte aligned rows)
+and cuBLASLt for the rest (loaded at the first call that needs it; the C header has the rule). FlashInfer's ``backend=`` chooses among FlashInfer's kernel libraries; ignis has one path
 per shape, so each of FlashInfer's names (and "auto") is accepted and gives the same result, and
 any other name raises. ``pdl`` and ``mma_sm`` are scheduling hints with no effect on the result
 (cuBLASLt launches without PDL) and are accepted likewise.
@@ -93,6 +94,22 @@ def mm_bf16(a, b, bias=None, pdl=False, out=None, out_dtype="bfloat16", backend=
     out = _output(fn, a, (a.shape[0], b.shape[-1]), out, out_dtype, ("bfloat16", "float16", "float32"))
     _ext.mm(a, b, bias, out, stream)
     return out
+
+
+def tinygemm_bf16(input, weight, out, bias=None, use_pdl=False, *, stream=None):
+    """FlashInfer's small GEMM ``out = input @ weight.T + bias`` (``F.linear``): input ``[m, k]``,
+    weight ``[n, k]`` (row-major, not transposed), both bfloat16 (float16 is taken too); out
+    ``[m, n]`` written in place; bias ``[n]`` (out's dtype or float32) or None. FlashInfer tunes it
+    for 1 to 8 rows; here any m runs, on the same call as ``mm_bf16`` (ignis' small-M kernel on
+    CUDA up to m 64). ``use_pdl`` is a scheduling hint: ignis launches with PDL wherever the GPU
+    has it. Returns None, as FlashInfer does."""
+    fn = "ignis.tinygemm_bf16"
+    if use_pdl not in (True, False):
+        raise InvalidArgumentError("%s: use_pdl=%r must be a bool" % (fn, use_pdl))
+    if getattr(weight, "ndim", None) != 2:
+        raise InvalidArgumentError("%s: weight must be 2-D [n, k], got shape %s"
+                                   % (fn, tuple(getattr(weight, "shape", ()))))
+    _ext.mm(input, _transposed(weight), bias, out, stream)
 
 
 def bmm_bf16(A, B, out=None, out_dtype="bfloat16", backend="cudnn", *, stream=None):

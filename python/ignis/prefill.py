@@ -18,8 +18,8 @@ FlashInfer) or ``packed_custom_mask`` (the same, bit-packed per request with
 ``rope_scale`` / ``rope_theta``, per-head ``sinks``, ``k_scale`` / ``v_scale`` (numbers; ``q_scale``
 / ``scale_q`` folds into the key scale) are as in decode. A token that sees no key gets out = 0 and
 lse = -inf. q f16 / bf16; K/V q's dtype or fp8; out q's dtype (``o_data_type`` / ``o_dtype`` equal
-to it accepted, another one UnsupportedError); head dims (64, 64), (128, 128), (256, 256) and
-(192, 128) (``head_dim_vo``; ragged and single prefill).
+to it accepted, another one UnsupportedError); head dims (64, 64), (128, 128), (256, 256), (512, 512)
+and (192, 128) (``head_dim_vo``; ragged and single prefill).
 
 LSE: ``run``'s ``lse_base`` is FlashInfer's, "log2" (default) or "ln"; ``lse_layout`` "NH"
 (``[tokens, heads]``) or "HN" (its contiguous transpose, written to a separate array). The plans

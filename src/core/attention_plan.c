@@ -31,48 +31,58 @@ ignis_status ignis_check_run_device(const char *fn, ignis_device run, ignis_devi
 }
 
 /* ---- the staging ring ---- */
+enum { STAGING_EVENTS = IGNIS_STAGING_SLOTS / IGNIS_STAGING_GROUP };
+
 static ignis_status staging_ring_create(ignis_staging_ring *ring, const ignis_backend *backend, int32_t device,
                                         size_t bytes) {
-  ignis_status status = IGNIS_OK;
+  memset(ring, 0, sizeof *ring);
   ring->backend = backend;
-  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i)
-    ring->buffers[i] = ring->events[i] = NULL;
-  ring->next = 0;
-  for (int i = 0; i < IGNIS_STAGING_SLOTS && status == IGNIS_OK; ++i) {
-    status = backend->pinned_alloc(bytes, &ring->buffers[i]);
-    if (status == IGNIS_OK)
-      status = backend->event_create(device, &ring->events[i]);
-  }
+  ring->device = device;
+  ring->stride = (bytes + 255) / 256 * 256;
+  ignis_status status = backend->pinned_alloc(ring->stride * IGNIS_STAGING_SLOTS, &ring->memory);
+  for (int i = 0; i < STAGING_EVENTS && status == IGNIS_OK; ++i)
+    status = backend->event_create(device, &ring->events[i]);
   return status;
 }
 
 static void staging_ring_destroy(ignis_staging_ring *ring) {
   if (!ring->backend)
     return;
-  for (int i = 0; i < IGNIS_STAGING_SLOTS; ++i) {
+  /* the copies must have read their buffers */
+  if (ring->unrecorded > 0)
+    ring->backend->device_synchronize(ring->device);
+  for (int i = 0; i < STAGING_EVENTS; ++i) {
     if (ring->events[i])
-      ring->backend->event_synchronize(ring->events[i]); /* the slot's copy must have read its buffer */
+      ring->backend->event_synchronize(ring->events[i]);
     ring->backend->event_destroy(ring->events[i]);
-    ring->backend->pinned_free(ring->buffers[i]);
-    ring->events[i] = ring->buffers[i] = NULL;
+    ring->events[i] = NULL;
   }
+  ring->backend->pinned_free(ring->memory);
+  ring->memory = NULL;
 }
 
-/* The next slot's buffer, once its previous copy has run. */
+/* The next slot's buffer; at the start of a group, once the group's last copies have run (an event
+ * never recorded is complete). */
 static ignis_status staging_ring_acquire(ignis_staging_ring *ring, void **buffer) {
-  int complete = 0;
-  IGNIS_TRY(ring->backend->event_query(ring->events[ring->next], &complete));
-  if (!complete)
-    IGNIS_TRY(ring->backend->event_synchronize(ring->events[ring->next]));
-  *buffer = ring->buffers[ring->next];
+  if (ring->next % IGNIS_STAGING_GROUP == 0) {
+    void *event = ring->events[ring->next / IGNIS_STAGING_GROUP];
+    int complete = 0;
+    IGNIS_TRY(ring->backend->event_query(event, &complete));
+    if (!complete)
+      IGNIS_TRY(ring->backend->event_synchronize(event));
+  }
+  *buffer = (char *)ring->memory + ring->stride * (size_t)ring->next;
   return IGNIS_OK;
 }
 
-/* Copy `bytes` of the acquired buffer to `dst` on `stream`, record the slot's event, move on. */
-static ignis_status staging_ring_upload(ignis_staging_ring *ring, void *dst, size_t bytes, int32_t device,
-                                        void *stream) {
-  IGNIS_TRY(ring->backend->copy_to_device_async(dst, ring->buffers[ring->next], bytes, device, stream,
-                                                ring->events[ring->next]));
+/* Copy `bytes` of the acquired buffer to `dst` on `stream` (and, the group's last, record its
+ * event), move on. */
+static ignis_status staging_ring_upload(ignis_staging_ring *ring, void *dst, size_t bytes, void *stream) {
+  const int last = ring->next % IGNIS_STAGING_GROUP == IGNIS_STAGING_GROUP - 1;
+  IGNIS_TRY(ring->backend->copy_to_device_async(dst, (char *)ring->memory + ring->stride * (size_t)ring->next,
+                                                bytes, ring->device, stream,
+                                                last ? ring->events[ring->next / IGNIS_STAGING_GROUP] : NULL));
+  ring->unrecorded = last ? 0 : ring->unrecorded + 1;
   ring->next = (ring->next + 1) % IGNIS_STAGING_SLOTS;
   return IGNIS_OK;
 }
@@ -80,11 +90,19 @@ static ignis_status staging_ring_upload(ignis_staging_ring *ring, void *dst, siz
 /* ---- plan storage ---- */
 ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *fn, ignis_device device,
                                        size_t schedule_bytes, size_t counter_bytes) {
-  memset(storage, 0, sizeof *storage);
-  storage->backend = ignis_backend_for(device.type);
-  storage->device = device.id;
-  if (!storage->backend)
+  const ignis_backend *backend = ignis_backend_for(device.type);
+  if (!backend) {
+    memset(storage, 0, sizeof *storage);
     return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device has no backend in this build", fn);
+  }
+  return ignis_plan_storage_create_on(storage, fn, backend, device.id, schedule_bytes, counter_bytes);
+}
+
+ignis_status ignis_plan_storage_create_on(ignis_plan_storage *storage, const char *fn, const ignis_backend *backend,
+                                          int32_t device, size_t schedule_bytes, size_t counter_bytes) {
+  memset(storage, 0, sizeof *storage);
+  storage->backend = backend;
+  storage->device = device;
   ignis_status status;
   if (storage->backend->host_memory) {
     storage->host_schedule = malloc(schedule_bytes);
@@ -92,11 +110,11 @@ ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *
   } else {
     /* one allocation (zeroed by device_alloc): the schedule, then the counters at a 16-byte offset */
     const size_t counters_at = (schedule_bytes + 15) / 16 * 16;
-    status = storage->backend->device_alloc(device.id, counters_at + counter_bytes, &storage->device_schedule);
+    status = storage->backend->device_alloc(device, counters_at + counter_bytes, &storage->device_schedule);
     if (status == IGNIS_OK && counter_bytes > 0)
       storage->device_counters = (char *)storage->device_schedule + counters_at;
     if (status == IGNIS_OK)
-      status = staging_ring_create(&storage->staging, storage->backend, device.id, schedule_bytes);
+      status = staging_ring_create(&storage->staging, storage->backend, device, schedule_bytes);
   }
   if (status != IGNIS_OK) {
     char message[512];
@@ -142,5 +160,5 @@ ignis_status ignis_plan_begin_update(ignis_plan_storage *storage, void **image) 
 ignis_status ignis_plan_finish_update(ignis_plan_storage *storage, size_t used, void *stream) {
   if (storage->backend->host_memory)
     return IGNIS_OK;
-  return staging_ring_upload(&storage->staging, storage->device_schedule, used, storage->device, stream);
+  return staging_ring_upload(&storage->staging, storage->device_schedule, used, stream);
 }

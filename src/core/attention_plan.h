@@ -31,16 +31,28 @@ ignis_status ignis_check_plan_device(const char *fn, ignis_device device);
 /* A run's tensors are on its plan's device (`run` resolved from them, `plan` the config's). */
 ignis_status ignis_check_run_device(const char *fn, ignis_device run, ignis_device plan);
 
-/* A device plan's staging: IGNIS_STAGING_SLOTS pinned host buffers of `bytes` each, with an event
- * per slot. An update plans into the next slot's buffer (waiting only when that slot's previous
- * copy has not run yet), copies the used part to the device with one asynchronous copy and records
- * the slot's event, so the host arrays are free at once and nothing synchronizes in steady state. */
-#define IGNIS_STAGING_SLOTS 4
+/* A device plan's staging: IGNIS_STAGING_SLOTS pinned host buffers (slots of one pinned
+ * allocation) in groups of IGNIS_STAGING_GROUP consecutive slots, with an event per group. An update
+ * plans into the next slot, copies the used part to the device with one asynchronous copy, so the
+ * host arrays are free at once, and, in a group's last slot, records the group's event behind its
+ * copy. The first slot of a group is written again only once that event has completed (a query;
+ * a wait only when it has not). So in steady state an update costs one runtime call, the copy, and
+ * a group a record and a query more; nothing synchronizes. One event answers for its group's
+ * copies, and every earlier one, because a plan's uploads run in the order they were issued: on
+ * one stream they do, and across streams the caller orders them anyway, since they all write the
+ * plan's one device schedule that the runs between them read (each update after the previous
+ * update's runs). The ring's destruction waits for the events, and for the copies not yet behind
+ * one (the current group's) by synchronizing the device. */
+#define IGNIS_STAGING_SLOTS 8
+#define IGNIS_STAGING_GROUP 4
 typedef struct ignis_staging_ring {
   const ignis_backend *backend;
-  void *buffers[IGNIS_STAGING_SLOTS];
-  void *events[IGNIS_STAGING_SLOTS];
+  int32_t device;
+  void *memory; /* the slots, `stride` bytes apart */
+  size_t stride;
+  void *events[IGNIS_STAGING_SLOTS / IGNIS_STAGING_GROUP]; /* behind each group's last copy */
   int next;
+  int unrecorded; /* copies since the last event was recorded */
 } ignis_staging_ring;
 
 /* Where a plan's schedule lives. */
@@ -60,6 +72,9 @@ typedef struct ignis_plan_storage {
  * failure the message names fn and what was made is released. */
 ignis_status ignis_plan_storage_create(ignis_plan_storage *storage, const char *fn, ignis_device device,
                                        size_t schedule_bytes, size_t counter_bytes);
+/* The same on a given backend table (`device` its ordinal): the tests' simulated devices. */
+ignis_status ignis_plan_storage_create_on(ignis_plan_storage *storage, const char *fn, const ignis_backend *backend,
+                                          int32_t device, size_t schedule_bytes, size_t counter_bytes);
 /* Wait for the uploads still reading the staging buffers, then free everything (a zeroed storage
  * is fine). */
 void ignis_plan_storage_destroy(ignis_plan_storage *storage);

@@ -37,7 +37,8 @@ typedef struct ignis_backend {
   /* ---- plan storage (backends without host_memory; attention_plan.h) ----
    * Pinned host memory, device memory (a plan's schedule, allocated at plan creation; zeroed
    * before device_alloc returns), events, and
-   * one asynchronous host-to-device copy on `stream` followed by recording `event` there. Events
+   * one asynchronous host-to-device copy on `stream` followed by recording `event` there (unless
+   * `event` is NULL). Events
    * belong to the device they were created on; free / destroy accept NULL. event_query sets
    * *complete = 1 when the work before the event's last record has run (or it was never recorded);
    * event_synchronize blocks the host until then. */
@@ -51,6 +52,8 @@ typedef struct ignis_backend {
   ignis_status (*event_synchronize)(void *event);
   ignis_status (*copy_to_device_async)(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                        void *event);
+  /* Block the host until all work on the device has run. */
+  ignis_status (*device_synchronize)(int32_t device);
   /* An asynchronous device-to-device copy on `stream` (a plan's index arrays into caller buffers). */
   ignis_status (*copy_device_async)(void *dst, const void *src, size_t bytes, int32_t device, void *stream);
 

@@ -20,7 +20,9 @@ extern "C" {
     "0 never plans decode's page kernel; always plans it for every batch of a shape it takes, "    \
     "split or not (tests of its merge path)")                                                     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
-    "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")
+    "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")                     \
+  X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0", "small-M kernel where it applies",            \
+    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

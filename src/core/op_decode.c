@@ -14,8 +14,10 @@
  * business (core/attention_plan.h): device plans upload it into their own device memory through a
  * pinned staging ring, and the run only reads it (it allocates nothing, synchronizes nothing, and
  * its launch shape depends only on the plan); host-memory plans keep it on the host and need no
- * workspace. Every plan remembers the planned lengths, which a run checks against the cache's
- * index arrays where they are host memory. Single decode plans its split on the host and passes it
+ * workspace. Every schedule holds copies of the planned kv_indptr / kv_last_page_len, against which
+ * a host-memory plan's run checks the cache's index arrays. An update validates, finds the longest
+ * request and schedules in few passes over the batch (scan_update, the chunk choice, the emit),
+ * as its host time is part of every decode step's. Single decode plans its split on the host and passes it
  * as the implicit schedule (params.h: implicit_chunk_tokens), so it copies nothing. A block-table run
  * (no update) takes either that implicit schedule for a uniform batch at its bound, or, where the
  * split depends on the lengths, a schedule its backend plans from them (params.h: length_plan;
@@ -68,7 +70,6 @@ struct ignis_decode_plan {
   plan_bounds bounds;
   ignis_attention_kernel kernel; /* of the last update: bounds.page's if it took the page planner's schedule */
   ignis_plan_storage storage;
-  int32_t *planned_kv_len; /* [max_batch], plans without a workspace: their runs check host arrays */
   length_area length;      /* block-table runs planned from their lengths */
   /* the last successful update */
   int updated;
@@ -78,13 +79,14 @@ struct ignis_decode_plan {
 };
 
 static ignis_status check_head_dim(const char *fn, const char *what, int64_t head_dim) {
-  if (head_dim == 64 || head_dim == 128 || head_dim == 256)
+  if (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512)
     return IGNIS_OK;
   if (head_dim <= 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be positive", fn,
                            what, head_dim);
   return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128 or 256)", fn, what, head_dim);
+                         "%s: %s=%" PRId64 " has no compiled kernel (64, 128, 256 or 512)", fn, what,
+                         head_dim);
 }
 
 /* Run extras into the params' fields. */
@@ -369,7 +371,6 @@ ignis_status ignis_decode_plan_destroy(ignis_decode_plan *plan) {
     return IGNIS_OK;
   ignis_plan_storage_destroy(&plan->storage);
   ignis_clear_error();
-  free(plan->planned_kv_len);
   free(plan);
   return IGNIS_OK;
 }
@@ -456,11 +457,6 @@ ignis_status ignis_decode_plan_create(const ignis_decode_plan_config *config, ig
   plan->length = length_area_of(&bounds, config, pad16(counter_bytes));
   ignis_status status = ignis_plan_storage_create(&plan->storage, fn, config->device, bounds.schedule_bytes,
                                                   pad16(counter_bytes) + plan->length.bytes);
-  const int keeps_lengths = status == IGNIS_OK && !ignis_plan_uses_workspace(&plan->storage);
-  if (keeps_lengths)
-    plan->planned_kv_len = malloc(sizeof(int32_t) * (size_t)config->max_batch_size);
-  if (keeps_lengths && !plan->planned_kv_len)
-    status = ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
   if (status != IGNIS_OK) {
     char message[512];
     snprintf(message, sizeof message, "%s", ignis_last_error());
@@ -580,9 +576,33 @@ static ignis_status open_run_workspace(const char *fn, const ignis_decode_plan *
   return open_plan_workspace(fn, plan, workspace, workspace_bytes, pieces);
 }
 
-/* An update's host arrays: batch within the plan's maxima, contents valid, no request too long. */
+/* One pass over an update's host arrays (the checks below in one loop of int32 arithmetic, most
+ * updates' only pass): 1 when kv_indptr is non-decreasing from >= 0, each last_page_len in range
+ * and no request longer than max_kv_len; *longest_pages is then the longest request's pages. A
+ * request of p pages fits max_kv_len = P * page_size + r (0 <= r < page_size) when p <= P, or
+ * p = P + 1 with last_page_len <= r. */
+static int scan_update(const int32_t *kv_indptr, const int32_t *kv_last_page_len, int64_t batch_size,
+                       int64_t page_size, int64_t max_kv_len, int64_t *longest_pages) {
+  const int64_t full_pages = max_kv_len / page_size;
+  const int32_t max_pages = (int32_t)min64(full_pages, INT32_MAX);
+  const int32_t last_past = (int32_t)(max_kv_len - full_pages * page_size), size = (int32_t)page_size;
+  int32_t bad = kv_indptr[0] < 0, longest = 0;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    /* exact once every entry is >= 0 (else it fails); unsigned, so that no input overflows */
+    const int32_t end = kv_indptr[b + 1], pages = (int32_t)((uint32_t)end - (uint32_t)kv_indptr[b]);
+    const int32_t last = kv_last_page_len[b];
+    bad |= (end < 0) | (pages < 0) | (last < (pages > 0)) | (last > size) |
+           ((pages > max_pages) & ((pages - max_pages != 1) | (last > last_past)));
+    longest = pages > longest ? pages : longest;
+  }
+  *longest_pages = longest;
+  return !bad;
+}
+
+/* An update's host arrays: batch within the plan's maxima, contents valid, no request too long;
+ * *longest_pages the longest request's pages. */
 static ignis_status check_update(const char *fn, const ignis_decode_plan *plan, const int32_t *kv_indptr_host,
-                                 const int32_t *kv_last_page_len_host, int64_t batch_size) {
+                                 const int32_t *kv_last_page_len_host, int64_t batch_size, int64_t *longest_pages) {
   if (!plan)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
   const ignis_decode_plan_config *c = &plan->config;
@@ -595,6 +615,9 @@ static ignis_status check_update(const char *fn, const ignis_decode_plan *plan, 
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: kv_indptr_host is NULL", fn);
   if (!kv_last_page_len_host && batch_size > 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: kv_last_page_len_host is NULL", fn);
+  if (scan_update(kv_indptr_host, kv_last_page_len_host, batch_size, c->page_size, c->max_kv_len, longest_pages))
+    return IGNIS_OK;
+  /* what is wrong, named */
   IGNIS_TRY(
       ignis_check_indptr_contents(fn, "kv_indptr_host", kv_indptr_host, batch_size, INT32_MAX, "INT32_MAX"));
   IGNIS_TRY(ignis_check_last_page_len_contents(fn, "kv_last_page_len_host", kv_indptr_host,
@@ -618,19 +641,6 @@ typedef struct batch_choice {
   ignis_attention_kernel kernel;
 } batch_choice;
 
-/* Whether some request of the batch (as ignis_decode_choose_chunk_pages takes it) has more pages
- * than a chunk. */
-static int batch_splits(const int32_t *kv_indptr, int64_t uniform_pages, int64_t batch_size, int64_t chunk_pages) {
-  if (chunk_pages <= 0)
-    return 0;
-  if (!kv_indptr)
-    return batch_size > 0 && uniform_pages > chunk_pages;
-  for (int64_t b = 0; b < batch_size; ++b)
-    if ((int64_t)kv_indptr[b + 1] - kv_indptr[b] > chunk_pages)
-      return 1;
-  return 0;
-}
-
 /* Whether the page kernel's planner is asked for a batch of batch_size requests: it has a wave, and
  * the batch fills its waves (or IGNIS_DECODE_PAGE_KERNEL=always). */
 static int page_candidate(const ignis_decode_plan *plan, int64_t batch_size) {
@@ -641,22 +651,24 @@ static int page_candidate(const ignis_decode_plan *plan, int64_t batch_size) {
           (batch_size > 0 && (double)batch_size >= IGNIS_DECODE_PAGE_MIN_FILL * (double)(waves * wave_items)));
 }
 
-/* The choice for a batch (kv_indptr's requests, or with kv_indptr NULL batch_size requests of
- * uniform_pages pages): the page kernel's planner where its schedule has no split and fills its
- * waves (a batch too small to fill them skips it), else the general kernel's. Plan updates and
- * block-table runs both choose here. */
-static batch_choice choose_batch(const ignis_decode_plan *plan, const int32_t *kv_indptr, int64_t uniform_pages,
+/* The choice for a batch (kv_indptr's requests, the longest of longest_pages pages, or with
+ * kv_indptr NULL batch_size requests of longest_pages pages): the page kernel's planner where its
+ * schedule has no split (no request is longer than its chunk) and fills its waves (a batch too
+ * small to fill them skips it), else the general kernel's. Plan updates and block-table runs both
+ * choose here. */
+static batch_choice choose_batch(const ignis_decode_plan *plan, const int32_t *kv_indptr, int64_t longest_pages,
                                  int64_t batch_size) {
   const plan_bounds *b = &plan->bounds;
   const int always = page_kernel_mode() == PAGE_ALWAYS;
   if (page_candidate(plan, batch_size)) {
     batch_choice page = {&b->page_planner,
-                         ignis_decode_choose_chunk_pages(&b->page_planner, kv_indptr, uniform_pages, batch_size),
+                         ignis_decode_choose_chunk_pages(&b->page_planner, kv_indptr, longest_pages, batch_size),
                          b->page.kernel};
-    if (always || !batch_splits(kv_indptr, uniform_pages, batch_size, page.chunk_pages))
+    if (always || page.chunk_pages <= 0 || longest_pages <= page.chunk_pages)
       return page;
   }
-  batch_choice general = {&b->planner, ignis_decode_choose_chunk_pages(&b->planner, kv_indptr, uniform_pages, batch_size),
+  batch_choice general = {&b->planner,
+                          ignis_decode_choose_chunk_pages(&b->planner, kv_indptr, longest_pages, batch_size),
                           b->general.kernel};
   return general;
 }
@@ -664,8 +676,9 @@ static batch_choice choose_batch(const ignis_decode_plan *plan, const int32_t *k
 /* Plan the batch into image by its choice (plan->kernel says which kernel). Returns the bytes of
  * the image used. */
 static size_t plan_batch(ignis_decode_plan *plan, const int32_t *kv_indptr_host,
-                         const int32_t *kv_last_page_len_host, int64_t batch_size, void *image) {
-  const batch_choice choice = choose_batch(plan, kv_indptr_host, 0, batch_size);
+                         const int32_t *kv_last_page_len_host, int64_t longest_pages, int64_t batch_size,
+                         void *image) {
+  const batch_choice choice = choose_batch(plan, kv_indptr_host, longest_pages, batch_size);
   plan->kernel = choice.kernel;
   return ignis_decode_plan_batch(choice.planner, choice.chunk_pages, kv_indptr_host, kv_last_page_len_host,
                                  batch_size, image);
@@ -676,19 +689,16 @@ ignis_status ignis_decode_plan_update(ignis_decode_plan *plan, const int32_t *kv
                                       void *workspace, size_t workspace_bytes, void *stream) {
   static const char fn[] = "ignis_decode_plan_update";
   ignis_clear_error();
-  IGNIS_TRY(check_update(fn, plan, kv_indptr_host, kv_last_page_len_host, batch_size));
+  int64_t longest_pages = 0;
+  IGNIS_TRY(check_update(fn, plan, kv_indptr_host, kv_last_page_len_host, batch_size, &longest_pages));
   plan_pieces pieces = {0};
   if (workspace && ignis_plan_uses_workspace(&plan->storage)) /* optional here: checked for the runs */
     IGNIS_TRY(open_plan_workspace(fn, plan, workspace, workspace_bytes, &pieces));
   void *image;
   IGNIS_TRY(ignis_plan_begin_update(&plan->storage, &image));
   plan->updated = 0;
-  size_t used = plan_batch(plan, kv_indptr_host, kv_last_page_len_host, batch_size, image);
+  size_t used = plan_batch(plan, kv_indptr_host, kv_last_page_len_host, longest_pages, batch_size, image);
   IGNIS_TRY(ignis_plan_finish_update(&plan->storage, used, stream));
-  if (!ignis_plan_uses_workspace(&plan->storage)) /* its runs check host index arrays against these */
-    for (int64_t b = 0; b < batch_size; ++b)
-      plan->planned_kv_len[b] =
-          (int32_t)ignis_paged_request_len(kv_indptr_host, kv_last_page_len_host, b, plan->config.page_size);
   const ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   plan->num_work = header->num_work;
   plan->num_partials = header->num_partials;
@@ -800,13 +810,17 @@ static ignis_status check_run(const char *fn, const ignis_decode_plan *plan, con
   if (ignis_plan_uses_workspace(&plan->storage))
     return IGNIS_OK;
   IGNIS_TRY(ignis_check_paged_kv_contents(fn, &p->cache)); /* host index arrays: the planned lengths */
+  void *schedule = ignis_plan_schedule(&plan->storage);       /* with the planned arrays' copies */
+  const int32_t *planned_indptr = ignis_decode_schedule_indptr_of(&plan->bounds.planner, schedule);
+  const int32_t *planned_last = ignis_decode_schedule_last_page_len_of(&plan->bounds.planner, schedule);
   for (int64_t b = 0; b < plan->batch_size; ++b) {
     int64_t kv_len = ignis_paged_request_len(p->cache.indptr, p->cache.last_page_len, b, c->page_size);
-    if (kv_len != plan->planned_kv_len[b])
+    int64_t planned = ignis_paged_request_len(planned_indptr, planned_last, b, c->page_size);
+    if (kv_len != planned)
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                              "%s: cache.indptr / cache.last_page_len give request %" PRId64 " %" PRId64
-                             " keys but it was planned with %d",
-                             fn, b, kv_len, (int)plan->planned_kv_len[b]);
+                             " keys but it was planned with %" PRId64,
+                             fn, b, kv_len, planned);
   }
   return IGNIS_OK;
 }

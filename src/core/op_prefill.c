@@ -51,7 +51,7 @@ int64_t ignis_prefill_mask_bytes(int64_t q_len, int64_t kv_len) {
   return (q_len * kv_len + 7) / 8;
 }
 
-/* (64, 64), (128, 128), (256, 256), (192, 128). */
+/* (64, 64), (128, 128), (256, 256), (512, 512), (192, 128). */
 static ignis_status check_head_dims(const char *fn, const char *qk_what, int64_t head_dim_qk, const char *vo_what,
                                     int64_t head_dim_vo) {
   if (head_dim_qk <= 0)
@@ -60,13 +60,15 @@ static ignis_status check_head_dims(const char *fn, const char *qk_what, int64_t
   if (head_dim_vo <= 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s=%" PRId64 " but it must be positive", fn, vo_what,
                            head_dim_vo);
-  int same = head_dim_qk == head_dim_vo && (head_dim_qk == 64 || head_dim_qk == 128 || head_dim_qk == 256);
+  int same = head_dim_qk == head_dim_vo &&
+             (head_dim_qk == 64 || head_dim_qk == 128 || head_dim_qk == 256 || head_dim_qk == 512);
   if (same || (head_dim_qk == 192 && head_dim_vo == 128))
     return IGNIS_OK;
-  return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                         "%s: %s=%" PRId64 " with %s=%" PRId64
-                         " has no compiled kernel ((64, 64), (128, 128), (256, 256) or (192, 128))",
-                         fn, qk_what, head_dim_qk, vo_what, head_dim_vo);
+  return ignis_set_error(
+      IGNIS_ERROR_UNSUPPORTED,
+      "%s: %s=%" PRId64 " with %s=%" PRId64
+      " has no compiled kernel ((64, 64), (128, 128), (256, 256), (512, 512) or (192, 128))",
+      fn, qk_what, head_dim_qk, vo_what, head_dim_vo);
 }
 
 static ignis_status check_mask_mode(const char *fn, const char *name, ignis_mask_mode mode) {

@@ -266,7 +266,7 @@ typedef struct ignis_kernel_choice {
 typedef struct ignis_decode_params {
   int64_t num_qo_heads;
   int64_t num_kv_heads;
-  int64_t head_dim;          /* 64, 128 or 256 */
+  int64_t head_dim;          /* 64, 128, 256 or 512 */
   ignis_dtype dtype;         /* q and out (K/V: cache.dtype) */
   int32_t q_len;             /* query tokens per request (rows b * q_len + i of q / out / lse) */
   const void *q; int64_t q_stride_batch, q_stride_head;

@@ -52,10 +52,14 @@ const char *ignis_version_string(void) { return IGNIS_VERSION_STRING; }
 #ifndef IGNIS_CUDA_TARGETS
 #define IGNIS_CUDA_TARGETS ""
 #endif
+#ifndef IGNIS_HEAD_DIMS_STRING
+#define IGNIS_HEAD_DIMS_STRING ""
+#endif
 
 const char *ignis_build_info(void) {
 #ifdef IGNIS_HAVE_CUDA
-  return "ignis " IGNIS_VERSION_STRING " (" IGNIS_BUILD_TYPE "): backends cpu, cuda [" IGNIS_CUDA_TARGETS "]";
+  return "ignis " IGNIS_VERSION_STRING " (" IGNIS_BUILD_TYPE "): backends cpu, cuda [" IGNIS_CUDA_TARGETS
+         "; attention head dims " IGNIS_HEAD_DIMS_STRING "]";
 #else
   return "ignis " IGNIS_VERSION_STRING " (" IGNIS_BUILD_TYPE "): backends cpu (CUDA backend not built)";
 #endif

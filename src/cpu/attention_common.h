@@ -17,7 +17,7 @@
 
 /* Query rows attended together, so each key and value row is loaded once per block. */
 #define IGNIS_CPU_ATTENTION_ROW_BLOCK 8
-#define IGNIS_CPU_ATTENTION_MAX_HEAD_DIM 256
+#define IGNIS_CPU_ATTENTION_MAX_HEAD_DIM 512
 #define IGNIS_CPU_LOG2E 1.4426950408889634
 
 typedef struct ignis_cpu_attention_scratch {

@@ -19,6 +19,7 @@ const ignis_backend ignis_cuda_backend = {
     .event_query = ignis_cuda_event_query,
     .event_synchronize = ignis_cuda_event_synchronize,
     .copy_to_device_async = ignis_cuda_copy_to_device_async,
+    .device_synchronize = ignis_cuda_device_synchronize,
     .copy_device_async = ignis_cuda_copy_device_async,
     .decode_choose = ignis_cuda_decode_choose,
     .prefill_choose = ignis_cuda_prefill_choose,

@@ -29,8 +29,11 @@ ignis_status ignis_cuda_speculative(const ignis_speculative_params *params, int3
 ignis_status ignis_cuda_top_k(const ignis_top_k_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_topk_transform(const ignis_topk_transform_params *params, int32_t device,
                                        void *stream);
-/* cuBLASLt, loaded at first use (gemm/gemm_cublaslt.c). */
+/* The small-M kernel where it applies (gemm/gemm_skinny.h), else cuBLASLt, loaded at first use
+ * (gemm/gemm_cublaslt.c); the second form always takes cuBLASLt (bench/micro/skinny_gemm.cu's
+ * baseline). */
 ignis_status ignis_cuda_gemm(const ignis_gemm_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_gemm_cublaslt(const ignis_gemm_params *params, int32_t device, void *stream);
 /* MLA (attention/mla.cu). */
 ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *params, int32_t device, void *stream);
@@ -58,6 +61,7 @@ ignis_status ignis_cuda_event_query(void *event, int *complete);
 ignis_status ignis_cuda_event_synchronize(void *event);
 ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream,
                                              void *event);
+ignis_status ignis_cuda_device_synchronize(int32_t device);
 ignis_status ignis_cuda_copy_device_async(void *dst, const void *src, size_t bytes, int32_t device, void *stream);
 
 #ifdef __cplusplus

@@ -100,38 +100,50 @@ static int64_t count_items(const batch_pages *s, int64_t chunk_pages) {
 
 /* A batch that fills the GPU: split each request into at most IGNIS_DECODE_BALANCE_SPLITS chunks
  * when that evens out the waves, by the cost model waves(chunk) * (chunk tokens + a block's fixed
- * cost); 0 (no split) when splitting does not pay. One pass over the batch counts the items of
- * every candidate (a request of p pages has 1 + #{k : p > k * chunk} items: no division). */
+ * cost); 0 (no split) when splitting does not pay. A request of p pages has 1 + #{k : p > k * chunk}
+ * items, so one pass over the batch counts the requests above each threshold k * chunk of every
+ * candidate (at most 1 + 2 + 3 of them; unused ones never pass), with no division and no branch. */
 static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const batch_pages *s, int64_t longest) {
-  enum { MAX_SPLITS = IGNIS_DECODE_BALANCE_SPLITS };
-  int64_t chunk[MAX_SPLITS + 1], items[MAX_SPLITS + 1];
+  enum { MAX_SPLITS = IGNIS_DECODE_BALANCE_SPLITS, THRESHOLDS = MAX_SPLITS * (MAX_SPLITS - 1) / 2 };
+  int64_t chunk[MAX_SPLITS + 1];
+  int32_t threshold[THRESHOLDS];
   int candidates = 1;
   for (int splits = 2; splits <= MAX_SPLITS; ++splits) {
     int64_t c = ceil_div(longest, splits);
     if (c < min_chunk_pages(pl->page_size))
       break;
     chunk[splits] = c;
-    items[splits] = 0;
     candidates = splits;
   }
   if (candidates == 1)
     return 0;
-  const int uniform = !s->kv_indptr && !s->pages;
-  const int64_t distinct = uniform ? 1 : s->batch; /* a uniform batch: one request, times batch */
-  for (int64_t b = 0; b < distinct; ++b) {
-    int64_t pages = request_pages(s, b);
-    for (int splits = 2; splits <= candidates; ++splits) {
-      int64_t n = 1;
-      for (int k = 1; k < splits; ++k)
-        n += pages > k * chunk[splits];
-      items[splits] += uniform ? n * s->batch : n;
+  /* candidate `splits` owns thresholds [first(splits), first(splits) + splits - 1), first(s) =
+   * (s - 1)(s - 2) / 2; page counts fit int32, so a threshold past INT32_MAX is never passed */
+  for (int splits = 2, t = 0; splits <= MAX_SPLITS; ++splits)
+    for (int k = 1; k < splits; ++k, ++t)
+      threshold[t] = splits <= candidates ? (int32_t)min64(k * chunk[splits], INT32_MAX) : INT32_MAX;
+  int64_t above[THRESHOLDS] = {0};
+  if (!s->kv_indptr) { /* a uniform batch: one request, times batch */
+    for (int t = 0; t < THRESHOLDS; ++t)
+      above[t] = s->uniform > threshold[t] ? s->batch : 0;
+  } else {
+    int32_t count[THRESHOLDS] = {0};
+    for (int64_t b = 0; b < s->batch; ++b) {
+      const int32_t pages = s->kv_indptr[b + 1] - s->kv_indptr[b];
+      for (int t = 0; t < THRESHOLDS; ++t)
+        count[t] += pages > threshold[t];
     }
+    for (int t = 0; t < THRESHOLDS; ++t)
+      above[t] = count[t];
   }
   int64_t best = 0;
   int64_t best_cost = ceil_div(s->batch * pl->num_kv_heads, pl->wave) *
                       (longest * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
   for (int splits = 2; splits <= candidates; ++splits) {
-    int64_t cost = ceil_div(items[splits] * pl->num_kv_heads, pl->wave) *
+    int64_t items = s->batch;
+    for (int k = 1, t = (splits - 1) * (splits - 2) / 2; k < splits; ++k, ++t)
+      items += above[t];
+    int64_t cost = ceil_div(items * pl->num_kv_heads, pl->wave) *
                    (chunk[splits] * pl->page_size + IGNIS_DECODE_BLOCK_COST_TOKENS);
     if (cost < best_cost) {
       best_cost = cost;
@@ -141,12 +153,9 @@ static int64_t balance_chunk_pages(const ignis_decode_planner *pl, const batch_p
   return best;
 }
 
-/* A batch below one wave: the smallest chunk of at least lo pages whose items fit wave_items, 0 when
- * no request is longer than lo. */
-static int64_t fill_chunk_pages(const batch_pages *s, int64_t lo, int64_t wave_items) {
-  int64_t longest = s->kv_indptr || s->pages || s->batch == 0 ? 0 : s->uniform;
-  for (int64_t b = 0; (s->kv_indptr || s->pages) && b < s->batch; ++b)
-    longest = max64(longest, request_pages(s, b));
+/* A batch below one wave whose longest request has `longest` pages: the smallest chunk of at least
+ * lo pages whose items fit wave_items, 0 when no request is longer than lo. */
+static int64_t fill_chunk_pages(const batch_pages *s, int64_t longest, int64_t lo, int64_t wave_items) {
   if (longest <= lo) /* every request fits one smallest chunk */
     return 0;
   /* count_items(longest) == batch <= wave_items; find the smallest chunk in [lo, longest] that fits. */
@@ -168,24 +177,24 @@ int64_t ignis_decode_min_chunk_pages(int64_t page_size) {
 }
 
 int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *pl, const int32_t *kv_indptr,
-                                        int64_t uniform_pages, int64_t batch) {
+                                        int64_t longest_pages, int64_t batch) {
   if (pl->disable_split_kv)
     return 0;
   if (pl->fixed_split_pages > 0)
     return pl->fixed_split_pages;
-  const batch_pages s = {kv_indptr, NULL, uniform_pages, batch};
-  if (batch * pl->num_kv_heads >= pl->wave) {
-    int64_t longest = kv_indptr || batch == 0 ? 0 : uniform_pages;
-    for (int64_t b = 0; kv_indptr && b < batch; ++b)
-      longest = max64(longest, request_pages(&s, b));
+  const batch_pages s = {kv_indptr, NULL, longest_pages, batch};
+  const int64_t longest = batch > 0 ? longest_pages : 0;
+  if (batch * pl->num_kv_heads >= pl->wave)
     return balance_chunk_pages(pl, &s, longest);
-  }
-  return fill_chunk_pages(&s, min_chunk_pages(pl->page_size), pl->wave / pl->num_kv_heads);
+  return fill_chunk_pages(&s, longest, min_chunk_pages(pl->page_size), pl->wave / pl->num_kv_heads);
 }
 
 int64_t ignis_decode_length_chunk_pages(const ignis_decode_length_plan *lp, const int32_t *pages, int64_t batch) {
   const batch_pages s = {NULL, pages, 0, batch};
-  return fill_chunk_pages(&s, lp->min_chunk_pages, lp->wave_items);
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    longest = max64(longest, pages[b]);
+  return fill_chunk_pages(&s, longest, lp->min_chunk_pages, lp->wave_items);
 }
 
 int32_t ignis_decode_plan_lengths(const ignis_decode_length_plan *lp, const int32_t *lens, const int32_t *pages,
@@ -212,32 +221,40 @@ size_t ignis_decode_plan_batch(const ignis_decode_planner *pl, int64_t chunk_pag
   ignis_decode_schedule_header *header = ignis_decode_schedule_header_of(image);
   int32_t *partials = ignis_decode_schedule_partials_of(image);
   ignis_decode_work *work = ignis_decode_schedule_work_of(pl, image);
-  int64_t chunk_tokens = chunk_pages * pl->page_size;
   int32_t num_work = 0, num_partials = 0, any_split = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
-    int64_t kv_len = ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size);
-    int64_t items = chunk_pages > 0 ? max64(1, ceil_div(pages, chunk_pages)) : 1;
-    partials[b] = num_partials;
-    if (items == 1) {
-      ignis_decode_work w = {(int32_t)b, 0, (int32_t)kv_len, -1};
-      work[num_work++] = w;
-      continue;
+  if (chunk_pages <= 0) { /* no split: one item per request */
+    for (int64_t b = 0; b < batch; ++b) {
+      partials[b] = 0;
+      ignis_decode_work w = {(int32_t)b, 0,
+                             (int32_t)ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size), -1};
+      work[b] = w;
     }
-    any_split = 1;
-    for (int64_t i = 0; i < items; ++i) {
-      ignis_decode_work w = {(int32_t)b, (int32_t)(i * chunk_tokens),
-                             (int32_t)min64((i + 1) * chunk_tokens, kv_len), num_partials++};
-      work[num_work++] = w;
+    num_work = (int32_t)batch;
+  } else {
+    /* a request of more than chunk_pages pages: items from every chunk_tokens-th key on, as many
+     * as ceil(pages / chunk_pages) (the last page holds a key), with no division */
+    const int64_t chunk_tokens = chunk_pages * pl->page_size;
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t pages = (int64_t)kv_indptr[b + 1] - kv_indptr[b];
+      int64_t kv_len = ignis_paged_request_len(kv_indptr, kv_last_page_len, b, pl->page_size);
+      partials[b] = num_partials;
+      if (pages <= chunk_pages) {
+        ignis_decode_work w = {(int32_t)b, 0, (int32_t)kv_len, -1};
+        work[num_work++] = w;
+        continue;
+      }
+      any_split = 1;
+      for (int64_t start = 0; start < kv_len; start += chunk_tokens) {
+        ignis_decode_work w = {(int32_t)b, (int32_t)start, (int32_t)min64(start + chunk_tokens, kv_len),
+                               num_partials++};
+        work[num_work++] = w;
+      }
     }
   }
   partials[batch] = num_partials;
-  int32_t *indptr_copy = ignis_decode_schedule_indptr_of(pl, image);
-  int32_t *last_copy = ignis_decode_schedule_last_page_len_of(pl, image);
-  for (int64_t b = 0; b <= batch; ++b)
-    indptr_copy[b] = kv_indptr[b];
-  for (int64_t b = 0; b < batch; ++b)
-    last_copy[b] = kv_last_page_len[b];
+  memcpy(ignis_decode_schedule_indptr_of(pl, image), kv_indptr, sizeof(int32_t) * (size_t)(batch + 1));
+  if (batch > 0)
+    memcpy(ignis_decode_schedule_last_page_len_of(pl, image), kv_last_page_len, sizeof(int32_t) * (size_t)batch);
   header->num_work = num_work;
   header->batch_size = (int32_t)batch;
   header->num_partials = num_partials;

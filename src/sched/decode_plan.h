@@ -82,11 +82,14 @@ size_t ignis_decode_schedule_work_offset(const ignis_decode_planner *planner);
 size_t ignis_decode_schedule_bytes(const ignis_decode_planner *planner);
 
 /* The chunk, in pages, of a batch's split requests by the planner's policy; 0: no request is split.
- * The batch is kv_indptr's requests (page counts kv_indptr[b + 1] - kv_indptr[b]), or with
- * kv_indptr NULL batch_size requests of uniform_pages pages each (block-table runs, which know
- * only a bound on the lengths: the chunk of a batch whose every request has that bound). */
+ * The batch is kv_indptr's requests (page counts kv_indptr[b + 1] - kv_indptr[b], valid as
+ * ignis_decode_plan_batch needs them), whose longest has longest_pages pages (the caller found it
+ * while validating them); or with kv_indptr NULL batch_size requests of longest_pages pages each
+ * (block-table runs, which know only a bound on the lengths: the chunk of a batch whose every
+ * request has that bound). At most one pass over kv_indptr above a wave, a binary search of
+ * passes below. */
 int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *planner, const int32_t *kv_indptr,
-                                        int64_t uniform_pages, int64_t batch_size);
+                                        int64_t longest_pages, int64_t batch_size);
 
 /* The smallest chunk, in pages, an automatic split takes (IGNIS_DECODE_MIN_CHUNK_TOKENS tokens). */
 int64_t ignis_decode_min_chunk_pages(int64_t page_size);

@@ -4,7 +4,8 @@
 #include "sched/plan_math.h"
 
 int64_t ignis_prefill_q_tile_rows(int64_t head_dim_qk, int64_t head_dim_vo) {
-  return max64(head_dim_qk, head_dim_vo) <= 128 ? 128 : 64;
+  const int64_t d = max64(head_dim_qk, head_dim_vo);
+  return d <= 128 ? 128 : d <= 256 ? 64 : 16;
 }
 
 static int64_t min_chunk_pages(const ignis_prefill_planner *pl) {

@@ -74,7 +74,7 @@ typedef struct ignis_prefill_schedule_header {
   int32_t num_partials;
 } ignis_prefill_schedule_header;
 
-/* Packed query rows per tile for these head dims: 128 up to 128, else 64. */
+/* Packed query rows per tile for these head dims: 128 up to 128, 64 up to 256, else 16 (512). */
 int64_t ignis_prefill_q_tile_rows(int64_t head_dim_qk, int64_t head_dim_vo);
 
 /* Fill the planner and its bounds. Returns 0, or -1 when a bound does not fit the int32 fields of

@@ -515,3 +515,42 @@ def test_errors():
         wrapper.run(np.zeros((1, 4, 64), np.float16), cache, kv_cache_sf=cache)
     with pytest.raises(ignis.UnsupportedError, match="window_right"):
         wrapper.plan(indptr, indptr, last, 4, 2, 64, 4, window_right=-1)
+
+
+@pytest.mark.parametrize("frame,dtype", HALF_FRAMES, ids=HALF_IDS)
+@pytest.mark.parametrize("case", range(len(NEW_OPTIONS)), ids=NEW_IDS)
+def test_head_dim_512(frame, dtype, case):
+    """Head dim 512 (FlashInfer compiles it): single decode and the batch wrapper with q_len_per_req 1
+    and 3, GQA 8, every option of the extended API, 16-bit and fp8 K/V, odd lengths."""
+    options = dict(NEW_OPTIONS[case][1])
+    kv, with_sinks = options.pop("kv", None), options.pop("sinks", False)
+    kv_heads, group, dim, page_size = 1 + case % 2, 8, 512, 16
+    heads = kv_heads * group
+    sinks, sinks_d = sinks_for(frame, heads) if with_sinks else (None, None)
+    ref = reference_kwargs(options, sinks_d)
+    factor = rope_scale_of(options)
+
+    q, qd = rounded(frame, rng.standard_normal((heads, dim)), dtype)
+    k, kd = kv_array(frame, rng.standard_normal((333, kv_heads, dim)), dtype, kv)
+    v, vd = kv_array(frame, rng.standard_normal((333, kv_heads, dim)), dtype, kv)
+    out, lse = ignis.single_decode_with_kv_cache(q, k, v, return_lse=True, sinks=sinks, **options)
+    ref_out, ref_lse = decode_ref(qd[None], kd, vd, **ref)
+    check_scaled(frame.numpy(out), np.asarray(frame.numpy(lse)), ref_out[0], ref_lse[0], dtype, factor)
+
+    layout = "HND" if case % 2 else "NHD"
+    lengths = [0, 1, 37, 700]
+    indptr, indices, last, cache, ks, vs = make_batch(page_size, lengths, kv_heads, dim, layout, frame, dtype, kv)
+    plan_options = {key: options[key] for key in PLAN_KEYS if key in options}
+    run_options = {key: options[key] for key in RUN_KEYS if key in options}
+    for q_len in (1, 3):
+        wrapper = ignis.BatchDecodeWithPagedKVCacheWrapper(workspace_for(frame), layout)
+        wrapper.plan(indptr, frame.index(indices, "i32"), last, heads, kv_heads, dim, page_size,
+                     q_data_type="bfloat16" if dtype == "bf16" else "float16",
+                     kv_data_type=FP8_NAMES[kv] if kv else None, q_len_per_req=q_len, **plan_options)
+        q, qd = rounded(frame, rng.standard_normal((len(lengths) * q_len, heads, dim)), dtype)
+        out, lse = wrapper.run(q, cache, return_lse=True, sinks=sinks, **run_options)
+        got_out, got_lse = frame.numpy(out), np.asarray(frame.numpy(lse))
+        for b in range(len(lengths)):
+            rows = slice(b * q_len, (b + 1) * q_len)
+            ref_out, ref_lse = decode_ref(qd[rows], ks[b], vs[b], **ref)
+            check_scaled(got_out[rows], got_lse[rows], ref_out, ref_lse, dtype, factor)

@@ -1,5 +1,5 @@
-"""GEMM ops (ignis.gemm: mm_bf16, bmm_bf16, bmm_fp8, gemm_fp8_nt_groupwise, fp8_blockscale_gemm_sm90)
-against float64 references.
+"""GEMM ops (ignis.gemm: mm_bf16, bmm_bf16, bmm_fp8, gemm_fp8_nt_groupwise, fp8_blockscale_gemm_sm90,
+tinygemm_bf16) against float64 references.
 
 - NumPy (the CPU backend, always): float16 products with both layouts of b, bias, float32 output,
   batches; fp8 (ml_dtypes arrays) with per-tensor scales; block-scaled fp8 in both scale-major
@@ -8,7 +8,9 @@ against float64 references.
 - PyTorch on CUDA when present (cuBLASLt): the same products at engine shapes against float64,
   SGLang's two call patterns (bmm_fp8 on unsqueezed 2-D tensors, fp8_blockscale_gemm_sm90 with a
   bf16 input quantized on the fly, M 1..64 so the M % 4 padding runs), per-token weight scales,
-  both scale-major modes and UE8M0, and a CUDA-graph capture of each op after one warm-up call.
+  both scale-major modes and UE8M0, and a CUDA-graph capture of each op after one warm-up call;
+  the small-M shapes ignis' own kernel takes (M 1..64, f16 and bf16, bias, ragged K, a padded
+  weight) and tinygemm_bf16 at 1 to 8 rows.
 """
 
 import inspect
@@ -60,6 +62,7 @@ SIGNATURES = {
                               ("out_dtype", None), ("backend", "cutlass")],
     "fp8_blockscale_gemm_sm90": [("input", E), ("weight", E), ("input_scale", None), ("weight_scale", None),
                                  ("out", None), ("out_dtype", None)],
+    "tinygemm_bf16": [("input", E), ("weight", E), ("out", E), ("bias", None), ("use_pdl", False)],
 }
 
 
@@ -87,6 +90,17 @@ def test_mm_numpy(m, nt):
     out16 = np.empty((m, n), np.float16)
     assert ignis.mm_bf16(a, b, bias=bias, out=out16, out_dtype=None) is out16
     close(out16, ref + bias, 2e-3)
+
+
+def test_tinygemm_numpy():
+    a = rng.standard_normal((3, 64)).astype(np.float16)
+    w = rng.standard_normal((40, 64)).astype(np.float16)
+    bias = rng.standard_normal(40).astype(np.float32)
+    out = np.empty((3, 40), np.float32)
+    assert gemm.tinygemm_bf16(a, w, out, bias=bias, use_pdl=True) is None
+    close(out, a.astype(np.float64) @ w.astype(np.float64).T + bias, 1e-5)
+    with pytest.raises(ignis.InvalidArgumentError, match="use_pdl"):
+        gemm.tinygemm_bf16(a, w, out, use_pdl="yes")
 
 
 def test_bmm_numpy():
@@ -181,6 +195,41 @@ def test_mm_bf16_cuda(m):
     close(out.float().cpu().numpy(), ref, 1e-2)
     out32 = ignis.mm_bf16(a, w.t().contiguous(), out_dtype=torch.float32)
     close(out32.cpu().numpy(), ref - t64(bias), 1e-4)
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (5, 2112, 7168), (31, 7168, 2048), (64, 1000, 1032),
+                                   (48, 24576, 512)], ids=str)
+def test_mm_small_m_cuda(shape, dtype):
+    """The shapes ignis' own small-M kernel takes, against float64 and torch.matmul."""
+    m, n, k = shape
+    dt = getattr(torch, dtype)
+    a = torch.randn(m, k, device="cuda", dtype=dt)
+    w_padded = torch.randn(n, k + 8, device="cuda", dtype=dt)
+    w = w_padded[:, :k]  # row stride k + 8: still 16-byte rows
+    bias = torch.randn(n, device="cuda", dtype=torch.float32)
+    out = ignis.mm_bf16(a, w.t(), bias=bias, out_dtype=dt)
+    ref = t64(a) @ t64(w).T + t64(bias)
+    close(out.float().cpu().numpy(), ref, 1e-2)
+    again = ignis.mm_bf16(a, w.t(), bias=bias, out_dtype=dt)
+    assert torch.equal(out, again), "a repeated call changed its output"
+    torch_out = torch.matmul(a, w.t()).float() + bias
+    close(out.float().cpu().numpy(), t64(torch_out), 1e-2)
+
+
+@cuda_only
+@pytest.mark.parametrize("m", [1, 2, 5, 8])
+def test_tinygemm_bf16_cuda(m):
+    n, k = 256, 7168  # a router GEMM's shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    gemm.tinygemm_bf16(a, w, out, bias=bias, use_pdl=True)
+    close(out.float().cpu().numpy(), t64(a) @ t64(w).T + t64(bias), 1e-2)
+    gemm.tinygemm_bf16(a, w, out)
+    close(out.float().cpu().numpy(), t64(a) @ t64(w).T, 1e-2)
 
 
 @cuda_only

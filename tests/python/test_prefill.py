@@ -266,3 +266,40 @@ def test_cuda_single_and_ragged():
     out = ignis.single_prefill_with_kv_cache(q, k, v, causal=True)
     ref = prefill_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), causal=True)[0]
     assert_close(out.cpu().numpy(), ref, "f16")
+
+
+DEVICES_512 = ["numpy"] + (["cuda"] if torch is not None and torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES_512)
+@pytest.mark.parametrize("opts", OPTIONS, ids=[str(i) for i in range(len(OPTIONS))])
+def test_head_dim_512(device, opts):
+    """Head dim 512 (FlashInfer compiles it; on CUDA the tile kernel's 16-row tiles): single, ragged
+    and paged prefill with every option, GQA 3, odd lengths, a request with no query and one with no
+    key, on the host and on CUDA."""
+    on = (lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()) if device == "cuda" else (lambda a: a)
+    back = (lambda t: t.cpu().numpy()) if device == "cuda" else np.asarray
+    q, k, v = f16((19, 6, 512), 0.5), f16((45, 2, 512)), f16((45, 2, 512))
+    out, lse = ignis.single_prefill_with_kv_cache(on(q), on(k), on(v), return_lse=True, **opts)
+    ref_out, ref_lse = prefill_ref(q, k, v, **opts)
+    assert_close(back(out), ref_out, "f16")
+    assert_lse(back(lse), ref_lse)
+
+    plan_opts = {key: value for key, value in opts.items() if key != "lse_base"}
+    run_opts = {"lse_base": opts["lse_base"]} if "lse_base" in opts else {}
+    q_lens, kv_lens = [3, 0, 21, 1], [7, 13, 300, 0]
+    qo, kv, q, k, v = batch_data(q_lens, kv_lens, heads=6, kv_heads=2, dim=512)
+    ref_out, ref_lse = batch_ref(qo, kv, q, k, v, **opts)
+    workspace = torch.empty(1 << 24, dtype=torch.uint8, device="cuda") if device == "cuda" else None
+    ragged = ignis.BatchPrefillWithRaggedKVCacheWrapper(workspace)
+    ragged.plan(on(qo), on(kv), 6, 2, 512, **plan_opts)
+    out, lse = ragged.run(on(q), on(k), on(v), return_lse=True, **run_opts)
+    assert_close(back(out), ref_out, "f16")
+    assert_lse(back(lse), ref_lse)
+    for page_size, layout in [(1, "NHD"), (16, "HND")]:
+        cache, indptr, indices, last = to_paged(k, v, kv, page_size, layout)
+        paged = ignis.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout=layout)
+        paged.plan(on(qo), on(indptr), on(indices), on(last), 6, 2, 512, page_size, **plan_opts)
+        out, lse = paged.run(on(q), on(cache), return_lse=True, **run_opts)
+        assert_close(back(out), ref_out, "f16")
+        assert_lse(back(lse), ref_lse)

@@ -9,7 +9,8 @@
  * split request writes f32 partial rows and their base-2 LSEs. Which kernel is chosen once, by
  * ignis_cuda_decode_choose at plan creation (single decode: per call), and the plan records it:
  *   - decode_attention_kernel (decode_attention.cuh): the transposed kernel for blocks of at most
- *     DECODE_TRANSPOSED_ROWS query rows, the m16 kernel for more;
+ *     DECODE_TRANSPOSED_ROWS query rows, the m16 kernel for more and at head dim 512 (where its
+ *     warps split the head dim; the transposed kernel has no instance there);
  *   - decode_page_kernel (decode_page.cuh) for the shapes it takes, on a batch the plan gave the
  *     page planner's schedule; a run whose cache layout it cannot read (only the run knows the
  *     strides) runs the transposed kernel over the same schedule.
@@ -44,7 +45,7 @@ static bool transposed_rows(int64_t rows) {
   return rows <= limit;
 }
 
-static decode_config make_config(const ignis_decode_params &p) {
+static decode_config make_config(const ignis_decode_params &p, decode_family family) {
   decode_config c;
   c.group = (int32_t)(p.num_qo_heads / p.num_kv_heads);
   c.rows = c.group * p.q_len;
@@ -60,7 +61,7 @@ static decode_config make_config(const ignis_decode_params &p) {
   c.cap_out = st.cap_out;
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
-  c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && p.kernel != IGNIS_KERNEL_DECODE_M16;
+  c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && family != DECODE_MMA;
   c.device_schedule = p.length_plan.wave_items > 0;
   return c;
 }
@@ -110,6 +111,11 @@ static const decode_instance *find_instance(ignis_dtype dtype, int kv_kind, int6
     table = decode_instances_hd256;
     break;
 #endif
+#ifdef IGNIS_WITH_HEAD_DIM_512
+  case 512:
+    table = decode_instances_hd512;
+    break;
+#endif
   default:
     return nullptr;
   }
@@ -127,11 +133,11 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "decode: head_dim %lld is not compiled in this build (IGNIS_HEAD_DIMS)",
                            (long long)p.head_dim);
-  const decode_config c = make_config(p);
-  const decode_family family = decode_page_takes(instance->kv_kind, instance->head_dim) && page_kernel_runs(p)
-                                   ? DECODE_PAGE
-                               : p.kernel == IGNIS_KERNEL_DECODE_M16 ? DECODE_MMA
-                                                                     : DECODE_TRANSPOSED;
+  const decode_family family =
+      decode_page_takes(instance->kv_kind, instance->head_dim) && page_kernel_runs(p) ? DECODE_PAGE
+      : p.kernel == IGNIS_KERNEL_DECODE_M16 || !decode_transposed_takes(p.head_dim)   ? DECODE_MMA
+                                                                                      : DECODE_TRANSPOSED;
+  const decode_config c = make_config(p, family);
   decode_kernel k;
   IGNIS_CUDA_CHECK(instance->kernel(family, &k, nullptr));
   /* outside a graph capture the grids fit this batch (and an unsplit batch has no merge); a
@@ -197,7 +203,7 @@ extern "C" void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis
                                          int64_t num_kv_heads, int64_t page_size, ignis_kernel_choice *general,
                                          ignis_kernel_choice *page) {
   const int64_t sms = ignis_cuda_device_sm_count(device);
-  const bool transposed = transposed_rows(rows);
+  const bool transposed = transposed_rows(rows) && decode_transposed_takes(head_dim);
   general->kernel = transposed ? IGNIS_KERNEL_DECODE_TRANSPOSED : IGNIS_KERNEL_DECODE_M16;
   general->wave = sms * blocks_per_sm(head_dim, kv_dtype, transposed ? DECODE_TRANSPOSED : DECODE_MMA, 1);
   page->kernel = IGNIS_KERNEL_DECODE_PAGE;

@@ -46,21 +46,24 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
   constexpr int KV_BYTES = FP8 ? 1 : 2;
   typedef decode_tile<HEAD_DIM, KV_BYTES, TRANSPOSED> tile;
   typedef typename mma_type<KIND>::type MT;
-  constexpr int KSTEPS = HEAD_DIM / 16; /* k-steps of Q K^T (S^T = K Q^T) */
-  /* O accumulator tiles: n-tiles of 8 dims of P V, or m-tiles of 16 dims of V^T P^T */
-  constexpr int OTILES = TRANSPOSED ? HEAD_DIM / 16 : HEAD_DIM / 8;
+  /* DSPLIT: the warps split the head dim (decode_tile); KT keys per tile */
+  constexpr int DSPLIT = tile::DSPLIT, KT = tile::KT;
+  constexpr int KSTEPS = HEAD_DIM / 16 / DSPLIT; /* k-steps of Q K^T (S^T = K Q^T) of a warp */
+  /* O accumulator tiles of a warp: n-tiles of 8 dims of P V, or m-tiles of 16 dims of V^T P^T */
+  constexpr int OTILES = TRANSPOSED ? HEAD_DIM / 16 : HEAD_DIM / 8 / DSPLIT;
   extern __shared__ __align__(128) unsigned char decode_smem[];
   const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(decode_smem);
   const char **rows_at =
       reinterpret_cast<const char **>(decode_smem + tile::RING_BYTES); /* [slot][key][K, V] */
-  uint32_t *valid_bits =
-      reinterpret_cast<uint32_t *>(decode_smem + tile::RING_BYTES + tile::SLOTS * DECODE_KT * 16);
+  uint32_t *valid_bits = reinterpret_cast<uint32_t *>(decode_smem + tile::RING_BYTES + tile::SLOTS * KT * 16);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int kvh = (int)(blockIdx.x % (unsigned)p.num_kv_heads);
   const int64_t work_index = blockIdx.x / (unsigned)p.num_kv_heads;
-  const int mt_slot = warp % c.mt_warps, ks = warp / c.mt_warps;
+  /* DSPLIT: one m-tile per pass, warp = its dim part, no key split */
+  const int mt_warps = DSPLIT > 1 ? 1 : c.mt_warps, ksplit = DSPLIT > 1 ? 1 : c.ksplit;
+  const int mt_slot = warp % mt_warps, ks = DSPLIT > 1 ? 0 : warp / mt_warps, dpart = DSPLIT > 1 ? warp : 0;
 
   /* the item comes from the schedule before the wait on the previous kernel: the plan's copy of
    * it lands before any kernel this launch can overlap (its key range too would cost registers,
@@ -71,19 +74,19 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
   ignis_pdl_wait();
   if (!fetched || !item_range(p, item, &r))
     return;
-  const int num_tiles = (r.end - r.start + DECODE_KT - 1) / DECODE_KT;
+  const int num_tiles = (r.end - r.start + KT - 1) / KT;
   const bool row_masks = p.q_len > 1 || p.window_left >= 0;
   const char *k_base = static_cast<const char *>(p.cache.k_cache) + kvh * p.cache.k_stride_head * KV_BYTES;
   const char *v_base = static_cast<const char *>(p.cache.v_cache) + kvh * p.cache.v_stride_head * KV_BYTES;
 
   /* Page of key `start + tile * KT + tid` (threads 0..KT-1), -1 when masked. */
   auto lookup_page = [&](int tl) -> int32_t {
-    const int64_t j = (int64_t)r.start + (int64_t)tl * DECODE_KT + tid;
+    const int64_t j = (int64_t)r.start + (int64_t)tl * KT + tid;
     return j < r.end ? page_of_key(p, r, (int32_t)j) : -1;
   };
   /* Addresses of that key's K and V rows (NULL when masked) and the tile's validity bits. */
   auto store_rows = [&](int tl, int32_t page) {
-    const int64_t j = (int64_t)r.start + (int64_t)tl * DECODE_KT + tid;
+    const int64_t j = (int64_t)r.start + (int64_t)tl * KT + tid;
     const char *kp = nullptr, *vp = nullptr;
     if (page >= 0) {
       const int64_t slot = (uint32_t)j % (uint32_t)r.page_size;
@@ -91,11 +94,11 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
       vp = v_base + (page * p.cache.v_stride_page + slot * p.cache.v_stride_token) * KV_BYTES;
     }
     const int at = tl % tile::SLOTS;
-    rows_at[(at * DECODE_KT + tid) * 2] = kp;
-    rows_at[(at * DECODE_KT + tid) * 2 + 1] = vp;
+    rows_at[(at * KT + tid) * 2] = kp;
+    rows_at[(at * KT + tid) * 2 + 1] = vp;
     const uint32_t bits = __ballot_sync(0xffffffffu, page >= 0);
     if ((tid & 31) == 0)
-      valid_bits[at * (DECODE_KT / 32) + tid / 32] = bits;
+      valid_bits[at * (KT / 32) + tid / 32] = bits;
   };
   /* Copies of tile tl into its stage: thread tid copies chunk tid % CHUNKS of rows
    * tid / CHUNKS + i * (THREADS / CHUNKS). When the row step is a multiple of the swizzle period
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
   /* copy_k, copy_v: which of the two (both outside the split ring) */
   auto issue_tile = [&](int tl, bool copy_k, bool copy_v) {
     const uint32_t k_tile = k_tile_of(tl), v_tile = v_tile_of(tl);
-    const char *const *at = rows_at + (size_t)(tl % tile::SLOTS) * DECODE_KT * 2;
+    const char *const *at = rows_at + (size_t)(tl % tile::SLOTS) * KT * 2;
 #pragma unroll
     for (int i = 0; i < tile::ROWS_PER_THREAD; ++i) {
       const int row = copy_row0 + i * ROW_STEP;
@@ -129,12 +132,12 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
     }
   };
 
-  for (int pass_base = 0; pass_base < c.mtiles; pass_base += c.mt_warps) {
+  for (int pass_base = 0; pass_base < c.mtiles; pass_base += mt_warps) {
     const int mt = pass_base + mt_slot;
     const bool active = mt < c.mtiles;
 
-    query_frags<HEAD_DIM, ROPE, TRANSPOSED> q;
-    load_query<QT, KIND, HEAD_DIM, ROPE, TRANSPOSED>(p, c, item, r, kvh, mt, active, q);
+    query_frags<HEAD_DIM, ROPE, TRANSPOSED, DSPLIT> q;
+    load_query<QT, KIND, HEAD_DIM, ROPE, TRANSPOSED, DSPLIT>(p, c, item, r, kvh, mt, active, q, dpart);
     const auto &qa = q.qa;
     const auto &row_scale = q.row_scale;
     const auto &kfreq = q.kfreq;
@@ -146,7 +149,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
     float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
 
     /* prologue: row addresses of tiles 0..STAGES-1, copies of tiles 0..STAGES-2, page of tile STAGES */
-    if (tid < DECODE_KT)
+    if (tid < KT)
       for (int tl = 0; tl < tile::STAGES; ++tl)
         store_rows(tl, tl < num_tiles ? lookup_page(tl) : -1);
     __syncthreads();
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
     int32_t pending[DECODE_LOOKAHEAD];
 #pragma unroll
     for (int i = 0; i < DECODE_LOOKAHEAD; ++i)
-      pending[i] = tid < DECODE_KT && tile::STAGES + i < num_tiles ? lookup_page(tile::STAGES + i) : -1;
+      pending[i] = tid < KT && tile::STAGES + i < num_tiles ? lookup_page(tile::STAGES + i) : -1;
 
     for (int tl = 0; tl < num_tiles; ++tl) {
       /* split ring: K of tile tl is in (V may not be) and every warp is done with tile tl - 1 */
@@ -179,7 +182,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
       if (tl + tile::STAGES - 1 < num_tiles)
         issue_tile(tl + tile::STAGES - 1, true, !tile::SPLIT);
       copy_async_commit();
-      if (tid < DECODE_KT && tl + tile::STAGES < num_tiles) {
+      if (tid < KT && tl + tile::STAGES < num_tiles) {
         store_rows(tl + tile::STAGES, pending[0]);
 #pragma unroll
         for (int i = 0; i + 1 < DECODE_LOOKAHEAD; ++i)
@@ -192,11 +195,11 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
         continue;
 
       const uint32_t k_tile = k_tile_of(tl), v_tile = v_tile_of(tl);
-      const uint32_t *tile_valid = valid_bits + (tl % tile::SLOTS) * (DECODE_KT / 32);
-      const int tile_key0 = r.start + tl * DECODE_KT;
+      const uint32_t *tile_valid = valid_bits + (tl % tile::SLOTS) * (KT / 32);
+      const int tile_key0 = r.start + tl * KT;
       /* transposed: one m-tile, so each warp takes exactly one sub-tile (the split ring's barrier
        * inside relies on it) */
-      for (int sub = ks; sub < DECODE_KT / 16; sub += TRANSPOSED ? DECODE_WARPS : c.ksplit) {
+      for (int sub = ks; sub < KT / 16; sub += TRANSPOSED ? DECODE_WARPS : ksplit) {
         const int key0 = sub * 16;
         const int mi = lane >> 3, mrow = lane & 7;
         if constexpr (TRANSPOSED) {
@@ -242,7 +245,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
               uint32_t kb[2][2][2];
-              load_k(kk, kb);
+              load_k(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), kb);
 #pragma unroll
               for (int i = 0; i < KSTEP_LOAD; ++i) {
                 mma16816<BF16>(s[0], qa[kk + i], kb[i][0][0], kb[i][0][1]);
@@ -255,7 +258,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; kk += KSTEP_LOAD) {
               uint32_t kb[2][2][2];
-              load_k(kk, kb);
+              load_k(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), kb);
 #pragma unroll
               for (int i = 0; i < KSTEP_LOAD; ++i)
 #pragma unroll
@@ -264,19 +267,44 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
                   kall[kk + i][n][1] = kb[i][n][1];
                 }
             }
+            if constexpr (DSPLIT > 1) {
+              /* rotated in place, pair by pair: f32 keys of all k-steps would not fit next to the
+               * head-dim split's registers */
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              float kf[KSTEPS][4];
+              for (int n = 0; n < 2; ++n)
 #pragma unroll
-              for (int kk = 0; kk < KSTEPS; ++kk) {
-                ignis_unpack_word<MT>(kall[kk][n][0], &kf[kk][0]);
-                ignis_unpack_word<MT>(kall[kk][n][1], &kf[kk][2]);
-              }
-              rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+                for (int kk = 0; kk < KSTEPS / 2; ++kk)
 #pragma unroll
-              for (int kk = 0; kk < KSTEPS; ++kk) {
-                kall[kk][n][0] = ignis_pack_word<MT>(&kf[kk][0]);
-                kall[kk][n][1] = ignis_pack_word<MT>(&kf[kk][2]);
+                  for (int w = 0; w < 2; ++w) {
+                    float a[2], b[2];
+                    ignis_unpack_word<MT>(kall[kk][n][w], a);
+                    ignis_unpack_word<MT>(kall[kk + KSTEPS / 2][n][w], b);
+#pragma unroll
+                    for (int e2 = 0; e2 < 2; ++e2) {
+                      float sn, co;
+                      sincosf((float)(tile_key0 + key0 + n * 8 + g) * kfreq[kk][2 * w + e2], &sn, &co);
+                      const float x = a[e2], y = b[e2];
+                      a[e2] = x * co - y * sn;
+                      b[e2] = y * co + x * sn;
+                    }
+                    kall[kk][n][w] = ignis_pack_word<MT>(a);
+                    kall[kk + KSTEPS / 2][n][w] = ignis_pack_word<MT>(b);
+                  }
+            } else {
+#pragma unroll
+              for (int n = 0; n < 2; ++n) {
+                float kf[KSTEPS][4];
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; ++kk) {
+                  ignis_unpack_word<MT>(kall[kk][n][0], &kf[kk][0]);
+                  ignis_unpack_word<MT>(kall[kk][n][1], &kf[kk][2]);
+                }
+                rotate_halves<KSTEPS>(kf, kfreq, (float)(tile_key0 + key0 + n * 8 + g));
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; ++kk) {
+                  kall[kk][n][0] = ignis_pack_word<MT>(&kf[kk][0]);
+                  kall[kk][n][1] = ignis_pack_word<MT>(&kf[kk][2]);
+                }
               }
             }
 #pragma unroll
@@ -284,6 +312,27 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
               mma16816<BF16>(s[0], qa[kk], kall[kk][0][0], kall[kk][0][1]);
               mma16816<BF16>(s[1], qa[kk], kall[kk][1][0], kall[kk][1][1]);
             }
+          }
+
+          if constexpr (DSPLIT > 1) {
+            /* the warps' partial scores (their dims) summed in one order, so every warp holds the
+             * same S; buffer sub & 1: the next write to it follows the tile's barrier */
+            float *xs =
+                reinterpret_cast<float *>(decode_smem + tile::XS_OFFSET) + (sub & 1) * DECODE_WARPS * 32 * 8;
+            float4 *mine = reinterpret_cast<float4 *>(xs + (warp * 32 + lane) * 8);
+            mine[0] = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+            mine[1] = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < DSPLIT; ++w)
+                  sum += xs[(w * 32 + lane) * 8 + n * 4 + e];
+                s[n][e] = sum;
+              }
           }
 
           /* scores (base 2) and masks; element (n, e): row g + 8 * (e >> 1), key key0 + 8n + 2t + (e & 1) */
@@ -329,19 +378,20 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 #pragma unroll
             for (int j = 0; j < OTILES; j += 2) {
               uint32_t x[4];
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8,
-                                                                                  j + (mi >> 1)),
+              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(
+                                             key0 + mrow + (mi & 1) * 8, dpart * OTILES + j + (mi >> 1)),
                                 x);
               mma16816<BF16>(o[j], pa, x[0], x[1]);
               mma16816<BF16>(o[j + 1], pa, x[2], x[3]);
             }
           } else {
 #pragma unroll
-            for (int cc = 0; cc < tile::CHUNKS; cc += 2) {
+            for (int cc = 0; cc < tile::CHUNKS / DSPLIT; cc += 2) {
               uint32_t x[4];
-              ldmatrix_x4_trans(v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(key0 + mrow + (mi & 1) * 8,
-                                                                                  cc + (mi >> 1)),
-                                x);
+              ldmatrix_x4_trans(
+                  v_tile + swizzled<tile::ROW_BYTES, tile::SWIZZLE>(
+                               key0 + mrow + (mi & 1) * 8, dpart * (tile::CHUNKS / DSPLIT) + cc + (mi >> 1)),
+                  x);
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 /* bytes {key 2t: dims 2g, 2g+1; key 2t+1: dims 2g, 2g+1} -> even dims, odd dims */
@@ -364,8 +414,11 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 
     /* each warp leaves its O (f32, by dim), m and l (summed over the lanes of a row) in shared memory */
     float *merge_o = reinterpret_cast<float *>(decode_smem);
-    float *merge_m = merge_o + DECODE_WARPS * 16 * tile::O_STRIDE, *merge_l = merge_m + DECODE_WARPS * 16;
-    float *wo = merge_o + (size_t)warp * 16 * tile::O_STRIDE;
+    float *merge_m = merge_o + DECODE_WARPS / DSPLIT * 16 * tile::O_STRIDE,
+          *merge_l = merge_m + DECODE_WARPS * 16;
+    /* DSPLIT: one slot, the warp's dims of it */
+    float *wo =
+        DSPLIT > 1 ? merge_o + dpart * (HEAD_DIM / DSPLIT) : merge_o + (size_t)warp * 16 * tile::O_STRIDE;
     if constexpr (TRANSPOSED) { /* rows 2t, 2t + 1 of the lanes g */
       store_transposed_rows<FP8>(o, m, l, active, wo, tile::O_STRIDE, merge_m + warp * 16,
                                  merge_l + warp * 16);
@@ -388,7 +441,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
               *reinterpret_cast<float2 *>(at + 8 * j + 2 * t) = make_float2(o[j][2 * h2], o[j][2 * h2 + 1]);
             }
           }
-        if (t == 0) {
+        if (t == 0 && dpart == 0) {
           merge_m[warp * 16 + g] = m[0];
           merge_m[warp * 16 + g + 8] = m[1];
           merge_l[warp * 16 + g] = l[0];
@@ -401,18 +454,18 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
 
     /* combine the key splits and write: one thread per (m-tile slot, row, 8 dims) */
     constexpr int PIECES = HEAD_DIM / 8;
-    for (int idx = tid; idx < c.mt_warps * 16 * PIECES; idx += DECODE_THREADS) {
+    for (int idx = tid; idx < mt_warps * 16 * PIECES; idx += DECODE_THREADS) {
       const int slot = idx / (16 * PIECES), row16 = (idx / PIECES) % 16, d0 = (idx % PIECES) * 8;
       const int row = (pass_base + slot) * 16 + row16;
       if (pass_base + slot >= c.mtiles || row >= c.rows)
         continue;
       float mx = -CUDART_INF_F;
-      for (int s2 = 0; s2 < c.ksplit; ++s2)
-        mx = fmaxf(mx, merge_m[(s2 * c.mt_warps + slot) * 16 + row16]);
+      for (int s2 = 0; s2 < ksplit; ++s2)
+        mx = fmaxf(mx, merge_m[(s2 * mt_warps + slot) * 16 + row16]);
       float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
       if (mx != -CUDART_INF_F) {
-        for (int s2 = 0; s2 < c.ksplit; ++s2) {
-          const int w = s2 * c.mt_warps + slot;
+        for (int s2 = 0; s2 < ksplit; ++s2) {
+          const int w = s2 * mt_warps + slot;
           const float wt = exp2f(merge_m[w * 16 + row16] - mx);
           sum = fmaf(merge_l[w * 16 + row16], wt, sum);
           const float4 *src =

@@ -67,29 +67,41 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
   static constexpr int ROW_BYTES = HEAD_DIM * KV_BYTES;
   static constexpr int CHUNKS = ROW_BYTES / 16;
   static constexpr int SWIZZLE = (CHUNKS >= 8 ? 8 : CHUNKS) - 1;
+  /* Head dim split (m16 kernel, head dim 512): the 4 warps share one m-tile and each takes a quarter
+   * of the dims, of Q K^T (partial scores summed through shared memory, XS below) and of P V; the
+   * whole Q and O of a 512-dim row would not fit a warp's registers. Keys per tile KT: 32 at head
+   * dim 512 (a 64-key tile of 1024-byte rows would leave no room for a second stage). */
+  static constexpr int DSPLIT = HEAD_DIM >= 512 ? DECODE_WARPS : 1;
+  static constexpr int KT = HEAD_DIM >= 512 ? 32 : DECODE_KT;
   /* 2 stages of 256-byte rows (64 KB) let 3 blocks share an SM (faster than 3 stages with 2
    * blocks, notes/PERF.md); short rows keep 4 stages (64 KB, 3 blocks: the register limit of the
    * kernel for more rows), 3 (48 KB, 4 blocks) in the transposed kernel */
   static constexpr int STAGES = ROW_BYTES <= 128 ? (TRANSPOSED ? 3 : 4) : 2;
-  static constexpr int TILE_BYTES = DECODE_KT * ROW_BYTES; /* K or V of one stage */
+  static constexpr int TILE_BYTES = KT * ROW_BYTES; /* K or V of one stage */
   /* Split ring (transposed kernel, 256-byte rows up to head dim 128): the 2 stages keep 3 K/V tile
    * slots instead of 4 (48 KB, 4 blocks per SM). K and V of a tile are copied apart: K of tile
    * t + 1 into the slot V of tile t - 1 leaves (once every warp is past it), V of t + 1 into the
    * slot of K of t once every warp has its scores; K of tile t sits in slot 2t mod 3, V in 2t + 1
    * mod 3. Two tiles' worth of copies stay in flight per block, as with 2 whole stages. */
   static constexpr bool SPLIT = TRANSPOSED && ROW_BYTES == 256 && HEAD_DIM <= 128;
-  static constexpr int ROWS_PER_THREAD = DECODE_KT * CHUNKS / DECODE_THREADS; /* copies of K per tile */
-  static constexpr int SLOTS = STAGES + 1;                                    /* row-address ring */
+  static constexpr int ROWS_PER_THREAD = KT * CHUNKS / DECODE_THREADS; /* copies of K per tile */
+  static constexpr int SLOTS = STAGES + 1;                             /* row-address ring */
   static constexpr size_t RING_BYTES = (size_t)(SPLIT ? 3 : STAGES * 2) * TILE_BYTES;
-  /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32] */
-  static constexpr size_t SMEM_BYTES =
-      RING_BYTES + (size_t)SLOTS * DECODE_KT * 16 + (size_t)SLOTS * DECODE_KT / 8;
+  /* ring of K and V row addresses [SLOTS][KT][2], then key-validity bits [SLOTS][KT / 32], then
+   * (DSPLIT) the partial scores of a 16-key sub-tile, [2 sub-tiles][warps][32 lanes][8] f32 */
+  static constexpr size_t RING_TABLES_END = RING_BYTES + (size_t)SLOTS * KT * 16 + (size_t)SLOTS * KT / 8;
+  static constexpr size_t XS_OFFSET = (RING_TABLES_END + 127) / 128 * 128;
+  static constexpr size_t SMEM_BYTES = DSPLIT > 1 ? XS_OFFSET + (size_t)2 * DECODE_WARPS * 32 * 8 * 4
+                                                  : RING_TABLES_END;
   /* the split merge reuses it all: O [warps][16][O_STRIDE] f32 (rows padded by 8 floats, so the
-   * 8 rows a warp stores at once fall in different banks), then m and l [warps][16] */
+   * 8 rows a warp stores at once fall in different banks; DSPLIT: one slot, each warp its dims),
+   * then m and l [warps][16] */
   static constexpr int O_STRIDE = HEAD_DIM + 8;
-  static_assert((size_t)DECODE_WARPS * 16 * (O_STRIDE + 2) * 4 <= SMEM_BYTES, "merge space");
-  static_assert(DECODE_THREADS % CHUNKS == 0, "copy mapping");
-  static_assert(!TRANSPOSED || DECODE_KT / 16 == DECODE_WARPS, "transposed: one 16-key sub-tile per warp");
+  static_assert((size_t)DECODE_WARPS / DSPLIT * 16 * O_STRIDE * 4 + DECODE_WARPS * 16 * 8 <= SMEM_BYTES,
+                "merge space");
+  static_assert(DECODE_THREADS % CHUNKS == 0 && KT % 32 == 0, "copy mapping, validity words");
+  static_assert(!TRANSPOSED || (KT / 16 == DECODE_WARPS && DSPLIT == 1),
+                "transposed: one 16-key sub-tile per warp");
 };
 
 /* The 16-bit type the mma runs in: bf16 for bf16 K/V, f16 otherwise. */
@@ -384,9 +396,10 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
 
 /* ---- the query side of a warp ------------------------------------------------------------------- */
 /* Q fragments and the facts of the score rows of one warp (m-tile mt of the block's rows; in the
- * transposed kernel the rows are the n index of Q^T). */
-template <int HEAD_DIM, bool ROPE, bool TRANSPOSED> struct query_frags {
-  static constexpr int KSTEPS = HEAD_DIM / 16, QROWS = TRANSPOSED ? 1 : 2;
+ * transposed kernel the rows are the n index of Q^T). With DSPLIT > 1 (decode_tile) the warp holds
+ * KSTEPS = HEAD_DIM / 16 / DSPLIT of the k-steps, those of dim part `dpart` (qk_step). */
+template <int HEAD_DIM, bool ROPE, bool TRANSPOSED, int DSPLIT = 1> struct query_frags {
+  static constexpr int KSTEPS = HEAD_DIM / 16 / DSPLIT, QROWS = TRANSPOSED ? 1 : 2;
   /* qa[kk] = {row g: e0 e1, row g+8: e0 e1, row g: e2 e3, row g+8: e2 e3}, the A fragment of Q K^T
    * (transposed: {row g: e0 e1, row g: e2 e3}, the B fragment of K Q^T) */
   uint32_t qa[KSTEPS][2 * QROWS];
@@ -396,16 +409,26 @@ template <int HEAD_DIM, bool ROPE, bool TRANSPOSED> struct query_frags {
   float kfreq[ROPE ? KSTEPS / 2 : 1][4]; /* RoPE: frequencies of this lane's K dims */
 };
 
+/* Global k-step of a warp's local k-step kk (KSTEPS local steps of HEAD_DIM / 16, dim part dpart of
+ * DSPLIT): the two halves of the local steps take matching steps of the two halves of the head dim,
+ * so ROPE_LLAMA's pairs (dims d, d + HEAD_DIM / 2) stay in one warp, at local steps kk, kk + KSTEPS / 2;
+ * an even step and the next are consecutive (fp8 K loads two at once). The identity for DSPLIT 1. */
+template <int HEAD_DIM, int DSPLIT> __device__ __forceinline__ int qk_step(int kk, int dpart) {
+  constexpr int HALF = HEAD_DIM / 16 / DSPLIT / 2;
+  return kk % HALF + dpart * HALF + (kk / HALF) * (HEAD_DIM / 32);
+}
+
 /* Loads the Q fragments of KV head kvh's rows (m-tile mt; inactive: zero Q) for work item `item`
  * with key range r: RoPE applied, fp8 rows scaled into f16 range, the softmax scale folded into
  * row_scale. */
-template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED>
+template <typename QT, int KIND, int HEAD_DIM, bool ROPE, bool TRANSPOSED, int DSPLIT = 1>
 __device__ __forceinline__ void load_query(const ignis_decode_params &p, const decode_config &c,
                                            const ignis_decode_work &item, const kv_range &r, int kvh, int mt,
-                                           bool active, query_frags<HEAD_DIM, ROPE, TRANSPOSED> &q) {
+                                           bool active, query_frags<HEAD_DIM, ROPE, TRANSPOSED, DSPLIT> &q,
+                                           int dpart = 0) {
   constexpr bool FP8 = KIND == KV_E4M3 || KIND == KV_E5M2;
   typedef typename mma_type<KIND>::type MT;
-  constexpr int KSTEPS = HEAD_DIM / 16, QROWS = TRANSPOSED ? 1 : 2;
+  constexpr int KSTEPS = HEAD_DIM / 16 / DSPLIT, QROWS = TRANSPOSED ? 1 : 2;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   /* Token, head and position of query row `row` of the block; false past the block's rows (which
    * take token 0, the head of row 0 of the group, and zero Q). */
@@ -452,7 +475,8 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
         for (int e = 0; e < 4; e += 2) {
           float two[2] = {0.0f, 0.0f};
           if (row_ok[h2])
-            ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))),
+            ignis_unpack_word<QT>(__ldg(reinterpret_cast<const unsigned int *>(
+                                      qp + frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t))),
                                   two);
           qf[h2][kk][e] = two[0];
           qf[h2][kk][e + 1] = two[1];
@@ -466,8 +490,9 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
       for (int kk = 0; kk < KSTEPS / 2; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          freq[kk][e] =
-              p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+          freq[kk][e] = p.rope_rcp_scale *
+                        exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
+                              HEAD_DIM * p.rope_log2_theta);
 #pragma unroll
       for (int h2 = 0; h2 < QROWS; ++h2)
         rotate_halves<KSTEPS>(qf[h2], freq, (float)qpos[h2]);
@@ -479,11 +504,27 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
       float pow2 = 1.0f;
       if constexpr (FP8) { /* bring the row into [2^14, 2^15) for f16 */
         float mx = 0.0f;
+        if constexpr (DSPLIT == 1) {
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk)
+          for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            mx = fmaxf(mx, fabsf(qf[h2][kk][e]));
+            for (int e = 0; e < 4; ++e)
+              mx = fmaxf(mx, fabsf(qf[h2][kk][e]));
+        } else if (row_ok[h2]) {
+          /* the warps of a row must agree: the maximum of the whole row as loaded (RoPE turns a pair
+           * by at most a factor sqrt 2, still inside f16's range) */
+          const QT *qp =
+              static_cast<const QT *>(p.q) + qrow[h2] * p.q_stride_batch + head[h2] * p.q_stride_head;
+#pragma unroll 1
+          for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+              float two[2];
+              ignis_unpack_word<QT>(
+                  __ldg(reinterpret_cast<const unsigned int *>(qp + frag_dim<FP8>(kk, e, t))), two);
+              mx = fmaxf(mx, fmaxf(fabsf(two[0]), fabsf(two[1])));
+            }
+        }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         if (mx > 0.0f && isfinite(mx)) {
@@ -517,7 +558,8 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         kfreq[kk][e] =
-            p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(kk, e, t)) / HEAD_DIM * p.rope_log2_theta);
+            p.rope_rcp_scale * exp2f(-(float)(2 * frag_dim<FP8>(qk_step<HEAD_DIM, DSPLIT>(kk, dpart), e, t)) /
+                                     HEAD_DIM * p.rope_log2_theta);
   }
   float(&slope)[2] = q.slope;
   slope[0] = slope[1] = 0.0f;
@@ -529,10 +571,10 @@ __device__ __forceinline__ void load_query(const ignis_decode_params &p, const d
 
 /* Score of a lane's element for score row h2 and key j (ok: the key's page is good) on the general
  * path: scaled, ALiBi, soft cap (base 2 out), masks of the row. */
-template <int HEAD_DIM, bool ROPE, bool TRANSPOSED>
+template <int HEAD_DIM, bool ROPE, bool TRANSPOSED, int DSPLIT>
 __device__ __forceinline__ float general_score(const ignis_decode_params &p, const decode_config &c,
-                                               const query_frags<HEAD_DIM, ROPE, TRANSPOSED> &q, float raw,
-                                               int h2, int j, bool ok, bool row_masks) {
+                                               const query_frags<HEAD_DIM, ROPE, TRANSPOSED, DSPLIT> &q,
+                                               float raw, int h2, int j, bool ok, bool row_masks) {
   const int32_t pos = q.score_pos[h2];
   float x = raw * q.row_scale[h2];
   if (c.transform) {

@@ -1,10 +1,10 @@
 /* The decode kernel instances, listed once. DECODE_INSTANCES(X, HEAD_DIM) has a line per q dtype,
  * K/V kind and RoPE of one head dim; each line becomes an entry of that head dim's table, which
- * compiles the instance's m16 and transposed kernels (decode_attention_kernel), its page kernel
- * where the page kernel takes it, and the merge kernel of its q dtype and head dim. The tables are
- * defined by decode_hd64.cu, decode_hd128.cu and decode_hd256.cu, a translation unit per head dim
- * so that they compile in parallel, each only when IGNIS_HEAD_DIMS names its head dim; decode.cu
- * selects from them. */
+ * compiles the instance's m16 kernel and its transposed kernel where that takes the head dim
+ * (decode_attention_kernel), its page kernel where the page kernel takes it, and the merge kernel of
+ * its q dtype and head dim. The tables are defined by decode_hd64.cu, decode_hd128.cu,
+ * decode_hd256.cu and decode_hd512.cu, a translation unit per head dim so that they compile in
+ * parallel, each only when IGNIS_HEAD_DIMS names its head dim; decode.cu selects from them. */
 #ifndef IGNIS_CUDA_DECODE_INSTANCES_CUH
 #define IGNIS_CUDA_DECODE_INSTANCES_CUH
 
@@ -49,7 +49,8 @@ struct decode_instance {
   int32_t kv_kind;
   int32_t head_dim;
   bool rope; /* ROPE_LLAMA */
-  /* Fills k with the family's kernel (DECODE_PAGE only where decode_page_takes) and allows it its
+  /* Fills k with the family's kernel (DECODE_PAGE only where decode_page_takes, DECODE_TRANSPOSED
+   * only where decode_transposed_takes: the m16 kernel otherwise) and allows it its
    * dynamic shared memory on the current device; with blocks_per_sm, gives its resident blocks per
    * SM there instead (from the runtime once per device; 1 when the query fails). */
   cudaError_t (*kernel)(decode_family family, decode_kernel *k, int *blocks_per_sm);
@@ -58,6 +59,13 @@ struct decode_instance {
 extern const decode_instance decode_instances_hd64[DECODE_INSTANCES_PER_HEAD_DIM];
 extern const decode_instance decode_instances_hd128[DECODE_INSTANCES_PER_HEAD_DIM];
 extern const decode_instance decode_instances_hd256[DECODE_INSTANCES_PER_HEAD_DIM];
+extern const decode_instance decode_instances_hd512[DECODE_INSTANCES_PER_HEAD_DIM];
+
+/* Whether the transposed kernel has instances of a head dim: not 512, whose Q and O fragments do not
+ * fit a warp (the m16 kernel splits the head dim across its warps there: decode_tile). */
+constexpr bool decode_transposed_takes(int64_t head_dim) {
+  return head_dim <= 256;
+}
 
 template <auto KERNEL>
 static cudaError_t decode_kernel_set(size_t smem, int threads, int heads_per_block, decode_kernel *k,
@@ -81,9 +89,10 @@ static cudaError_t decode_kernel_of(decode_family family, decode_kernel *k, int 
     if (family == DECODE_PAGE)
       return decode_kernel_set<decode_page_kernel<QT, KIND, ROPE>>(PAGE_SMEM_BYTES, PAGE_THREADS, PAGE_HEADS,
                                                                    k, blocks_per_sm);
-  if (family == DECODE_TRANSPOSED)
-    return decode_kernel_set<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(
-        decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES, DECODE_THREADS, 1, k, blocks_per_sm);
+  if constexpr (decode_transposed_takes(HEAD_DIM))
+    if (family == DECODE_TRANSPOSED)
+      return decode_kernel_set<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, true>>(
+          decode_tile<HEAD_DIM, KV_BYTES, true>::SMEM_BYTES, DECODE_THREADS, 1, k, blocks_per_sm);
   return decode_kernel_set<decode_attention_kernel<QT, KIND, HEAD_DIM, ROPE, false>>(
       decode_tile<HEAD_DIM, KV_BYTES, false>::SMEM_BYTES, DECODE_THREADS, 1, k, blocks_per_sm);
 }

@@ -26,9 +26,9 @@
  *     combines the tile's partial slots by their LSEs and joins the sink.
  *
  * Instances: q f16 / bf16 x K/V (q's dtype, fp8 e4m3, fp8 e5m2) x head dims (64, 64), (128, 128),
- * (256, 256), (192, 128) x {fast, general}, listed in prefill_instances.cuh and compiled a head dim
- * per translation unit (prefill_hd<d>.cu). The fast instance takes causal or no mask only; the
- * general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. A row with no visible key
+ * (256, 256), (512, 512), (192, 128) x {fast, general}, listed in prefill_instances.cuh and
+ * compiled a head dim per translation unit (prefill_hd<d>.cu). The fast instance takes causal or
+ * no mask only; the general one adds custom masks, windows, soft cap, ALiBi and ROPE_LLAMA. A row with no visible key
  * writes out = 0 and lse = -inf, or lse = the sink with sinks.
  *
  * Requirements beyond validation (IGNIS_ERROR_UNSUPPORTED otherwise): q, out, K and V start
@@ -115,6 +115,10 @@ static const prefill_instance *find_instance(const ignis_prefill_params &p) {
 #ifdef IGNIS_WITH_HEAD_DIM_256
   if (qk == 256 && vo == 256)
     table = prefill_instances_256_256;
+#endif
+#ifdef IGNIS_WITH_HEAD_DIM_512
+  if (qk == 512 && vo == 512)
+    table = prefill_instances_512_512;
 #endif
   if (table == nullptr)
     return nullptr;

@@ -3,9 +3,9 @@
  * each line becomes an entry of that pair's table, which compiles the instance's
  * prefill_attention_kernel, prefill_wgmma_kernel where the wgmma kernel takes the instance, and the
  * merge kernel of its q dtype and tile. The tables are defined by prefill_hd64.cu (64, 64),
- * prefill_hd128.cu ((128, 128) and (192, 128)) and prefill_hd256.cu (256, 256), a translation unit
- * per head dim so that they compile in parallel, each only when IGNIS_HEAD_DIMS names its head dim;
- * prefill.cu selects from them. */
+ * prefill_hd128.cu ((128, 128) and (192, 128)), prefill_hd256.cu (256, 256) and prefill_hd512.cu
+ * (512, 512), a translation unit per head dim so that they compile in parallel, each only when
+ * IGNIS_HEAD_DIMS names its head dim; prefill.cu selects from them. */
 #ifndef IGNIS_CUDA_PREFILL_INSTANCES_CUH
 #define IGNIS_CUDA_PREFILL_INSTANCES_CUH
 
@@ -57,6 +57,7 @@ extern const prefill_instance prefill_instances_64_64[PREFILL_INSTANCES_PER_HEAD
 extern const prefill_instance prefill_instances_128_128[PREFILL_INSTANCES_PER_HEAD_DIMS];
 extern const prefill_instance prefill_instances_192_128[PREFILL_INSTANCES_PER_HEAD_DIMS];
 extern const prefill_instance prefill_instances_256_256[PREFILL_INSTANCES_PER_HEAD_DIMS];
+extern const prefill_instance prefill_instances_512_512[PREFILL_INSTANCES_PER_HEAD_DIMS];
 
 /* Whether prefill_wgmma_kernel has an instance for these (the rest of its shape is prefill.cu's). */
 constexpr bool prefill_wgmma_takes(int kv_kind, int dqk, int dvo, bool general) {

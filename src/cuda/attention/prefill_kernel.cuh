@@ -2,7 +2,7 @@
  * tells the grid, the work items and the instances).
  *
  * FlashAttention-2 on mma.sync m16n8k16 (f32 accumulators). Tiles: ROWS = 128 packed rows for head
- * dims up to 128 (4 warps of 2 m-tiles), 64 above (4 warps of 1 m-tile); KT = 64 keys (32 at head
+ * dims up to 128 (4 warps of 2 m-tiles), 64 to 256 (4 warps of 1 m-tile); KT = 64 keys (32 at head
  * dim 256). Q is copied once into swizzled shared memory and read by ldmatrix at each k-step; K and
  * V tiles stream through a ring of 2-3 stages filled with 16-byte cp.async (zero-filled past the
  * range). The row addresses of every key are computed a stage ahead by threads 0..KT-1 (contiguous,
@@ -15,6 +15,10 @@
  * (V by ldmatrix.trans). Per step and warp the keys are skipped (beyond the causal diagonal or
  * before the window), taken without any mask (fully visible), or masked per element (diagonal,
  * window edges, range end, custom-mask bits gathered once per tile into shared memory).
+ *
+ * Head dim 512 (prefill_shape): tiles of 16 rows and 16 keys; the 4 warps share the one m-tile,
+ * each computing the whole S (the same in every warp) and a quarter of O's dims, since O of a
+ * 512-dim row would not fit one warp's registers.
  *
  * fp8 K/V tiles land as bytes and are converted once per tile, by the whole block, into a 16-bit
  * tile of q's dtype (exact for both formats), which is also where ROPE_LLAMA rotates the keys
@@ -53,11 +57,17 @@ struct prefill_row {
 };
 
 template <int DQK, int DVO, int KV_BYTES> struct prefill_shape {
-  static constexpr int ROWS = (DQK > DVO ? DQK : DVO) <= 128 ? 128 : 64; /* ignis_prefill_q_tile_rows */
-  static constexpr int MT = ROWS / (16 * PREFILL_WARPS);                 /* m-tiles per warp */
-  static constexpr int KT = DQK >= 256 ? 32 : 64;                        /* keys per tile */
+  static constexpr int DMAX = DQK > DVO ? DQK : DVO;
+  /* Head dim split (head dim 512): the 4 warps share the tile's one m-tile, each computing its S
+   * (the same in every warp) and a quarter of O's dims; O of a whole 512-dim row would not fit a
+   * warp's registers. */
+  static constexpr int DSPLIT = DMAX >= 512 ? PREFILL_WARPS : 1;
+  static constexpr int ROWS = DMAX <= 128 ? 128 : DMAX <= 256 ? 64 : 16; /* ignis_prefill_q_tile_rows */
+  static constexpr int MT = ROWS * DSPLIT / (16 * PREFILL_WARPS);        /* m-tiles per warp */
+  static constexpr int NV = DVO / 8 / DSPLIT;                            /* O n-tiles per warp */
+  static constexpr int KT = DQK >= 512 ? 16 : DQK >= 256 ? 32 : 64;      /* keys per tile */
   /* keys per softmax step: two steps per tile where S of a whole tile would crowd out O */
-  static constexpr int KC = MT * (DVO / 8) * 4 + MT * (KT / 8) * 4 > 160 ? 32 : KT;
+  static constexpr int KC = MT * NV * 4 + MT * (KT / 8) * 4 > 160 ? 32 : KT;
   static constexpr int STAGES = DQK <= 64 ? 3 : 2;
   static constexpr int SLOTS = STAGES + 1;
   static constexpr bool FP8 = KV_BYTES == 1;
@@ -73,7 +83,7 @@ template <int DQK, int DVO, int KV_BYTES> struct prefill_shape {
   static constexpr size_t MASK_OFFSET = ROWS_OFFSET + (size_t)ROWS * sizeof(prefill_row) + 16;
   static constexpr size_t FREQ_OFFSET = MASK_OFFSET + (size_t)ROWS * 8;
   static constexpr size_t SMEM_BYTES = FREQ_OFFSET + (size_t)DQK / 2 * 4;
-  static_assert(MT >= 1 && KT <= PREFILL_THREADS && KT <= 64, "tile shape");
+  static_assert(MT >= 1 && KT <= PREFILL_THREADS && KT <= 64 && KT % KC == 0, "tile shape");
   /* swizzled_step: every 16-bit tile and row starts 128-byte aligned */
   static_assert(RING_OFFSET % 128 == 0 && STAGE_BYTES % 128 == 0 && CONV_OFFSET % 128 == 0 &&
                     (KT * K_ROW) % 128 == 0 && (KT * K_RAW_ROW) % 128 == 0 && Q_ROW % 128 == 0 &&
@@ -285,17 +295,18 @@ __device__ __forceinline__ void tile_softmax(float (&s)[MT][KC / 8][4], float sc
     }
 }
 
-/* o += P V over KC keys (rows key0 ..) of a V tile. */
-template <bool BF16, int MT, int KC, int DVO>
+/* o += P V over KC keys (rows key0 ..) of a V tile, for the NV n-tiles of dims from v_tile's column
+ * (a multiple of 64 dims past a row's start, so the swizzle is the row's). */
+template <bool BF16, int MT, int KC, int DVO, int NV = DVO / 8>
 __device__ __forceinline__ void tile_pv(uint32_t v_tile, int key0, int lane,
-                                        const uint32_t (&pa)[MT][KC / 16][4], float (&o)[MT][DVO / 8][4]) {
+                                        const uint32_t (&pa)[MT][KC / 16][4], float (&o)[MT][NV][4]) {
   constexpr int ROW = DVO * 2;
   const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_hi = lane >> 4;
   const uint32_t v_lane = v_tile + (key0 + v_row) * ROW + ((v_hi ^ (lane & 7)) << 4);
 #pragma unroll
   for (int kk = 0; kk < KC / 16; ++kk)
 #pragma unroll
-    for (int j = 0; j < DVO / 8; j += 2) {
+    for (int j = 0; j < NV; j += 2) {
       uint32_t x[4];
       ldmatrix_x4_trans(swizzled_step(v_lane, j) + kk * 16 * ROW, x);
 #pragma unroll
@@ -314,7 +325,7 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
   constexpr bool BF16 = std::is_same<QT, __nv_bfloat16>::value;
   constexpr int KV_BYTES = FP8 ? 1 : 2;
   typedef prefill_shape<DQK, DVO, KV_BYTES> sh;
-  constexpr int KT = sh::KT, KC = sh::KC, MT = sh::MT, NV = DVO / 8;
+  constexpr int KT = sh::KT, KC = sh::KC, MT = sh::MT, NV = sh::NV, DSPLIT = sh::DSPLIT;
   extern __shared__ __align__(128) unsigned char prefill_smem[];
   const uint32_t smem_base = (uint32_t)__cvta_generic_to_shared(prefill_smem);
   const uint32_t q_tile = smem_base + sh::Q_OFFSET;
@@ -452,7 +463,8 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
     info.head = kvh * group + packed % group;
     row_info[r] = info;
   }
-  const int wrow0 = warp * MT * 16;
+  /* DSPLIT: warp = the part of O's dims it takes, all warps on the same rows */
+  const int wrow0 = (warp / DSPLIT) * MT * 16, dpart = warp % DSPLIT;
   const bool warp_active = wrow0 < rows;
   const int32_t wpos_lo = pos_base + (row0 + min(wrow0, rows - 1)) / group;
   const int32_t wpos_hi = pos_base + (row0 + min(wrow0 + MT * 16, rows) - 1) / group;
@@ -564,7 +576,7 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
       }
       uint32_t pa[MT][KC / 16][4];
       tile_softmax<QT, MT, KC, NV>(s, GENERAL ? 1.0f : c.score_scale, m, l, o, pa);
-      tile_pv<BF16, MT, KC, DVO>(v_tile, sub * KC, lane, pa, o);
+      tile_pv<BF16, MT, KC, DVO, NV>(v_tile + dpart * NV * 16, sub * KC, lane, pa, o);
     }
   }
   copy_async_wait<0>(); /* no copy outlives the block (the ring's last groups are empty or unused) */
@@ -584,7 +596,7 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
-      const int r = warp * MT * 16 + mt * 16 + g + 8 * h2;
+      const int r = wrow0 + mt * 16 + g + 8 * h2;
       const prefill_row info = row_info[r];
       if (info.token < 0)
         continue;
@@ -597,23 +609,23 @@ __global__ void __launch_bounds__(PREFILL_THREADS, 2)
       const float lse2 = total > 0.0f ? top + log2f(total) : -CUDART_INF_F;
       if (partial < 0) {
         QT *out = static_cast<QT *>(p.out) + info.token * p.out_stride_token + info.head * p.out_stride_head +
-                  2 * t;
+                  dpart * NV * 8 + 2 * t;
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
           const float two[2] = {o[mt][j][2 * h2] * inv, o[mt][j][2 * h2 + 1] * inv};
           *reinterpret_cast<uint32_t *>(out + 8 * j) = ignis_pack_word<QT>(two);
         }
-        if (p.lse != nullptr && t == 0)
+        if (p.lse != nullptr && t == 0 && dpart == 0)
           p.lse[info.token * p.lse_stride_token + info.head * p.lse_stride_head] = lse2 * p.lse_scale;
       } else {
         const int64_t prow =
             ((int64_t)partial * p.num_kv_heads + blockIdx.x % (unsigned)p.num_kv_heads) * sh::ROWS + r;
-        float *out = p.partial_out + prow * DVO + 2 * t;
+        float *out = p.partial_out + prow * DVO + dpart * NV * 8 + 2 * t;
 #pragma unroll
         for (int j = 0; j < NV; ++j)
           *reinterpret_cast<float2 *>(out + 8 * j) =
               make_float2(o[mt][j][2 * h2] * inv, o[mt][j][2 * h2 + 1] * inv);
-        if (t == 0)
+        if (t == 0 && dpart == 0)
           p.partial_lse[prow] = lse2;
       }
     }

@@ -1,7 +1,9 @@
 /* CUDA runtime facts and services for the core: device count, where a pointer lives, device
  * properties, the compiled targets, the cached SM count launchers and planners use to size grids,
  * and what a plan needs to stage its schedule: pinned host buffers, events, and an asynchronous
- * host-to-device copy that records an event when it has run. */
+ * host-to-device copy that records an event when it has run. That copy is on every plan update's
+ * path, so it makes one runtime call (two with an event to record) on a stream the caller names,
+ * and asks for the current device only where the handle means "the current device's stream". */
 #include <stdio.h>
 #include <string.h>
 
@@ -143,10 +145,33 @@ extern "C" ignis_status ignis_cuda_copy_device_async(void *dst, const void *src,
   return IGNIS_OK;
 }
 
+/* The stream handles that mean a stream of the current device: the default stream (NULL, or
+ * cudaStreamLegacy) and the calling thread's default stream. */
+static bool current_device_stream(cudaStream_t stream) {
+  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
+/* A copy into a stream of another device than the current one is legal, and an event is recorded
+ * on its stream whatever device is current, so only the current device's stream handles need
+ * `device` made current. */
+static ignis_status copy_and_record(void *dst, const void *src, size_t bytes, cudaStream_t stream,
+                                    cudaEvent_t event) {
+  IGNIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  if (event)
+    IGNIS_CUDA_CHECK(cudaEventRecord(event, stream));
+  return IGNIS_OK;
+}
+
 extern "C" ignis_status ignis_cuda_copy_to_device_async(void *dst, const void *src, size_t bytes, int32_t device,
                                                         void *stream, void *event) {
+  if (!current_device_stream((cudaStream_t)stream))
+    return copy_and_record(dst, src, bytes, (cudaStream_t)stream, (cudaEvent_t)event);
   IGNIS_CUDA_ON_DEVICE(device);
-  IGNIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream));
-  IGNIS_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+  return copy_and_record(dst, src, bytes, (cudaStream_t)stream, (cudaEvent_t)event);
+}
+
+extern "C" ignis_status ignis_cuda_device_synchronize(int32_t device) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  IGNIS_CUDA_CHECK(cudaDeviceSynchronize());
   return IGNIS_OK;
 }

@@ -1,6 +1,8 @@
-/* CUDA backend of the GEMM ops (include/ignis/gemm.h) through cuBLASLt, which ignis loads itself
- * (dlopen at the first GEMM call, functions resolved with dlsym) so that nothing else in the library
- * depends on it. cublasLt.h supplies the types and enums only; no symbol of it is linked.
+/* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products on ignis' own
+ * kernel (gemm_skinny.h says which), everything else through cuBLASLt, which ignis loads itself
+ * (dlopen at the first GEMM call that needs it, functions resolved with dlsym) so that nothing else
+ * in the library depends on it. cublasLt.h supplies the types and enums only; no symbol of it is
+ * linked.
  *
  * Mapping. ignis' row-major out[M, N] = a[M, K] b[K, N] is cuBLASLt's column-major
  * D (N x M) = op(A') (N x K) * B' (K x M) with A' = b and B' = a: B' is a's memory read as a
@@ -17,8 +19,10 @@
  *     per-row weight: scale[n + kb * N]      (as the activations)
  *
  * State, per process: the library's functions; per device, one cuBLASLt handle; per (device,
- * stream), one workspace (cuBLASLt's WORKSPACE_BYTES, then SCALE_BYTES of repacked scales),
- * allocated at the first call on that stream and kept, so later calls never allocate (CUDA-graph
+ * stream), one workspace (cuBLASLt's WORKSPACE_BYTES, then SCALE_BYTES of repacked scales, then
+ * SKINNY_COUNTER_BYTES of the small-M kernel's split-K counters, zeroed once; that kernel's f32
+ * partial sums use the scales' room, which a call only fills for its own cuBLASLt launch, stream
+ * ordered after any earlier kernel), allocated at the first call on that stream and kept, so later calls never allocate (CUDA-graph
  * capture safe once warm; a first call inside a capture is refused with that reason). A cache of
  * CACHE_SIZE entries keeps, per call shape (sizes, strides, dtypes, layout, bias, alignments), the
  * descriptors and the algorithm the heuristic chose; the pointers are set on the cached descriptor
@@ -38,10 +42,12 @@
 #include "core/validate.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/gemm_scales.h"
+#include "cuda/gemm/gemm_skinny.h"
 
 enum {
   WORKSPACE_BYTES = 32 << 20,
   SCALE_BYTES = 16 << 20,
+  SKINNY_COUNTER_BYTES = 64 << 10,
   MAX_DEVICES = 64,
   MAX_STREAMS = 256,
   CACHE_SIZE = 512
@@ -176,7 +182,7 @@ static cublasLtHandle_t handles[MAX_DEVICES];
 typedef struct {
   int32_t device;
   void *stream;
-  void *memory; /* WORKSPACE_BYTES + SCALE_BYTES */
+  void *memory; /* WORKSPACE_BYTES + SCALE_BYTES + SKINNY_COUNTER_BYTES */
 } workspace_entry;
 
 static workspace_entry workspaces[MAX_STREAMS];
@@ -223,11 +229,19 @@ static ignis_status workspace_for(int32_t device, void *stream, void **out) {
         "ignis GEMM: the first GEMM call on a stream allocates its workspace, which a CUDA "
         "graph capture forbids: make one call on this stream before capturing");
   void *memory = NULL;
-  cudaError_t err = cudaMalloc(&memory, (size_t)WORKSPACE_BYTES + SCALE_BYTES);
+  const size_t bytes = (size_t)WORKSPACE_BYTES + SCALE_BYTES + SKINNY_COUNTER_BYTES;
+  cudaError_t err = cudaMalloc(&memory, bytes);
+  if (err == cudaSuccess) {
+    /* on the stream that owns the workspace: before its first kernel */
+    err = cudaMemsetAsync((char *)memory + WORKSPACE_BYTES + SCALE_BYTES, 0, SKINNY_COUNTER_BYTES,
+                          (cudaStream_t)stream);
+    if (err != cudaSuccess)
+      cudaFree(memory);
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis GEMM: cudaMalloc of the %d MiB workspace failed: %s",
-                           (WORKSPACE_BYTES + SCALE_BYTES) >> 20, cudaGetErrorString(err));
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis GEMM: making the %zu MiB workspace failed: %s",
+                           bytes >> 20, cudaGetErrorString(err));
   }
   workspaces[workspace_count++] = (workspace_entry){device, stream, memory};
   *out = memory;
@@ -564,7 +578,19 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
   return IGNIS_OK;
 }
 
-ignis_status ignis_cuda_gemm(const ignis_gemm_params *p, int32_t device, void *stream) {
+/* Caller holds state_lock; device is current. */
+static ignis_status run_skinny_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  void *workspace = NULL;
+  IGNIS_TRY(workspace_for(device, stream, &workspace));
+  char *scales = (char *)workspace + WORKSPACE_BYTES;
+  return ignis_cuda_skinny_gemm(p, device, (float *)scales, SCALE_BYTES / sizeof(float),
+                                (unsigned *)(scales + SCALE_BYTES), SKINNY_COUNTER_BYTES / sizeof(unsigned),
+                                stream);
+}
+
+/* The whole call: the shape rules, the device, the lock, then the small-M kernel where it applies
+ * (routed) or cuBLASLt. */
+static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
   IGNIS_TRY(check_cuda_rules(p));
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess ||
@@ -573,9 +599,18 @@ ignis_status ignis_cuda_gemm(const ignis_gemm_params *p, int32_t device, void *s
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis GEMM: cannot make device %d current", device);
   }
   pthread_mutex_lock(&state_lock);
-  ignis_status s = run_locked(p, device, stream);
+  ignis_status s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
+                                                                 : run_locked(p, device, stream);
   pthread_mutex_unlock(&state_lock);
   if (previous != device)
     cudaSetDevice(previous);
   return s;
+}
+
+ignis_status ignis_cuda_gemm(const ignis_gemm_params *p, int32_t device, void *stream) {
+  return gemm_call(p, device, stream, 1);
+}
+
+ignis_status ignis_cuda_gemm_cublaslt(const ignis_gemm_params *p, int32_t device, void *stream) {
+  return gemm_call(p, device, stream, 0);
 }

@@ -64,6 +64,15 @@ _GRAPH_Q_PER_REQUEST = 4
 _LN2 = math.log(2.0)
 
 
+def _starts_at(x, buffer):
+    """Whether x is buffer or a view at its start (SGLang fills the graph's index buffer itself and
+    passes a slice of it): nothing to copy then."""
+    if x is buffer:
+        return True
+    pointer, start = getattr(x, "data_ptr", None), getattr(buffer, "data_ptr", None)
+    return pointer is not None and start is not None and pointer() == start()
+
+
 def _refuse(fn, name, value, default=None):
     if value is not default and value != default:
         raise UnsupportedError("%s: %s=%r is not supported by ignis" % (fn, name, value))
@@ -191,7 +200,7 @@ class BatchMLAPagedAttentionWrapper:
         """The page indices the runs read: on the workspace's device, int32; with CUDA graphs the
         constructor's buffer, filled here."""
         if self._use_cuda_graph and self._kv_indices_buf is not None:
-            if kv_indices is not self._kv_indices_buf:
+            if not _starts_at(kv_indices, self._kv_indices_buf):
                 source = device_i32(fn, "kv_indices", kv_indices) if is_cuda(kv_indices) else host_i32(
                     fn, "kv_indices", kv_indices)
                 copy_index_into(fn, "kv_indices", self._kv_indices_buf, source[:used])

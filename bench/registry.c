@@ -19,6 +19,7 @@ static const bench_family *const families[] = {
     &bench_family_merge, &bench_family_decode,     &bench_family_prefill, &bench_family_sampling,
     &bench_family_gemm,
     &bench_family_quant,
+    &bench_family_mla,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

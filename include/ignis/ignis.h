@@ -8,6 +8,7 @@
 #include "ignis/decode.h"
 #include "ignis/gemm.h"
 #include "ignis/merge_state.h"
+#include "ignis/mla.h"
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
 #include "ignis/prefill.h"

@@ -2090,6 +2090,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
   PyObject *module = PyModule_Create(&ext_module);
   if (module && (PyModule_AddFunctions(module, ext_sampling_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_gemm_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_mla_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_prefill_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_quant_methods) < 0 || add_constants(module) < 0 ||
                  add_plan_update_declined(module) < 0))

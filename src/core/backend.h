@@ -13,6 +13,7 @@
 
 #include "gemm_params.h"
 #include "grouped_gemm_params.h"
+#include "mla_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -97,6 +98,10 @@ typedef struct ignis_backend {
   /* The grouped GEMM forms (core/grouped_gemm_params.h): one launch over every group, m_indptr
    * read where it lives (on the device for CUDA: no host sync). */
   ignis_status (*grouped_gemm)(const ignis_grouped_gemm_params *params, int32_t device, void *stream);
+  /* MLA attention over the latent cache (the attention items, then the merge of split requests)
+   * and the append of latent rows (core/mla_params.h). */
+  ignis_status (*mla)(const ignis_mla_params *params, int32_t device, void *stream);
+  ignis_status (*append_paged_mla_kv)(const ignis_append_mla_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

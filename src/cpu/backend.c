@@ -45,4 +45,6 @@ const ignis_backend ignis_cpu_backend = {
     .topk_transform = ignis_cpu_topk_transform,
     .gemm = ignis_cpu_gemm,
     .grouped_gemm = ignis_cpu_grouped_gemm,
+    .mla = ignis_cpu_mla,
+    .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
 };

@@ -41,4 +41,6 @@ const ignis_backend ignis_cuda_backend = {
     .topk_transform = ignis_cuda_topk_transform,
     .gemm = ignis_cuda_gemm,
     .grouped_gemm = ignis_cuda_grouped_gemm,
+    .mla = ignis_cuda_mla,
+    .append_paged_mla_kv = ignis_cuda_append_paged_mla_kv,
 };

@@ -1,7 +1,8 @@
-"""flashinfer.page under the switch: ignis.page's names, plus FlashInfer's NVFP4 appends (ignis has
-no NVFP4 KV cache: they raise UnsupportedError)."""
+"""flashinfer.page under the switch: ignis.page's names and the MLA cache append (ignis.mla), plus
+FlashInfer's NVFP4 appends (ignis has no NVFP4 KV cache: they raise UnsupportedError)."""
 
 from ignis import UnsupportedError
+from ignis.mla import append_paged_mla_kv_cache
 from ignis.page import *
 
 

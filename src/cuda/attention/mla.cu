@@ -1,0 +1,93 @@
+/* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
+ * mla_attention.cuh). The attention grid is the last update's work items, then the merge grid its
+ * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
+ * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
+ * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
+ * aligned with strides of whole 16-byte units (IGNIS_ERROR_UNSUPPORTED otherwise, before any launch). */
+#include "cuda/attention/mla_attention.cuh"
+
+static bool aligned16(const void *ptr) {
+  return ((uintptr_t)ptr & 15u) == 0;
+}
+/* A stride, in elements of `bytes` bytes, that keeps 16-byte alignment. */
+static bool stride16(int64_t stride, int64_t bytes) {
+  return (stride * bytes) % 16 == 0;
+}
+
+static ignis_status check_alignment(const ignis_mla_params &p) {
+  const int64_t qs = 2, ks = p.kv_dtype == IGNIS_FP8_E4M3 ? 1 : 2;
+  const bool ok = aligned16(p.q_nope) && aligned16(p.q_pe) && aligned16(p.ckv) && aligned16(p.kpe) &&
+                  aligned16(p.out) && stride16(p.q_nope_stride_token, qs) &&
+                  stride16(p.q_nope_stride_head, qs) && stride16(p.q_pe_stride_token, qs) &&
+                  stride16(p.q_pe_stride_head, qs) && stride16(p.ckv_stride_page, ks) &&
+                  stride16(p.ckv_stride_token, ks) && stride16(p.kpe_stride_page, ks) &&
+                  stride16(p.kpe_stride_token, ks) && stride16(p.out_stride_token, qs) &&
+                  stride16(p.out_stride_head, qs);
+  if (!ok)
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis_mla_run: on CUDA q_nope, q_pe, ckv_cache, kpe_cache and out must start 16-byte "
+        "aligned with strides of multiples of 16 bytes");
+  return IGNIS_OK;
+}
+
+template <typename T, bool FP8> static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
+    capture = cudaStreamCaptureStatusActive;
+  }
+  const bool captured = capture != cudaStreamCaptureStatusNone;
+  const int64_t items = captured ? p.max_work : p.launch_work;
+  const int64_t merges = captured ? p.max_merge : p.launch_merge;
+  if (items > 0) {
+    const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
+    IGNIS_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<T, FP8>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    mla_attention_kernel<T, FP8><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    const ignis_status status = ignis_check_launch("mla attention");
+    if (status != IGNIS_OK)
+      return status;
+  }
+  if (merges > 0) {
+    mla_merge_kernel<T><<<dim3((unsigned)merges, (unsigned)p.num_heads), 128, 0, stream>>>(p);
+    return ignis_check_launch("mla merge");
+  }
+  return IGNIS_OK;
+}
+
+extern "C" ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t device, void *stream) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  const ignis_status aligned = check_alignment(*params);
+  if (aligned != IGNIS_OK)
+    return aligned;
+  const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3;
+  if (params->dtype == IGNIS_BF16)
+    return fp8 ? launch<__nv_bfloat16, true>(*params, (cudaStream_t)stream)
+               : launch<__nv_bfloat16, false>(*params, (cudaStream_t)stream);
+  return fp8 ? launch<__half, true>(*params, (cudaStream_t)stream)
+             : launch<__half, false>(*params, (cudaStream_t)stream);
+}
+
+extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device,
+                                                       void *stream) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  const int64_t es = p->dtype == IGNIS_FP8_E4M3 ? 1 : 2;
+  if (!aligned16(p->append_ckv) || !aligned16(p->append_kpe) || !aligned16(p->ckv) || !aligned16(p->kpe) ||
+      !stride16(p->append_ckv_stride, es) || !stride16(p->append_kpe_stride, es) ||
+      !stride16(p->ckv_stride_page, es) || !stride16(p->ckv_stride_token, es) ||
+      !stride16(p->kpe_stride_page, es) || !stride16(p->kpe_stride_token, es))
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "ignis_append_paged_mla_kv_cache: on CUDA the rows and caches must start 16-byte aligned "
+        "with strides of multiples of 16 bytes");
+  if (p->nnz > INT32_MAX)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis_append_paged_mla_kv_cache: %lld rows exceed one grid", (long long)p->nnz);
+  const cudaStream_t s = (cudaStream_t)stream;
+  if (p->dtype == IGNIS_FP8_E4M3)
+    mla_append_kernel<uint8_t><<<(unsigned)p->nnz, MLA_RAW_CHUNKS, 0, s>>>(*p);
+  else
+    mla_append_kernel<uint16_t><<<(unsigned)p->nnz, MLA_CHUNKS, 0, s>>>(*p);
+  return ignis_check_launch("mla append");
+}

@@ -1843,46 +1843,64 @@ static arg_spec decode_block_table_spec[] = {ARG(attention_args, plan, ARG_REQUI
                                              ATTENTION_EXTRA_ARGS};
 static arg_table decode_block_table_args = ARG_TABLE(decode_block_table_spec);
 
+/* Gathers a block-table run's tensors (decode's; prefill's also takes `cum_seq_lens_q`, else
+ * NULL), begins the op call, and fills `cache`, the workspace and a->extras.sinks. On failure it
+ * returns -1 with the call released and the error set. */
+int block_table_run_begin(const char *fn, attention_args *a, PyObject *cum_seq_lens_q, op_call *c,
+                          block_table_slots *s, ignis_block_table_kv_cache *cache, void **ws, size_t *ws_bytes) {
+  static const ignis_block_table_kv_cache init = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
+  tensor_list l = {.count = 0};
+  const int combined = a->v == Py_None;
+  s->q = tensor_list_add(&l, a->q, "q");
+  const int k = tensor_list_add(&l, a->k, combined ? "kv_cache" : "k_cache");
+  const int v = tensor_list_add(&l, a->v, "v_cache");
+  s->out = tensor_list_add(&l, a->out, "out");
+  const int table = tensor_list_add(&l, a->block_tables, "block_tables");
+  const int lens = tensor_list_add(&l, a->seq_lens, "seq_lens");
+  s->cum_seq_lens_q = cum_seq_lens_q ? tensor_list_add(&l, cum_seq_lens_q, "cum_seq_lens_q") : -1;
+  s->lse = tensor_list_add(&l, a->lse, "lse");
+  const int sinks = tensor_list_add(&l, a->sinks, "sinks"), ws_at = tensor_list_add(&l, a->workspace, "workspace");
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, slot_bit(s->out) | slot_bit(s->lse), a->stream) < 0)
+    return -1;
+  ignis_paged_kv_cache kv = IGNIS_PAGED_KV_CACHE_INIT;
+  *ws = NULL;
+  *ws_bytes = 0;
+  if (apply_fp8_view(fn, a->q_view, &c->tensors[s->q], "q") < 0 ||
+      paged_kv_tensors(fn, c, a->kv_view, k, l.names[k], v, combined, &kv) < 0 ||
+      (ws_at >= 0 && workspace_of(fn, &c->tensors[ws_at], ws, ws_bytes) < 0)) {
+    op_call_release(c);
+    return -1;
+  }
+  *cache = init;
+  cache->layout = a->kv_layout;
+  cache->k_cache = kv.k_cache;
+  cache->v_cache = kv.v_cache;
+  cache->block_tables = c->tensors[table];
+  cache->seq_lens = c->tensors[lens];
+  a->extras.sinks = sinks >= 0 ? &c->tensors[sinks] : NULL;
+  return 0;
+}
+
 static PyObject *ext_decode_run_block_table(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                             PyObject *kwnames) {
   static const char *const fn = "ignis.decode_run_block_table";
-  static const ignis_block_table_kv_cache init = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
   attention_args a;
   if (parse_attention_args(fn, &decode_block_table_args, args, nargs, kwnames, &a) < 0)
     return NULL;
   decode_plan_handle *handle = decode_plan_of(fn, a.plan);
   if (!handle)
     return NULL;
-  tensor_list l = {.count = 0};
-  const int combined = a.v == Py_None;
-  const int q = tensor_list_add(&l, a.q, "q"), k = tensor_list_add(&l, a.k, combined ? "kv_cache" : "k_cache");
-  const int v = tensor_list_add(&l, a.v, "v_cache"), out = tensor_list_add(&l, a.out, "out");
-  const int table = tensor_list_add(&l, a.block_tables, "block_tables");
-  const int lens = tensor_list_add(&l, a.seq_lens, "seq_lens"), lse = tensor_list_add(&l, a.lse, "lse");
-  const int sinks = tensor_list_add(&l, a.sinks, "sinks"), ws_at = tensor_list_add(&l, a.workspace, "workspace");
   op_call c;
-  if (op_call_begin(&c, fn, l.objs, l.names, l.count, slot_bit(out) | slot_bit(lse), a.stream) < 0)
+  block_table_slots s;
+  ignis_block_table_kv_cache cache;
+  void *ws;
+  size_t ws_bytes;
+  if (block_table_run_begin(fn, &a, NULL, &c, &s, &cache, &ws, &ws_bytes) < 0)
     return NULL;
-  ignis_block_table_kv_cache cache = init;
-  ignis_paged_kv_cache kv = IGNIS_PAGED_KV_CACHE_INIT;
-  void *ws = NULL;
-  size_t ws_bytes = 0;
-  if (apply_fp8_view(fn, a.q_view, &c.tensors[q], "q") < 0 ||
-      paged_kv_tensors(fn, &c, a.kv_view, k, l.names[k], v, combined, &kv) < 0 ||
-      (ws_at >= 0 && workspace_of(fn, &c.tensors[ws_at], &ws, &ws_bytes) < 0)) {
-    op_call_release(&c);
-    return NULL;
-  }
-  cache.layout = a.kv_layout;
-  cache.k_cache = kv.k_cache;
-  cache.v_cache = kv.v_cache;
-  cache.block_tables = c.tensors[table];
-  cache.seq_lens = c.tensors[lens];
-  a.extras.sinks = sinks >= 0 ? &c.tensors[sinks] : NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status =
-      ignis_decode_run_block_table(handle->plan, &c.tensors[q], &cache, a.max_seq_len, &a.extras, &c.tensors[out],
-                                   lse >= 0 ? &c.tensors[lse] : NULL, ws, ws_bytes, c.stream);
+      ignis_decode_run_block_table(handle->plan, &c.tensors[s.q], &cache, a.max_seq_len, &a.extras, &c.tensors[s.out],
+                                   s.lse >= 0 ? &c.tensors[s.lse] : NULL, ws, ws_bytes, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 

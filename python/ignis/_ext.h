@@ -173,6 +173,14 @@ typedef struct {
  * extras, NHD, no mask, no fp8 view) and check the view; -1 with the error set. */
 int parse_attention_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                          attention_args *a);
+/* The slots of a block-table run's tensors in its op_call (-1: not given). */
+typedef struct block_table_slots {
+  int q, out, lse, cum_seq_lens_q;
+} block_table_slots;
+/* A block-table run's tensors (decode's; prefill's with cum_seq_lens_q): the op call begun, the
+ * cache, workspace and sinks filled; -1 with the call released and the error set on failure. */
+int block_table_run_begin(const char *fn, attention_args *a, PyObject *cum_seq_lens_q, op_call *c,
+                          block_table_slots *s, ignis_block_table_kv_cache *cache, void **ws, size_t *ws_bytes);
 
 /* The per-call arguments every attention binding ends with. */
 #define ATTENTION_EXTRA_ARGS                                                                                 \

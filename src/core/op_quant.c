@@ -142,6 +142,22 @@ static ignis_status resolve(const char *fn, const ignis_tensor *const *tensors, 
   return ignis_resolve_target(fn, tensors, names, count, target);
 }
 
+/* The target of the ops on input, scale and out alone. */
+static ignis_status resolve_input_scale_out(const char *fn, const ignis_tensor *input,
+                                            const ignis_tensor *scale, const ignis_tensor *out,
+                                            ignis_target *target) {
+  const ignis_tensor *tensors[] = {input, scale, out};
+  const char *names[] = {"input", "scale", "out"};
+  return resolve(fn, tensors, names, 3, target);
+}
+
+/* A scale the op writes: apart from input and out. */
+static ignis_status check_scale_apart(const char *fn, const ignis_tensor *scale, const ignis_tensor *input,
+                                      const ignis_tensor *out) {
+  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
+  return ignis_check_disjoint(fn, "scale", scale, "out", out);
+}
+
 /* The values per out row: input.shape[-1], or half of it (which must be even) for silu_and_mul. */
 static ignis_status out_width(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input,
                               int min_ndim, int max_ndim, int64_t *width) {
@@ -165,10 +181,8 @@ static ignis_status static_quant(const char *fn, ignis_quant_prologue prologue, 
   IGNIS_TRY(check_rows(fn, input, 1, out, prologue == IGNIS_QUANT_SILU_MUL ? width : -1));
   IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
   IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "scale", scale));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(prologue, input, out);
   set_static_scale(&p, scale);
   return dispatch(&p, &target, stream);
@@ -186,12 +200,9 @@ ignis_status ignis_fp8_quantize_dynamic(const ignis_tensor *input, double eps, i
   IGNIS_TRY(check_rows(fn, input, 1, out, -1));
   IGNIS_TRY(check_eps(fn, "eps", eps, 1));
   IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "out", out));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
+  IGNIS_TRY(check_scale_apart(fn, scale, input, out));
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(IGNIS_QUANT_PLAIN, input, out);
   p.scale_mode = IGNIS_QUANT_SCALE_ABSMAX;
   p.scale = scale->data;
@@ -214,12 +225,9 @@ static ignis_status group_quant(const char *fn, ignis_quant_prologue prologue, c
   IGNIS_TRY(check_group_size(fn, group_size, width));
   IGNIS_TRY(check_eps(fn, "eps", eps, 1));
   IGNIS_TRY(check_group_scale(fn, "scale", scale, input->shape[0], width / group_size, ue8m0));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "out", out));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
+  IGNIS_TRY(check_scale_apart(fn, scale, input, out));
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(prologue, input, out);
   set_group_scale(&p, scale, group_size, eps, ue8m0);
   return dispatch(&p, &target, stream);

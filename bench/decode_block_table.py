@@ -18,15 +18,14 @@ outputs must agree (max |a - b| / max |b| <= 1e-2). Exit status 1 when a bar fai
 """
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
 import ignis
-from gpu_timing import BURST, median_us
+from gpu_timing import BURST, host_us, median_us
 from ignis.trtllm import xqa_batch_decode_with_kv_cache
+from report import emit, targets_with_count
 
 SETTLE_S = 1.0
 HEAD_DIM, PAGE = 128, 16
@@ -38,19 +37,6 @@ SHAPES = [  # batch, kv_len (None: mixed), qo_heads, kv_heads
     (16, 16384, 64, 8),
     (64, None, 32, 8),
 ]
-
-
-def host_us(call, n=200):
-    """Median host time of one call issued to an idle GPU (synchronized between calls, untimed), so
-    that no call waits on the device."""
-    samples = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def one_shape(batch, kv_len, hq, hkv, iters, workspace):
@@ -98,8 +84,8 @@ def one_shape(batch, kv_len, hq, hkv, iters, workspace):
     err = ((out_b.float() - out_w.float()).abs().max() / out_w.float().abs().max()).item()
     wrapper_us = median_us(run_w, iters, SETTLE_S)
     table_us = median_us(run_b, iters, SETTLE_S)
-    wrapper_host = host_us(lambda: (plan(), run_w()))
-    table_host = host_us(run_b)
+    wrapper_host = host_us(lambda: (plan(), run_w()), 200)
+    table_host = host_us(run_b, 200)
     kv_bytes = sum(lengths) * hkv * HEAD_DIM * 2 * 2
     name = f"B{batch} L{kv_len if kv_len is not None else 'mixed<=8192'} {hq}/{hkv} d{HEAD_DIM} NHD page{PAGE} bf16"
     return {"shape": name, "wrapper_us": wrapper_us, "table_us": table_us, "ratio": table_us / wrapper_us,
@@ -135,15 +121,9 @@ def main():
     checks = [(f"{r['shape']}: block-table / wrapper time", f"{r['ratio']:.3f}", "<= 1.02", r["ratio"] <= 1.02)
               for r in rows]
     checks += [(f"{r['shape']}: outputs agree", f"{r['err']:.1e}", "<= 1e-2", r["err"] <= 1e-2) for r in rows]
-    lines += ["", "| target | measured | bar | result |", "|---|---|---|---|"]
-    lines += [f"| {d} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for d, m, b, ok in checks]
-    failed = [d for d, _, _, ok in checks if not ok]
-    lines += ["", f"{len(checks) - len(failed)}/{len(checks)} targets met"]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    table, failed = targets_with_count(checks)
+    lines += table
+    emit(lines, args.markdown)
     return 1 if failed else 0
 
 

@@ -29,6 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ignis
 from gpu_timing import BURST, median_us, single_call_us
+from report import emit, targets_with_count
 
 SETTLE_S = 1.0  # idle before each library's timing (gpu_timing: clocks after the previous shape)
 
@@ -209,15 +210,9 @@ def main():
                      f"{r['cudnn_us'] / r['ignis_us']:.2f}x | {r['ignis_one']:.1f} | {r['cudnn_one']:.1f} | "
                      f"{r['plan_us']:.1f} | {r['err']:.1e} |")
     checks = targets(rows)
-    lines += ["", "| target | measured | bar | result |", "|---|---|---|---|"]
-    lines += [f"| {d} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for d, m, b, ok in checks]
-    failed = [d for d, _, _, ok in checks if not ok]
-    lines += ["", f"{len(checks) - len(failed)}/{len(checks)} targets met"]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    table, failed = targets_with_count(checks)
+    lines += table
+    emit(lines, args.markdown)
     # fp8 rows differ from SDPA by the quantization of K/V itself; the C tests check them exactly
     bad = [r for r in rows if r["err"] != r["err"] or (r["err"] > 2e-2 and "fp8" not in r["shape"])]
     return 1 if failed or bad else 0

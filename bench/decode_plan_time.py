@@ -44,6 +44,7 @@ import numpy as np
 import ignis
 from ignis import _ext
 from ignis.decode import fast_decode_plan
+from report import emit
 
 try:
     import torch
@@ -207,11 +208,7 @@ def main():
         ratios = ", ".join("%s %.2fx" % (kind, at_bar[form, kind] / at_bar["plan", kind]) for kind in kinds)
         lines.append("- %s: %s, worst median %.2f us%s" % (form, verdict, worst,
                                                           "" if form == "plan" else " (over plan(): %s)" % ratios))
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    emit(lines, args.markdown)
     return 1 if failed else 0
 
 

@@ -1,5 +1,6 @@
 """GPU timing shared by the benchmark scripts (decode_compare, prefill_compare, sampling_compare,
-decode_split_sweep): what a call costs the GPU, and what one call costs end to end.
+decode_split_sweep, the block-table scripts): what a call costs the GPU, what one call costs end to
+end, and what it costs the host.
 
 median_us: the median over `samples` bursts of BURST calls, each burst queued behind a GPU sleep
 (so the host has enqueued the whole burst before the GPU starts it) and timed by CUDA events,
@@ -9,6 +10,9 @@ out, so both sides of a comparison are measured alike.
 
 single_call_us: one call on an idle GPU with events around it: its GPU time plus the host's cost
 of issuing it (what a caller that waits on every call sees).
+
+host_us: the host time of one call issued to an idle GPU, by the host's clock, so that no call
+waits on the device.
 
 settle_s (both): seconds the GPU idles before the warmup. A measurement that follows a long
 bandwidth-bound one otherwise starts at the lower clocks that load left (decode at batch 1,
@@ -56,3 +60,16 @@ def median_us(fn, samples, settle_s=0.0):
 def single_call_us(fn, samples, settle_s=0.0):
     """One call of fn on an idle GPU, in microseconds: GPU time plus the host's cost of issuing it."""
     return _median_per_call(fn, samples, 1, False, settle_s)
+
+
+def host_us(fn, samples):
+    """Median host time of one call of fn issued to an idle GPU (synchronized between calls,
+    untimed), in microseconds."""
+    times = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)

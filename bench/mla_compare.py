@@ -25,6 +25,7 @@ import ignis
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_timing import median_us  # noqa: E402
+from report import emit, targets_with_count  # noqa: E402
 
 CKV, KPE = 512, 64
 SM_SCALE = 1.0 / math.sqrt(192.0)
@@ -144,15 +145,8 @@ def main():
         lines.append(f"| {r['shape']} | {r['ignis_us']:.1f} | {r['gbs']:.0f} | {r['tflops']:.0f} | "
                      f"{r['torch_us']:.1f} | {r['torch_us'] / r['ignis_us']:.2f}x | {r['err']:.1e} |")
     checks = targets(rows)
-    lines += ["", "| target | measured | bar | result |", "|---|---|---|---|"]
-    lines += [f"| {d} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for d, m, b, ok in checks]
-    failed = [d for d, _, _, ok in checks if not ok]
-    lines += ["", f"{len(checks) - len(failed)}/{len(checks)} targets met (a first, correctness-first kernel)"]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    lines += targets_with_count(checks, " (a first, correctness-first kernel)")[0]
+    emit(lines, args.markdown)
     bad = [r for r in rows if not r["err"] <= 2e-2]
     return 1 if bad else 0
 

@@ -213,19 +213,26 @@ static int prepare_block_table_decode(const bench_case *c, void *stream, void **
   return prepare_state(c, stream, state, make_block_table_decode);
 }
 
-static ignis_status call_block_table_decode(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
-  const plan_state *s = state;
+/* The block-table cache of tensors k_cache, v_cache, kv_indices, seq_lens (from t on): kv_indices
+ * seen as the [batch, pages_per_request] table, request b's pages at b * pages_per_request. */
+static ignis_block_table_kv_cache block_table_cache_of(const bench_case *c, const ignis_tensor *t) {
   ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
-  cache.k_cache = t[1];
-  cache.v_cache = t[2];
+  cache.k_cache = t[0];
+  cache.v_cache = t[1];
   const int64_t pages = bench_pages_per_request(c);
-  cache.block_tables = t[3];
+  cache.block_tables = t[2];
   cache.block_tables.ndim = 2;
   cache.block_tables.shape[0] = c->batch;
   cache.block_tables.shape[1] = pages;
   cache.block_tables.strides[0] = pages;
   cache.block_tables.strides[1] = 1;
-  cache.seq_lens = t[4];
+  cache.seq_lens = t[3];
+  return cache;
+}
+
+static ignis_status call_block_table_decode(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
+  const plan_state *s = state;
+  ignis_block_table_kv_cache cache = block_table_cache_of(c, &t[1]);
   return ignis_decode_run_block_table(s->decode, &t[0], &cache, c->kv_len, NULL, &t[5], NULL, s->workspace,
                                       s->workspace_bytes, stream);
 }
@@ -432,17 +439,7 @@ static int prepare_block_table_prefill(const bench_case *c, void *stream, void *
 static ignis_status call_block_table_prefill(const bench_case *c, ignis_tensor *t, void *state,
                                              void *stream) {
   const plan_state *s = state;
-  ignis_block_table_kv_cache cache = IGNIS_BLOCK_TABLE_KV_CACHE_INIT;
-  cache.k_cache = t[2];
-  cache.v_cache = t[3];
-  const int64_t pages = bench_pages_per_request(c);
-  cache.block_tables = t[4];
-  cache.block_tables.ndim = 2;
-  cache.block_tables.shape[0] = c->batch;
-  cache.block_tables.shape[1] = pages;
-  cache.block_tables.strides[0] = pages;
-  cache.block_tables.strides[1] = 1;
-  cache.seq_lens = t[5];
+  ignis_block_table_kv_cache cache = block_table_cache_of(c, &t[2]);
   return ignis_prefill_run_block_table(s->prefill, &t[0], &cache, &t[6], c->tokens, NULL, &t[1], NULL,
                                        s->workspace, s->workspace_bytes, stream);
 }

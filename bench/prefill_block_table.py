@@ -17,15 +17,14 @@ when a bar fails.
 """
 
 import argparse
-import statistics
 import sys
-import time
 
 import torch
 
 import ignis
-from gpu_timing import BURST, median_us
+from gpu_timing import BURST, host_us, median_us
 from ignis.trtllm import trtllm_batch_context_with_kv_cache
+from report import emit, targets_with_count
 
 SETTLE_S = 1.0
 HEAD_DIM, PAGE = 128, 16
@@ -36,18 +35,6 @@ SHAPES = [  # name, new tokens per request, cached keys per request, qo_heads, k
     ("B4 q2048 on 2048 cached, 64/8 heads", [2048] * 4, [2048] * 4, 64, 8, False),
     ("B16 mixed q1..1024 on 0..4096 cached", None, None, 32, 8, False),
 ]
-
-
-def host_us(call, n=100):
-    """Median host time of one call issued to an idle GPU (synchronized between calls, untimed)."""
-    samples = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def one_shape(name, q_lens, cached, hq, hkv, iters, workspace):
@@ -100,8 +87,8 @@ def one_shape(name, q_lens, cached, hq, hkv, iters, workspace):
     err = ((out_b.float() - out_w.float()).abs().max() / out_w.float().abs().max()).item()
     wrapper_us = median_us(run_w, iters, SETTLE_S)
     table_us = median_us(run_b, iters, SETTLE_S)
-    wrapper_host = host_us(lambda: (plan(), run_w()))
-    table_host = host_us(run_b)
+    wrapper_host = host_us(lambda: (plan(), run_w()), 100)
+    table_host = host_us(run_b, 100)
     pairs = sum(q * c + q * (q + 1) // 2 for q, c in zip(q_lens, cached))
     tflops = 4 * hq * HEAD_DIM * pairs / table_us / 1e6
     return {"shape": f"{name} {hq}/{hkv} d{HEAD_DIM} HND page{PAGE} bf16", "wrapper_us": wrapper_us,
@@ -140,15 +127,9 @@ def main():
     checks = [(f"{r['shape']}: block-table / wrapper time", f"{r['ratio']:.3f}", "<= 1.02", r["ratio"] <= 1.02)
               for r, bar in zip(rows, barred) if bar]
     checks += [(f"{r['shape']}: outputs agree", f"{r['err']:.1e}", "<= 1e-2", r["err"] <= 1e-2) for r in rows]
-    lines += ["", "| target | measured | bar | result |", "|---|---|---|---|"]
-    lines += [f"| {d} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for d, m, b, ok in checks]
-    failed = [d for d, _, _, ok in checks if not ok]
-    lines += ["", f"{len(checks) - len(failed)}/{len(checks)} targets met"]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    table, failed = targets_with_count(checks)
+    lines += table
+    emit(lines, args.markdown)
     return 1 if failed else 0
 
 

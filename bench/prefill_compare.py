@@ -29,6 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_timing import BURST, median_us  # noqa: E402
+from report import emit, target_table  # noqa: E402
 
 import ignis  # noqa: E402
 
@@ -226,16 +227,11 @@ def main():
     targets.append(("paged time / ragged time (B4 S4096 causal)", f"{slow:.2f}", "<= 1.10", slow <= 1.10))
     speedup = decode_us / cascade_us
     targets.append(("cascade speedup over plain batch decode", f"{speedup:.2f}", ">= 5", speedup >= 5.0))
-    lines += ["| target | measured | bar | result |", "|---|---|---|---|"]
-    lines += [f"| {t} | {m} | {b} | {'PASS' if ok else 'FAIL'} |" for t, m, b, ok in targets]
+    lines += target_table(targets)
     errors_ok = all(not (r["err"] > 2e-2) for r in rows) and not (cascade_err > 2e-2)
     lines += ["", f"{sum(ok for *_, ok in targets)}/{len(targets)} targets met; outputs "
               f"{'agree' if errors_ok else 'DISAGREE'} (error <= 2e-2)"]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    emit(lines, args.markdown)
     return 0 if errors_ok and all(ok for *_, ok in targets) else 1
 
 

@@ -22,6 +22,7 @@ import torch
 
 import ignis
 from gpu_timing import BURST, median_us
+from report import emit
 
 VOCAB = 128256
 BATCHES = (1, 128, 512)
@@ -134,11 +135,7 @@ def main():
                      f"{r['torch_us'] / r['ignis_us']:.2f} | {bar} |")
     failed = [b for b in bars if not b[2]]
     lines += ["", f"{len(bars) - len(failed)} of {len(bars)} bars pass."]
-    text = "\n".join(lines)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    emit(lines, args.markdown)
     sys.exit(1 if failed else 0)
 
 

@@ -102,6 +102,35 @@ static void compare_out(operand *out, const double *ref, const double *abs_sum, 
   free(mask);
 }
 
+/* Compare out with the fp64 reference scale * (a @ b)[bt, i, j] + bias[j] (bias NULL: none) over nb
+ * batches of [m, k] @ [k, n]. */
+static void check_mm_out(operand *out, const operand *a, const operand *b, const h_buf *bias, double scale,
+                         int64_t nb, int64_t m, int64_t n, int64_t k, const char *what) {
+  double *ref = calloc((size_t)(nb * m * n), sizeof(double)),
+         *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
+  for (int64_t bt = 0; bt < nb; ++bt)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0, sa = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          double term = at(a, bt, i, kk) * at(b, bt, kk, j);
+          s += term;
+          sa += fabs(term);
+        }
+        s *= scale;
+        sa *= scale;
+        if (bias) {
+          s += h_get(bias, j);
+          sa += fabs(h_get(bias, j));
+        }
+        ref[(bt * m + i) * n + j] = s;
+        abs_sum[(bt * m + i) * n + j] = sa;
+      }
+  compare_out(out, ref, abs_sum, nb, m, n, k, what);
+  free(ref);
+  free(abs_sum);
+}
+
 static int skip_cuda(h_backend be) {
   return be == H_CUDA && !cuda_gemm_usable;
 }
@@ -129,29 +158,8 @@ static void run_mm_case(h_backend be, ignis_dtype in, ignis_dtype out_dtype, int
   h_buf_poison(&out.buf);
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_mm(&a.t, &b.t, bias_kind ? &bias.t : NULL, &out.t, NULL), IGNIS_OK);
-  int64_t nb = batch ? batch : 1;
-  double *ref = calloc((size_t)(nb * m * n), sizeof(double)),
-         *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
-  for (int64_t bt = 0; bt < nb; ++bt)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0, sa = 0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          double term = at(&a, bt, i, kk) * at(&b, bt, kk, j);
-          s += term;
-          sa += fabs(term);
-        }
-        if (bias_kind) {
-          s += h_get(&bias.buf, j);
-          sa += fabs(h_get(&bias.buf, j));
-        }
-        ref[(bt * m + i) * n + j] = s;
-        abs_sum[(bt * m + i) * n + j] = sa;
-      }
-  compare_out(&out, ref, abs_sum, nb, m, n, k, "ignis_mm");
+  check_mm_out(&out, &a, &b, bias_kind ? &bias.buf : NULL, 1.0, batch ? batch : 1, m, n, k, "ignis_mm");
   CHECK(h_buf_untouched(&a.buf) && h_buf_untouched(&b.buf));
-  free(ref);
-  free(abs_sum);
   free_operand(&a);
   free_operand(&b);
   free_operand(&out);
@@ -187,19 +195,20 @@ static void test_mm(h_backend be) {
 /* The small-M shapes (see the header comment). in, out dtype, M, N, K, padded, bias kind. */
 static void test_mm_skinny(h_backend be) {
   h_rng rng = h_rng_make(64);
-  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 1, 1040, 2048, 1, 0, 0, &rng);  /* split K */
-  run_mm_case(be, IGNIS_F16, IGNIS_F16, 0, 3, 776, 4096, 1, 0, 1, &rng);     /* bias f16 */
-  run_mm_case(be, IGNIS_BF16, IGNIS_F32, 0, 17, 336, 1000, 1, 1, 2, &rng);   /* ragged K, strides */
-  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 33, 1032, 512, 1, 1, 1, &rng);  /* 5 tiles of 8 rows */
-  run_mm_case(be, IGNIS_F16, IGNIS_BF16, 0, 64, 144, 2048, 1, 0, 2, &rng);   /* bias f32 */
-  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 8, 7168, 128, 1, 0, 0, &rng);   /* one split */
-  run_mm_case(be, IGNIS_F16, IGNIS_F16, 1, 9, 200, 256, 1, 0, 1, &rng);      /* batch of one */
-  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 65, 136, 256, 1, 0, 0, &rng);   /* M 65: cuBLASLt */
-  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 5, 144, 100, 1, 0, 0, &rng);    /* K % 8: cuBLASLt */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 1, 1040, 2048, 1, 0, 0, &rng); /* split K */
+  run_mm_case(be, IGNIS_F16, IGNIS_F16, 0, 3, 776, 4096, 1, 0, 1, &rng);    /* bias f16 */
+  run_mm_case(be, IGNIS_BF16, IGNIS_F32, 0, 17, 336, 1000, 1, 1, 2, &rng);  /* ragged K, strides */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 33, 1032, 512, 1, 1, 1, &rng); /* 5 tiles of 8 rows */
+  run_mm_case(be, IGNIS_F16, IGNIS_BF16, 0, 64, 144, 2048, 1, 0, 2, &rng);  /* bias f32 */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 8, 7168, 128, 1, 0, 0, &rng);  /* one split */
+  run_mm_case(be, IGNIS_F16, IGNIS_F16, 1, 9, 200, 256, 1, 0, 1, &rng);     /* batch of one */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 65, 136, 256, 1, 0, 0, &rng);  /* M 65: cuBLASLt */
+  run_mm_case(be, IGNIS_BF16, IGNIS_BF16, 0, 5, 144, 100, 1, 0, 0, &rng);   /* K % 8: cuBLASLt */
   if (be != H_CUDA || skip_cuda(be))
     return;
   h_case("mm %s small-M split K repeated: same bits", h_backend_name(be));
-  operand a = make_matrix(be, IGNIS_BF16, 0, 7, 2048, 0, 0), b = make_matrix(be, IGNIS_BF16, 0, 2048, 520, 1, 0);
+  operand a = make_matrix(be, IGNIS_BF16, 0, 7, 2048, 0, 0),
+          b = make_matrix(be, IGNIS_BF16, 0, 2048, 520, 1, 0);
   operand out = make_matrix(be, IGNIS_BF16, 0, 7, 520, 0, 0);
   fill_random(&a, &rng, 1.0);
   fill_random(&b, &rng, 1.0);
@@ -240,25 +249,8 @@ static void run_fp8_case(h_backend be, ignis_dtype a_dtype, ignis_dtype b_dtype,
   h_buf_poison(&out.buf);
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_mm_fp8(&a.t, &b.t, &a_scale, &b_scale, &out.t, NULL), IGNIS_OK);
-  double scale = h_get(&sa_buf, 0) * h_get(&sb_buf, 0);
-  int64_t nb = batch ? batch : 1;
-  double *ref = calloc((size_t)(nb * m * n), sizeof(double)),
-         *abs_sum = calloc((size_t)(nb * m * n), sizeof(double));
-  for (int64_t bt = 0; bt < nb; ++bt)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0, sa = 0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          double term = at(&a, bt, i, kk) * at(&b, bt, kk, j);
-          s += term;
-          sa += fabs(term);
-        }
-        ref[(bt * m + i) * n + j] = s * scale;
-        abs_sum[(bt * m + i) * n + j] = sa * scale;
-      }
-  compare_out(&out, ref, abs_sum, nb, m, n, k, "ignis_mm_fp8");
-  free(ref);
-  free(abs_sum);
+  check_mm_out(&out, &a, &b, NULL, h_get(&sa_buf, 0) * h_get(&sb_buf, 0), batch ? batch : 1, m, n, k,
+               "ignis_mm_fp8");
   h_buf_free(&sa_buf);
   h_buf_free(&sb_buf);
   free_operand(&a);

@@ -409,6 +409,27 @@ static ignis_tensor t1(const h_buf *buf, int64_t a) {
   return h_view(buf, 0, 1, &a, NULL);
 }
 
+/* A run's views of the batch: q, out, lse, the custom mask, sinks, and extras with the sinks
+ * attached when the spec has them. extras points into the struct: use it where it was made. */
+typedef struct run_views {
+  ignis_tensor q, out, lse, mask, sinks;
+  ignis_attention_extras extras;
+} run_views;
+
+/* The views of bt, its outputs poisoned. */
+static void run_views_make(batch *bt, run_views *v) {
+  const spec *s = &bt->s;
+  v->q = t3(&bt->q, bt->nq, s->Hq, s->Dqk);
+  v->out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
+  int64_t lse_shape[2] = {bt->nq, s->Hq};
+  v->lse = h_view(&bt->lse, 0, 2, lse_shape, NULL);
+  v->mask = t1(&bt->mask, bt->mask_bytes);
+  v->sinks = t1(&bt->sinks, s->Hq);
+  v->extras = extras_of(bt);
+  v->extras.sinks = s->sinks ? &v->sinks : NULL;
+  poison_outputs(bt);
+}
+
 /* 1: the call succeeded (its outputs are compared); else the failure is counted. */
 static int ran(ignis_status status) {
   CHECKF(status == IGNIS_OK, "status %s: %s", ignis_status_string(status), ignis_last_error());
@@ -449,17 +470,12 @@ static void run_ragged(batch *bt, h_backend backend) {
   size_t bytes = 0;
   CHECK_STATUS(ignis_prefill_workspace_size(plan, &bytes), IGNIS_OK);
   h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
-  ignis_tensor q = t3(&bt->q, bt->nq, s->Hq, s->Dqk), k = t3(&bt->k, bt->nkv, s->Hkv, s->Dqk);
-  ignis_tensor v = t3(&bt->v, bt->nkv, s->Hkv, s->Dvo), out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
-  int64_t lse_shape[2] = {bt->nq, s->Hq};
-  ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), mask = t1(&bt->mask, bt->mask_bytes);
-  ignis_tensor sinks = t1(&bt->sinks, s->Hq);
-  ignis_attention_extras e = extras_of(bt);
-  e.sinks = s->sinks ? &sinks : NULL;
-  poison_outputs(bt);
+  ignis_tensor k = t3(&bt->k, bt->nkv, s->Hkv, s->Dqk), v = t3(&bt->v, bt->nkv, s->Hkv, s->Dvo);
+  run_views r;
+  run_views_make(bt, &r);
   if (ran(ignis_prefill_plan_update(plan, bt->qo, bt->kv, NULL, s->B, ws.data, bytes, NULL)) &&
-      ran(ignis_prefill_ragged_run(plan, &q, &k, &v, s->mask == IGNIS_MASK_CUSTOM ? &mask : NULL, &e, &out,
-                                   &lse, ws.data, bytes, NULL)))
+      ran(ignis_prefill_ragged_run(plan, &r.q, &k, &v, s->mask == IGNIS_MASK_CUSTOM ? &r.mask : NULL, &r.extras,
+                                   &r.out, &r.lse, ws.data, bytes, NULL)))
     compare(bt, "ragged");
   h_buf_free(&ws);
   ignis_prefill_plan_destroy(plan);
@@ -524,16 +540,11 @@ static void run_paged(batch *bt, h_backend backend, int64_t P, ignis_kv_layout l
     size_t bytes = 0;
     CHECK_STATUS(ignis_prefill_workspace_size(plan, &bytes), IGNIS_OK);
     h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
-    ignis_tensor q = t3(&bt->q, bt->nq, s->Hq, s->Dqk), out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
-    int64_t lse_shape[2] = {bt->nq, s->Hq};
-    ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), mask = t1(&bt->mask, bt->mask_bytes);
-    ignis_tensor sinks = t1(&bt->sinks, s->Hq);
-    ignis_attention_extras e = extras_of(bt);
-    e.sinks = s->sinks ? &sinks : NULL;
-    poison_outputs(bt);
+    run_views r;
+    run_views_make(bt, &r);
     if (ran(ignis_prefill_plan_update(plan, bt->qo, indptr, last, s->B, ws.data, bytes, NULL)) &&
-        ran(ignis_prefill_paged_run(plan, &q, &cache, s->mask == IGNIS_MASK_CUSTOM ? &mask : NULL, &e, &out,
-                                    &lse, ws.data, bytes, NULL)))
+        ran(ignis_prefill_paged_run(plan, &r.q, &cache, s->mask == IGNIS_MASK_CUSTOM ? &r.mask : NULL, &r.extras,
+                                    &r.out, &r.lse, ws.data, bytes, NULL)))
       compare(bt, "paged");
     h_buf_free(&ws);
     ignis_prefill_plan_destroy(plan);
@@ -648,15 +659,11 @@ static void run_block_table(batch *bt, h_backend backend, int64_t P, ignis_kv_la
     size_t bytes = 0;
     CHECK_STATUS(ignis_prefill_workspace_size(plan, &bytes), IGNIS_OK);
     h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
-    ignis_tensor q = t3(&bt->q, bt->nq, s->Hq, s->Dqk), out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
-    int64_t lse_shape[2] = {bt->nq, s->Hq};
-    ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), sinks = t1(&bt->sinks, s->Hq);
     ignis_tensor qo = t1(&t.qo, s->B + 1);
-    ignis_attention_extras e = extras_of(bt);
-    e.sinks = s->sinks ? &sinks : NULL;
-    poison_outputs(bt);
-    if (ran(ignis_prefill_run_block_table(plan, &q, &t.cache, &qo, longest_q(s) + extra_q, &e, &out, &lse, ws.data,
-                                          bytes, NULL)))
+    run_views r;
+    run_views_make(bt, &r);
+    if (ran(ignis_prefill_run_block_table(plan, &r.q, &t.cache, &qo, longest_q(s) + extra_q, &r.extras, &r.out,
+                                          &r.lse, ws.data, bytes, NULL)))
       compare(bt, layout == IGNIS_KV_LAYOUT_NHD ? "block table NHD" : "block table HND");
     h_buf_free(&ws);
     ignis_prefill_plan_destroy(plan);
@@ -670,16 +677,11 @@ static void run_single(batch *bt, h_backend backend) {
   CHECK_STATUS(ignis_single_prefill_workspace_size(s->Hq, s->Hkv, s->Dqk, s->Dvo, s->q_len[0], s->kv_len[0], &bytes),
                IGNIS_OK);
   h_buf ws = h_buf_alloc(backend, IGNIS_U8, (int64_t)bytes + 1);
-  ignis_tensor q = t3(&bt->q, bt->nq, s->Hq, s->Dqk), k = t3(&bt->k, bt->nkv, s->Hkv, s->Dqk);
-  ignis_tensor v = t3(&bt->v, bt->nkv, s->Hkv, s->Dvo), out = t3(&bt->out, bt->nq, s->Hq, s->Dvo);
-  int64_t lse_shape[2] = {bt->nq, s->Hq};
-  ignis_tensor lse = h_view(&bt->lse, 0, 2, lse_shape, NULL), mask = t1(&bt->mask, bt->mask_bytes);
-  ignis_tensor sinks = t1(&bt->sinks, s->Hq);
-  ignis_attention_extras e = extras_of(bt);
-  e.sinks = s->sinks ? &sinks : NULL;
-  poison_outputs(bt);
-  if (ran(ignis_single_prefill(&q, &k, &v, IGNIS_KV_LAYOUT_NHD, s->mask,
-                               s->mask == IGNIS_MASK_CUSTOM ? &mask : NULL, &s->opt, &e, &out, &lse,
+  ignis_tensor k = t3(&bt->k, bt->nkv, s->Hkv, s->Dqk), v = t3(&bt->v, bt->nkv, s->Hkv, s->Dvo);
+  run_views r;
+  run_views_make(bt, &r);
+  if (ran(ignis_single_prefill(&r.q, &k, &v, IGNIS_KV_LAYOUT_NHD, s->mask,
+                               s->mask == IGNIS_MASK_CUSTOM ? &r.mask : NULL, &s->opt, &r.extras, &r.out, &r.lse,
                                backend == H_CUDA ? ws.data : NULL, bytes, NULL)))
     compare(bt, "single");
   h_buf_free(&ws);

@@ -37,25 +37,9 @@
 #include <cstring>
 #include <vector>
 
+#include "check.h"
 #include "cuda/activation/gated.cuh"
 #include "ignis/ignis.h"
-
-#define CK(call)                                                                                             \
-  do {                                                                                                       \
-    cudaError_t ck_ = (call);                                                                                \
-    if (ck_ != cudaSuccess) {                                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ck_));                \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
-#define IK(call)                                                                                             \
-  do {                                                                                                       \
-    ignis_status ik_ = (call);                                                                               \
-    if (ik_ != IGNIS_OK) {                                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ignis_last_error());                     \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
 
 typedef __nv_bfloat16 bf16;
 enum { SETS = 3, BURST = 5, ROUNDS = 3, SAMPLES_PER_ROUND = 7, WARMUP = 3 };

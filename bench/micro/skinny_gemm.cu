@@ -30,27 +30,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "check.h"
 #include "core/gemm_params.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/skinny.cuh"
 #include "ignis/ignis.h"
-
-#define CK(call)                                                                                             \
-  do {                                                                                                       \
-    cudaError_t ck_ = (call);                                                                                \
-    if (ck_ != cudaSuccess) {                                                                                \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ck_));                \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
-#define IK(call)                                                                                             \
-  do {                                                                                                       \
-    ignis_status ik_ = (call);                                                                               \
-    if (ik_ != IGNIS_OK) {                                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ignis_last_error());                     \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
 
 typedef __nv_bfloat16 bf16;
 enum { BURST = 20, SAMPLES = 15, WARMUP = 3, MAX_SETS = 16 };

@@ -1526,26 +1526,50 @@ typedef struct {
   int64_t max_kv_len;
 } decode_plan_handle;
 
-static void decode_plan_capsule_destroy(PyObject *capsule) {
-  decode_plan_handle *handle = PyCapsule_GetPointer(capsule, DECODE_PLAN_CAPSULE);
-  if (!handle) {
+/* A plan capsule's destructor: its plan_kind rides in the capsule's context. */
+static void plan_capsule_destroy(PyObject *capsule) {
+  const plan_kind *kind = PyCapsule_GetContext(capsule);
+  void *plan = kind ? PyCapsule_GetPointer(capsule, kind->capsule_name) : NULL;
+  if (!plan) {
     PyErr_Clear();
     return;
   }
+  kind->destroy(plan);
+}
+
+PyObject *plan_capsule_new(const plan_kind *kind, ignis_status status, void *plan) {
+  if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
+  PyObject *capsule = PyCapsule_New(plan, kind->capsule_name, NULL);
+  if (!capsule) {
+    kind->destroy(plan);
+    return NULL;
+  }
+  PyCapsule_SetContext(capsule, (void *)kind);
+  PyCapsule_SetDestructor(capsule, plan_capsule_destroy);
+  return capsule;
+}
+
+void *plan_capsule_of(const char *fn, PyObject *obj, const plan_kind *kind) {
+  void *ptr = PyCapsule_IsValid(obj, kind->capsule_name) ? PyCapsule_GetPointer(obj, kind->capsule_name) : NULL;
+  if (!ptr)
+    raise_type("%s: plan must be a %s", fn, kind->maker);
+  return ptr;
+}
+
+static void decode_plan_free(void *plan) {
+  decode_plan_handle *handle = plan;
   ignis_decode_plan_destroy(handle->plan);
   PyMem_RawFree(handle);
 }
 
-/* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
-void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what) {
-  void *ptr = PyCapsule_IsValid(obj, name) ? PyCapsule_GetPointer(obj, name) : NULL;
-  if (!ptr)
-    raise_type("%s: plan must be a %s", fn, what);
-  return ptr;
-}
+static const plan_kind decode_plan_kind = {DECODE_PLAN_CAPSULE, "decode plan made by decode_plan_create",
+                                           decode_plan_free};
 
 static decode_plan_handle *decode_plan_of(const char *fn, PyObject *obj) {
-  return plan_capsule_of(fn, obj, DECODE_PLAN_CAPSULE, "decode plan made by decode_plan_create");
+  return plan_capsule_of(fn, obj, &decode_plan_kind);
 }
 
 /* The fields of ignis_decode_plan_config, by their names in decode.h. */
@@ -1592,12 +1616,7 @@ static PyObject *ext_decode_plan_create(PyObject *self, PyObject *const *args, P
   handle->page_size = config.page_size;
   handle->max_batch_size = config.max_batch_size;
   handle->max_kv_len = config.max_kv_len;
-  PyObject *capsule = PyCapsule_New(handle, DECODE_PLAN_CAPSULE, decode_plan_capsule_destroy);
-  if (!capsule) {
-    ignis_decode_plan_destroy(handle->plan);
-    PyMem_RawFree(handle);
-  }
-  return capsule;
+  return plan_capsule_new(&decode_plan_kind, IGNIS_OK, handle);
 }
 
 /* (workspace_bytes, **config) -> the largest max_kv_len whose plan fits (-1: none) */

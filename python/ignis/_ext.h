@@ -224,8 +224,18 @@ int paged_run_begin(const char *fn, attention_args *a, op_call *c, paged_run_slo
  * c->count); stream_arg the caller's stream=. -1 with the error set and nothing held. */
 int plan_update_workspace(const char *fn, PyObject *workspace, PyObject *stream_arg, op_call *c, void **ws,
                           size_t *ws_bytes, void **stream);
-/* The pointer of a plan capsule named `name`, or NULL with a TypeError naming the maker. */
-void *plan_capsule_of(const char *fn, PyObject *obj, const char *name, const char *what);
+/* A kind of plan that travels as a capsule (decode, prefill, MLA): the capsule's name, the maker a
+ * TypeError names for a wrong object, and how to free what the capsule holds. */
+typedef struct plan_kind {
+  const char *capsule_name;
+  const char *maker;
+  void (*destroy)(void *plan);
+} plan_kind;
+/* The capsule that owns a newly made plan (the plan freed with it), or NULL with the error set:
+ * status (of making the plan) not IGNIS_OK, or no capsule (the plan then destroyed here). */
+PyObject *plan_capsule_new(const plan_kind *kind, ignis_status status, void *plan);
+/* The pointer of a capsule of plan kind `kind`, or NULL with a TypeError naming the maker. */
+void *plan_capsule_of(const char *fn, PyObject *obj, const plan_kind *kind);
 
 /* ---- method tables ------------------------------------------------------------------------ */
 #define FASTCALL(name, doc)                                                                                  \

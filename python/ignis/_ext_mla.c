@@ -7,17 +7,14 @@
 
 #define MLA_PLAN_CAPSULE "ignis.mla_plan"
 
-static void mla_plan_capsule_destroy(PyObject *capsule) {
-  ignis_mla_plan *plan = PyCapsule_GetPointer(capsule, MLA_PLAN_CAPSULE);
-  if (!plan) {
-    PyErr_Clear();
-    return;
-  }
+static void mla_plan_free(void *plan) {
   ignis_mla_plan_destroy(plan);
 }
 
+static const plan_kind mla_plan_kind = {MLA_PLAN_CAPSULE, "plan made by mla_plan_create", mla_plan_free};
+
 static ignis_mla_plan *mla_plan_of(const char *fn, PyObject *obj) {
-  return plan_capsule_of(fn, obj, MLA_PLAN_CAPSULE, "plan made by mla_plan_create");
+  return plan_capsule_of(fn, obj, &mla_plan_kind);
 }
 
 /* (device_type, device_id, num_heads, head_dim_ckv, head_dim_kpe, page_size, q_dtype, kv_dtype,
@@ -55,14 +52,7 @@ static PyObject *ext_mla_plan_create(PyObject *self, PyObject *const *args, Py_s
   ignis_mla_plan *plan = NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_mla_plan_create(&config, &plan);
-  Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
-    raise_status(status, ignis_last_error());
-    return NULL;
-  }
-  PyObject *capsule = PyCapsule_New(plan, MLA_PLAN_CAPSULE, mla_plan_capsule_destroy);
-  if (!capsule)
-    ignis_mla_plan_destroy(plan);
-  return capsule;
+  Py_END_ALLOW_THREADS return plan_capsule_new(&mla_plan_kind, status, plan);
 }
 
 /* (plan) -> bytes */

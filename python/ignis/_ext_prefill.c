@@ -52,17 +52,15 @@ static PyObject *ext_single_prefill(PyObject *self, PyObject *const *args, Py_ss
 
 #define PREFILL_PLAN_CAPSULE "ignis.prefill_plan"
 
-static void prefill_plan_capsule_destroy(PyObject *capsule) {
-  ignis_prefill_plan *plan = PyCapsule_GetPointer(capsule, PREFILL_PLAN_CAPSULE);
-  if (!plan) {
-    PyErr_Clear();
-    return;
-  }
+static void prefill_plan_free(void *plan) {
   ignis_prefill_plan_destroy(plan);
 }
 
+static const plan_kind prefill_plan_kind = {PREFILL_PLAN_CAPSULE, "prefill plan made by prefill_plan_create",
+                                            prefill_plan_free};
+
 static ignis_prefill_plan *prefill_plan_of(const char *fn, PyObject *obj) {
-  return plan_capsule_of(fn, obj, PREFILL_PLAN_CAPSULE, "prefill plan made by prefill_plan_create");
+  return plan_capsule_of(fn, obj, &prefill_plan_kind);
 }
 
 /* The fields of ignis_prefill_plan_config, by their names in prefill.h. */
@@ -96,14 +94,7 @@ static PyObject *ext_prefill_plan_create(PyObject *self, PyObject *const *args, 
     return NULL;
   ignis_prefill_plan *plan = NULL;
   ignis_status status = ignis_prefill_plan_create(&config, &plan);
-  if (status != IGNIS_OK) {
-    raise_status(status, ignis_last_error());
-    return NULL;
-  }
-  PyObject *capsule = PyCapsule_New(plan, PREFILL_PLAN_CAPSULE, prefill_plan_capsule_destroy);
-  if (!capsule)
-    ignis_prefill_plan_destroy(plan);
-  return capsule;
+  return plan_capsule_new(&prefill_plan_kind, status, plan);
 }
 
 /* (plan) -> the device workspace bytes the plan needs (ignis_prefill_workspace_size; 0 on the CPU). */

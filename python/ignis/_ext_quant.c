@@ -34,50 +34,46 @@ static int parse_flag(const char *fn, const char *name, PyObject *arg, int *out)
   return *out < 0 ? -1 : 0;
 }
 
+typedef ignis_status (*scaled_fn)(const ignis_tensor *, const ignis_tensor *, ignis_tensor *, void *);
+
 /* (input, scale, out, out_view, stream) */
-static PyObject *ext_fp8_quantize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char fn[] = "ignis.fp8_quantize";
+static PyObject *run_scaled(const char *fn, scaled_fn f, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const names[] = {"input", "scale", "out"};
   op_call c;
   if (check_nargs(fn, nargs, 5) < 0 || quant_begin(&c, fn, args, names, 3, 1u << 2, 2, args[3], args[4]) < 0)
     return NULL;
   ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status = ignis_fp8_quantize(&c.tensors[0], &c.tensors[1], &c.tensors[2], c.stream);
+  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], &c.tensors[1], &c.tensors[2], c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+static PyObject *ext_fp8_quantize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  return run_scaled("ignis.fp8_quantize", ignis_fp8_quantize, args, nargs);
+}
+
+typedef ignis_status (*eps_fn)(const ignis_tensor *, double, ignis_tensor *, ignis_tensor *, void *);
+
 /* (input, eps, out, scale, out_view, stream) */
+static PyObject *run_eps(const char *fn, eps_fn f, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const names[] = {"input", "out", "scale"};
+  double eps;
+  if (check_nargs(fn, nargs, 6) < 0 || parse_double(fn, "eps", args[1], &eps) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[2], args[3]};
+  op_call c;
+  if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[4], args[5]) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = f(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
 static PyObject *ext_fp8_quantize_dynamic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char fn[] = "ignis.fp8_quantize_dynamic";
-  static const char *const names[] = {"input", "out", "scale"};
-  double eps;
-  if (check_nargs(fn, nargs, 6) < 0 || parse_double(fn, "eps", args[1], &eps) < 0)
-    return NULL;
-  PyObject *objs[] = {args[0], args[2], args[3]};
-  op_call c;
-  if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[4], args[5]) < 0)
-    return NULL;
-  ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_fp8_quantize_dynamic(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
-  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+  return run_eps("ignis.fp8_quantize_dynamic", ignis_fp8_quantize_dynamic, args, nargs);
 }
 
-/* (input, eps, out, scale, out_view, stream) */
 static PyObject *ext_fp8_quantize_per_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char fn[] = "ignis.fp8_quantize_per_token";
-  static const char *const names[] = {"input", "out", "scale"};
-  double eps;
-  if (check_nargs(fn, nargs, 6) < 0 || parse_double(fn, "eps", args[1], &eps) < 0)
-    return NULL;
-  PyObject *objs[] = {args[0], args[2], args[3]};
-  op_call c;
-  if (quant_begin(&c, fn, objs, names, 3, 1u << 1 | 1u << 2, 1, args[4], args[5]) < 0)
-    return NULL;
-  ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_fp8_quantize_per_token(&c.tensors[0], eps, &c.tensors[1], &c.tensors[2], c.stream);
-  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+  return run_eps("ignis.fp8_quantize_per_token", ignis_fp8_quantize_per_token, args, nargs);
 }
 
 typedef ignis_status (*group_fn)(const ignis_tensor *, int64_t, double, int, ignis_tensor *, ignis_tensor *,
@@ -189,17 +185,8 @@ static PyObject *ext_fused_add_rmsnorm_fp8_block_quant(PyObject *self, PyObject 
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
-/* (input, scale, out, out_view, stream) */
 static PyObject *ext_silu_and_mul_quant(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  static const char fn[] = "ignis.silu_and_mul_quant";
-  static const char *const names[] = {"input", "scale", "out"};
-  op_call c;
-  if (check_nargs(fn, nargs, 5) < 0 || quant_begin(&c, fn, args, names, 3, 1u << 2, 2, args[3], args[4]) < 0)
-    return NULL;
-  ignis_status status;
-  Py_BEGIN_ALLOW_THREADS status =
-      ignis_silu_and_mul_quant(&c.tensors[0], &c.tensors[1], &c.tensors[2], c.stream);
-  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+  return run_scaled("ignis.silu_and_mul_quant", ignis_silu_and_mul_quant, args, nargs);
 }
 
 PyMethodDef ext_quant_methods[] = {

@@ -110,6 +110,34 @@ def _device_key(query):
     return _ext.IGNIS_DEVICE_CPU, 0
 
 
+def _dtypes(fn, query, kv_name, out, out_dtype):
+    """The ignis codes of the query, cache and output dtypes; the output's is out's when out is
+    given, and an fp8 query needs one or the other."""
+    if out is not None and out_dtype is None:
+        out_dtype = dtype_name(out)
+    if out_dtype is None and dtype_name(query) == "float8_e4m3fn":
+        raise InvalidArgumentError("%s: an fp8 query needs out or out_dtype (float16 or bfloat16)" % fn)
+    return attention_dtypes(fn, dtype_name(query), kv_name, out_dtype)
+
+
+def _kv_scales(fn, bmm1_scale, bmm2_scale, head_dim):
+    """(k_scale, v_scale) of a run. bmm1_scale = sm_scale * k_scale (* q_scale): the plan keeps the
+    default 1 / sqrt(head_dim), the rest rides on the key scale, so every layer of a model shares
+    one plan."""
+    return _scale(fn, "bmm1_scale", bmm1_scale) * head_dim ** 0.5, _scale(fn, "bmm2_scale", bmm2_scale)
+
+
+def _outputs(query, o_code, out, lse, return_lse):
+    """(out, lse, finish): out made when None (finish turns what the run wrote into it, or None),
+    lse [rows, num_qo_heads] float32 made when asked for and None."""
+    finish = None
+    if out is None:
+        out, finish = attention_output(query, o_code)
+    if return_lse and lse is None:
+        lse = new_array(query, (query.shape[0], query.shape[1]), "float32")
+    return out, lse, finish
+
+
 def _decode(fn, query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale, bmm2_scale,
             window_left, out, out_dtype, sinks, kv_layout, q_len_per_req, lse, return_lse):
     """The block-table decode both entry points share, their unsupported arguments refused."""
@@ -131,24 +159,13 @@ def _decode(fn, query, kv_cache, workspace_buffer, block_tables, seq_lens, max_s
             raise InvalidArgumentError("%s: block_tables has %d rows and seq_lens %d but the query holds %d requests"
                                        % (fn, block_tables.shape[0], seq_lens.shape[0], batch))
         block_tables, seq_lens = block_tables[:batch], seq_lens[:batch]
-    if out is not None and out_dtype is None:
-        out_dtype = dtype_name(out)
-    if out_dtype is None and dtype_name(query) == "float8_e4m3fn":
-        raise InvalidArgumentError("%s: an fp8 query needs out or out_dtype (float16 or bfloat16)" % fn)
-    q_code, kv_code, o_code = attention_dtypes(fn, dtype_name(query), kv_name, out_dtype)
+    q_code, kv_code, o_code = _dtypes(fn, query, kv_name, out, out_dtype)
     key = _device_key(query) + (num_qo_heads, num_kv_heads, head_dim, page_size, q_code, kv_code, o_code,
                                 q_len_per_req, window_left)
     capacity = block_tables.shape[1] * page_size
     plan = _plan_for(fn, query, key, batch, capacity)
-    # bmm1_scale = sm_scale * k_scale (* q_scale): the plan keeps the default 1 / sqrt(head_dim), the
-    # rest rides on the key scale, so every layer of a model shares one plan
-    k_scale = _scale(fn, "bmm1_scale", bmm1_scale) * head_dim ** 0.5
-    v_scale = _scale(fn, "bmm2_scale", bmm2_scale)
-    finish = None
-    if out is None:
-        out, finish = attention_output(query, o_code)
-    if return_lse and lse is None:
-        lse = new_array(query, (query.shape[0], num_qo_heads), "float32")
+    k_scale, v_scale = _kv_scales(fn, bmm1_scale, bmm2_scale, head_dim)
+    out, lse, finish = _outputs(query, o_code, out, lse, return_lse)
     query, view = q_view(query)
     _ext.decode_run_block_table(plan, query, k_cache, v_cache, out, block_tables, seq_lens,
                                 min(max_seq_len, capacity), lse=lse, workspace=byte_workspace(workspace_buffer),
@@ -289,24 +306,13 @@ def trtllm_batch_context_with_kv_cache(query, kv_cache, workspace_buffer, block_
     block_tables = _prefix(fn, "block_tables", block_tables, batch_size)
     seq_lens = _prefix(fn, "seq_lens", seq_lens, batch_size)
     cum_seq_lens_q = _prefix(fn, "cum_seq_lens_q", cum_seq_lens_q, batch_size + 1)
-    if out is not None and out_dtype is None:
-        out_dtype = dtype_name(out)
-    if out_dtype is None and dtype_name(query) == "float8_e4m3fn":
-        raise InvalidArgumentError("%s: an fp8 query needs out or out_dtype (float16 or bfloat16)" % fn)
-    q_code, kv_code, o_code = attention_dtypes(fn, dtype_name(query), kv_name, out_dtype)
+    q_code, kv_code, o_code = _dtypes(fn, query, kv_name, out, out_dtype)
     mask_mode = _ext.IGNIS_MASK_CAUSAL if causal else _ext.IGNIS_MASK_NONE
     key = _device_key(query) + (num_qo_heads, num_kv_heads, head_dim, page_size, q_code, kv_code, o_code,
                                 window_left, mask_mode)
     plan = _context_plan_for(fn, query, key, batch_size, rows)
-    # bmm1_scale = sm_scale * k_scale (* q_scale): the plan keeps the default 1 / sqrt(head_dim), the
-    # rest rides on the key scale, as in decode
-    k_scale = _scale(fn, "bmm1_scale", bmm1_scale) * head_dim ** 0.5
-    v_scale = _scale(fn, "bmm2_scale", bmm2_scale)
-    finish = None
-    if out is None:
-        out, finish = attention_output(query, o_code)
-    if return_lse and lse is None:
-        lse = new_array(query, (rows, num_qo_heads), "float32")
+    k_scale, v_scale = _kv_scales(fn, bmm1_scale, bmm2_scale, head_dim)
+    out, lse, finish = _outputs(query, o_code, out, lse, return_lse)
     query, view = q_view(query)
     _ext.prefill_run_block_table(plan, query, k_cache, v_cache, out, block_tables, seq_lens, cum_seq_lens_q,
                                  min(max_q_len, rows), lse=lse, workspace=byte_workspace(workspace_buffer),

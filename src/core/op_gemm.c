@@ -161,8 +161,10 @@ static ignis_status check_out_disjoint(const char *fn, const ignis_tensor *out,
   return IGNIS_OK;
 }
 
+/* tensors: the op's inputs (NULL: absent) then out, last; out must be apart from each input. */
 static ignis_status dispatch(const ignis_gemm_params *p, const ignis_tensor *const *tensors,
                              const char *const *names, int count, const char *fn, void *stream) {
+  IGNIS_TRY(check_out_disjoint(fn, tensors[count - 1], tensors, names, count - 1));
   ignis_target target;
   IGNIS_TRY(ignis_resolve_target(fn, tensors, names, count, &target));
   if (p->batch == 0 || p->m == 0 || p->n == 0)
@@ -189,12 +191,9 @@ ignis_status ignis_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_
     p.bias = bias->data;
     p.bias_dtype = bias->dtype;
   }
-  const ignis_tensor *inputs[] = {a, b, bias};
-  const char *names[] = {"a", "b", "bias"};
-  IGNIS_TRY(check_out_disjoint(fn, out, inputs, names, 3));
   const ignis_tensor *tensors[] = {a, b, bias, out};
-  const char *all_names[] = {"a", "b", "bias", "out"};
-  return dispatch(&p, tensors, all_names, 4, fn, stream);
+  const char *names[] = {"a", "b", "bias", "out"};
+  return dispatch(&p, tensors, names, 4, fn, stream);
 }
 
 ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *a_scale,
@@ -215,12 +214,9 @@ ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b, const ig
   p.a_scale = a_scale->data;
   p.b_scale = b_scale->data;
   p.scale_dtype = IGNIS_F32;
-  const ignis_tensor *inputs[] = {a, b, a_scale, b_scale};
-  const char *names[] = {"a", "b", "a_scale", "b_scale"};
-  IGNIS_TRY(check_out_disjoint(fn, out, inputs, names, 4));
   const ignis_tensor *tensors[] = {a, b, a_scale, b_scale, out};
-  const char *all_names[] = {"a", "b", "a_scale", "b_scale", "out"};
-  return dispatch(&p, tensors, all_names, 5, fn, stream);
+  const char *names[] = {"a", "b", "a_scale", "b_scale", "out"};
+  return dispatch(&p, tensors, names, 5, fn, stream);
 }
 
 ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
@@ -250,10 +246,7 @@ ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *
   p.a_scale_stride_k = a_scale->strides[1];
   p.b_scale_stride_n = b_scale->strides[0];
   p.b_scale_stride_k = b_scale->strides[1];
-  const ignis_tensor *inputs[] = {a, b, a_scale, b_scale};
-  const char *names[] = {"a", "b", "a_scale", "b_scale"};
-  IGNIS_TRY(check_out_disjoint(fn, out, inputs, names, 4));
   const ignis_tensor *tensors[] = {a, b, a_scale, b_scale, out};
-  const char *all_names[] = {"a", "b", "a_scale", "b_scale", "out"};
-  return dispatch(&p, tensors, all_names, 5, fn, stream);
+  const char *names[] = {"a", "b", "a_scale", "b_scale", "out"};
+  return dispatch(&p, tensors, names, 5, fn, stream);
 }

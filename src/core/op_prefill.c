@@ -682,19 +682,25 @@ ignis_status ignis_prefill_ragged_run(const ignis_prefill_plan *plan, const igni
   return run_plan(fn, plan, q, custom_mask, extras, out, lse, workspace, workspace_bytes, stream, kv, kv_names, &p);
 }
 
+/* A paged cache's k_cache ([pages, page, heads, dim] NHD or [pages, heads, page, dim] HND) against
+ * the plan's kv_dtype, page_size, num_kv_heads and head_dim_qk. */
+static ignis_status check_k_cache(const char *fn, const ignis_prefill_plan_config *c, const ignis_tensor *k_cache,
+                                  ignis_kv_layout layout) {
+  if (k_cache->dtype != c->kv_dtype)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s", fn,
+                           ignis_dtype_name(k_cache->dtype), ignis_dtype_name(c->kv_dtype));
+  int nhd = layout == IGNIS_KV_LAYOUT_NHD;
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", k_cache, nhd ? 1 : 2, c->page_size, "the plan's page_size"));
+  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", k_cache, nhd ? 2 : 1, c->num_kv_heads, "the plan's num_kv_heads"));
+  return ignis_check_dim(fn, "cache.k_cache", k_cache, 3, c->head_dim_qk, "the plan's head_dim_qk");
+}
+
 /* The cache against the plan; on the host, its index contents against the planned lengths. */
 static ignis_status check_run_cache(const char *fn, const ignis_prefill_plan *plan, const ignis_paged_kv_cache *cache,
                                     ignis_paged_kv_params *kv) {
   const ignis_prefill_plan_config *c = &plan->config;
   IGNIS_TRY(ignis_check_paged_kv_cache(fn, cache, kv));
-  if (cache->k_cache.dtype != c->kv_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s", fn,
-                           ignis_dtype_name(cache->k_cache.dtype), ignis_dtype_name(c->kv_dtype));
-  int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size, "the plan's page_size"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 2 : 1, c->num_kv_heads,
-                            "the plan's num_kv_heads"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim_qk, "the plan's head_dim_qk"));
+  IGNIS_TRY(check_k_cache(fn, c, &cache->k_cache, cache->layout));
   IGNIS_TRY(ignis_check_dim(fn, "cache.indptr", &cache->indptr, 0, plan->batch_size + 1, "the planned batch_size + 1"));
   if (ignis_plan_uses_workspace(&plan->storage) || cache->k_cache.device.type != c->device.type)
     return IGNIS_OK; /* device index arrays: not readable here */
@@ -737,14 +743,7 @@ static ignis_status check_block_table_cache(const char *fn, const ignis_prefill_
                                             const ignis_block_table_kv_cache *cache, ignis_paged_kv_params *kv) {
   const ignis_prefill_plan_config *c = &plan->config;
   IGNIS_TRY(ignis_check_block_table_kv_cache(fn, cache, kv));
-  if (cache->k_cache.dtype != c->kv_dtype)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.k_cache.dtype=%s but the plan's kv_dtype=%s", fn,
-                           ignis_dtype_name(cache->k_cache.dtype), ignis_dtype_name(c->kv_dtype));
-  int nhd = cache->layout == IGNIS_KV_LAYOUT_NHD;
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 1 : 2, c->page_size, "the plan's page_size"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, nhd ? 2 : 1, c->num_kv_heads,
-                            "the plan's num_kv_heads"));
-  IGNIS_TRY(ignis_check_dim(fn, "cache.k_cache", &cache->k_cache, 3, c->head_dim_qk, "the plan's head_dim_qk"));
+  IGNIS_TRY(check_k_cache(fn, c, &cache->k_cache, cache->layout));
   if (kv->batch_size > c->max_batch_size)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: cache.block_tables.shape[0]=%" PRId64 " requests but the plan's max_batch_size=%" PRId64,

@@ -142,6 +142,22 @@ static ignis_status resolve(const char *fn, const ignis_tensor *const *tensors, 
   return ignis_resolve_target(fn, tensors, names, count, target);
 }
 
+/* The target of the ops on input, scale and out alone. */
+static ignis_status resolve_input_scale_out(const char *fn, const ignis_tensor *input,
+                                            const ignis_tensor *scale, const ignis_tensor *out,
+                                            ignis_target *target) {
+  const ignis_tensor *tensors[] = {input, scale, out};
+  const char *names[] = {"input", "scale", "out"};
+  return resolve(fn, tensors, names, 3, target);
+}
+
+/* A scale the op writes: apart from input and out. */
+static ignis_status check_scale_apart(const char *fn, const ignis_tensor *scale, const ignis_tensor *input,
+                                      const ignis_tensor *out) {
+  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
+  return ignis_check_disjoint(fn, "scale", scale, "out", out);
+}
+
 /* The values per out row: input.shape[-1], or half of it (which must be even) for silu_and_mul. */
 static ignis_status out_width(const char *fn, ignis_quant_prologue prologue, const ignis_tensor *input,
                               int min_ndim, int max_ndim, int64_t *width) {
@@ -165,10 +181,8 @@ static ignis_status static_quant(const char *fn, ignis_quant_prologue prologue, 
   IGNIS_TRY(check_rows(fn, input, 1, out, prologue == IGNIS_QUANT_SILU_MUL ? width : -1));
   IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
   IGNIS_TRY(ignis_check_disjoint(fn, "out", out, "scale", scale));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(prologue, input, out);
   set_static_scale(&p, scale);
   return dispatch(&p, &target, stream);
@@ -186,12 +200,9 @@ ignis_status ignis_fp8_quantize_dynamic(const ignis_tensor *input, double eps, i
   IGNIS_TRY(check_rows(fn, input, 1, out, -1));
   IGNIS_TRY(check_eps(fn, "eps", eps, 1));
   IGNIS_TRY(check_scalar_scale(fn, "scale", scale));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "out", out));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
+  IGNIS_TRY(check_scale_apart(fn, scale, input, out));
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(IGNIS_QUANT_PLAIN, input, out);
   p.scale_mode = IGNIS_QUANT_SCALE_ABSMAX;
   p.scale = scale->data;
@@ -214,12 +225,9 @@ static ignis_status group_quant(const char *fn, ignis_quant_prologue prologue, c
   IGNIS_TRY(check_group_size(fn, group_size, width));
   IGNIS_TRY(check_eps(fn, "eps", eps, 1));
   IGNIS_TRY(check_group_scale(fn, "scale", scale, input->shape[0], width / group_size, ue8m0));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "input", input));
-  IGNIS_TRY(ignis_check_disjoint(fn, "scale", scale, "out", out));
-  const ignis_tensor *tensors[] = {input, scale, out};
-  const char *names[] = {"input", "scale", "out"};
+  IGNIS_TRY(check_scale_apart(fn, scale, input, out));
   ignis_target target;
-  IGNIS_TRY(resolve(fn, tensors, names, 3, &target));
+  IGNIS_TRY(resolve_input_scale_out(fn, input, scale, out, &target));
   ignis_quant_params p = base_params(prologue, input, out);
   set_group_scale(&p, scale, group_size, eps, ue8m0);
   return dispatch(&p, &target, stream);
@@ -251,12 +259,14 @@ ignis_status ignis_fp8_quantize_per_token(const ignis_tensor *input, double eps,
 /* rmsnorm_quant, fused_add_rmsnorm_quant, layernorm_quant and the block-quant form. */
 typedef struct norm_quant_args {
   ignis_norm_kind kind;
+  int block;     /* the block form: block_scale instead of scale */
+  int fused_add; /* residual required */
   const ignis_tensor *input;
   ignis_tensor *residual;
   const ignis_tensor *weight;
   const char *weight_name;
   const ignis_tensor *bias;
-  const ignis_tensor *scale; /* static scale, or NULL for the block form */
+  const ignis_tensor *scale; /* static scale; unused by the block form */
   double eps;
   ignis_tensor *out;
   /* block form */
@@ -267,9 +277,29 @@ typedef struct norm_quant_args {
   int ue8m0;
 } norm_quant_args;
 
+/* t (named name) is laid out as input: its dtype and shape, rows contiguous, apart from it. */
+static ignis_status check_like_input(const char *fn, const char *name, const ignis_tensor *t, int max_ndim,
+                                     const ignis_tensor *input) {
+  IGNIS_TRY(ignis_check_tensor(fn, name, t, 2, max_ndim));
+  IGNIS_TRY(ignis_check_same_dtype(fn, name, t, "input", input));
+  IGNIS_TRY(ignis_check_same_shape(fn, name, t, "input", input));
+  IGNIS_TRY(ignis_check_last_dim_contiguous(fn, name, t));
+  return ignis_check_disjoint(fn, name, t, "input", input);
+}
+
+/* The pointers a form requires, named in its parameter order. */
+static ignis_status check_required(const char *fn, const norm_quant_args *a) {
+  const char *missing = !a->block && !a->scale                    ? "scale"
+                        : a->fused_add && !a->residual            ? "residual"
+                        : a->kind == IGNIS_NORM_LAYER && !a->bias ? "beta"
+                                                                  : NULL;
+  return missing ? ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", fn, missing) : IGNIS_OK;
+}
+
 static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *stream) {
   ignis_clear_error();
-  const int block = a->block_scale != NULL || a->scale == NULL;
+  IGNIS_TRY(check_required(fn, a));
+  const int block = a->block;
   IGNIS_TRY(check_rows(fn, a->input, 2, a->out, -1));
   if (block && a->input->ndim != 2)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.ndim=%d but it must be 2", fn,
@@ -282,11 +312,7 @@ static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *s
   }
   IGNIS_TRY(check_eps(fn, "eps", a->eps, 0));
   if (a->residual) {
-    IGNIS_TRY(ignis_check_tensor(fn, "residual", a->residual, 2, 3));
-    IGNIS_TRY(ignis_check_same_dtype(fn, "residual", a->residual, "input", a->input));
-    IGNIS_TRY(ignis_check_same_shape(fn, "residual", a->residual, "input", a->input));
-    IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "residual", a->residual));
-    IGNIS_TRY(ignis_check_disjoint(fn, "residual", a->residual, "input", a->input));
+    IGNIS_TRY(check_like_input(fn, "residual", a->residual, 3, a->input));
     IGNIS_TRY(ignis_check_disjoint(fn, "residual", a->residual, "out", a->out));
   }
   if (block) {
@@ -300,11 +326,7 @@ static ignis_status norm_quant(const char *fn, const norm_quant_args *a, void *s
     IGNIS_TRY(ignis_check_disjoint(fn, "block_scale", a->block_scale, "out", a->out));
     IGNIS_TRY(ignis_check_disjoint(fn, "block_scale", a->block_scale, "residual", a->residual));
     if (a->normed_out) {
-      IGNIS_TRY(ignis_check_tensor(fn, "normed_out", a->normed_out, 2, 2));
-      IGNIS_TRY(ignis_check_same_dtype(fn, "normed_out", a->normed_out, "input", a->input));
-      IGNIS_TRY(ignis_check_same_shape(fn, "normed_out", a->normed_out, "input", a->input));
-      IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "normed_out", a->normed_out));
-      IGNIS_TRY(ignis_check_disjoint(fn, "normed_out", a->normed_out, "input", a->input));
+      IGNIS_TRY(check_like_input(fn, "normed_out", a->normed_out, 2, a->input));
       IGNIS_TRY(ignis_check_disjoint(fn, "normed_out", a->normed_out, "residual", a->residual));
       IGNIS_TRY(ignis_check_disjoint(fn, "normed_out", a->normed_out, "out", a->out));
       IGNIS_TRY(ignis_check_disjoint(fn, "normed_out", a->normed_out, "block_scale", a->block_scale));
@@ -355,10 +377,6 @@ ignis_status ignis_rmsnorm_quant(const ignis_tensor *input, const ignis_tensor *
                        .scale = scale,
                        .eps = eps,
                        .out = out};
-  if (!scale) {
-    ignis_clear_error();
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_rmsnorm_quant: scale is NULL");
-  }
   return norm_quant("ignis_rmsnorm_quant", &a, stream);
 }
 
@@ -366,6 +384,7 @@ ignis_status ignis_fused_add_rmsnorm_quant(const ignis_tensor *input, ignis_tens
                                            const ignis_tensor *weight, const ignis_tensor *scale, double eps,
                                            ignis_tensor *out, void *stream) {
   norm_quant_args a = {.kind = IGNIS_NORM_RMS,
+                       .fused_add = 1,
                        .input = input,
                        .residual = residual,
                        .weight = weight,
@@ -373,11 +392,6 @@ ignis_status ignis_fused_add_rmsnorm_quant(const ignis_tensor *input, ignis_tens
                        .scale = scale,
                        .eps = eps,
                        .out = out};
-  if (!scale || !residual) {
-    ignis_clear_error();
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_fused_add_rmsnorm_quant: %s is NULL",
-                           scale ? "residual" : "scale");
-  }
   return norm_quant("ignis_fused_add_rmsnorm_quant", &a, stream);
 }
 
@@ -392,11 +406,6 @@ ignis_status ignis_layernorm_quant(const ignis_tensor *input, const ignis_tensor
                        .scale = scale,
                        .eps = eps,
                        .out = out};
-  if (!scale || !beta) {
-    ignis_clear_error();
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_layernorm_quant: %s is NULL",
-                           scale ? "beta" : "scale");
-  }
   return norm_quant("ignis_layernorm_quant", &a, stream);
 }
 
@@ -406,6 +415,8 @@ ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(const ignis_tensor *input, 
                                                      ignis_tensor *out, ignis_tensor *block_scale,
                                                      ignis_tensor *normed_out, void *stream) {
   norm_quant_args a = {.kind = IGNIS_NORM_RMS,
+                       .block = 1,
+                       .fused_add = 1,
                        .input = input,
                        .residual = residual,
                        .weight = weight,
@@ -417,11 +428,6 @@ ignis_status ignis_fused_add_rmsnorm_fp8_block_quant(const ignis_tensor *input, 
                        .group_size = group_size,
                        .quant_eps = quant_eps,
                        .ue8m0 = ue8m0};
-  if (!residual) {
-    ignis_clear_error();
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "ignis_fused_add_rmsnorm_fp8_block_quant: residual is NULL");
-  }
   return norm_quant("ignis_fused_add_rmsnorm_fp8_block_quant", &a, stream);
 }
 

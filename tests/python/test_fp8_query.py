@@ -14,6 +14,7 @@ import pytest
 
 import ignis
 from ignis.decode import fast_decode_plan
+from engine_arrays import capture
 from refs import decode_ref, ml_dtypes, prefill_ref, torch
 
 CUDA = torch is not None and torch.cuda.is_available()
@@ -158,14 +159,7 @@ def replayable(device, run):
     and a step that replays it and waits; on the CPU backend: run itself."""
     if device != "cuda":
         return run
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph, _ = capture(run)
 
     def replay():
         graph.replay()

@@ -421,17 +421,19 @@ static void test_large_and_empty(uint64_t *seed) {
   c.bias = 1;
   c.scale = 2.5;
   run_case(&c, (*seed)++);
-  c.dtype = IGNIS_BF16;
-  c.bias_dtype = IGNIS_BF16;
-  c.strided = 1;
-  run_case(&c, (*seed)++);
-  c = make(IGNIS_MOE_ROUTING_RENORMALIZE_NAIVE, 4096, 128, 8);
-  c.dtype = IGNIS_BF16;
-  run_case(&c, (*seed)++);
-  c.method = IGNIS_MOE_ROUTING_DEFAULT;
-  c.dtype = IGNIS_F32;
-  c.strided = 1;
-  run_case(&c, (*seed)++);
+  if (!h_quick()) { /* the sanitizer runs keep one large case */
+    c.dtype = IGNIS_BF16;
+    c.bias_dtype = IGNIS_BF16;
+    c.strided = 1;
+    run_case(&c, (*seed)++);
+    c = make(IGNIS_MOE_ROUTING_RENORMALIZE_NAIVE, 4096, 128, 8);
+    c.dtype = IGNIS_BF16;
+    run_case(&c, (*seed)++);
+    c.method = IGNIS_MOE_ROUTING_DEFAULT;
+    c.dtype = IGNIS_F32;
+    c.strided = 1;
+    run_case(&c, (*seed)++);
+  }
   for (int m = 0; m <= IGNIS_MOE_ROUTING_TOPK_SIGMOID; ++m) {
     if (m == IGNIS_MOE_ROUTING_LLAMA4)
       continue;

@@ -20,6 +20,7 @@ the logits themselves keep the logits' order where sigmoid or softmax round scor
 """
 
 import enum
+import operator
 import sys
 
 from . import _ext
@@ -50,10 +51,13 @@ class RoutingMethodType(enum.IntEnum):
 
 
 def _method_value(fn, method):
-    if isinstance(method, bool) or not isinstance(method, int):
+    try:
+        if isinstance(method, bool):
+            raise TypeError
+        return operator.index(method)
+    except TypeError:
         raise ArgumentTypeError("ignis.%s: routing_method_type must be a RoutingMethodType or an int, not %s"
-                                % (fn, type(method).__name__))
-    return int(method)
+                                % (fn, type(method).__name__)) from None
 
 
 def _float32_output(like, shape):

@@ -208,6 +208,7 @@ typedef struct bench_routine {
 extern const bench_family bench_family_norm, bench_family_activation, bench_family_rope,
     bench_family_paged_kv, bench_family_merge, bench_family_decode, bench_family_prefill,
     bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla;
+extern const bench_family bench_family_moe_routing;
 int bench_routine_count(void);
 const bench_routine *bench_routine_at(int index);
 const bench_routine *bench_find_routine(const char *name);

@@ -19,6 +19,7 @@ exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`
 """
 
 from . import _ext, activation, cascade, decode, gemm, mla, norm, page, prefill, quantization, rope, sampling, switch
+from . import fused_moe_routing
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -44,6 +45,7 @@ from .prefill import *
 from .quantization import *
 from .rope import *
 from .sampling import *
+from .fused_moe_routing import *
 
 _ext._set_error_classes(_STATUS_CLASSES, ArgumentTypeError, DtypeError)
 
@@ -78,6 +80,7 @@ def device_info(device_type="cuda", device_id=0):
 
 __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
            + sampling.__all__ + prefill.__all__ + quantization.__all__ + gemm.__all__ + mla.__all__
+           + fused_moe_routing.__all__
            + ["version", "build_info", "cuda_device_count", "device_info",
               "Error",
               "InvalidArgumentError",

@@ -2098,6 +2098,16 @@ static int add_constants(PyObject *module) {
   ADD_CONSTANT(IGNIS_PREFILL_PAGED)
   ADD_CONSTANT(IGNIS_FILTER_TOP_K_FIRST)
   ADD_CONSTANT(IGNIS_FILTER_JOINT)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_DEFAULT)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_RENORMALIZE)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_DEEPSEEK_V3)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_LLAMA4)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_RENORMALIZE_NAIVE)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_TOPK)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_SIGMOID_RENORM)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_MINIMAX2)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_SIGMOID)
+  ADD_CONSTANT(IGNIS_MOE_ROUTING_TOPK_SIGMOID)
 #undef ADD_DTYPE
 #undef ADD_STATUS
 #undef ADD_CONSTANT
@@ -2129,7 +2139,8 @@ PyMODINIT_FUNC PyInit__ext(void) {
                  PyModule_AddFunctions(module, ext_gemm_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_mla_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_prefill_methods) < 0 ||
-                 PyModule_AddFunctions(module, ext_quant_methods) < 0 || add_constants(module) < 0 ||
+                 PyModule_AddFunctions(module, ext_quant_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_moe_methods) < 0 || add_constants(module) < 0 ||
                  add_plan_update_declined(module) < 0))
     Py_CLEAR(module);
   return module;

@@ -250,5 +250,6 @@ extern PyMethodDef ext_sampling_methods[];
 extern PyMethodDef ext_gemm_methods[];
 extern PyMethodDef ext_mla_methods[];
 extern PyMethodDef ext_quant_methods[];
+extern PyMethodDef ext_moe_methods[];
 
 #endif

@@ -14,6 +14,7 @@
 #include "gemm_params.h"
 #include "grouped_gemm_params.h"
 #include "mla_params.h"
+#include "moe_routing_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -102,6 +103,8 @@ typedef struct ignis_backend {
    * and the append of latent rows (core/mla_params.h). */
   ignis_status (*mla)(const ignis_mla_params *params, int32_t device, void *stream);
   ignis_status (*append_paged_mla_kv)(const ignis_append_mla_params *params, int32_t device, void *stream);
+  /* MoE routing (core/moe_routing_params.h): top-k expert ids and weights of every token. */
+  ignis_status (*moe_route)(const ignis_moe_routing_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

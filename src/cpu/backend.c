@@ -47,4 +47,5 @@ const ignis_backend ignis_cpu_backend = {
     .grouped_gemm = ignis_cpu_grouped_gemm,
     .mla = ignis_cpu_mla,
     .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
+    .moe_route = ignis_cpu_moe_route,
 };

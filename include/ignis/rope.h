@@ -30,7 +30,11 @@
  * head_dim may be up to 512 (IGNIS_ERROR_UNSUPPORTED above).
  *
  * Positions in the pos_ids and indptr forms must be >= 0 and below 2^24 so that they are exact in
- * f32. On error nothing is written. */
+ * f32. On error nothing is written.
+ *
+ * The fused forms at the end (rope_quantize_fp8 and its paged appends) take q and k split into
+ * their rotary and non-rotary parts, rotate by a cos/sin cache and write fp8, as FlashInfer's
+ * rope_quantize_fp8, mla_rope_quantize_fp8 and rope_quantize_fp8_append_paged_kv_cache do. */
 #ifndef IGNIS_ROPE_H
 #define IGNIS_ROPE_H
 

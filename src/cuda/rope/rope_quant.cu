@@ -44,8 +44,9 @@ typedef struct rq_args {
   int32_t e4m3;
 } rq_args;
 
-/* Per token of a block, in shared memory. */
-typedef struct rq_token {
+/* Per token of a block, in shared memory; 16-byte aligned so that the cos/sin table after the
+ * tokens is (its rows are read as float4). */
+typedef struct alignas(16) rq_token {
   int64_t k_rope_row, k_nope_row, v_row; /* element offsets of the k/v destination rows */
   int64_t pos;                           /* its cos/sin row; -1 for padding */
   int32_t skip;                          /* padding: nothing written */
@@ -285,6 +286,8 @@ static ignis_status rq_launch(rq_args &a, int32_t device, cudaStream_t stream) {
   a.v_units = p.has_v ? (int32_t)(VEC ? (p.rope_dim + p.nope_dim) / 16 : p.rope_dim + p.nope_dim) : 0;
   const int64_t hq = p.num_q_heads, hk = p.num_k_heads;
   const int64_t units = hq * (a.rope_units + a.nope_units) + hk * (a.rope_units + a.nope_units + a.v_units);
+  if (units == 0) /* no heads at all */
+    return IGNIS_OK;
   if (units > INT32_MAX / 4)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "ignis_cuda_rope_quant: %lld work units per token, at most 2^29",

@@ -274,8 +274,8 @@ def test_rope_quantize_fp8(frame, dtype, shape, is_neox, fmt):
 
 @pytest.mark.parametrize("frame", VIEW_FRAMES, ids=VIEW_FRAME_IDS)
 def test_rope_quantize_fp8_views_and_outputs(frame):
-    """SGLang's q: one [nnz, H, nope + rope] buffer split into q_nope and q_rope views; outputs given
-    (their dtype sets quantize_dtype); a padded k row stride."""
+    """SGLang's q: one [nnz, H, nope + rope] buffer split into q_nope and q_rope views, and likewise its
+    fp8 output; outputs given (their dtype sets quantize_dtype); a padded k row stride."""
     nnz, hq, rope, nope = 9, 4, 64, 32
     q = frame.array(rng.standard_normal((nnz, hq, nope + rope)), "f16")
     q_nope, q_rope = q[..., :nope], q[..., nope:]
@@ -285,6 +285,8 @@ def test_rope_quantize_fp8_views_and_outputs(frame):
     outs = ignis.mla_rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, frame.array(cache, "f32"),
                                        frame.index(POS_IDS), quantize_dtype="float8_e5m2")
     given = [ignis.quantization.new_fp8(q, tuple(o.shape), "float8_e5m2") for o in outs]
+    q_out = ignis.quantization.new_fp8(q, (nnz, hq, nope + rope), "float8_e5m2")  # SGLang's fused q output
+    given[0], given[2] = q_out[..., nope:], q_out[..., :nope]
     again = ignis.mla_rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, frame.array(cache, "f32"),
                                         frame.index(POS_IDS), q_rope_out=given[0], k_rope_out=given[1],
                                         q_nope_out=given[2], k_nope_out=given[3])

@@ -98,7 +98,7 @@ typedef enum bench_fill {
  * in place afterwards: floats finite, integers within [valid_min, valid_max]. */
 typedef enum bench_role { BENCH_IN = 0, BENCH_OUT = 1, BENCH_INOUT = 2 } bench_role;
 
-#define BENCH_MAX_TENSORS 12
+#define BENCH_MAX_TENSORS 16
 #define BENCH_MAX_POSITION 32768 /* positions drawn below this (or below tokens if larger) */
 
 typedef struct bench_tensor_spec {
@@ -207,7 +207,7 @@ typedef struct bench_routine {
  * bench/registry.c, and the routines of all of them. */
 extern const bench_family bench_family_norm, bench_family_activation, bench_family_rope,
     bench_family_paged_kv, bench_family_merge, bench_family_decode, bench_family_prefill,
-    bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla;
+    bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla, bench_family_rope_quant;
 extern const bench_family bench_family_moe_routing;
 int bench_routine_count(void);
 const bench_routine *bench_routine_at(int index);

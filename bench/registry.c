@@ -21,6 +21,7 @@ static const bench_family *const families[] = {
     &bench_family_quant,
     &bench_family_mla,
     &bench_family_moe_routing,
+    &bench_family_rope_quant,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

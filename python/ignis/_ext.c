@@ -1,7 +1,7 @@
 /* ignis._ext: the CPython extension behind the ignis package (this file: DLPack, arguments, errors,
  * the module, the library and device facts (version, build, device_info), and the norm,
- * activation, RoPE, paged-cache, merge and decode bindings; prefill and sampling have their own
- * files, sharing _ext.h).
+ * activation, RoPE (with the fused RoPE + fp8 forms), paged-cache, merge and decode bindings;
+ * prefill and sampling have their own files, sharing _ext.h).
  *
  * Each op function takes its arguments positionally when there are a few, and by name past the
  * first tensors when there are many (parse_args: a spec table per binding, so the order is
@@ -1134,6 +1134,142 @@ static PyObject *ext_apply_rope_with_cos_sin_cache(PyObject *self, PyObject *con
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
 }
 
+/* ---- rope + fp8 quantization --------------------------------------------------------------- */
+/* The scalars of a fused call (is_neox, quant_scale_q, quant_scale_kv at args[at..]) and out_view
+ * (-1, or the fp8 dtype of outputs and caches handed over as uint8 views). */
+typedef struct {
+  int is_neox;
+  double scale_q, scale_kv;
+  int64_t view;
+} rope_quant_scalars;
+
+static int parse_rope_quant_scalars(const char *fn, PyObject *const *args, Py_ssize_t at, PyObject *view_arg,
+                                    rope_quant_scalars *r) {
+  r->is_neox = PyObject_IsTrue(args[at]);
+  if (r->is_neox < 0 || parse_double(fn, "quant_scale_q", args[at + 1], &r->scale_q) < 0 ||
+      parse_double(fn, "quant_scale_kv", args[at + 2], &r->scale_kv) < 0 ||
+      parse_int64(fn, "out_view", view_arg, &r->view) < 0)
+    return -1;
+  if (r->view != -1 && r->view != IGNIS_FP8_E4M3 && r->view != IGNIS_FP8_E5M2) {
+    PyErr_Format(INVALID_ARGUMENT_ERROR, "%s: out_view=%lld must be -1 or an fp8 dtype", fn,
+                 (long long)r->view);
+    return -1;
+  }
+  return 0;
+}
+
+/* Read the listed tensors (None left out), then give the fp8 ones (bit i of fp8_slots, listed
+ * slots) out_view's dtype when they came as uint8 views. *slots gets each object's slot (-1: None). */
+static int rope_quant_begin(op_call *c, const char *fn, PyObject *const *objs, const char *const *names,
+                            int count, unsigned writable_objs, unsigned fp8_objs, int64_t view,
+                            PyObject *stream, int *slots) {
+  tensor_list l = {.count = 0};
+  unsigned writable = 0;
+  for (int i = 0; i < count; ++i) {
+    slots[i] = tensor_list_add(&l, objs[i], names[i]);
+    if (writable_objs >> i & 1u)
+      writable |= slot_bit(slots[i]);
+  }
+  if (op_call_begin(c, fn, l.objs, l.names, l.count, writable, stream) < 0)
+    return -1;
+  for (int i = 0; i < count; ++i)
+    if ((fp8_objs >> i & 1u) && slots[i] >= 0 &&
+        apply_fp8_view(fn, view, &c->tensors[slots[i]], names[i]) < 0) {
+      op_call_release(c);
+      return -1;
+    }
+  return 0;
+}
+
+#define RQ_TENSOR(i) (slots[i] >= 0 ? &c.tensors[slots[i]] : NULL)
+
+/* (q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q, quant_scale_kv,
+ *  q_rope_out, k_rope_out, q_nope_out, k_nope_out, out_view, stream); nope parts may be None */
+static PyObject *ext_rope_quantize_fp8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.rope_quantize_fp8";
+  static const char *const names[] = {"q_rope",  "k_rope",     "q_nope",     "k_nope",     "cos_sin_cache",
+                                      "pos_ids", "q_rope_out", "k_rope_out", "q_nope_out", "k_nope_out"};
+  rope_quant_scalars r;
+  if (check_nargs(fn, nargs, 15) < 0 || parse_rope_quant_scalars(fn, args, 6, args[13], &r) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2],  args[3],  args[4],
+                      args[5], args[9], args[10], args[11], args[12]};
+  int slots[10];
+  op_call c;
+  if (rope_quant_begin(&c, fn, objs, names, 10, 0x3C0u, 0x3C0u, r.view, args[14], slots) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_rope_quantize_fp8(
+      RQ_TENSOR(0), RQ_TENSOR(1), RQ_TENSOR(2), RQ_TENSOR(3), RQ_TENSOR(4), RQ_TENSOR(5), r.is_neox,
+      (float)r.scale_q, (float)r.scale_kv, RQ_TENSOR(6), RQ_TENSOR(7), RQ_TENSOR(8), RQ_TENSOR(9), c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, batch_indices, positions, k_cache,
+ *  v_cache, kv_indices, kv_indptr, layout, is_neox, quant_scale_q, quant_scale_kv, q_rope_out,
+ *  q_nope_out, out_view, stream); layout 0 NHD, 1 HND */
+static PyObject *ext_rope_quantize_fp8_append_paged_kv_cache(PyObject *self, PyObject *const *args,
+                                                             Py_ssize_t nargs) {
+  static const char *const fn = "ignis.rope_quantize_fp8_append_paged_kv_cache";
+  static const char *const names[] = {"q_rope",    "k_rope",        "q_nope",    "k_nope",
+                                      "v",         "cos_sin_cache", "pos_ids",   "batch_indices",
+                                      "positions", "k_cache",       "v_cache",   "kv_indices",
+                                      "kv_indptr", "q_rope_out",    "q_nope_out"};
+  rope_quant_scalars r;
+  int64_t layout;
+  if (check_nargs(fn, nargs, 21) < 0 || parse_int64(fn, "kv_layout", args[13], &layout) < 0 ||
+      parse_rope_quant_scalars(fn, args, 14, args[19], &r) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2],  args[3],  args[4],  args[5],  args[6], args[7],
+                      args[8], args[9], args[10], args[11], args[12], args[17], args[18]};
+  int slots[15];
+  op_call c;
+  const unsigned writable = 1u << 9 | 1u << 10 | 1u << 13 | 1u << 14;
+  if (rope_quant_begin(&c, fn, objs, names, 15, writable, writable, r.view, args[20], slots) < 0)
+    return NULL;
+  ignis_paged_kv_cache cache = IGNIS_PAGED_KV_CACHE_INIT;
+  cache.layout = (ignis_kv_layout)layout;
+  cache.k_cache = *RQ_TENSOR(9);
+  cache.v_cache = *RQ_TENSOR(10);
+  cache.indices = *RQ_TENSOR(11);
+  cache.indptr = *RQ_TENSOR(12);
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_rope_quantize_fp8_append_paged_kv_cache(
+      RQ_TENSOR(0), RQ_TENSOR(1), RQ_TENSOR(2), RQ_TENSOR(3), RQ_TENSOR(4), RQ_TENSOR(5), RQ_TENSOR(6),
+      RQ_TENSOR(7), RQ_TENSOR(8), &cache, r.is_neox, (float)r.scale_q, (float)r.scale_kv, RQ_TENSOR(13),
+      RQ_TENSOR(14), c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, batch_indices, positions, ckv_cache,
+ *  kpe_cache, kv_indices, kv_indptr, is_neox, quant_scale_q, quant_scale_kv, q_rope_out,
+ *  q_nope_out, out_view, stream) */
+static PyObject *ext_rope_quantize_fp8_append_paged_mla_kv_cache(PyObject *self, PyObject *const *args,
+                                                                 Py_ssize_t nargs) {
+  static const char *const fn = "ignis.rope_quantize_fp8_append_paged_mla_kv_cache";
+  static const char *const names[] = {
+      "q_rope",    "k_rope",    "q_nope",    "k_nope",     "cos_sin_cache", "pos_ids",    "batch_indices",
+      "positions", "ckv_cache", "kpe_cache", "kv_indices", "kv_indptr",     "q_rope_out", "q_nope_out"};
+  rope_quant_scalars r;
+  if (check_nargs(fn, nargs, 19) < 0 || parse_rope_quant_scalars(fn, args, 12, args[17], &r) < 0)
+    return NULL;
+  PyObject *objs[] = {args[0], args[1], args[2], args[3],  args[4],  args[5],  args[6],
+                      args[7], args[8], args[9], args[10], args[11], args[15], args[16]};
+  int slots[14];
+  op_call c;
+  const unsigned writable = 1u << 8 | 1u << 9 | 1u << 12 | 1u << 13;
+  if (rope_quant_begin(&c, fn, objs, names, 14, writable, writable, r.view, args[18], slots) < 0)
+    return NULL;
+  ignis_status status;
+  Py_BEGIN_ALLOW_THREADS status = ignis_rope_quantize_fp8_append_paged_mla_kv_cache(
+      RQ_TENSOR(0), RQ_TENSOR(1), RQ_TENSOR(2), RQ_TENSOR(3), RQ_TENSOR(4), RQ_TENSOR(5), RQ_TENSOR(6),
+      RQ_TENSOR(7), RQ_TENSOR(8), RQ_TENSOR(9), RQ_TENSOR(10), RQ_TENSOR(11), r.is_neox, (float)r.scale_q,
+      (float)r.scale_kv, RQ_TENSOR(12), RQ_TENSOR(13), c.stream);
+  Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+#undef RQ_TENSOR
+
 /* ---- paged KV cache ------------------------------------------------------------------------ */
 /* FlashInfer's single cache tensor [pages, 2, ...] as two 4-D views: K at index 0 of dim 1, V at 1. */
 static int split_combined_cache(const char *fn, const ignis_tensor *combined, ignis_tensor *k, ignis_tensor *v) {
@@ -2016,6 +2152,20 @@ static PyMethodDef ext_methods[] = {
     FASTCALL(apply_rope_with_cos_sin_cache,
              "apply_rope_with_cos_sin_cache(positions, query, key, head_size, cos_sin_cache, "
              "is_neox, query_out, key_out, stream)"),
+    FASTCALL(
+        rope_quantize_fp8,
+        "rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox, quant_scale_q, "
+        "quant_scale_kv, q_rope_out, k_rope_out, q_nope_out, k_nope_out, out_view, stream)"),
+    FASTCALL(
+        rope_quantize_fp8_append_paged_kv_cache,
+        "rope_quantize_fp8_append_paged_kv_cache(q_rope, k_rope, q_nope, k_nope, v, cos_sin_cache, pos_ids, "
+        "batch_indices, positions, k_cache, v_cache, kv_indices, kv_indptr, layout, is_neox, quant_scale_q, "
+        "quant_scale_kv, q_rope_out, q_nope_out, out_view, stream)"),
+    FASTCALL(
+        rope_quantize_fp8_append_paged_mla_kv_cache,
+        "rope_quantize_fp8_append_paged_mla_kv_cache(q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, "
+        "batch_indices, positions, ckv_cache, kpe_cache, kv_indices, kv_indptr, is_neox, quant_scale_q, "
+        "quant_scale_kv, q_rope_out, q_nope_out, out_view, stream)"),
     FASTCALL(append_paged_kv_cache,
              "append_paged_kv_cache(append_key, append_value, batch_indices, positions, k_cache_or_combined, "
              "v_cache_or_None, kv_indices, kv_indptr, kv_last_page_len, layout, stream)"),

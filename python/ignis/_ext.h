@@ -88,7 +88,7 @@ int parse_args(const char *fn, arg_table *t, PyObject *const *args, Py_ssize_t n
 PyObject *bytes_or_raise(ignis_status status, const size_t *bytes);
 
 /* ---- tensors ------------------------------------------------------------------------------ */
-#define MAX_TENSORS 10
+#define MAX_TENSORS 16
 
 typedef struct {
   void *managed; /* exported capsule contents to release, or NULL */

@@ -81,6 +81,8 @@ typedef struct ignis_backend {
   ignis_status (*quant_absmax_finish)(float *scale, float min_absmax, float fp8_max, int32_t device,
                                       void *stream);
   ignis_status (*rope)(const ignis_rope_params *params, int32_t device, void *stream);
+  /* RoPE + fp8 quantization, into outputs or appended to a paged cache */
+  ignis_status (*rope_quant)(const ignis_rope_quant_params *params, int32_t device, void *stream);
   ignis_status (*append_paged_kv)(const ignis_append_kv_params *params, int32_t device, void *stream);
   ignis_status (*kv_index)(const ignis_kv_index_params *params, int32_t device, void *stream);
   ignis_status (*merge_state)(const ignis_merge_state_params *params, int32_t device, void *stream);

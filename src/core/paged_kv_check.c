@@ -74,8 +74,8 @@ ignis_status ignis_check_last_page_len_contents(const char *fn, const char *name
 }
 
 /* K and V of either cache form: layout, shapes, dtypes, strides; fills p's sizes and strides. */
-static ignis_status check_kv_tensors(const char *fn, ignis_kv_layout layout, const ignis_tensor *k,
-                                     const ignis_tensor *v, ignis_paged_kv_params *p) {
+ignis_status ignis_check_paged_kv_tensors(const char *fn, ignis_kv_layout layout, const ignis_tensor *k,
+                                          const ignis_tensor *v, ignis_paged_kv_params *p) {
   if (layout != IGNIS_KV_LAYOUT_NHD && layout != IGNIS_KV_LAYOUT_HND)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: cache.layout=%d is not an ignis_kv_layout", fn,
                            (int)layout);
@@ -121,7 +121,7 @@ ignis_status ignis_check_paged_kv_cache(const char *fn, const ignis_paged_kv_cac
                               IGNIS_CONFIG_END(ignis_paged_kv_cache, last_page_len)));
   cache = &read;
   memset(p, 0, sizeof *p);
-  IGNIS_TRY(check_kv_tensors(fn, cache->layout, &cache->k_cache, &cache->v_cache, p));
+  IGNIS_TRY(ignis_check_paged_kv_tensors(fn, cache->layout, &cache->k_cache, &cache->v_cache, p));
   IGNIS_TRY(ignis_check_index_vector(fn, "cache.indptr", &cache->indptr, -1, 1));
   IGNIS_TRY(ignis_check_index_vector(fn, "cache.indices", &cache->indices, -1, 0));
   int64_t batch = cache->indptr.shape[0] - 1;
@@ -144,7 +144,7 @@ ignis_status ignis_check_block_table_kv_cache(const char *fn, const ignis_block_
                               sizeof read, IGNIS_CONFIG_END(ignis_block_table_kv_cache, seq_lens)));
   cache = &read;
   memset(p, 0, sizeof *p);
-  IGNIS_TRY(check_kv_tensors(fn, cache->layout, &cache->k_cache, &cache->v_cache, p));
+  IGNIS_TRY(ignis_check_paged_kv_tensors(fn, cache->layout, &cache->k_cache, &cache->v_cache, p));
   const ignis_tensor *table = &cache->block_tables;
   IGNIS_TRY(ignis_check_tensor(fn, "cache.block_tables", table, 2, 2));
   IGNIS_TRY(check_i32(fn, "cache.block_tables", table));

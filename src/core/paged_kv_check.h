@@ -18,6 +18,10 @@ ignis_status ignis_check_indptr_contents(const char *fn, const char *name, const
 ignis_status ignis_check_last_page_len_contents(const char *fn, const char *name, const int32_t *indptr,
                                                 const int32_t *last_page_len, int64_t batch,
                                                 int64_t page_size);
+/* K and V alone (layout, shapes, dtypes f16/bf16/f32/fp8, strides, their overlap), the part of
+ * the cache checks that does not involve the index vectors; fills p's sizes, pointers, strides. */
+ignis_status ignis_check_paged_kv_tensors(const char *fn, ignis_kv_layout layout, const ignis_tensor *k,
+                                          const ignis_tensor *v, ignis_paged_kv_params *p);
 /* The cache descriptor: size field, layout, K/V shapes, dtypes (f16, bf16, f32, fp8), strides,
  * overlap, index vectors; fills p (pointers, sizes, element strides). */
 ignis_status ignis_check_paged_kv_cache(const char *fn, const ignis_paged_kv_cache *cache,

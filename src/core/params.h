@@ -151,6 +151,50 @@ typedef struct ignis_rope_params {
   float smooth_b;
 } ignis_rope_params;
 
+/* RoPE fused with fp8 quantization (include/ignis/rope.h). Per token t: the q heads (rope part
+ * rotated, nope part as is) into q_rope_out / q_nope_out, the k heads likewise into k_rope_out /
+ * k_nope_out, and (has_v) the v heads into v_out; every value times its scale, then fp8.
+ * A source's element (t, head, d) is at data + t * stride_token + head * stride_head + d. A
+ * destination's is at data + row + head * stride_head + d, with row = t * stride_token, or for
+ * the paged k/v destinations (paged) row = page * stride_page + slot * stride_token, page and slot
+ * of token t as rope.h says. A part of width 0 (nope_dim 0, no v) has NULL data. */
+typedef struct ignis_rope_quant_src {
+  const void *data;
+  int64_t stride_token, stride_head;
+} ignis_rope_quant_src;
+
+typedef struct ignis_rope_quant_dest {
+  void *data;
+  int64_t stride_page, stride_token, stride_head;
+} ignis_rope_quant_dest;
+
+typedef struct ignis_rope_quant_params {
+  int64_t nnz;
+  int64_t num_q_heads;
+  int64_t num_k_heads;   /* MLA: 1 (stride_head unused) */
+  int64_t rope_dim;      /* even */
+  int64_t nope_dim;      /* 0: no nope parts */
+  int32_t interleave;    /* 0 NeoX pairs, 1 GPT-J pairs */
+  int32_t has_v;         /* GQA append: v [nnz, num_k_heads, rope_dim + nope_dim] */
+  int32_t paged;         /* k/v destinations are pages of a cache */
+  ignis_dtype dtype;     /* sources: f16 or bf16 */
+  ignis_dtype out_dtype; /* destinations: fp8 e4m3 or e5m2 */
+  float fp8_max;
+  float quant_scale_q;
+  float quant_scale_kv;
+  ignis_rope_quant_src q_rope, q_nope, k_rope, k_nope, v;
+  ignis_rope_quant_dest q_rope_out, q_nope_out, k_rope_out, k_nope_out, v_out;
+  const float *cos_sin_cache; /* [max_position, rope_dim] f32 */
+  int64_t cos_sin_cache_stride;
+  int64_t max_position;
+  ignis_dtype pos_dtype; /* IGNIS_I32 or IGNIS_I64 */
+  const void *pos_ids;   /* [nnz] */
+  /* paged: token t goes to request b = batch_indices[t] (< 0: padding, skipped whole) at position
+   * s = positions[t]: page kv_indices[kv_indptr[b] + s / page_size], slot s % page_size */
+  const int32_t *batch_indices, *positions, *kv_indptr, *kv_indices;
+  int64_t batch_size, num_page_entries, num_pages, page_size;
+} ignis_rope_quant_params;
+
 /* Paged KV cache (include/ignis/paged_kv.h). Element (page, token, head, d) of the K cache lives
  * at k_cache + page * k_stride_page + token * k_stride_token + head * k_stride_head + d, whatever
  * the layout (NHD and HND differ only in these strides); likewise V. Index arrays are i32,

@@ -33,6 +33,7 @@ const ignis_backend ignis_cpu_backend = {
     .quant_absmax_begin = ignis_cpu_quant_absmax_begin,
     .quant_absmax_finish = ignis_cpu_quant_absmax_finish,
     .rope = ignis_cpu_rope,
+    .rope_quant = ignis_cpu_rope_quant,
     .append_paged_kv = ignis_cpu_append_paged_kv,
     .kv_index = ignis_cpu_kv_index,
     .merge_state = ignis_cpu_merge_state,

@@ -13,6 +13,7 @@ ignis_status ignis_cpu_quant_absmax_begin(float *scale, int32_t device, void *st
 ignis_status ignis_cpu_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
                                            void *stream);
 ignis_status ignis_cpu_rope(const ignis_rope_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_rope_quant(const ignis_rope_quant_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_append_paged_kv(const ignis_append_kv_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_kv_index(const ignis_kv_index_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_merge_state(const ignis_merge_state_params *p, int32_t device, void *stream);

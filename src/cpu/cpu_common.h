@@ -1,13 +1,16 @@
 /* Shared helpers of the CPU backend: element loads and stores in f32 for the float dtypes
- * (f16 and bf16 converted with bit operations, rounding to nearest even), and the OpenMP
+ * (f16 and bf16 converted with bit operations, rounding to nearest even), the saturating fp8
+ * conversion of the quantizing ops (bit for bit the CUDA backend's cvt.rn.satfinite), and the OpenMP
  * parallel-for wrapper used by every op (serial when the library is built without OpenMP or the
  * work is too small to be worth threads). */
 #ifndef IGNIS_CPU_COMMON_H
 #define IGNIS_CPU_COMMON_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/quant_math.h"
 #include "ignis/core.h"
 
 static inline float ignis_cpu_half_to_float(uint16_t h) {
@@ -74,6 +77,26 @@ static inline uint16_t ignis_cpu_float_to_bf16(float f) {
   if ((x & 0x7FFFFFFFu) > 0x7F800000u)
     return (uint16_t)((x >> 16) | 0x40u);
   return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* fp8 code (dtype IGNIS_FP8_E4M3 or IGNIS_FP8_E5M2) of v, rounding to nearest even by bits (the
+ * library's ignis_f32_to_fp8_* round through frexp / ldexp, too slow for every element); v is
+ * saturated to +-fp8_max first, so the code never passes the format's max; NaN gives the NaN code
+ * 0x7f (both formats) with v's sign. */
+static inline uint8_t ignis_cpu_to_fp8(ignis_dtype dtype, float v, float fp8_max) {
+  v = ignis_quant_saturate(v, fp8_max);
+  const int man = dtype == IGNIS_FP8_E4M3 ? 3 : 2, bias = dtype == IGNIS_FP8_E4M3 ? 7 : 15;
+  uint32_t x;
+  memcpy(&x, &v, sizeof x);
+  const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+  const uint32_t a = x & 0x7FFFFFFFu;
+  if (a > 0x7F800000u)
+    return sign | 0x7F;
+  if ((int)(a >> 23) - 127 < 1 - bias) /* below the smallest normal: units of the subnormal step */
+    return sign | (uint8_t)rintf(fabsf(v) * ldexpf(1.0f, bias - 1 + man));
+  const int shift = 23 - man;
+  const uint32_t rounded = (a + (1u << (shift - 1)) - 1 + ((a >> shift) & 1u)) >> shift;
+  return sign | (uint8_t)(rounded - ((uint32_t)(127 - bias) << man));
 }
 
 /* Element i of a float-typed array of dtype f32, f16 or bf16, as f32. */

@@ -2,7 +2,7 @@
  * the prologue's f32 values into a row buffer (the input; RMSNorm / LayerNorm as src/cpu/norm.c
  * computes them, with the fused residual add; silu(a) * b as src/cpu/activation.c), then each value
  * v quantized as fp8(sat(v * (1 / s))) with the scale rules of core/quant_math.h, rounding to
- * nearest even through the library's host conversions. Rows in parallel; the dynamic per-tensor
+ * nearest even (ignis_cpu_to_fp8, cpu/cpu_common.h). Rows in parallel; the dynamic per-tensor
  * absmax is a max-reduction over the rows. */
 #include <math.h>
 #include <stdlib.h>
@@ -17,25 +17,6 @@
 
 static int64_t row_offset(ignis_row_layout layout, int64_t row, int64_t num_rows_inner) {
   return row / num_rows_inner * layout.stride_outer + row % num_rows_inner * layout.stride_inner;
-}
-
-/* fp8 code of v, rounding to nearest even by bits (the library's ignis_f32_to_fp8_* round through
- * frexp / ldexp, too slow for every element); v is saturated first, so the code never passes the
- * format's max; NaN gives the NaN code 0x7f (both formats) with v's sign. */
-static uint8_t to_fp8(ignis_dtype dtype, float v, float fp8_max) {
-  v = ignis_quant_saturate(v, fp8_max);
-  const int man = dtype == IGNIS_FP8_E4M3 ? 3 : 2, bias = dtype == IGNIS_FP8_E4M3 ? 7 : 15;
-  uint32_t x;
-  memcpy(&x, &v, sizeof x);
-  const uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
-  const uint32_t a = x & 0x7FFFFFFFu;
-  if (a > 0x7F800000u)
-    return sign | 0x7F;
-  if ((int)(a >> 23) - 127 < 1 - bias) /* below the smallest normal: units of the subnormal step */
-    return sign | (uint8_t)rintf(fabsf(v) * ldexpf(1.0f, bias - 1 + man));
-  const int shift = 23 - man;
-  const uint32_t rounded = (a + (1u << (shift - 1)) - 1 + ((a >> shift) & 1u)) >> shift;
-  return sign | (uint8_t)(rounded - ((uint32_t)(127 - bias) << man));
 }
 
 /* The prologue of row r into v (scratch: 3 * hidden floats, v first). */
@@ -79,7 +60,7 @@ static void row_values(const ignis_quant_params *p, int64_t r, float *scratch) {
 static void quantize_span(const ignis_quant_params *p, const float *v, int64_t n, float scale, uint8_t *out) {
   const float inv = 1.0f / scale;
   for (int64_t h = 0; h < n; ++h)
-    out[h] = to_fp8(p->out_dtype, v[h] * inv, p->fp8_max);
+    out[h] = ignis_cpu_to_fp8(p->out_dtype, v[h] * inv, p->fp8_max);
 }
 
 static void quantize_row(const ignis_quant_params *p, int64_t r, const float *v) {

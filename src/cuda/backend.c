@@ -29,6 +29,7 @@ const ignis_backend ignis_cuda_backend = {
     .quant_absmax_begin = ignis_cuda_quant_absmax_begin,
     .quant_absmax_finish = ignis_cuda_quant_absmax_finish,
     .rope = ignis_cuda_rope,
+    .rope_quant = ignis_cuda_rope_quant,
     .append_paged_kv = ignis_cuda_append_paged_kv,
     .kv_index = ignis_cuda_kv_index,
     .merge_state = ignis_cuda_merge_state,

@@ -18,6 +18,7 @@ ignis_status ignis_cuda_quant_absmax_begin(float *scale, int32_t device, void *s
 ignis_status ignis_cuda_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
                                             void *stream);
 ignis_status ignis_cuda_rope(const ignis_rope_params *params, int32_t device, void *stream);
+ignis_status ignis_cuda_rope_quant(const ignis_rope_quant_params *p, int32_t device, void *stream);
 ignis_status ignis_cuda_append_paged_kv(const ignis_append_kv_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_kv_index(const ignis_kv_index_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_merge_state(const ignis_merge_state_params *params, int32_t device, void *stream);

@@ -1,8 +1,14 @@
 """RoPE ops against float64 references on every framework and dtype present: positions from
 indptr/offsets and from pos_ids, plain and Llama 3.1 frequencies, NeoX and interleaved pairs,
 partial rotary_dim, GQA head counts, the cos/sin-cache form (2-D and 3-D), in place and not, q/k
-as strided views of a fused qkv buffer, and the errors."""
+as strided views of a fused qkv buffer, and the errors.
 
+The fused RoPE + fp8 forms (rope_quantize_fp8, mla_rope_quantize_fp8 and the paged append, MLA and
+GQA NHD/HND) on NumPy and PyTorch (host, and CUDA when present): every fp8 value must be the code
+of the float64 reference, or its neighbour where the reference lies within f32 rounding of a
+boundary; the caches read back slot by slot; padding tokens write nothing."""
+
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -188,3 +194,226 @@ def test_rope_errors():
     with pytest.raises(NotImplementedError, match="head_dim"):
         big = frame.array(rng.standard_normal((2, 1, 1024)), "f32")
         ignis.apply_rope_pos_ids(big, big.copy(), frame.index([0, 1]))
+
+
+# ---- RoPE + fp8 quantization ---------------------------------------------------------------------
+FP8 = {"e4m3": ("float8_e4m3fn", 448.0), "e5m2": ("float8_e5m2", 57344.0)}
+HALF_FRAME_DTYPES = [(f, d) for f, d in FRAME_DTYPES if f.views and d in ("f16", "bf16")]
+HALF_FRAME_DTYPE_IDS = [f"{f.name}-{d}" for f, d in HALF_FRAME_DTYPES]
+
+
+def fp8_round(x, fmt):
+    """float64 values to the fp8 format's values: saturated, rounded to nearest even."""
+    name, top = FP8[fmt]
+    return np.clip(x, -top, top).astype(getattr(ml_dtypes, name)).astype(np.float64)
+
+
+def assert_fp8(got, ref, tol, fmt):
+    """Each code lies between those of ref - tol and ref + tol (tol: the f32 arithmetic's reach)."""
+    got = np.asarray(got, dtype=np.float64)
+    lo, hi = fp8_round(ref - tol, fmt), fp8_round(ref + tol, fmt)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    bad = ~((got >= lo) & (got <= hi))
+    assert not bad.any(), f"{int(bad.sum())} of {bad.size} fp8 values off, e.g. got {got[bad][:4]} want {ref[bad][:4]}"
+
+
+def rope_quant_ref(x, positions, cache, is_neox, scale):
+    """(rotated x * scale, tolerance) in float64; x [nnz, ..., rope_dim]."""
+    rope_dim = cache.shape[1]
+    half = rope_dim // 2
+    rows = cache[np.asarray(positions)].astype(np.float64)
+    cos = rows[:, :half].reshape((rows.shape[0],) + (1,) * (x.ndim - 2) + (half,))
+    sin = rows[:, half:].reshape(cos.shape)
+    if is_neox:
+        a, b = x[..., :half], x[..., half:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    ta, tb = np.abs(a * cos) + np.abs(b * sin), np.abs(a * sin) + np.abs(b * cos)
+    out, tol = np.empty_like(x), np.empty_like(x)
+    if is_neox:
+        out[..., :half], out[..., half:], tol[..., :half], tol[..., half:] = ra, rb, ta, tb
+    else:
+        out[..., 0::2], out[..., 1::2], tol[..., 0::2], tol[..., 1::2] = ra, rb, ta, tb
+    return out * scale, tol * scale * 2.0 ** -20
+
+
+def quant_inputs(frame, dtype, nnz, hq, hk, rope, nope, amp=1.0):
+    """q_rope, k_rope, q_nope, k_nope (k 2-D when hk is None) and their float64 values."""
+    k_lead = (nnz,) if hk is None else (nnz, hk)
+    arrays = [frame.array(amp * rng.standard_normal(shape), dtype)
+              for shape in ((nnz, hq, rope), k_lead + (rope,), (nnz, hq, nope), k_lead + (nope,))]
+    return arrays, [frame.numpy(a) for a in arrays]
+
+
+QUANT_SHAPES = [("mla", 4, None, 64, 32), ("gqa", 4, 2, 32, 16), ("llama", 4, 2, 128, 0)]
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("is_neox", [True, False], ids=["neox", "gptj"])
+@pytest.mark.parametrize("shape", QUANT_SHAPES, ids=[s[0] for s in QUANT_SHAPES])
+@pytest.mark.parametrize("frame,dtype", HALF_FRAME_DTYPES, ids=HALF_FRAME_DTYPE_IDS)
+def test_rope_quantize_fp8(frame, dtype, shape, is_neox, fmt):
+    _, hq, hk, rope, nope = shape
+    nnz = 9
+    (qr, kr, qn, kn), (qr64, kr64, qn64, kn64) = quant_inputs(frame, dtype, nnz, hq, hk, rope, nope, amp=30.0)
+    cache = make_cos_sin_cache(128, rope)
+    scale_q, scale_kv = 0.75, 12.0  # k * 12 passes e4m3's 448 for the largest values: saturation
+    fn = ignis.mla_rope_quantize_fp8 if hk is None else ignis.rope_quantize_fp8
+    outs = fn(qr, kr, qn if nope else None, kn if nope else None, frame.array(cache, "f32"),
+              frame.index(POS_IDS), is_neox, FP8[fmt][0], scale_q, scale_kv)
+    q_rope_out, k_rope_out, q_nope_out, k_nope_out = outs
+    assert type(q_rope_out) is type(qr)
+    assert tuple(q_nope_out.shape) == (nnz, hq, nope) and tuple(k_nope_out.shape) == tuple(kn.shape)
+    for got, x, scale in ((q_rope_out, qr64, scale_q), (k_rope_out, kr64, scale_kv)):
+        ref, tol = rope_quant_ref(x, POS_IDS, cache, is_neox, scale)
+        assert_fp8(frame.numpy(got), ref, tol, fmt)
+    for got, x, scale in ((q_nope_out, qn64, scale_q), (k_nope_out, kn64, scale_kv)):
+        assert_fp8(frame.numpy(got), x * scale, np.abs(x) * scale * 2.0 ** -20, fmt)
+
+
+@pytest.mark.parametrize("frame", VIEW_FRAMES, ids=VIEW_FRAME_IDS)
+def test_rope_quantize_fp8_views_and_outputs(frame):
+    """SGLang's q: one [nnz, H, nope + rope] buffer split into q_nope and q_rope views, and likewise its
+    fp8 output; outputs given (their dtype sets quantize_dtype); a padded k row stride."""
+    nnz, hq, rope, nope = 9, 4, 64, 32
+    q = frame.array(rng.standard_normal((nnz, hq, nope + rope)), "f16")
+    q_nope, q_rope = q[..., :nope], q[..., nope:]
+    k_rope = frame.padded(rng.standard_normal((nnz, rope)), "f16", pad=8)
+    k_nope = frame.array(rng.standard_normal((nnz, nope)), "f16")
+    cache = make_cos_sin_cache(64, rope)
+    outs = ignis.mla_rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, frame.array(cache, "f32"),
+                                       frame.index(POS_IDS), quantize_dtype="float8_e5m2")
+    given = [ignis.quantization.new_fp8(q, tuple(o.shape), "float8_e5m2") for o in outs]
+    q_out = ignis.quantization.new_fp8(q, (nnz, hq, nope + rope), "float8_e5m2")  # SGLang's fused q output
+    given[0], given[2] = q_out[..., nope:], q_out[..., :nope]
+    again = ignis.mla_rope_quantize_fp8(q_rope, k_rope, q_nope, k_nope, frame.array(cache, "f32"),
+                                        frame.index(POS_IDS), q_rope_out=given[0], k_rope_out=given[1],
+                                        q_nope_out=given[2], k_nope_out=given[3])
+    for a, b, g in zip(outs, again, given):
+        assert b is g
+        assert (frame.numpy(a) == frame.numpy(b)).all()
+    ref, tol = rope_quant_ref(frame.numpy(q_rope), POS_IDS, cache, True, 1.0)
+    assert_fp8(frame.numpy(outs[0]), ref, tol, "e5m2")
+
+
+def paged_setup(frame, nnz, page_size, batch=3):
+    """A page table: request b of tokens t with t % batch == b, its pages shuffled; the last token
+    padding (batch_indices -1)."""
+    pages_per_req = (nnz + page_size - 1) // page_size + 1
+    num_pages = batch * pages_per_req + 1
+    perm = rng.permutation(num_pages)[: batch * pages_per_req]
+    indptr = np.arange(batch + 1) * pages_per_req
+    batch_indices = np.array([t % batch for t in range(nnz)])
+    positions = np.array([t // batch + (page_size - 1 if t % batch == 1 else 0) for t in range(nnz)])
+    batch_indices[-1] = -1
+    slots = [(perm[indptr[b] + p // page_size], p % page_size) if b >= 0 else None
+             for b, p in zip(batch_indices, positions)]
+    return (frame.index(perm, "i32"), frame.index(indptr, "i32"), frame.index(batch_indices, "i32"),
+            frame.index(positions, "i32"), num_pages, slots)
+
+
+def zeros_fp8(like, shape, name):
+    out = ignis.quantization.new_fp8(like, shape, name)
+    out[...] = 0
+    return out
+
+
+@pytest.mark.parametrize("frame", VIEW_FRAMES, ids=VIEW_FRAME_IDS)
+def test_rope_quantize_fp8_append_mla(frame):
+    nnz, hq, rope, nope, page = 9, 4, 64, 32, 4
+    (qr, kr, qn, kn), (qr64, kr64, qn64, kn64) = quant_inputs(frame, "f16", nnz, hq, None, rope, nope)
+    cache = make_cos_sin_cache(64, rope)
+    indices, indptr, batch_indices, positions, num_pages, slots = paged_setup(frame, nnz, page)
+    ckv = zeros_fp8(qr, (num_pages, page, nope), "float8_e4m3fn")
+    kpe = zeros_fp8(qr, (num_pages, page, rope), "float8_e4m3fn")
+    q_rope_out, q_nope_out = ignis.rope_quantize_fp8_append_paged_kv_cache(
+        qr, kr, qn, kn, None, frame.array(cache, "f32"), frame.index(POS_IDS), (ckv, kpe), indices, indptr,
+        batch_indices, positions, page_size=page, quant_scale_kv=2.0)
+    ref_q, tol_q = rope_quant_ref(qr64, POS_IDS, cache, True, 1.0)
+    ref_k, tol_k = rope_quant_ref(kr64, POS_IDS, cache, True, 2.0)
+    ckv64, kpe64, qro = frame.numpy(ckv), frame.numpy(kpe), frame.numpy(q_rope_out)
+    written = np.zeros(ckv64.shape[:2], dtype=bool)
+    for t, slot in enumerate(slots):
+        if slot is None:  # padding: nothing written, its q rows neither
+            continue
+        assert_fp8(qro[t], ref_q[t], tol_q[t], "e4m3")
+        assert_fp8(kpe64[slot], ref_k[t], tol_k[t], "e4m3")
+        assert_fp8(ckv64[slot], kn64[t] * 2.0, np.abs(kn64[t]) * 2.0 ** -19, "e4m3")
+        written[slot] = True
+    assert (ckv64[~written] == 0).all() and (kpe64[~written] == 0).all()
+    assert tuple(q_nope_out.shape) == (nnz, hq, nope)
+
+
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("frame", VIEW_FRAMES, ids=VIEW_FRAME_IDS)
+def test_rope_quantize_fp8_append_gqa(frame, kv_layout):
+    nnz, hq, hk, rope, nope, page = 9, 4, 2, 32, 16, 4
+    (qr, kr, qn, kn), (qr64, kr64, qn64, kn64) = quant_inputs(frame, "f16", nnz, hq, hk, rope, nope)
+    v = frame.array(rng.standard_normal((nnz, hk, rope + nope)), "f16")
+    cache = make_cos_sin_cache(64, rope)
+    indices, indptr, batch_indices, positions, num_pages, slots = paged_setup(frame, nnz, page)
+    shape = (num_pages, page, hk, rope + nope) if kv_layout == "NHD" else (num_pages, hk, page, rope + nope)
+    k_cache, v_cache = (zeros_fp8(qr, shape, "float8_e5m2") for _ in range(2))
+    ignis.rope_quantize_fp8_append_paged_kv_cache(
+        qr, kr, qn, kn, v, frame.array(cache, "f32"), frame.index(POS_IDS), (k_cache, v_cache), indices, indptr,
+        batch_indices, positions, is_neox=False, quantize_dtype="float8_e5m2", page_size=page, kv_layout=kv_layout)
+    k64, v64 = frame.numpy(k_cache), frame.numpy(v_cache)
+    if kv_layout == "HND":
+        k64, v64 = k64.transpose(0, 2, 1, 3), v64.transpose(0, 2, 1, 3)
+    ref_k, tol_k = rope_quant_ref(kr64, POS_IDS, cache, False, 1.0)
+    vv = frame.numpy(v)
+    for t, slot in enumerate(slots):
+        if slot is None:
+            continue
+        assert_fp8(k64[slot][..., :rope], ref_k[t], tol_k[t], "e5m2")
+        assert_fp8(k64[slot][..., rope:], kn64[t], np.abs(kn64[t]) * 2.0 ** -20, "e5m2")
+        assert_fp8(v64[slot], vv[t], np.abs(vv[t]) * 2.0 ** -20, "e5m2")
+
+
+def test_rope_quantize_fp8_errors():
+    frame = NumpyFrame()
+    (qr, kr, qn, kn), _ = quant_inputs(frame, "f16", 9, 4, None, 64, 32)
+    cache = make_cos_sin_cache(64, 64)
+    pos = frame.index(POS_IDS)
+    with pytest.raises(ValueError, match="backend"):
+        ignis.rope_quantize_fp8(qr, kr, qn, kn, cache, pos, backend="triton")
+    with pytest.raises(ValueError, match="cos_sin_cache.dtype"):
+        ignis.rope_quantize_fp8(qr, kr, qn, kn, cache.astype(np.float16), pos)
+    with pytest.raises(NotImplementedError, match="quantize_dtype"):
+        ignis.rope_quantize_fp8(qr, kr, qn, kn, cache, pos, quantize_dtype="bfloat16")
+    with pytest.raises(NotImplementedError, match="q_rope.dtype"):
+        ignis.rope_quantize_fp8(qr.astype(np.float32), kr.astype(np.float32), qn.astype(np.float32),
+                                kn.astype(np.float32), cache, pos)
+    with pytest.raises(ValueError, match="quant_scale_q"):
+        ignis.rope_quantize_fp8(qr, kr, qn, kn, cache, pos, quant_scale_q=float("nan"))
+    with pytest.raises(ValueError, match="pos_ids"):
+        ignis.rope_quantize_fp8(qr, kr, qn, kn, cache, frame.index(POS_IDS + 60))
+    with pytest.raises(ValueError, match="k_nope"):
+        ignis.rope_quantize_fp8(qr, kr, qn, None, cache, pos)
+    indices, indptr, batch_indices, positions, num_pages, _ = paged_setup(frame, 9, 4)
+    ckv = zeros_fp8(qr, (num_pages, 4, 32), "float8_e4m3fn")
+    kpe = zeros_fp8(qr, (num_pages, 4, 64), "float8_e4m3fn")
+    args = (cache, pos, (ckv, kpe), indices, indptr, batch_indices, positions)
+    with pytest.raises(ValueError, match="MLA should not have V"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, kr, qn, kn, qn, *args, page_size=4)
+    with pytest.raises(ValueError, match="page_size"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, kr, qn, kn, None, *args, page_size=16)
+    with pytest.raises(ValueError, match="kv_layout"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, kr, qn, kn, None, *args, page_size=4, kv_layout="NDH")
+    with pytest.raises(ValueError, match="ckv_cache.dtype"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, kr, qn, kn, None, *args, page_size=4,
+                                                      quantize_dtype="float8_e5m2")
+    k3 = kr.reshape(9, 1, 64)
+    with pytest.raises(ValueError, match="V tensor"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, k3, qn, kn.reshape(9, 1, 32), None, *args, page_size=4)
+    bad_bi = frame.index([5] * 9, "i32")
+    with pytest.raises(ValueError, match="batch_indices"):
+        ignis.rope_quantize_fp8_append_paged_kv_cache(qr, kr, qn, kn, None, cache, pos, (ckv, kpe), indices, indptr,
+                                                      bad_bi, positions, page_size=4)
+    assert (frame.numpy(ckv) == 0).all() and (frame.numpy(kpe) == 0).all()
+
+
+def test_rope_quantize_fp8_flashinfer_names():
+    assert ignis.rope.__all__[-3:] == ["rope_quantize_fp8", "mla_rope_quantize_fp8",
+                                       "rope_quantize_fp8_append_paged_kv_cache"]

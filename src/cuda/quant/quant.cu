@@ -28,11 +28,10 @@
  * with atomicMax on the f32 bits (non-negative floats order as unsigned integers); a one-thread
  * kernel turns the absmax into the scale; the static pass quantizes. Kernels launch with
  * ignis_launch (PDL on sm_90+) and wait (ignis_pdl_wait) before touching memory. */
-#include <cuda_fp8.h>
-
 #include "core/quant_math.h"
 #include "cuda/common/activation_math.cuh"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fp8_convert.cuh"
 
 enum {
   CHUNK = 16,          /* values per chunk: one 16-byte vector of fp8 */
@@ -47,25 +46,13 @@ template <typename T> __device__ __forceinline__ float silu_mul(float a, float b
   return ignis_activate<IGNIS_ACT_SILU, sizeof(T) == 4>(a) * b;
 }
 
-/* Two values to two fp8 codes (round to nearest even, saturating, NaN kept). */
-__device__ __forceinline__ uint32_t fp8x2(float a, float b, bool e4m3) {
-  const float2 v = make_float2(a, b);
-  return e4m3 ? __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3)
-              : __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E5M2);
-}
-
-__device__ __forceinline__ uint8_t fp8x1(float a, bool e4m3) {
-  return e4m3 ? __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E4M3)
-              : __nv_cvt_float_to_fp8(a, __NV_SATFINITE, __NV_E5M2);
-}
-
 /* 16 values times inv as one 16-byte vector of fp8. */
 __device__ __forceinline__ uint4 quantize_chunk(const float (&v)[CHUNK], float inv, bool e4m3) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    w[i] = fp8x2(v[4 * i] * inv, v[4 * i + 1] * inv, e4m3) |
-           fp8x2(v[4 * i + 2] * inv, v[4 * i + 3] * inv, e4m3) << 16;
+    w[i] = ignis_fp8x2(v[4 * i] * inv, v[4 * i + 1] * inv, e4m3) |
+           ignis_fp8x2(v[4 * i + 2] * inv, v[4 * i + 3] * inv, e4m3) << 16;
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -361,7 +348,7 @@ __device__ __forceinline__ void write_span(const ignis_quant_params &p, const ro
       r.second[h] = ignis_from_float<T>(sum);
     if (r.normed)
       r.normed[h] = ignis_from_float<T>(v);
-    r.out[h] = fp8x1(v * inv, e4m3);
+    r.out[h] = ignis_fp8x1(v * inv, e4m3);
   }
 }
 

@@ -29,16 +29,17 @@
  * (m16n8k16 for 16-bit, m16n8k32 e4m3 for fp8), the chunk's rows on the 8-column side (NT tiles
  * of 8). A sum over K may run in any order, so lane (g, t) loads 16 bytes of weight rows g and
  * g + 8 and 16 bytes of a's row g at the same k (k0 + 4 t 16-byte units), and those words are the
- * A and B fragments of two mma: no shared memory, no shuffles. Weight loads bypass L1
- * (ld.global.nc.L1::no_allocate); a's rows go through L1, which the warps of a block at the same k
- * share. A batch is U steps of 64 bytes of K (loads of 2 RT + NT 16-byte pieces per step in
- * flight per lane); with PREFETCH the next batch loads while the current one multiplies.
+ * A and B fragments of two mma: no shared memory, no shuffles. A batch is U steps of 64 bytes of
+ * K of weight (2 RT 16-byte loads per step and lane, ld.global.nc.L1::no_allocate: read once);
+ * with PREFETCH the next batch loads while the current one multiplies. a's words (and fp8's
+ * scales) are loaded when a batch multiplies, through L1, which the warps of a block at the same
+ * k share: the wait for them overlaps the next weight batch in flight, so it costs no weight
+ * bandwidth, and they hold no registers across batches (what keeps 2 blocks per SM spill-free).
  *
  * fp8 block scales (the same math as grouped_gemm.cu): the mma sums of each 128-wide K block (two
  * steps) go to a zeroed partial, then acc += partial * a_scale[row, kb] * b_scale[g, n / 128, kb].
- * A warp's 16 RT rows sit inside one 128-row scale block; batches start at multiples of 128 K
- * (U even), and the batch loads its scales with its data (raw words, decoded when used, so the
- * load is not waited for early).
+ * A warp's 16 RT rows sit inside one 128-row scale block, and batches start at multiples of 128 K
+ * (U even).
  *
  * The kernel is launched with PDL (ignis_launch) and waits (griddepcontrol.wait) before its first
  * global access. */

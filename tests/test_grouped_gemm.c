@@ -305,7 +305,7 @@ static void test_grouped_fp8(h_backend be) {
 typedef enum spread { ROUTED, ONE_GROUP, TWO_GROUPS, RANDOM } spread;
 
 typedef struct small_case {
-  ignis_dtype in, out; /* in IGNIS_FP8_E4M3: ignis_grouped_mm_fp8_blockscale */
+  ignis_dtype in, out;           /* in IGNIS_FP8_E4M3: ignis_grouped_mm_fp8_blockscale */
   int64_t groups, tokens, top_k; /* M = tokens * top_k (top_k 1 for the spreads other than ROUTED) */
   spread how;
   int64_t first, tail, n, k;
@@ -365,7 +365,8 @@ static void run_small(h_backend be, const small_case *c, h_rng *rng) {
   h_case("small-M grouped %s %s %s->%s G%lld rows %lld (%s) M%lld N%lld K%lld%s%s", fp8 ? "fp8" : "mm",
          h_backend_name(be), ignis_dtype_name(c->in), ignis_dtype_name(c->out), (long long)c->groups,
          (long long)rows, spreads[c->how], (long long)m, (long long)n, (long long)k,
-         c->num_weights > 0 ? " weight_indices" : "", fp8 ? (c->scale_dtype == IGNIS_U8 ? " UE8M0" : " f32 scales") : "");
+         c->num_weights > 0 ? " weight_indices" : "",
+         fp8 ? (c->scale_dtype == IGNIS_U8 ? " UE8M0" : " f32 scales") : "");
   /* The weights overlap: weight w starts `shift` elements after weight w - 1, so many groups of a
    * model-sized [N, K] fit in memory and each still has its own values. */
   const int64_t shift = cuda ? 4096 : 40, ldb = k + (cuda ? 16 : 3);
@@ -397,10 +398,12 @@ static void run_small(h_backend be, const small_case *c, h_rng *rng) {
   if (fp8)
     CHECK_STATUS(ignis_grouped_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), IGNIS_OK);
   else
-    CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL), IGNIS_OK);
+    CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL),
+                 IGNIS_OK);
 
   double *ad = to_doubles(&a.buf), *bd = to_doubles(&b.buf);
-  double *ref = calloc((size_t)(m * n + 1), sizeof(double)), *abs_sum = calloc((size_t)(m * n + 1), sizeof(double));
+  double *ref = calloc((size_t)(m * n + 1), sizeof(double)),
+         *abs_sum = calloc((size_t)(m * n + 1), sizeof(double));
   for (int64_t g = 0; g < c->groups; ++g) {
     const int64_t wg = c->num_weights > 0 ? widx[g] : g;
     for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
@@ -452,16 +455,16 @@ static void test_small_m(h_backend be) {
   const small_case cases[] = {
       /* in out  G    T   top_k spread      first tail  N     K    cuda W  scales a_mn */
       /* model shapes (GPU only): Qwen3-30B-A3B, Mixtral, DeepSeek-V3 decode */
-      {B, B, 128, 1, 8, ROUTED, 0, 0, 1536, 2048, 1, 0, F, 0},   /* Qwen3 fc1, T1 */
-      {B, B, 128, 16, 8, ROUTED, 0, 0, 2048, 768, 1, 0, F, 0},   /* Qwen3 fc2, T16 (M 128) */
+      {B, B, 128, 1, 8, ROUTED, 0, 0, 1536, 2048, 1, 0, F, 0},     /* Qwen3 fc1, T1 */
+      {B, B, 128, 16, 8, ROUTED, 0, 0, 2048, 768, 1, 0, F, 0},     /* Qwen3 fc2, T16 (M 128) */
       {B, F, 128, 64, 1, ONE_GROUP, 3, 2, 1536, 2048, 1, 0, F, 0}, /* one group takes all 64 rows */
       {H, H, 128, 16, 1, TWO_GROUPS, 0, 0, 2048, 768, 1, 0, F, 0}, /* mostly empty */
-      {B, B, 8, 1, 2, ROUTED, 0, 0, 4096, 2048, 1, 0, F, 0},     /* Mixtral-like, T1 */
-      {B, B, 8, 64, 1, RANDOM, 0, 0, 4096, 2048, 1, 0, F, 0},    /* 8 rows per group: 16-row chunks */
-      {B, H, 8, 1, 1, ROUTED, 0, 0, 7168, 2048, 1, 0, F, 0},     /* M 1 */
-      {H, F, 128, 2, 1, RANDOM, 1, 1, 2048, 768, 1, 37, F, 0},   /* weight_indices */
-      {E, B, 256, 1, 8, ROUTED, 0, 0, 4096, 7168, 1, 0, F, 0},   /* DeepSeek fc1, T1 */
-      {E, B, 256, 2, 8, ROUTED, 0, 0, 7168, 2048, 1, 0, U, 1},   /* DeepSeek fc2, T2, UE8M0 */
+      {B, B, 8, 1, 2, ROUTED, 0, 0, 4096, 2048, 1, 0, F, 0},       /* Mixtral-like, T1 */
+      {B, B, 8, 64, 1, RANDOM, 0, 0, 4096, 2048, 1, 0, F, 0},      /* 8 rows per group: 16-row chunks */
+      {B, H, 8, 1, 1, ROUTED, 0, 0, 7168, 2048, 1, 0, F, 0},       /* M 1 */
+      {H, F, 128, 2, 1, RANDOM, 1, 1, 2048, 768, 1, 37, F, 0},     /* weight_indices */
+      {E, B, 256, 1, 8, ROUTED, 0, 0, 4096, 7168, 1, 0, F, 0},     /* DeepSeek fc1, T1 */
+      {E, B, 256, 2, 8, ROUTED, 0, 0, 7168, 2048, 1, 0, U, 1},     /* DeepSeek fc2, T2, UE8M0 */
       {E, H, 256, 64, 1, ONE_GROUP, 0, 0, 2048, 7168, 1, 0, F, 1},
       {E, B, 256, 8, 1, TWO_GROUPS, 2, 0, 1536, 2048, 1, 0, U, 0},
       {E, B, 8, 64, 1, RANDOM, 0, 0, 2048, 2048, 1, 0, F, 0}, /* 8 rows per group: 16-row chunks */
@@ -471,8 +474,8 @@ static void test_small_m(h_backend be) {
       {B, B, 300, 20, 1, RANDOM, 0, 1, 16, 24, 0, 0, F, 0}, /* G past one block's 256-group search step */
       {B, F, 300, 3, 1, TWO_GROUPS, 0, 0, 40, 48, 0, 0, F, 0},
       {B, B, 2, 16, 1, ONE_GROUP, 0, 0, 40, 56, 0, 0, F, 0}, /* 16-row chunks */
-      {H, H, 6, 8, 2, ROUTED, 1, 0, 72, 136, 0, 4, F, 0},   /* weight_indices, a partial batch of K */
-      {E, B, 4, 12, 1, RANDOM, 0, 0, 136, 208, 0, 0, U, 1}, /* partial N and K scale blocks */
+      {H, H, 6, 8, 2, ROUTED, 1, 0, 72, 136, 0, 4, F, 0},    /* weight_indices, a partial batch of K */
+      {E, B, 4, 12, 1, RANDOM, 0, 0, 136, 208, 0, 0, U, 1},  /* partial N and K scale blocks */
       {E, H, 3, 5, 1, RANDOM, 1, 2, 8, 16, 0, 0, F, 0},
       {E, B, 12, 4, 2, ROUTED, 0, 0, 264, 400, 0, 0, F, 1},
       {B, B, 4, 3, 1, RANDOM, 0, 0, 32, 1032, 0, 0, F, 0}, /* K over 8 warps: a ragged one, idle ones */

@@ -62,17 +62,20 @@ __device__ float hash_uniform(size_t i, uint32_t seed) { /* [-1, 1) */
 }
 
 __global__ void fill_bf16(bf16 *x, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x)
     x[i] = __float2bfloat16_rn(hash_uniform(i, seed));
 }
 
 __global__ void fill_e4m3(unsigned char *x, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x)
     x[i] = (unsigned char)__nv_cvt_float_to_fp8(2.0f * hash_uniform(i, seed), __NV_SATFINITE, __NV_E4M3);
 }
 
 __global__ void fill_scales(float *x, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x)
     x[i] = 0.055f + 0.045f * hash_uniform(i, seed);
 }
 
@@ -93,7 +96,8 @@ __global__ void reference(const void *a, const void *w, bool fp8, const int *row
   for (int kb = 0; kb < kbs; ++kb) {
     double part = 0, part_abs = 0;
     for (int kk = kb * 128; kk < k && kk < kb * 128 + 128; ++kk) {
-      const double term = element(a, fp8, (size_t)row * k + kk) * element(w, fp8, ((size_t)g * n + col) * k + kk);
+      const double term =
+          element(a, fp8, (size_t)row * k + kk) * element(w, fp8, ((size_t)g * n + col) * k + kk);
       part += term;
       part_abs += fabs(term);
     }
@@ -115,7 +119,8 @@ __global__ void spin(long long cycles) {
 
 __global__ void stream_read(const uint4 *x, size_t count, unsigned *sink) {
   unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+       i += (size_t)gridDim.x * blockDim.x) {
     const uint4 v = __ldcs(x + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
@@ -165,8 +170,8 @@ static void bandwidths(cudaStream_t stream, unsigned *sink, int sms, double *rea
   const double read_us = time_call(stream, 1, [&](int) {
     stream_read<<<sms * 4, 512, 0, stream>>>(static_cast<const uint4 *>(x), bytes / 16, sink);
   });
-  const double copy_us =
-      time_call(stream, 1, [&](int) { CK(cudaMemcpyAsync(y, x, bytes / 2, cudaMemcpyDeviceToDevice, stream)); });
+  const double copy_us = time_call(
+      stream, 1, [&](int) { CK(cudaMemcpyAsync(y, x, bytes / 2, cudaMemcpyDeviceToDevice, stream)); });
   CK(cudaFree(x));
   CK(cudaFree(y));
   *read = bytes / (read_us * 1e-6);
@@ -178,8 +183,8 @@ typedef ignis_status (*variant_fn)(const ignis_grouped_skinny_args &, int, int, 
                                    ignis_grouped_skinny_plan *);
 
 template <typename T, typename Cfg>
-static ignis_status run_variant(const ignis_grouped_skinny_args &args, int sms, int per_sm, cudaStream_t stream,
-                                ignis_grouped_skinny_plan *plan) {
+static ignis_status run_variant(const ignis_grouped_skinny_args &args, int sms, int per_sm,
+                                cudaStream_t stream, ignis_grouped_skinny_plan *plan) {
   return ignis_grouped_skinny_launch<T, Cfg>(args, sms, per_sm, stream, plan);
 }
 
@@ -218,11 +223,11 @@ struct shape {
 };
 
 static const shape SHAPES[] = {
-    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},  {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
-    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},   {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
-    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1}, {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
-    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1}, {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
-    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1}, {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
+    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},     {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
+    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},      {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
+    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1},    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
+    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1},    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
+    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},  {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
     {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
     {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
 };
@@ -262,8 +267,8 @@ static ignis_tensor tensor(void *data, ignis_dtype dtype, int ndim, const int64_
 }
 
 /* the worst err/bound of a bf16 out against ref, and its bits */
-static double check(const bf16 *out_dev, const std::vector<double> &ref, const std::vector<double> &abs_sum, int k,
-                    std::vector<uint16_t> &bits) {
+static double check(const bf16 *out_dev, const std::vector<double> &ref, const std::vector<double> &abs_sum,
+                    int k, std::vector<uint16_t> &bits) {
   bits.resize(ref.size());
   CK(cudaMemcpy(bits.data(), out_dev, bits.size() * 2, cudaMemcpyDeviceToHost));
   double worst = 0;
@@ -291,7 +296,8 @@ int main() {
   printf("# ignis_grouped_skinny: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB), "
          "copy %.0f GB/s (read + write); %d routings rotate\n",
          prop.name, sms, prop.l2CacheSize >> 20, read_bw / 1e9, copy_bw / 1e9, SETS);
-  printf("| model | T | M | active | N | K | path | plan | us | GB/s | x floor | x copy floor | vs 128x128 | err/bound | same |\n"
+  printf("| model | T | M | active | N | K | path | plan | us | GB/s | x floor | x copy floor | vs 128x128 | "
+         "err/bound | same |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
   int failures = 0;
@@ -348,7 +354,8 @@ int main() {
 
     /* the calls: params for the kernel paths, tensors for the public API */
     const ignis_dtype in_dtype = sh.fp8 ? IGNIS_FP8_E4M3 : IGNIS_BF16;
-    const int64_t a_shape[2] = {m, k}, w_shape[3] = {g_count, n, k}, o_shape[2] = {m, n}, i_shape[1] = {g_count + 1};
+    const int64_t a_shape[2] = {m, k}, w_shape[3] = {g_count, n, k}, o_shape[2] = {m, n},
+                  i_shape[1] = {g_count + 1};
     const int64_t sa_shape[2] = {m, kbs}, sb_shape[3] = {g_count, nbs, kbs};
     const ignis_tensor ta = tensor(a, in_dtype, 2, a_shape), tw = tensor(w, in_dtype, 3, w_shape);
     ignis_tensor to = tensor(out, IGNIS_BF16, 2, o_shape);
@@ -425,16 +432,19 @@ int main() {
     });
     measure("library", "-", [&](int s) { IK(ignis_cuda_grouped_skinny(&params[s], 0, stream)); });
     const variant *variants = sh.fp8 ? VARIANTS_FP8 : VARIANTS_16;
-    const size_t count = sh.fp8 ? sizeof VARIANTS_FP8 / sizeof(variant) : sizeof VARIANTS_16 / sizeof(variant);
+    const size_t count =
+        sh.fp8 ? sizeof VARIANTS_FP8 / sizeof(variant) : sizeof VARIANTS_16 / sizeof(variant);
     for (size_t v = 0; v < count; ++v) {
       ignis_grouped_skinny_plan plan = {};
       IK(variants[v].fn(args[0], sms, variants[v].per_sm, stream, &plan));
       char text[64];
-      snprintf(text, sizeof text, "%d x %d (rows %d, k/%d)", plan.slots, plan.n_blocks, 8 * plan.nt, plan.k_warps);
+      snprintf(text, sizeof text, "%d x %d (rows %d, k/%d)", plan.slots, plan.n_blocks, 8 * plan.nt,
+               plan.k_warps);
       measure(variants[v].name, text,
               [&](int s) { IK(variants[v].fn(args[s], sms, variants[v].per_sm, stream, nullptr)); });
     }
-    const double floor_us = bytes / read_bw * 1e6, copy_floor_us = bytes / copy_bw * 1e6, base_us = rows[0].us;
+    const double floor_us = bytes / read_bw * 1e6, copy_floor_us = bytes / copy_bw * 1e6,
+                 base_us = rows[0].us;
     for (const row &r : rows)
       printf("| %s | %d | %d | %.1f | %d | %d | %s | %s | %.2f | %.0f | %.2f | %.2f | %.2f | %.3f | %s |\n",
              sh.model, sh.tokens, m, active, n, k, r.name, r.plan, r.us, bytes / (r.us * 1e-6) / 1e9,

@@ -45,7 +45,8 @@ __device__ __forceinline__ int64_t ignis_grouped_index(const void *base, int i64
 /* The chunk of `slot`; every thread of the block (THREADS of them, a multiple of 32) must call it
  * and gets the same answer. */
 template <int THREADS>
-__device__ ignis_grouped_chunk ignis_grouped_find_chunk(const ignis_grouped_rows &rows, int slot, int chunk_rows) {
+__device__ ignis_grouped_chunk ignis_grouped_find_chunk(const ignis_grouped_rows &rows, int slot,
+                                                        int chunk_rows) {
   constexpr int WARPS = THREADS / 32;
   __shared__ int warp_total[WARPS];
   __shared__ int found[3]; /* group, first row, end row */

@@ -84,9 +84,9 @@ template <int RT, int U, bool PREFETCH, int LOAD, int MIN_BLOCKS> struct ignis_g
 /* fp8 e4m3 elements are handled as bytes. */
 typedef unsigned char ignis_grouped_skinny_e4m3;
 
-template <typename T> __device__ __forceinline__ void ignis_grouped_skinny_mma(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                                              uint32_t a2, uint32_t a3, uint32_t b0,
-                                                                              uint32_t b1) {
+template <typename T>
+__device__ __forceinline__ void ignis_grouped_skinny_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                         uint32_t a3, uint32_t b0, uint32_t b1) {
   if constexpr (sizeof(T) == 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -138,8 +138,8 @@ template <int RT, int U> struct ignis_grouped_skinny_batch {
  * so a 16-byte piece is all in or all out). */
 template <typename T, int RT, int NT, typename Cfg, bool PREDICATED>
 __device__ __forceinline__ void ignis_grouped_skinny_load(ignis_grouped_skinny_batch<RT, Cfg::unroll> &buf,
-                                                          const ignis_grouped_skinny_lane<T, RT, NT> &lane, int k,
-                                                          int k_stop, int t, uint64_t policy) {
+                                                          const ignis_grouped_skinny_lane<T, RT, NT> &lane,
+                                                          int k, int k_stop, int t, uint64_t policy) {
   constexpr int VEC = 16 / sizeof(T), STEP = 4 * VEC;
   buf.k = k;
 #pragma unroll
@@ -149,8 +149,9 @@ __device__ __forceinline__ void ignis_grouped_skinny_load(ignis_grouped_skinny_b
     for (int r = 0; r < RT; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        buf.w[r][h][u] = !PREDICATED || col < k_stop ? ignis_skinny_load_w<Cfg::load>(lane.w[r][h] + col, policy)
-                                                     : make_uint4(0, 0, 0, 0);
+        buf.w[r][h][u] = !PREDICATED || col < k_stop
+                             ? ignis_skinny_load_w<Cfg::load>(lane.w[r][h] + col, policy)
+                             : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -160,11 +161,10 @@ __device__ __forceinline__ void ignis_grouped_skinny_load(ignis_grouped_skinny_b
  * across batches. Words at or past k_stop are zeros. fp8 goes through a per-K-block partial,
  * scaled when the block ends. */
 template <typename T, int RT, int NT, int U>
-__device__ __forceinline__ void ignis_grouped_skinny_multiply(float (&acc)[RT][NT][4],
-                                                              const ignis_grouped_skinny_batch<RT, U> &buf,
-                                                              const ignis_grouped_skinny_lane<T, RT, NT> &lane,
-                                                              const ignis_grouped_skinny_args &p, int k_stop,
-                                                              int t) {
+__device__ __forceinline__ void
+ignis_grouped_skinny_multiply(float (&acc)[RT][NT][4], const ignis_grouped_skinny_batch<RT, U> &buf,
+                              const ignis_grouped_skinny_lane<T, RT, NT> &lane,
+                              const ignis_grouped_skinny_args &p, int k_stop, int t) {
   constexpr bool FP8 = sizeof(T) == 1;
   constexpr int VEC = 16 / sizeof(T), STEP = 4 * VEC;
   uint4 x[NT][U];
@@ -173,7 +173,8 @@ __device__ __forceinline__ void ignis_grouped_skinny_multiply(float (&acc)[RT][N
     const int col = buf.k + STEP * u + VEC * t;
 #pragma unroll
     for (int j = 0; j < NT; ++j)
-      x[j][u] = lane.x[j] && col < k_stop ? ignis_grouped_skinny_load_x(lane.x[j] + col) : make_uint4(0, 0, 0, 0);
+      x[j][u] =
+          lane.x[j] && col < k_stop ? ignis_grouped_skinny_load_x(lane.x[j] + col) : make_uint4(0, 0, 0, 0);
   }
   constexpr int BLOCKS = FP8 ? U / 2 : 1;
   uint32_t b_raw[BLOCKS], a_raw[BLOCKS][NT][2];
@@ -182,14 +183,16 @@ __device__ __forceinline__ void ignis_grouped_skinny_multiply(float (&acc)[RT][N
     for (int i = 0; i < BLOCKS; ++i) {
       const bool in = buf.k + 128 * i < k_stop;
       const int64_t kb = buf.k / 128 + i, shift = p.scale_u8 ? 0 : 2; /* bytes of a scale: 1 or 4 */
-      b_raw[i] = in ? ignis_grouped_skinny_scale_raw(lane.b_scale + (kb * p.b_scale_sk << shift), p.scale_u8) : 0u;
+      b_raw[i] =
+          in ? ignis_grouped_skinny_scale_raw(lane.b_scale + (kb * p.b_scale_sk << shift), p.scale_u8) : 0u;
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          a_raw[i][j][e] = in && lane.a_scale[j][e] ? ignis_grouped_skinny_scale_raw(
-                                                          lane.a_scale[j][e] + (kb * p.a_scale_sk << shift), p.scale_u8)
-                                                    : 0u;
+          a_raw[i][j][e] = in && lane.a_scale[j][e]
+                               ? ignis_grouped_skinny_scale_raw(
+                                     lane.a_scale[j][e] + (kb * p.a_scale_sk << shift), p.scale_u8)
+                               : 0u;
     }
   }
   float part[FP8 ? RT : 1][FP8 ? NT : 1][4];
@@ -240,11 +243,12 @@ __device__ __forceinline__ void ignis_grouped_skinny_multiply(float (&acc)[RT][N
   }
 }
 
-__device__ __forceinline__ void ignis_grouped_skinny_store(const ignis_grouped_skinny_args &p, int64_t row, int col,
-                                                           float x, float y) {
+__device__ __forceinline__ void ignis_grouped_skinny_store(const ignis_grouped_skinny_args &p, int64_t row,
+                                                           int col, float x, float y) {
   const int64_t at = row * p.ldo + col;
   if (p.out_kind == 0)
-    *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(p.out) + at) = __floats2bfloat162_rn(x, y);
+    *reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(p.out) + at) =
+        __floats2bfloat162_rn(x, y);
   else if (p.out_kind == 1)
     *reinterpret_cast<__half2 *>(static_cast<__half *>(p.out) + at) = __floats2half2_rn(x, y);
   else
@@ -283,8 +287,9 @@ __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_sk
       lane.w[r][h] = w + (int64_t)min(n_warp + 16 * r + 8 * h + g, p.n - 1) * p.ldb;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
-    lane.x[j] = 8 * j + g < chunk.rows ? static_cast<const T *>(p.a) + (int64_t)(chunk.row0 + 8 * j + g) * p.lda
-                                       : nullptr;
+    lane.x[j] = 8 * j + g < chunk.rows
+                    ? static_cast<const T *>(p.a) + (int64_t)(chunk.row0 + 8 * j + g) * p.lda
+                    : nullptr;
   if constexpr (FP8) {
     const int scale_bytes = p.scale_u8 ? 1 : 4;
     const unsigned char *sa = static_cast<const unsigned char *>(p.a_scale);
@@ -296,9 +301,10 @@ __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_sk
         lane.a_scale[j][e] =
             row < chunk.rows ? sa + (int64_t)(chunk.row0 + row) * p.a_scale_sm * scale_bytes : nullptr;
       }
-    lane.b_scale = static_cast<const unsigned char *>(p.b_scale) +
-                   ((int64_t)chunk.group * p.b_scale_sg + (int64_t)(min(n_warp, p.n - 1) / 128) * p.b_scale_sn) *
-                       scale_bytes;
+    lane.b_scale =
+        static_cast<const unsigned char *>(p.b_scale) +
+        ((int64_t)chunk.group * p.b_scale_sg + (int64_t)(min(n_warp, p.n - 1) / 128) * p.b_scale_sn) *
+            scale_bytes;
   }
 
   float acc[RT][NT][4];
@@ -459,8 +465,8 @@ static inline ignis_status ignis_grouped_skinny_launch_nt(const ignis_grouped_sk
                                                           const ignis_grouped_skinny_plan &plan,
                                                           cudaStream_t stream) {
   const dim3 grid((unsigned)plan.slots, (unsigned)plan.n_blocks);
-  IGNIS_CUDA_CHECK(ignis_launch(ignis_grouped_skinny_kernel<T, NT, Cfg>, grid, dim3(IGNIS_GROUPED_SKINNY_THREADS),
-                                0, stream, args));
+  IGNIS_CUDA_CHECK(ignis_launch(ignis_grouped_skinny_kernel<T, NT, Cfg>, grid,
+                                dim3(IGNIS_GROUPED_SKINNY_THREADS), 0, stream, args));
   return IGNIS_OK;
 }
 
@@ -472,8 +478,8 @@ static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args
                                                        cudaStream_t stream,
                                                        ignis_grouped_skinny_plan *plan_out = nullptr) {
   constexpr int batch = Cfg::unroll * 4 * (16 / (int)sizeof(T));
-  const ignis_grouped_skinny_plan plan =
-      ignis_grouped_skinny_plan_of(args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm);
+  const ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(
+      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm);
   args.k_warps = plan.k_warps;
   args.k_per_warp = plan.k_per_warp;
   if (plan_out)

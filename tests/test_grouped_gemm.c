@@ -10,7 +10,13 @@
  * i64, repeated and skipped weights), m_indptr i32 and i64, out bf16/f16/f32; fp8 block-scaled with
  * f32 and UE8M0 scales, a_scale K-major and MN-major, b_scale [G, N/128, K/128] K-major and
  * MN-major, a partial last K block. The CUDA cases run the shapes its kernel takes (K % 8, N % 8,
- * 16-byte rows). Bad inputs: each returns the documented status, the message names the parameter,
+ * 16-byte rows). Small M (the CUDA weight-streaming kernel: M <= 512, M <= 8 G): rows spread as
+ * MoE routing does (tokens picking top_k distinct groups), all in one group, in two groups of
+ * many, or at random, over 2 to 300 groups (past one block's 256-group search step), 8- and
+ * 16-row chunks, K split over up to 8 warps with a ragged and idle ones, 16-bit and fp8 with f32
+ * and UE8M0 scales; the model shapes (Qwen3-30B-A3B, Mixtral-like, DeepSeek-V3 N and K, with
+ * overlapping weight views so 256 groups fit) on the GPU only, each repeated to check the bits
+ * do not change. Bad inputs: each returns the documented status, the message names the parameter,
  * and out is untouched.
  *
  * Tolerance per element: out's rounding plus the f32 accumulation bound K * 2^-24 * sum |terms|. */
@@ -293,6 +299,192 @@ static void test_grouped_fp8(h_backend be) {
     run_fp8(be, &cases[i], &rng);
 }
 
+/* ---- small M: the weight-streaming kernel's calls (M <= 512, M <= 8 G, NT weights) -------------- */
+/* How the rows fall into groups: tokens that each pick top_k distinct groups (MoE routing), every
+ * row in one group, rows in only two groups of many, or each row in a uniformly random group. */
+typedef enum spread { ROUTED, ONE_GROUP, TWO_GROUPS, RANDOM } spread;
+
+typedef struct small_case {
+  ignis_dtype in, out;           /* in IGNIS_FP8_E4M3: ignis_grouped_mm_fp8_blockscale */
+  int64_t groups, tokens, top_k; /* M = tokens * top_k (top_k 1 for the spreads other than ROUTED) */
+  spread how;
+  int64_t first, tail, n, k;
+  int cuda_only;           /* the model shapes: too slow for the CPU backend's test time */
+  int64_t num_weights;     /* > 0: weight_indices over that many weights (16-bit only) */
+  ignis_dtype scale_dtype; /* fp8 */
+  int a_mn;                /* fp8: a_scale given transposed (FlashInfer's MN mode) */
+} small_case;
+
+static void spread_rows(const small_case *c, h_rng *rng, int64_t *lens) {
+  const int64_t m = c->tokens * c->top_k;
+  for (int64_t g = 0; g < c->groups; ++g)
+    lens[g] = 0;
+  if (c->how == ROUTED) {
+    int64_t picked[16];
+    for (int64_t tok = 0; tok < c->tokens; ++tok)
+      for (int64_t j = 0; j < c->top_k; ++j) {
+        int64_t g, seen;
+        do {
+          g = h_rng_int(rng, 0, c->groups - 1);
+          seen = 0;
+          for (int64_t i = 0; i < j; ++i)
+            seen |= picked[i] == g;
+        } while (seen);
+        picked[j] = g;
+        lens[g] += 1;
+      }
+  } else if (c->how == ONE_GROUP) {
+    lens[c->groups / 2] = m;
+  } else if (c->how == TWO_GROUPS) {
+    lens[0] = m > 1 ? 1 : 0;
+    lens[c->groups - 1] = m - lens[0];
+  } else {
+    for (int64_t i = 0; i < m; ++i)
+      lens[h_rng_int(rng, 0, c->groups - 1)] += 1;
+  }
+}
+
+/* Every element of a buffer as a double (the inputs, read once for a fast reference). */
+static double *to_doubles(const h_buf *buf) {
+  double *d = malloc((size_t)buf->count * sizeof(double));
+  for (int64_t i = 0; i < buf->count; ++i)
+    d[i] = h_get(buf, i);
+  return d;
+}
+
+static void run_small(h_backend be, const small_case *c, h_rng *rng) {
+  const int cuda = be == H_CUDA, fp8 = c->in == IGNIS_FP8_E4M3;
+  if (c->cuda_only && (!cuda || h_quick())) /* the sanitizer runs keep the small shapes */
+    return;
+  int64_t lens[512], indptr[513];
+  spread_rows(c, rng, lens);
+  const int64_t rows = c->tokens * c->top_k, end = make_offsets(lens, c->groups, c->first, indptr);
+  const int64_t m = end + c->tail, n = c->n, k = c->k, kb = (k + 127) / 128, nb = (n + 127) / 128;
+  const int64_t w = c->num_weights > 0 ? c->num_weights : c->groups;
+  static const char *const spreads[] = {"routed", "one group", "two groups", "random"};
+  h_case("small-M grouped %s %s %s->%s G%lld rows %lld (%s) M%lld N%lld K%lld%s%s", fp8 ? "fp8" : "mm",
+         h_backend_name(be), ignis_dtype_name(c->in), ignis_dtype_name(c->out), (long long)c->groups,
+         (long long)rows, spreads[c->how], (long long)m, (long long)n, (long long)k,
+         c->num_weights > 0 ? " weight_indices" : "",
+         fp8 ? (c->scale_dtype == IGNIS_U8 ? " UE8M0" : " f32 scales") : "");
+  /* The weights overlap: weight w starts `shift` elements after weight w - 1, so many groups of a
+   * model-sized [N, K] fit in memory and each still has its own values. */
+  const int64_t shift = cuda ? 4096 : 40, ldb = k + (cuda ? 16 : 3);
+  int64_t b_shape[3] = {w, n, k}, b_strides[3] = {shift, ldb, 1};
+  operand b = make_view(be, c->in, (w - 1) * shift + n * ldb + 16, 0, 3, b_shape, b_strides);
+  int64_t a_shape[2] = {m, k}, a_strides[2] = {k + (cuda ? 16 : 5), 1};
+  operand a = make_view(be, c->in, m * a_strides[0] + 16, 0, 2, a_shape, a_strides);
+  int64_t o_shape[2] = {m, n}, o_strides[2] = {n + 8, 1};
+  operand out = make_view(be, c->out, m * o_strides[0] + 16, 0, 2, o_shape, o_strides);
+  fill_normal(&a, rng, fp8 ? 2.0 : 1.0);
+  fill_normal(&b, rng, fp8 ? 2.0 : 1.0);
+  operand ind = make_index(be, c->groups % 2 ? IGNIS_I64 : IGNIS_I32, indptr, c->groups + 1);
+  int64_t widx[512];
+  for (int64_t g = 0; g < c->groups; ++g)
+    widx[g] = (g * 5 + 1) % w;
+  operand wi = {0}, sa = {0}, sb = {0};
+  if (c->num_weights > 0)
+    wi = make_index(be, IGNIS_I32, widx, c->groups);
+  if (fp8) {
+    int64_t sa_shape[2] = {m, kb}, sa_strides[2] = {c->a_mn ? 1 : kb, c->a_mn ? m : 1};
+    sa = make_view(be, c->scale_dtype, m * kb + 1, 0, 2, sa_shape, sa_strides);
+    int64_t sb_shape[3] = {c->groups, nb, kb};
+    sb = make_view(be, c->scale_dtype, c->groups * nb * kb, 0, 3, sb_shape, NULL);
+    fill_scales(&sa, rng);
+    fill_scales(&sb, rng);
+  }
+  h_buf_poison(&out.buf);
+  h_buf_upload(&out.buf);
+  if (fp8)
+    CHECK_STATUS(ignis_grouped_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), IGNIS_OK);
+  else
+    CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL),
+                 IGNIS_OK);
+
+  double *ad = to_doubles(&a.buf), *bd = to_doubles(&b.buf);
+  double *ref = calloc((size_t)(m * n + 1), sizeof(double)),
+         *abs_sum = calloc((size_t)(m * n + 1), sizeof(double));
+  for (int64_t g = 0; g < c->groups; ++g) {
+    const int64_t wg = c->num_weights > 0 ? widx[g] : g;
+    for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const double *ar = ad + i * a_strides[0], *br = bd + wg * shift + j * ldb;
+        double sum = 0, sum_abs = 0;
+        for (int64_t blk = 0; blk < kb; ++blk) {
+          double part = 0, part_abs = 0;
+          for (int64_t kk = blk * 128; kk < k && kk < (blk + 1) * 128; ++kk) {
+            part += ar[kk] * br[kk];
+            part_abs += fabs(ar[kk] * br[kk]);
+          }
+          const double scale =
+              fp8 ? scale_value(&sa, at2(&sa, i, blk)) * scale_value(&sb, at3(&sb, g, j / 128, blk)) : 1.0;
+          sum += part * scale;
+          sum_abs += part_abs * scale;
+        }
+        ref[i * n + j] = sum;
+        abs_sum[i * n + j] = sum_abs;
+      }
+  }
+  compare_rows(&out, ref, abs_sum, indptr[0], end, n, k, "small-M grouped GEMM");
+  if (cuda) { /* the same bits on a second call */
+    const size_t bytes = (size_t)out.buf.count * out.buf.elem_size;
+    unsigned char *first = malloc(bytes);
+    memcpy(first, out.buf.host, bytes);
+    if (fp8)
+      CHECK_STATUS(ignis_grouped_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), IGNIS_OK);
+    else
+      CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL),
+                   IGNIS_OK);
+    h_buf_download(&out.buf);
+    CHECKF(memcmp(first, out.buf.host, bytes) == 0, "a second call gave different bits");
+    free(first);
+  }
+  free(ad);
+  free(bd);
+  free(ref);
+  free(abs_sum);
+  operand all[] = {a, b, out, ind, wi, sa, sb};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+    if (all[i].buf.host)
+      h_buf_free(&all[i].buf);
+}
+
+static void test_small_m(h_backend be) {
+  h_rng rng = h_rng_make(20);
+  const ignis_dtype B = IGNIS_BF16, H = IGNIS_F16, F = IGNIS_F32, E = IGNIS_FP8_E4M3, U = IGNIS_U8;
+  const small_case cases[] = {
+      /* in out  G    T   top_k spread      first tail  N     K    cuda W  scales a_mn */
+      /* model shapes (GPU only): Qwen3-30B-A3B, Mixtral, DeepSeek-V3 decode */
+      {B, B, 128, 1, 8, ROUTED, 0, 0, 1536, 2048, 1, 0, F, 0},     /* Qwen3 fc1, T1 */
+      {B, B, 128, 16, 8, ROUTED, 0, 0, 2048, 768, 1, 0, F, 0},     /* Qwen3 fc2, T16 (M 128) */
+      {B, F, 128, 64, 1, ONE_GROUP, 3, 2, 1536, 2048, 1, 0, F, 0}, /* one group takes all 64 rows */
+      {H, H, 128, 16, 1, TWO_GROUPS, 0, 0, 2048, 768, 1, 0, F, 0}, /* mostly empty */
+      {B, B, 8, 1, 2, ROUTED, 0, 0, 4096, 2048, 1, 0, F, 0},       /* Mixtral-like, T1 */
+      {B, B, 8, 64, 1, RANDOM, 0, 0, 4096, 2048, 1, 0, F, 0},      /* 8 rows per group: 16-row chunks */
+      {B, H, 8, 1, 1, ROUTED, 0, 0, 7168, 2048, 1, 0, F, 0},       /* M 1 */
+      {H, F, 128, 2, 1, RANDOM, 1, 1, 2048, 768, 1, 37, F, 0},     /* weight_indices */
+      {E, B, 256, 1, 8, ROUTED, 0, 0, 4096, 7168, 1, 0, F, 0},     /* DeepSeek fc1, T1 */
+      {E, B, 256, 2, 8, ROUTED, 0, 0, 7168, 2048, 1, 0, U, 1},     /* DeepSeek fc2, T2, UE8M0 */
+      {E, H, 256, 64, 1, ONE_GROUP, 0, 0, 2048, 7168, 1, 0, F, 1},
+      {E, B, 256, 8, 1, TWO_GROUPS, 2, 0, 1536, 2048, 1, 0, U, 0},
+      {E, B, 8, 64, 1, RANDOM, 0, 0, 2048, 2048, 1, 0, F, 0}, /* 8 rows per group: 16-row chunks */
+      /* small and odd shapes, both backends */
+      {B, B, 5, 7, 1, RANDOM, 2, 3, 24, 40, 0, 0, F, 0},
+      {H, F, 3, 1, 1, ROUTED, 0, 0, 8, 8, 0, 0, F, 0},
+      {B, B, 300, 20, 1, RANDOM, 0, 1, 16, 24, 0, 0, F, 0}, /* G past one block's 256-group search step */
+      {B, F, 300, 3, 1, TWO_GROUPS, 0, 0, 40, 48, 0, 0, F, 0},
+      {B, B, 2, 16, 1, ONE_GROUP, 0, 0, 40, 56, 0, 0, F, 0}, /* 16-row chunks */
+      {H, H, 6, 8, 2, ROUTED, 1, 0, 72, 136, 0, 4, F, 0},    /* weight_indices, a partial batch of K */
+      {E, B, 4, 12, 1, RANDOM, 0, 0, 136, 208, 0, 0, U, 1},  /* partial N and K scale blocks */
+      {E, H, 3, 5, 1, RANDOM, 1, 2, 8, 16, 0, 0, F, 0},
+      {E, B, 12, 4, 2, ROUTED, 0, 0, 264, 400, 0, 0, F, 1},
+      {B, B, 4, 3, 1, RANDOM, 0, 0, 32, 1032, 0, 0, F, 0}, /* K over 8 warps: a ragged one, idle ones */
+      {E, B, 5, 4, 1, RANDOM, 0, 0, 24, 1040, 0, 0, U, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    run_small(be, &cases[i], &rng);
+}
+
 /* ---- bad inputs ------------------------------------------------------------------------------ */
 static void test_bad_inputs(h_backend be) {
   enum { G = 3, M = 20, N = 128, K = 256 };
@@ -416,6 +608,7 @@ int main(void) {
       continue;
     test_grouped_mm(be);
     test_grouped_fp8(be);
+    test_small_m(be);
     test_bad_inputs(be);
   }
   return h_finish();

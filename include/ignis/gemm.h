@@ -36,8 +36,8 @@
  *     16-byte aligned (IGNIS_ERROR_UNSUPPORTED otherwise, naming the tensor); the 16-bit form takes
  *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).
  *   - The grouped forms (ignis_grouped_mm, ignis_grouped_mm_fp8_blockscale, below): the CPU GEMM
- *     per group on the host; on CUDA always ignis' own grouped kernel (src/cuda/gemm/
- *     grouped_gemm.cu), never cuBLASLt, no workspace.
+ *     per group on the host; on CUDA always ignis' own grouped kernels (a weight-streaming one for
+ *     small M, else 128x128 tiles: see ignis_grouped_mm), never cuBLASLt, no workspace.
  *
  * On error nothing is written; the message names the function and the parameter. An empty product
  * (M or N zero) writes nothing; K == 0 writes bias (or zeros) on the CPU and is refused
@@ -101,11 +101,21 @@ IGNIS_API ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const igni
  * group) and skips a group whose weight index is out of range (its rows are not written).
  * Empty groups and groups of any size (one group of all M rows) are fine.
  *
- * Paths: CPU: src/cpu/grouped_gemm.c (each group is one call of the CPU GEMM). CUDA (sm_80+):
- * src/cuda/gemm/grouped_gemm.cu, ignis' own kernel (mma.sync, 128x128 tiles, a cp.async pipeline;
- * each block finds its (group, m-tile) from m_indptr on the device). The CUDA path needs a, b and
- * out 16-byte aligned, K a multiple of 8, N a multiple of 8 and the leading strides multiples of
- * 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise, naming the parameter). */
+ * Paths: CPU: src/cpu/grouped_gemm.c (each group is one call of the CPU GEMM). CUDA (sm_80+), two
+ * kernels of ignis' own, both taking the same shapes:
+ *   - small M (MoE decode, src/cuda/gemm/grouped_skinny.cu): taken when M <= 512, M <= 8 G (at
+ *     most 8 rows per group on average), the weights are in the NT form (b.strides[2] == 1) and
+ *     the environment variable IGNIS_GEMM_GROUPED_SKINNY is not "0". Each busy group's weight is
+ *     streamed once over all SMs (mma.sync with the weight rows on the 16-row side, K split over
+ *     the warps of a block); its rows go in chunks of 8 (16 when M > 4 min(G, M)), so a group with
+ *     more rows reads its weight once per chunk, mostly from L2. A block finds its chunk from
+ *     m_indptr on the device; blocks past the last chunk exit at once. Its result is the same bits
+ *     on every call.
+ *   - otherwise src/cuda/gemm/grouped_gemm.cu (mma.sync, 128x128 tiles, a cp.async pipeline; each
+ *     block finds its (group, m-tile) from m_indptr on the device).
+ * The CUDA path needs a, b and out 16-byte aligned, K a multiple of 8, N a multiple of 8 and the
+ * leading strides multiples of 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise, naming the
+ * parameter). */
 IGNIS_API ignis_status ignis_grouped_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *m_indptr,
                                         const ignis_tensor *weight_indices, ignis_tensor *out, void *stream);
 
@@ -118,7 +128,8 @@ IGNIS_API ignis_status ignis_grouped_mm(const ignis_tensor *a, const ignis_tenso
  * transposed). b_scale: [G, ceil(N/128), ceil(K/128)], any strides. Both f32, or both u8 holding
  * UE8M0 exponents (2^(e - 127); 255 is NaN). out [M, N] bf16 or f16.
  * CUDA: sm_89 and later (mma.sync e4m3), K a multiple of 16, N a multiple of 8, 16-byte aligned
- * data and leading strides. */
+ * data and leading strides; small M takes the weight-streaming kernel under the same rule as
+ * ignis_grouped_mm (M <= 512, M <= 8 G), with the same per-128 K block scaling. */
 IGNIS_API ignis_status ignis_grouped_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
                                                        const ignis_tensor *a_scale, const ignis_tensor *b_scale,
                                                        const ignis_tensor *m_indptr, ignis_tensor *out,

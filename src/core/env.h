@@ -22,7 +22,10 @@ extern "C" {
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
     "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")                     \
   X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0", "small-M kernel where it applies",            \
-    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")
+    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")          \
+  X(IGNIS_ENV_GEMM_GROUPED_SKINNY, "IGNIS_GEMM_GROUPED_SKINNY", "0", "small-M kernel where it applies", \
+    "0 sends the small-M (MoE decode) grouped GEMMs to the 128x128 grouped kernel instead of the "  \
+    "weight-streaming one")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

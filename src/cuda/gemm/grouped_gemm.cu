@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/cuda_backend.h"
+#include "cuda/gemm/grouped_skinny.h"
 
 namespace {
 
@@ -389,6 +390,8 @@ bool aligned16(const void *ptr) {
 
 extern "C" ignis_status ignis_cuda_grouped_gemm(const ignis_grouped_gemm_params *gp, int32_t device,
                                                 void *stream) {
+  if (ignis_cuda_grouped_skinny_takes(gp, device)) /* small M (MoE decode): grouped_skinny.cu */
+    return ignis_cuda_grouped_skinny(gp, device, stream);
   const char *fn = gp->fp8 ? "ignis_grouped_mm_fp8_blockscale" : "ignis_grouped_mm";
   IGNIS_CUDA_ON_DEVICE(device);
   const int cc = ignis_compute_capability(device);

@@ -22,7 +22,10 @@ extern "C" {
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
     "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")                     \
   X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0", "small-M kernel where it applies",            \
-    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")
+    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")          \
+  X(IGNIS_ENV_GEMM_SM90, "IGNIS_GEMM_SM90", "0, grouped", "Hopper GEMM kernel where it applies",   \
+    "0 runs the grouped GEMMs on the mma.sync kernel and the dense block-scaled fp8 GEMM on "      \
+    "cuBLASLt instead of the Hopper (wgmma, TMA) kernel; grouped keeps it for the grouped ops only")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

@@ -222,8 +222,12 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 ignis_tensor_map_encoder(void) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
     void *fn = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
     cudaError_t err =
         cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+#else /* toolkits before 12.5 have only the unversioned lookup */
+    cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
     if (err != cudaSuccess || found != cudaDriverEntryPointSuccess) {
       (void)cudaGetLastError();
       fn = nullptr;

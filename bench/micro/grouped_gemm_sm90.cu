@@ -185,7 +185,7 @@ static void run_shape(const shape &sh, cudaStream_t stream) {
   for (int64_t i = 0; i <= g; ++i)
     h_indptr[i] = (int)(i * sh.rows_per_group);
   CK(cudaMalloc(&indptr, (g + 1) * sizeof(int)));
-  CK(cudaMemcpy(indptr, h_indptr.data(), (g + 1) * sizeof(int), cudaMemcpyHostToDevice));
+  CK(cudaMemcpyAsync(indptr, h_indptr.data(), (g + 1) * sizeof(int), cudaMemcpyHostToDevice, stream));
 
   /* outputs: sm90 first (the others are compared with it) */
   enum { OUT_SM90, OUT_MMA, OUT_LT, OUT_LIB, OUTS };
@@ -311,12 +311,13 @@ static void run_shape(const shape &sh, cudaStream_t stream) {
   CK(cudaMalloc(&d_w, SAMPLED_POINTS * sizeof(int)));
   CK(cudaMalloc(&d_ref, SAMPLED_POINTS * sizeof(double)));
   CK(cudaMalloc(&d_abs, SAMPLED_POINTS * sizeof(double)));
-  CK(cudaMemcpy(d_rows, h_rows.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_cols, h_cols.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d_w, h_w.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice));
+  CK(cudaMemcpyAsync(d_rows, h_rows.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice, stream));
+  CK(cudaMemcpyAsync(d_cols, h_cols.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice, stream));
+  CK(cudaMemcpyAsync(d_w, h_w.data(), SAMPLED_POINTS * sizeof(int), cudaMemcpyHostToDevice, stream));
   sampled_reference<<<(SAMPLED_POINTS + 127) / 128, 128, 0, stream>>>(
       a, b, sh.fp8, a_scale, b_scale, d_rows, d_cols, d_w, SAMPLED_POINTS, (int)n, (int)k, d_ref, d_abs);
   std::vector<double> ref(SAMPLED_POINTS), abs_sum(SAMPLED_POINTS);
+  CK(cudaStreamSynchronize(stream)); /* the copies below run on the legacy stream */
   CK(cudaMemcpy(ref.data(), d_ref, SAMPLED_POINTS * sizeof(double), cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(abs_sum.data(), d_abs, SAMPLED_POINTS * sizeof(double), cudaMemcpyDeviceToHost));
   unsigned *d_diff;
@@ -325,6 +326,7 @@ static void run_shape(const shape &sh, cudaStream_t stream) {
     bf16 *o = out[row_out[r]];
     CK(cudaMemsetAsync(d_diff, 0, sizeof(unsigned), stream));
     max_abs_diff<<<1024, 256, 0, stream>>>(o, out[sm90 ? OUT_SM90 : OUT_MMA], (size_t)(m * n), d_diff);
+    CK(cudaStreamSynchronize(stream));
     unsigned bits = 0;
     CK(cudaMemcpy(&bits, d_diff, sizeof bits, cudaMemcpyDeviceToHost));
     float diff;

@@ -13,8 +13,11 @@
  * (M <= 64, NT weight, K % 8 == 0, 16-byte rows; see include/ignis/gemm.h): M odd and even up to
  * 64, K 2048 and 4096 and ragged K, N not a multiple of the kernel's 128-row blocks, bias, padded
  * strides, f16 and bf16, one split-K and one unsplit plan, and the neighbours that stay on cuBLASLt
- * (M 65, K % 8 != 0); a split-K call repeated must give the same bits. Outputs are poisoned (NaN) so
- * an unwritten element shows; the padding around out must keep its bytes.
+ * (M 65, K % 8 != 0); a split-K call repeated must give the same bits. Block-scaled cases of 128 rows
+ * and more run on the Hopper kernel on an H100 / H200 (include/ignis/gemm.h), two of them at
+ * DeepSeek-V3's sizes (M 4096 N 7168 K 2048, M 1000 N 2112 K 7168) on the GPU only, checked on
+ * sampled rows and columns plus a written-everywhere check. Outputs are poisoned (NaN) so an
+ * unwritten element shows; the padding around out must keep its bytes.
  *
  * Tolerance per element: out's rounding (h_tol_for) plus the f32 accumulation bound
  * K * 2^-24 * sum |terms|. Bad inputs: each returns the documented status, the message names the
@@ -300,11 +303,75 @@ static double scale_value(const operand *s, int64_t r, int64_t c) {
   return s->t.dtype == IGNIS_F32 ? v : ldexp(1.0, (int)v - 127);
 }
 
-/* per_row: b_scale holds one 1x128 scale per weight row ([N, KB]) instead of 128x128 blocks. */
+/* out[i, j] of the block-scaled product: per-128-wide-K-block sums scaled by a_scale[i, kb] *
+ * b_scale[j / 128 or j, kb]; *abs_sum gets the sum of |terms|. */
+static double block_ref(const operand *a, const operand *b, const operand *sa, const operand *sb, int per_row,
+                        int64_t k, int64_t i, int64_t j, double *abs_sum) {
+  double s = 0, sabs = 0;
+  for (int64_t blk = 0; blk * 128 < k; ++blk) {
+    double part = 0, part_abs = 0;
+    for (int64_t kk = blk * 128; kk < k && kk < (blk + 1) * 128; ++kk) {
+      double term = at(a, 0, i, kk) * at(b, 0, j, kk);
+      part += term;
+      part_abs += fabs(term);
+    }
+    double scale = scale_value(sa, i, blk) * scale_value(sb, per_row ? j : j / 128, blk);
+    s += part * scale;
+    sabs += part_abs * scale;
+  }
+  *abs_sum = sabs;
+  return s;
+}
+
+/* The big block-scaled cases (GPU only): every element of out written (finite), the padding around it
+ * untouched, and the values compared on sampled rows and columns (the ends, the 128-wide tile edges
+ * and random ones), as the fp64 reference of every element would take minutes. */
+static void compare_block_sampled(operand *out, const operand *a, const operand *b, const operand *sa,
+                                  const operand *sb, int64_t m, int64_t n, int64_t k, h_rng *rng) {
+  h_buf_download(&out->buf);
+  int64_t rows[64], cols[64];
+  int nr = 0, nc = 0;
+  const int64_t row_edges[] = {0, 1, 127, 128, 129, m - 129, m - 128, m - 1};
+  const int64_t col_edges[] = {0, 1, 126, 127, 128, 129, 255, 256, n - 2, n - 1};
+  for (int e = 0; e < 8; ++e)
+    if (row_edges[e] >= 0 && row_edges[e] < m)
+      rows[nr++] = row_edges[e];
+  for (int e = 0; e < 10; ++e)
+    if (col_edges[e] >= 0 && col_edges[e] < n)
+      cols[nc++] = col_edges[e];
+  while (nr < 64)
+    rows[nr++] = h_rng_int(rng, 0, m - 1);
+  while (nc < 64)
+    cols[nc++] = h_rng_int(rng, 0, n - 1);
+  h_cmp cmp;
+  h_cmp_init(&cmp);
+  h_tol tol = h_tol_for(out->t.dtype, 1.0);
+  for (int r = 0; r < nr; ++r)
+    for (int q = 0; q < nc; ++q) {
+      double abs_sum, ref = block_ref(a, b, sa, sb, 0, k, rows[r], cols[q], &abs_sum);
+      double bound = tol.atol + tol.rtol * fabs(ref) + abs_sum * (double)k * ldexp(1.0, -24);
+      h_cmp_add(&cmp, rows[r] * n + cols[q], at(out, 0, rows[r], cols[q]), ref, bound);
+    }
+  CHECK_CMP(&cmp, "ignis_mm_fp8_blockscale");
+  int64_t unwritten = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      unwritten += !isfinite(at(out, 0, i, j));
+  CHECKF(unwritten == 0, "ignis_mm_fp8_blockscale: %lld elements of out are not finite (unwritten?)",
+         (long long)unwritten);
+  unsigned char *mask = calloc((size_t)out->buf.count, 1);
+  h_view_mark(&out->buf, &out->t, mask);
+  CHECKF(h_buf_changed(&out->buf, mask) == 0, "ignis_mm_fp8_blockscale: elements outside out were written");
+  free(mask);
+}
+
+/* per_row: b_scale holds one 1x128 scale per weight row ([N, KB]) instead of 128x128 blocks. big: GPU
+ * only and not under IGNIS_TEST_QUICK, checked on samples (compare_block_sampled). */
 static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_dtype scale_dtype,
                            scale_layout a_layout, scale_layout b_layout, int per_row, ignis_dtype out_dtype,
-                           h_rng *rng) {
-  if (skip_cuda(be) || (be == H_CUDA && (m % 4 || n % 16 || k % 128)))
+                           int big, h_rng *rng) {
+  if (skip_cuda(be) || (be == H_CUDA && (m % 4 || n % 16 || k % 128)) ||
+      (big && (be != H_CUDA || h_quick())))
     return;
   static const char *const names[] = {"K-major", "MN-major", "padded"};
   h_case("mm_fp8_blockscale %s M%lld N%lld K%lld scales %s a %s b %s%s -> %s", h_backend_name(be),
@@ -321,27 +388,17 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
   h_buf_poison(&out.buf);
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &out.t, NULL), IGNIS_OK);
-  double *ref = calloc((size_t)(m * n), sizeof(double)), *abs_sum = calloc((size_t)(m * n), sizeof(double));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0, sabs = 0;
-      for (int64_t blk = 0; blk < kb; ++blk) {
-        double part = 0, part_abs = 0;
-        for (int64_t kk = blk * 128; kk < k && kk < (blk + 1) * 128; ++kk) {
-          double term = at(&a, 0, i, kk) * at(&b, 0, j, kk);
-          part += term;
-          part_abs += fabs(term);
-        }
-        double scale = scale_value(&sa, i, blk) * scale_value(&sb, per_row ? j : j / 128, blk);
-        s += part * scale;
-        sabs += part_abs * scale;
-      }
-      ref[i * n + j] = s;
-      abs_sum[i * n + j] = sabs;
-    }
-  compare_out(&out, ref, abs_sum, 1, m, n, k, "ignis_mm_fp8_blockscale");
-  free(ref);
-  free(abs_sum);
+  if (big) {
+    compare_block_sampled(&out, &a, &b, &sa, &sb, m, n, k, rng);
+  } else {
+    double *ref = calloc((size_t)(m * n), sizeof(double)), *abs_sum = calloc((size_t)(m * n), sizeof(double));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ref[i * n + j] = block_ref(&a, &b, &sa, &sb, per_row, k, i, j, &abs_sum[i * n + j]);
+    compare_out(&out, ref, abs_sum, 1, m, n, k, "ignis_mm_fp8_blockscale");
+    free(ref);
+    free(abs_sum);
+  }
   free_operand(&a);
   free_operand(&b);
   free_operand(&out);
@@ -351,18 +408,24 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
 
 static void test_blockscale(h_backend be) {
   h_rng rng = h_rng_make(3);
-  run_block_case(be, 64, 256, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
-  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16,
+  run_block_case(be, 64, 256, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 4, 128, 640, IGNIS_F32, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0,
                  &rng); /* 5 K blocks */
-  run_block_case(be, 132, 208, 256, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, &rng);
-  run_block_case(be, 128, 384, 1024, IGNIS_U8, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
-  run_block_case(be, 16, 256, 512, IGNIS_U8, SCALE_K_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, &rng);
+  run_block_case(be, 132, 208, 256, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, 0, &rng);
+  run_block_case(be, 128, 384, 1024, IGNIS_U8, SCALE_MN_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 16, 256, 512, IGNIS_U8, SCALE_K_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
   /* per-row (1x128) weight scales */
-  run_block_case(be, 8, 144, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 1, IGNIS_BF16, &rng);
-  run_block_case(be, 20, 256, 256, IGNIS_U8, SCALE_MN_MAJOR, SCALE_MN_MAJOR, 1, IGNIS_BF16, &rng);
+  run_block_case(be, 8, 144, 384, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 1, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 20, 256, 256, IGNIS_U8, SCALE_MN_MAJOR, SCALE_MN_MAJOR, 1, IGNIS_BF16, 0, &rng);
   /* CPU only: M not a multiple of 4, N not of 16, K with a partial last block */
-  run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, &rng);
-  run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 1, IGNIS_BF16, &rng);
+  run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 1, IGNIS_BF16, 0, &rng);
+  /* M >= 128: on an H100 / H200 these run on the Hopper kernel (IGNIS_GEMM_SM90=0 or =grouped: on
+   * cuBLASLt), the others on cuBLASLt; 160 rows leave the second 128-row tile 32 rows */
+  run_block_case(be, 160, 256, 768, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  /* GPU only, checked on samples: DeepSeek-V3's shapes */
+  run_block_case(be, 4096, 7168, 2048, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_F16, 1, &rng);
+  run_block_case(be, 1000, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 1, &rng);
 }
 
 /* ---- bad inputs ------------------------------------------------------------------------------ */

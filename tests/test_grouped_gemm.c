@@ -9,15 +9,19 @@
  * ones on the CPU), padded row strides, weights stored [N, K] and [K, N], weight_indices (i32 and
  * i64, repeated and skipped weights), m_indptr i32 and i64, out bf16/f16/f32; fp8 block-scaled with
  * f32 and UE8M0 scales, a_scale K-major and MN-major, b_scale [G, N/128, K/128] K-major and
- * MN-major, a partial last K block. The CUDA cases run the shapes its kernel takes (K % 8, N % 8,
- * 16-byte rows). Small M (the CUDA weight-streaming kernel: M <= 512, M <= 8 G): rows spread as
- * MoE routing does (tokens picking top_k distinct groups), all in one group, in two groups of
- * many, or at random, over 2 to 300 groups (past one block's 256-group search step), 8- and
- * 16-row chunks, K split over up to 8 warps with a ragged and idle ones, 16-bit and fp8 with f32
- * and UE8M0 scales; the model shapes (Qwen3-30B-A3B, Mixtral-like, DeepSeek-V3 N and K, with
- * overlapping weight views so 256 groups fit) on the GPU only, each repeated to check the bits
- * do not change. Bad inputs: each returns the documented status, the message names the parameter,
- * and out is untouched.
+ * MN-major, a partial last K block. The CUDA cases run the shapes its kernels take (K % 8, N % 8,
+ * 16-byte rows); on an H100 / H200 the [N, K] cases run the Hopper kernel (grouped_gemm_sm90.cu),
+ * the [K, N] ones the mma.sync kernel, and IGNIS_GEMM_SM90=0 sends all of them to the latter. The
+ * big cases run on the GPU only, at the shapes of the Hopper kernel's tile edges and of the models
+ * (groups of 0, 1, 127, 128, 129 and 4096 rows; N 1024 to 7168, K 2048 and 7168; one huge group; 200
+ * groups of which 196 are empty), checked on sampled rows and columns plus a written-everywhere
+ * check (compare_rows). Small M (the CUDA weight-streaming kernel: M <= 512, M <= 8 G, tried
+ * first): rows spread as MoE routing does (tokens picking top_k distinct groups), all in one
+ * group, in two groups of many, or at random, over 2 to 300 groups, 8- and 16-row chunks, K split
+ * over up to 8 warps, 16-bit and fp8 with f32 and UE8M0 scales; the model shapes (Qwen3-30B-A3B,
+ * Mixtral-like, DeepSeek-V3 N and K) on the GPU only, each repeated to check the bits do not
+ * change. Bad inputs: each returns the documented status, the message names the
+ * parameter, and out is untouched.
  *
  * Tolerance per element: out's rounding plus the f32 accumulation bound K * 2^-24 * sum |terms|. */
 #include <math.h>
@@ -41,9 +45,11 @@ static operand make_view(h_backend be, ignis_dtype dtype, int64_t count, int64_t
   return o;
 }
 
-static void fill_normal(operand *o, h_rng *rng, double scale) {
+/* Normal values of the given scale; uniform ones of the same spread for the big cases (cheaper to
+ * draw over a hundred million elements). */
+static void fill_random(operand *o, h_rng *rng, double scale, int big) {
   for (int64_t i = 0; i < o->buf.count; ++i)
-    h_set(&o->buf, i, scale * h_rng_normal(rng));
+    h_set(&o->buf, i, big ? h_rng_uniform(rng, -1.7 * scale, 1.7 * scale) : scale * h_rng_normal(rng));
   h_buf_upload(&o->buf);
 }
 
@@ -75,21 +81,101 @@ static operand make_weights(h_backend be, ignis_dtype dtype, int64_t w, int64_t 
   return make_view(be, dtype, w * group + 16, 0, 3, shape, strides);
 }
 
-/* Compare out's rows m_indptr[0] .. m_indptr[G] with ref (M x N), and check every other element of
- * out's buffer kept its poison. */
-static void compare_rows(operand *out, const double *ref, const double *abs_sum, int64_t lo, int64_t hi,
-                         int64_t n, int64_t k, const char *what) {
+/* The reference of out[i, j] (row i in group g) from the operands as read back after rounding: the
+ * plain sum over K, or for fp8 (sa != NULL) the per-128-wide-K-block sums scaled by
+ * a_scale[i, kb] * b_scale[w, j / 128, kb]; *abs_sum gets the sum of |terms| (for the tolerance). */
+typedef struct ref_ctx {
+  const operand *a, *b, *sa, *sb;
+  const int64_t *indptr, *widx; /* widx NULL: group g multiplies weight g */
+  int64_t groups, k;
+} ref_ctx;
+
+static double scale_value(const operand *s, double v) {
+  return s->t.dtype == IGNIS_F32 ? v : ldexp(1.0, (int)v - 127);
+}
+
+static double ref_at(const ref_ctx *c, int64_t g, int64_t i, int64_t j, double *abs_sum) {
+  const int64_t w = c->widx ? c->widx[g] : g;
+  double s = 0, sa = 0;
+  for (int64_t k0 = 0; k0 < c->k; k0 += 128) {
+    double part = 0, part_abs = 0;
+    for (int64_t kk = k0; kk < c->k && kk < k0 + 128; ++kk) {
+      double term = at2(c->a, i, kk) * at3(c->b, w, j, kk);
+      part += term;
+      part_abs += fabs(term);
+    }
+    double scale = 1.0;
+    if (c->sa)
+      scale = scale_value(c->sa, at2(c->sa, i, k0 / 128)) *
+              scale_value(c->sb, at3(c->sb, w, j / 128, k0 / 128));
+    s += part * scale;
+    sa += part_abs * scale;
+  }
+  *abs_sum = sa;
+  return s;
+}
+
+static void cmp_element(h_cmp *cmp, const operand *out, const ref_ctx *c, int64_t g, int64_t i, int64_t j) {
+  h_tol tol = h_tol_for(out->t.dtype, 1.0);
+  double abs_sum, ref = ref_at(c, g, i, j, &abs_sum);
+  double bound =
+      tol.atol + tol.rtol * fabs(ref) + abs_sum * (double)(c->k > 16 ? c->k : 16) * ldexp(1.0, -24);
+  h_cmp_add(cmp, i * out->t.shape[1] + j, at2(out, i, j), ref, bound);
+}
+
+static int64_t group_of(const ref_ctx *c, int64_t i) {
+  for (int64_t g = 0; g < c->groups; ++g)
+    if (c->indptr[g] <= i && i < c->indptr[g + 1])
+      return g;
+  return -1;
+}
+
+/* Compare out's rows m_indptr[0] .. m_indptr[G] with the reference, and check every other element of
+ * out's buffer kept its poison. sampled (the big GPU-only cases, whose full fp64 reference would take
+ * minutes): every element of those rows must be written (finite, no poison), and the values are
+ * compared on sampled rows (each group's first and last rows, those at 127, 128 and 256 past its
+ * start, random ones) and columns (both ends, the 128- and 256-wide tile edges, random ones). */
+static void compare_rows(operand *out, const ref_ctx *c, int sampled, h_rng *rng, const char *what) {
+  const int64_t lo = c->indptr[0], hi = c->indptr[c->groups], n = out->t.shape[1];
   h_buf_download(&out->buf);
   h_cmp cmp;
   h_cmp_init(&cmp);
-  h_tol tol = h_tol_for(out->t.dtype, 1.0);
-  for (int64_t i = lo; i < hi; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t r = i * n + j;
-      double bound =
-          tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * (double)(k > 16 ? k : 16) * ldexp(1.0, -24);
-      h_cmp_add(&cmp, r, at2(out, i, j), ref[r], bound);
+  if (!sampled) {
+    for (int64_t g = 0; g < c->groups; ++g)
+      for (int64_t i = c->indptr[g]; i < c->indptr[g + 1]; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          cmp_element(&cmp, out, c, g, i, j);
+  } else {
+    int64_t rows[96], cols[64];
+    int nr = 0, nc = 0;
+    for (int64_t g = 0; g < c->groups && nr < 72; ++g) {
+      const int64_t offsets[] = {0, 127, 128, 256};
+      for (int o = 0; o < 4; ++o)
+        if (c->indptr[g] + offsets[o] < c->indptr[g + 1])
+          rows[nr++] = c->indptr[g] + offsets[o];
+      if (c->indptr[g + 1] > c->indptr[g])
+        rows[nr++] = c->indptr[g + 1] - 1;
     }
+    while (nr < 96 && hi > lo)
+      rows[nr++] = h_rng_int(rng, lo, hi - 1);
+    const int64_t edges[] = {0, 1, 126, 127, 128, 129, 254, 255, 256, 257, n - 2, n - 1};
+    for (int e = 0; e < 12; ++e)
+      if (edges[e] >= 0 && edges[e] < n)
+        cols[nc++] = edges[e];
+    while (nc < 64)
+      cols[nc++] = h_rng_int(rng, 0, n - 1);
+    for (int r = 0; r < nr; ++r)
+      for (int q = 0; q < nc; ++q)
+        cmp_element(&cmp, out, c, group_of(c, rows[r]), rows[r], cols[q]);
+    int64_t unwritten = 0;
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double v = at2(out, i, j);
+        unwritten += !isfinite(v);
+      }
+    CHECKF(unwritten == 0, "%s: %lld elements of the groups' rows are not finite (unwritten?)", what,
+           (long long)unwritten);
+  }
   CHECK_CMP(&cmp, what);
   unsigned char *mask = calloc((size_t)out->buf.count, 1);
   for (int64_t i = lo; i < hi; ++i)
@@ -119,11 +205,13 @@ typedef struct mm_case {
   int kn;              /* weights stored [K, N] */
   int64_t num_weights; /* > 0: weight_indices used, W weights */
   ignis_dtype index_dtype;
+  int big; /* GPU only (the CPU GEMM would take minutes), checked on samples (compare_rows); not
+            * under IGNIS_TEST_QUICK (the sanitizer runs) */
 } mm_case;
 
 static void run_mm(h_backend be, const mm_case *c, h_rng *rng) {
   const int cuda = be == H_CUDA;
-  if (cuda && (c->n % 8 || c->k % 8))
+  if ((cuda && (c->n % 8 || c->k % 8)) || (c->big && (!cuda || h_quick())))
     return;
   int64_t indptr[260];
   const int64_t end = make_offsets(c->lens, c->groups, c->first, indptr), m = end + c->tail;
@@ -138,8 +226,8 @@ static void run_mm(h_backend be, const mm_case *c, h_rng *rng) {
   operand b = make_weights(be, c->in, w, c->n, c->k, c->kn, pad);
   int64_t o_shape[2] = {m, c->n}, o_strides[2] = {c->n + pad, 1};
   operand out = make_view(be, c->out, m * (c->n + pad) + 16, 0, 2, o_shape, o_strides);
-  fill_normal(&a, rng, 1.0);
-  fill_normal(&b, rng, 1.0);
+  fill_random(&a, rng, 1.0, c->big);
+  fill_random(&b, rng, 1.0, c->big);
   operand ind = make_index(be, c->index_dtype, indptr, c->groups + 1);
   int64_t widx[256];
   for (int64_t g = 0; g < c->groups; ++g)
@@ -151,25 +239,8 @@ static void run_mm(h_backend be, const mm_case *c, h_rng *rng) {
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_grouped_mm(&a.t, &b.t, &ind.t, c->num_weights > 0 ? &wi.t : NULL, &out.t, NULL),
                IGNIS_OK);
-  double *ref = calloc((size_t)(m * c->n + 1), sizeof(double)),
-         *abs_sum = calloc((size_t)(m * c->n + 1), sizeof(double));
-  for (int64_t g = 0; g < c->groups; ++g) {
-    const int64_t wg = c->num_weights > 0 ? widx[g] : g;
-    for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
-      for (int64_t j = 0; j < c->n; ++j) {
-        double s = 0, sa = 0;
-        for (int64_t kk = 0; kk < c->k; ++kk) {
-          double term = at2(&a, i, kk) * at3(&b, wg, j, kk);
-          s += term;
-          sa += fabs(term);
-        }
-        ref[i * c->n + j] = s;
-        abs_sum[i * c->n + j] = sa;
-      }
-  }
-  compare_rows(&out, ref, abs_sum, indptr[0], end, c->n, c->k, "ignis_grouped_mm");
-  free(ref);
-  free(abs_sum);
+  const ref_ctx ref = {&a, &b, NULL, NULL, indptr, c->num_weights > 0 ? widx : NULL, c->groups, c->k};
+  compare_rows(&out, &ref, c->big, rng, "ignis_grouped_mm");
   h_buf_free(&a.buf);
   h_buf_free(&b.buf);
   h_buf_free(&out.buf);
@@ -186,18 +257,32 @@ static void test_grouped_mm(h_backend be) {
   static const int64_t empty[] = {0, 0, 0};
   static const int64_t sixteen[] = {5, 12, 0, 7, 129, 3, 1, 0, 40, 2, 2, 2, 90, 0, 11, 6};
   static const int64_t huge[] = {0, 2500, 0};
+  static const int64_t edges[] = {0, 1, 127, 128, 129, 4096}, huge_one[] = {0, 4173, 0}, pair[] = {129, 1000};
+  static int64_t sparse[200];
+  sparse[3] = 1;
+  sparse[50] = 300;
+  sparse[120] = 129;
+  sparse[199] = 64;
   const ignis_dtype B = IGNIS_BF16, H = IGNIS_F16, F = IGNIS_F32, I32 = IGNIS_I32, I64 = IGNIS_I64;
   const mm_case cases[] = {
-      {B, B, 1, one, 0, 0, 64, 96, 0, 0, I32},
-      {B, B, 4, four, 0, 0, 136, 72, 0, 0, I32},
-      {H, H, 8, eight, 5, 7, 64, 128, 0, 0, I64},
-      {B, F, 8, eight, 0, 0, 40, 200, 1, 0, I32},   /* [K, N] weights, f32 out */
-      {H, B, 4, four, 2, 0, 128, 64, 1, 0, I64},    /* [K, N], f16 in -> bf16 out */
-      {B, B, 3, empty, 4, 3, 64, 64, 0, 0, I32},    /* every group empty */
-      {B, B, 16, sixteen, 0, 0, 48, 56, 0, 5, I32}, /* weight_indices, 5 weights */
-      {H, F, 16, sixteen, 1, 2, 24, 40, 1, 3, I64}, /* weight_indices with [K, N] */
-      {B, B, 3, huge, 0, 0, 72, 64, 0, 0, I32},     /* one huge group */
-      {B, B, 4, four, 0, 0, 33, 21, 0, 0, I32},     /* CPU only: odd N and K */
+      {B, B, 1, one, 0, 0, 64, 96, 0, 0, I32, 0},
+      {B, B, 4, four, 0, 0, 136, 72, 0, 0, I32, 0},
+      {H, H, 8, eight, 5, 7, 64, 128, 0, 0, I64, 0},
+      {B, F, 8, eight, 0, 0, 40, 200, 1, 0, I32, 0},   /* [K, N] weights, f32 out */
+      {H, B, 4, four, 2, 0, 128, 64, 1, 0, I64, 0},    /* [K, N], f16 in -> bf16 out */
+      {B, B, 3, empty, 4, 3, 64, 64, 0, 0, I32, 0},    /* every group empty */
+      {B, B, 16, sixteen, 0, 0, 48, 56, 0, 5, I32, 0}, /* weight_indices, 5 weights */
+      {H, F, 16, sixteen, 1, 2, 24, 40, 1, 3, I64, 0}, /* weight_indices with [K, N] */
+      {B, B, 3, huge, 0, 0, 72, 64, 0, 0, I32, 0},     /* one huge group */
+      {B, B, 4, four, 0, 0, 33, 21, 0, 0, I32, 0},     /* CPU only: odd N and K */
+      {B, F, 4, four, 0, 0, 136, 72, 0, 0, I64, 0},    /* f32 out, K past the last 64-wide step */
+      {H, H, 4, four, 1, 1, 256, 200, 0, 0, I32, 0},   /* K 200: a partial last K stage */
+      /* GPU only, checked on samples: the Hopper kernel's tile edges (groups of 1, 127, 128, 129
+       * rows; 256-wide tiles with a partial last one at N 2112), one huge group, many empty groups */
+      {B, B, 6, edges, 0, 0, 2112, 2048, 0, 0, I64, 1},
+      {H, H, 3, huge_one, 3, 5, 4096, 7168, 0, 1, I32, 1}, /* one weight for every group */
+      {B, F, 200, sparse, 2, 0, 1024, 2048, 0, 7, I32, 1}, /* 200 groups, 196 empty */
+      {B, B, 2, pair, 0, 0, 7168, 7168, 0, 1, I64, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     run_mm(be, &cases[i], &rng);
@@ -211,11 +296,8 @@ typedef struct fp8_case {
   ignis_dtype scale_dtype;
   int a_mn, b_mn; /* scale tensors given transposed (FlashInfer's "MN" major mode) */
   ignis_dtype out;
+  int big; /* GPU only, checked on samples */
 } fp8_case;
-
-static double scale_value(const operand *s, double v) {
-  return s->t.dtype == IGNIS_F32 ? v : ldexp(1.0, (int)v - 127);
-}
 
 static void fill_scales(operand *s, h_rng *rng) {
   for (int64_t i = 0; i < s->buf.count; ++i)
@@ -226,7 +308,7 @@ static void fill_scales(operand *s, h_rng *rng) {
 
 static void run_fp8(h_backend be, const fp8_case *c, h_rng *rng) {
   const int cuda = be == H_CUDA;
-  if (cuda && (c->n % 8 || c->k % 16))
+  if ((cuda && (c->n % 8 || c->k % 16)) || (c->big && (!cuda || h_quick())))
     return;
   int64_t indptr[260];
   const int64_t end = make_offsets(c->lens, c->groups, c->first, indptr), m = end + c->tail;
@@ -241,8 +323,8 @@ static void run_fp8(h_backend be, const fp8_case *c, h_rng *rng) {
   operand b = make_weights(be, IGNIS_FP8_E4M3, c->groups, c->n, c->k, 0, pad);
   int64_t o_shape[2] = {m, c->n}, o_strides[2] = {c->n + 8, 1};
   operand out = make_view(be, c->out, m * (c->n + 8) + 16, 0, 2, o_shape, o_strides);
-  fill_normal(&a, rng, 2.0);
-  fill_normal(&b, rng, 2.0);
+  fill_random(&a, rng, 2.0, c->big);
+  fill_random(&b, rng, 2.0, c->big);
   int64_t sa_shape[2] = {m, kb}, sa_strides[2] = {c->a_mn ? 1 : kb, c->a_mn ? m : 1};
   operand sa = make_view(be, c->scale_dtype, m * kb + 1, 0, 2, sa_shape, sa_strides);
   int64_t sb_shape[3] = {c->groups, nb, kb}, sb_strides[3] = {nb * kb, c->b_mn ? 1 : kb, c->b_mn ? nb : 1};
@@ -253,29 +335,8 @@ static void run_fp8(h_backend be, const fp8_case *c, h_rng *rng) {
   h_buf_poison(&out.buf);
   h_buf_upload(&out.buf);
   CHECK_STATUS(ignis_grouped_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &ind.t, &out.t, NULL), IGNIS_OK);
-  double *ref = calloc((size_t)(m * c->n + 1), sizeof(double)),
-         *abs_sum = calloc((size_t)(m * c->n + 1), sizeof(double));
-  for (int64_t g = 0; g < c->groups; ++g)
-    for (int64_t i = indptr[g]; i < indptr[g + 1]; ++i)
-      for (int64_t j = 0; j < c->n; ++j) {
-        double s = 0, sabs = 0;
-        for (int64_t blk = 0; blk < kb; ++blk) {
-          double part = 0, part_abs = 0;
-          for (int64_t kk = blk * 128; kk < c->k && kk < (blk + 1) * 128; ++kk) {
-            double term = at2(&a, i, kk) * at3(&b, g, j, kk);
-            part += term;
-            part_abs += fabs(term);
-          }
-          double scale = scale_value(&sa, at2(&sa, i, blk)) * scale_value(&sb, at3(&sb, g, j / 128, blk));
-          s += part * scale;
-          sabs += part_abs * scale;
-        }
-        ref[i * c->n + j] = s;
-        abs_sum[i * c->n + j] = sabs;
-      }
-  compare_rows(&out, ref, abs_sum, indptr[0], end, c->n, c->k, "ignis_grouped_mm_fp8_blockscale");
-  free(ref);
-  free(abs_sum);
+  const ref_ctx ref = {&a, &b, &sa, &sb, indptr, NULL, c->groups, c->k};
+  compare_rows(&out, &ref, c->big, rng, "ignis_grouped_mm_fp8_blockscale");
   operand all[] = {a, b, out, sa, sb, ind};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     h_buf_free(&all[i].buf);
@@ -287,13 +348,19 @@ static void test_grouped_fp8(h_backend be) {
   static const int64_t four[] = {3, 0, 130, 17};
   static const int64_t eight[] = {0, 1, 129, 9, 0, 64, 33, 0};
   static const int64_t huge[] = {0, 1500};
+  static const int64_t three[] = {5, 200, 60}, edges[] = {0, 1, 127, 128, 129, 4096},
+                       big_four[] = {4096, 0, 300, 1};
   const ignis_dtype F = IGNIS_F32, U = IGNIS_U8, B = IGNIS_BF16, H = IGNIS_F16;
   const fp8_case cases[] = {
-      {1, one, 0, 0, 128, 256, F, 0, 0, B},
-      {4, four, 0, 3, 256, 384, F, 1, 1, B},  /* FlashInfer's default MN-major scales */
-      {8, eight, 2, 0, 136, 320, U, 0, 1, H}, /* UE8M0, partial N and K blocks */
-      {2, huge, 0, 0, 128, 512, F, 1, 0, B},  /* one huge group */
-      {4, four, 0, 0, 200, 200, U, 1, 1, B},  /* CPU only: K not a multiple of 16 */
+      {1, one, 0, 0, 128, 256, F, 0, 0, B, 0},
+      {4, four, 0, 3, 256, 384, F, 1, 1, B, 0},  /* FlashInfer's default MN-major scales */
+      {8, eight, 2, 0, 136, 320, U, 0, 1, H, 0}, /* UE8M0, partial N and K blocks */
+      {2, huge, 0, 0, 128, 512, F, 1, 0, B, 0},  /* one huge group */
+      {4, four, 0, 0, 200, 200, U, 1, 1, B, 0},  /* CPU only: K not a multiple of 16 */
+      {3, three, 0, 2, 256, 336, F, 0, 0, B, 0}, /* K 336: a partial last scale block */
+      /* GPU only, checked on samples: the Hopper kernel's tile edges, DeepSeek-V3's K 7168 */
+      {6, edges, 0, 0, 2112, 7168, F, 0, 1, B, 1},
+      {4, big_four, 7, 0, 4096, 2048, U, 1, 0, H, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     run_fp8(be, &cases[i], &rng);
@@ -495,8 +562,8 @@ static void test_bad_inputs(h_backend be) {
   operand a = make_view(be, IGNIS_BF16, M * K, 0, 2, a_shape, NULL);
   operand b = make_weights(be, IGNIS_BF16, G, N, K, 0, 0);
   operand out = make_view(be, IGNIS_BF16, M * N, 0, 2, o_shape, NULL);
-  fill_normal(&a, &rng, 1.0);
-  fill_normal(&b, &rng, 1.0);
+  fill_random(&a, &rng, 1.0, 0);
+  fill_random(&b, &rng, 1.0, 0);
   const int64_t good[] = {0, 5, 5, 20}, decreasing[] = {0, 6, 5, 20}, past[] = {0, 5, 5, 21},
                 widx_bad[] = {0, 3, 1};
   operand ind = make_index(be, IGNIS_I32, good, G + 1);
@@ -557,8 +624,8 @@ static void test_bad_inputs(h_backend be) {
   /* fp8 block-scaled */
   operand a8 = make_view(be, IGNIS_FP8_E4M3, M * K, 0, 2, a_shape, NULL);
   operand b8 = make_weights(be, IGNIS_FP8_E4M3, G, N, K, 0, 0);
-  fill_normal(&a8, &rng, 1.0);
-  fill_normal(&b8, &rng, 1.0);
+  fill_random(&a8, &rng, 1.0, 0);
+  fill_random(&b8, &rng, 1.0, 0);
   int64_t sa_shape[2] = {M, K / 128}, sb_shape[3] = {G, N / 128, K / 128};
   operand sa = make_view(be, IGNIS_F32, M * (K / 128), 0, 2, sa_shape, NULL);
   operand sb = make_view(be, IGNIS_F32, G * (N / 128) * (K / 128), 0, 3, sb_shape, NULL);

@@ -22,6 +22,13 @@
  *     compute capability 8.0 or later, and the environment variable IGNIS_GEMM_SKINNY not "0".
  *     Any out dtype and bias; it needs no cuBLASLt. Its result is the same bits on every call of
  *     a shape (the split sums are added in a fixed order).
+ *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with M >= 128 on an H100 / H200: ignis' own
+ *     Hopper kernel (src/cuda/gemm/grouped_gemm_sm90.cu, the grouped kernel below run as one group)
+ *     when all of these hold: weight scales in 128x128 blocks (not per row), K a positive multiple
+ *     of 16, N a multiple of 8, a, b and out 16-byte aligned with row strides of whole 16-byte
+ *     units, a device of compute capability 9.0 and a build with sm_90a, and the environment
+ *     variable IGNIS_GEMM_SM90 neither "0" nor "grouped" (those keep this shape on cuBLASLt, the
+ *     baseline it must beat). M need not be a multiple of 4 on this path, nor K of 128.
  *   - CUDA, everything else: cuBLASLt, loaded at the first GEMM call that needs it, with dlopen
  *     (the environment variable IGNIS_CUBLASLT names the library; else libcublasLt.so.13, then
  *     libcublasLt.so, then the copy PyTorch's wheels ship under site-packages/nvidia/.../lib).
@@ -37,7 +44,8 @@
  *     any alignment (cuBLASLt is told the actual one and picks among the algorithms allowing it).
  *   - The grouped forms (ignis_grouped_mm, ignis_grouped_mm_fp8_blockscale, below): the CPU GEMM
  *     per group on the host; on CUDA always ignis' own grouped kernels (a weight-streaming one for
- *     small M, else 128x128 tiles: see ignis_grouped_mm), never cuBLASLt, no workspace.
+ *     small M, the Hopper one of src/cuda/gemm/grouped_gemm_sm90.cu where it applies, else
+ *     src/cuda/gemm/grouped_gemm.cu: see ignis_grouped_mm), never cuBLASLt, no workspace.
  *
  * On error nothing is written; the message names the function and the parameter. An empty product
  * (M or N zero) writes nothing; K == 0 writes bias (or zeros) on the CPU and is refused
@@ -75,10 +83,11 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
  * [ceil(N/128), ceil(K/128)] (128x128 blocks), any strides; or [N, ceil(K/128)], one 1x128 scale per
  * weight row (FlashInfer's "per-token" weight scales; b_scale[n, kb] replaces b_scale[n / 128, kb]). Scales are f32, or u8 holding UE8M0 exponents (the
  * value 2^(e - 127); e == 255 is NaN), both tensors the same dtype. out [M, N] bf16 or f16.
- * CUDA: sm_90 with cuBLASLt 12.9 or later (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b); the scales are
- * repacked (UE8M0 decoded) into the workspace in cuBLASLt's layout, so any layout works. The CUDA
- * path needs M a multiple of 4, N a multiple of 16 and K a multiple of 128 (cuBLASLt's rules; the
- * Python wrappers pad M). No batch form. */
+ * CUDA: sm_90, on ignis' Hopper kernel for the shapes listed above (M >= 128, 128x128 weight
+ * blocks, K % 16 == 0, N % 8 == 0; scales read in place, any strides), else cuBLASLt 12.9 or later
+ * (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b; the scales are repacked, UE8M0 decoded,
+ * into the workspace in cuBLASLt's layout, so any layout works), which needs M a multiple of 4, N a
+ * multiple of 16 and K a multiple of 128 (the Python wrappers pad M). No batch form. */
 IGNIS_API ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
                                                const ignis_tensor *a_scale, const ignis_tensor *b_scale,
                                                ignis_tensor *out, void *stream);
@@ -101,21 +110,27 @@ IGNIS_API ignis_status ignis_mm_fp8_blockscale(const ignis_tensor *a, const igni
  * group) and skips a group whose weight index is out of range (its rows are not written).
  * Empty groups and groups of any size (one group of all M rows) are fine.
  *
- * Paths: CPU: src/cpu/grouped_gemm.c (each group is one call of the CPU GEMM). CUDA (sm_80+), two
- * kernels of ignis' own, both taking the same shapes:
+ * Paths: CPU: src/cpu/grouped_gemm.c (each group is one call of the CPU GEMM). CUDA, three kernels of
+ * ignis' own, each block finding its rows from m_indptr on the device, tried in this order:
  *   - small M (MoE decode, src/cuda/gemm/grouped_skinny.cu): taken when M <= 512, M <= 8 G (at
  *     most 8 rows per group on average), the weights are in the NT form (b.strides[2] == 1) and
  *     the environment variable IGNIS_GEMM_GROUPED_SKINNY is not "0". Each busy group's weight is
  *     streamed once over all SMs (mma.sync with the weight rows on the 16-row side, K split over
  *     the warps of a block); its rows go in chunks of 8 (16 when M > 4 min(G, M)), so a group with
- *     more rows reads its weight once per chunk, mostly from L2. A block finds its chunk from
- *     m_indptr on the device; blocks past the last chunk exit at once. Its result is the same bits
- *     on every call.
- *   - otherwise src/cuda/gemm/grouped_gemm.cu (mma.sync, 128x128 tiles, a cp.async pipeline; each
- *     block finds its (group, m-tile) from m_indptr on the device).
+ *     more rows reads its weight once per chunk, mostly from L2. Blocks past the last chunk exit at
+ *     once. Its result is the same bits on every call.
+ *   - H100 / H200 (compute capability 9.0, a build with sm_90a): src/cuda/gemm/grouped_gemm_sm90.cu
+ *     (persistent, a TMA producer warp and two wgmma consumer warpgroups, 128x128 or 128x256
+ *     tiles) for weights stored [N, K] (b.strides[2] == 1), K a multiple of 8, N a multiple of 8,
+ *     a, b and out 16-byte aligned with row strides of whole 16-byte units, and weights that do not
+ *     overlap (b.strides[0] >= N * b.strides[1] when W > 1; multiples of 16 bytes), unless the
+ *     environment variable IGNIS_GEMM_SM90 is "0".
+ *   - Everything else on sm_80+: src/cuda/gemm/grouped_gemm.cu (mma.sync, 128x128 tiles, a cp.async
+ *     pipeline), including weights stored [K, N].
  * The CUDA path needs a, b and out 16-byte aligned, K a multiple of 8, N a multiple of 8 and the
  * leading strides multiples of 16 bytes (IGNIS_ERROR_UNSUPPORTED otherwise, naming the
- * parameter). */
+ * parameter). The kernels write the same rows; their sums may differ in the last bits (different
+ * accumulation order). */
 IGNIS_API ignis_status ignis_grouped_mm(const ignis_tensor *a, const ignis_tensor *b, const ignis_tensor *m_indptr,
                                         const ignis_tensor *weight_indices, ignis_tensor *out, void *stream);
 
@@ -127,9 +142,10 @@ IGNIS_API ignis_status ignis_grouped_mm(const ignis_tensor *a, const ignis_tenso
  * a_scale: [M, ceil(K/128)], any strides (FlashInfer's "MN" mode is the [KB, M] tensor handed in
  * transposed). b_scale: [G, ceil(N/128), ceil(K/128)], any strides. Both f32, or both u8 holding
  * UE8M0 exponents (2^(e - 127); 255 is NaN). out [M, N] bf16 or f16.
- * CUDA: sm_89 and later (mma.sync e4m3), K a multiple of 16, N a multiple of 8, 16-byte aligned
- * data and leading strides; small M takes the weight-streaming kernel under the same rule as
- * ignis_grouped_mm (M <= 512, M <= 8 G), with the same per-128 K block scaling. */
+ * CUDA: sm_89 and later (mma.sync e4m3; on H100 / H200 the Hopper kernel, wgmma with the same
+ * promotion per 128-wide K block, as ignis_grouped_mm says), K a multiple of 16, N a multiple of 8,
+ * 16-byte aligned data and leading strides; small M takes the weight-streaming kernel under the
+ * same rule as ignis_grouped_mm (M <= 512, M <= 8 G), with the same per-128 K block scaling. */
 IGNIS_API ignis_status ignis_grouped_mm_fp8_blockscale(const ignis_tensor *a, const ignis_tensor *b,
                                                        const ignis_tensor *a_scale, const ignis_tensor *b_scale,
                                                        const ignis_tensor *m_indptr, ignis_tensor *out,

@@ -21,7 +21,11 @@
  * stages) are scaled on the CUDA cores by a_scale[row, kb] * b_scale[g, n_tile, kb] (a 128-column
  * tile is exactly one weight scale block) and added to the f32 result; the block's scales are
  * loaded when it starts, overlapping its mma. The epilogue writes pairs of columns straight from
- * the accumulators (bf16, f16 or f32). */
+ * the accumulators (bf16, f16 or f32).
+ *
+ * On Hopper the calls grouped_gemm_sm90.h lists run on grouped_gemm_sm90.cu's wgmma kernel instead
+ * (ignis_cuda_grouped_gemm below routes); this kernel takes the rest (weights stored [K, N], other
+ * GPUs, IGNIS_GEMM_SM90=0). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +33,7 @@
 #include "cuda/common/cuda_common.cuh"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/grouped_skinny.h"
+#include "cuda/gemm/grouped_gemm_sm90.h"
 
 namespace {
 
@@ -388,10 +393,8 @@ bool aligned16(const void *ptr) {
 
 } // namespace
 
-extern "C" ignis_status ignis_cuda_grouped_gemm(const ignis_grouped_gemm_params *gp, int32_t device,
-                                                void *stream) {
-  if (ignis_cuda_grouped_skinny_takes(gp, device)) /* small M (MoE decode): grouped_skinny.cu */
-    return ignis_cuda_grouped_skinny(gp, device, stream);
+extern "C" ignis_status ignis_cuda_grouped_gemm_mma(const ignis_grouped_gemm_params *gp, int32_t device,
+                                                    void *stream) {
   const char *fn = gp->fp8 ? "ignis_grouped_mm_fp8_blockscale" : "ignis_grouped_mm";
   IGNIS_CUDA_ON_DEVICE(device);
   const int cc = ignis_compute_capability(device);
@@ -460,4 +463,14 @@ extern "C" ignis_status ignis_cuda_grouped_gemm(const ignis_grouped_gemm_params 
   if (gp->a_dtype == IGNIS_BF16)
     return kn ? launch<Elem::BF16, true>(p, blocks, s) : launch<Elem::BF16, false>(p, blocks, s);
   return kn ? launch<Elem::F16, true>(p, blocks, s) : launch<Elem::F16, false>(p, blocks, s);
+}
+
+/* The Hopper kernel where it takes the call (grouped_gemm_sm90.h), else this file's. */
+extern "C" ignis_status ignis_cuda_grouped_gemm(const ignis_grouped_gemm_params *gp, int32_t device,
+                                                void *stream) {
+  if (ignis_cuda_grouped_skinny_takes(gp, device)) /* small M (MoE decode): grouped_skinny.cu */
+    return ignis_cuda_grouped_skinny(gp, device, stream);
+  if (ignis_cuda_grouped_gemm_sm90_takes(gp, device)) /* Hopper: grouped_gemm_sm90.cu */
+    return ignis_cuda_grouped_gemm_sm90(gp, device, stream);
+  return ignis_cuda_grouped_gemm_mma(gp, device, stream);
 }

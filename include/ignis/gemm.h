@@ -19,9 +19,13 @@
  *     ignis_mm call when all of these hold: a and b both f16 or both bf16, no batch (2-D, or 3-D with
  *     batch 1), b in the NT form (a weight [N, K] handed in transposed), 1 <= M <= 64, K a positive
  *     multiple of 8, a and b 16-byte aligned with row strides of whole 16-byte units, a device of
- *     compute capability 8.0 or later, and the environment variable IGNIS_GEMM_SKINNY not "0".
- *     Any out dtype and bias; it needs no cuBLASLt. Its result is the same bits on every call of
- *     a shape (the split sums are added in a fixed order).
+ *     compute capability 8.0 or later, and either out is the other 16-bit dtype (bf16 x bf16 -> f16,
+ *     f16 x f16 -> bf16: cuBLASLt has no such product) or the environment variable
+ *     IGNIS_GEMM_SKINNY is "1" (any out dtype); "0" turns it off. Everything else goes to
+ *     cuBLASLt, which was faster on the H100 (019e244, 7168x2048 and 4096x4096: 0.92x and 1.05x at
+ *     M 1, 0.86x and 0.99x at M 4, 0.69-0.78x at M 16, 0.35x at M 64). Any bias; it needs no
+ *     cuBLASLt. Its result is the same bits on every call of a shape (the split sums are added in
+ *     a fixed order).
  *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with M >= 128 on an H100 / H200: ignis' own
  *     Hopper kernel (src/cuda/gemm/grouped_gemm_sm90.cu, the grouped kernel below run as one group)
  *     when all of these hold: weight scales in 128x128 blocks (not per row), K a positive multiple

@@ -14,9 +14,9 @@ its weight ``b[g]`` ``[n, k]`` (or ``weights[weight_indices[g]]``). Rows of the 
 ``m_indptr[0] .. m_indptr[-1]`` are not written. On CUDA they run ignis' own grouped kernel
 (src/cuda/gemm/grouped_gemm.cu), on the host the CPU GEMM per group. Accumulation is f32 everywhere.
 
-Paths: the CPU backend for host arrays; on CUDA ignis' own small-M kernel for the decode-sized
-16-bit products (m <= 64, the weight passed transposed, k a multiple of 8, 16-byte aligned rows)
-and cuBLASLt for the rest (loaded at the first call that needs it; the C header has the rule). FlashInfer's ``backend=`` chooses among FlashInfer's kernel libraries; ignis has one path
+Paths: the CPU backend for host arrays; on CUDA cuBLASLt (loaded at the first call that needs
+it), ignis' own small-M kernel for the 16-bit products cuBLASLt lacks (bf16 in, f16 out; m <= 64)
+and ignis' Hopper kernel for block-scaled fp8 with m >= 128 (the C header has the rule). FlashInfer's ``backend=`` chooses among FlashInfer's kernel libraries; ignis has one path
 per shape, so each of FlashInfer's names (and "auto") is accepted and gives the same result, and
 any other name raises. ``pdl`` and ``mma_sm`` are scheduling hints with no effect on the result
 (cuBLASLt launches without PDL) and are accepted likewise.
@@ -92,6 +92,25 @@ def _transposed(x):
     return x.transpose(-2, -1) if framework_of(x) == "torch" else x.swapaxes(-2, -1)
 
 
+def _mm(fn, a, b, bias, out, stream):
+    """ignis_mm, with one detour: cuBLASLt has no 16-bit product whose output is the other 16-bit
+    dtype (bf16 x bf16 -> f16, f16 x f16 -> bf16), so on CUDA such a call (when ignis' small-M kernel
+    does not take it) computes into a float32 temporary (PyTorch) and rounds it into out."""
+    a_name, out_name = _dtype_name(a.dtype), _dtype_name(out.dtype)
+    if (a_name in ("bfloat16", "float16") and out_name in ("bfloat16", "float16") and a_name != out_name
+            and framework_of(out) == "torch" and out.device.type == "cuda"):
+        try:
+            _ext.mm(a, b, bias, out, stream)
+            return
+        except UnsupportedError:
+            pass
+        tmp = _empty(fn, out, tuple(out.shape), "float32")
+        _ext.mm(a, b, None if bias is None else bias, tmp, stream)
+        out.copy_(tmp)
+        return
+    _ext.mm(a, b, bias, out, stream)
+
+
 def mm_bf16(a, b, bias=None, pdl=False, out=None, out_dtype="bfloat16", backend="cudnn", *, stream=None):
     """``out = a @ b (+ bias)``: a ``[m, k]``, b ``[k, n]`` (a weight ``[n, k]`` transposed, or row-major),
     both bfloat16 (or both float16); bias ``[n]`` (out's dtype or float32); out ``[m, n]`` bfloat16,
@@ -99,7 +118,7 @@ def mm_bf16(a, b, bias=None, pdl=False, out=None, out_dtype="bfloat16", backend=
     fn = "ignis.mm_bf16"
     _check_backend(fn, backend, _MM_BACKENDS)
     out = _output(fn, a, (a.shape[0], b.shape[-1]), out, out_dtype, ("bfloat16", "float16", "float32"))
-    _ext.mm(a, b, bias, out, stream)
+    _mm(fn, a, b, bias, out, stream)
     return out
 
 
@@ -107,8 +126,8 @@ def tinygemm_bf16(input, weight, out, bias=None, use_pdl=False, *, stream=None):
     """FlashInfer's small GEMM ``out = input @ weight.T + bias`` (``F.linear``): input ``[m, k]``,
     weight ``[n, k]`` (row-major, not transposed), both bfloat16 (float16 is taken too); out
     ``[m, n]`` written in place; bias ``[n]`` (out's dtype or float32) or None. FlashInfer tunes it
-    for 1 to 8 rows; here any m runs, on the same call as ``mm_bf16`` (ignis' small-M kernel on
-    CUDA up to m 64). ``use_pdl`` is a scheduling hint: ignis launches with PDL wherever the GPU
+    for 1 to 8 rows; here any m runs, on the same call as ``mm_bf16`` (cuBLASLt on CUDA: it beat
+    ignis' small-M kernel there). ``use_pdl`` is a scheduling hint: ignis launches with PDL wherever the GPU
     has it. Returns None, as FlashInfer does."""
     fn = "ignis.tinygemm_bf16"
     if use_pdl not in (True, False):
@@ -126,7 +145,7 @@ def bmm_bf16(A, B, out=None, out_dtype="bfloat16", backend="cudnn", *, stream=No
     fn = "ignis.bmm_bf16"
     _check_backend(fn, backend, _BMM_BACKENDS)
     out = _output(fn, A, (A.shape[0], A.shape[1], B.shape[-1]), out, out_dtype, ("bfloat16", "float16", "float32"))
-    _ext.mm(A, B, None, out, stream)
+    _mm(fn, A, B, None, out, stream)
     return out
 
 
@@ -202,19 +221,22 @@ def gemm_fp8_nt_groupwise(a, b, a_scale, b_scale, scale_major_mode=None, mma_sm=
 
 
 def _quantize_groups(fn, x, rows_per_block):
-    """PyTorch bf16 x [r, k] as fp8 e4m3 with one f32 scale per rows_per_block x 128 block:
-    scale = max(amax, 1e-4) / 448, q = x / scale (saturating). Returns (q, scales [r / rows_per_block, k / 128])."""
+    """PyTorch bf16 x [r, k] as fp8 e4m3 with one f32 scale per rows_per_block x 128 block (the last
+    blocks may be partial: they are padded with zeros for their amax): scale = max(amax, 1e-4) / 448,
+    q = x / scale (saturating). Returns (q [r, k], scales [ceil(r / rows_per_block), ceil(k / 128)])."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor):
         raise UnsupportedError("%s: bf16 operands are quantized with PyTorch ops: pass PyTorch tensors" % fn)
     r, k = x.shape
-    if k % _BLOCK or r % rows_per_block:
-        raise InvalidArgumentError("%s: a bf16 operand of shape %s cannot be cut into %dx128 blocks"
-                                   % (fn, tuple(x.shape), rows_per_block))
-    blocks = x.float().reshape(r // rows_per_block, rows_per_block, k // _BLOCK, _BLOCK)
+    rb, kb = -(-r // rows_per_block), -(-k // _BLOCK)
+    padded = x.float()
+    if rb * rows_per_block != r or kb * _BLOCK != k:
+        padded = torch.zeros((rb * rows_per_block, kb * _BLOCK), dtype=torch.float32, device=x.device)
+        padded[:r, :k] = x
+    blocks = padded.reshape(rb, rows_per_block, kb, _BLOCK)
     scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-4) / _FP8_MAX
     q = (blocks / scale[:, None, :, None]).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
-    return q.reshape(r, k), scale
+    return q.reshape(rb * rows_per_block, kb * _BLOCK)[:r, :k].contiguous(), scale
 
 
 def fp8_blockscale_gemm_sm90(input, weight, input_scale=None, weight_scale=None, out=None, out_dtype=None, *,

@@ -21,8 +21,8 @@ extern "C" {
     "split or not (tests of its merge path)")                                                     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
     "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")                     \
-  X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0", "small-M kernel where it applies",            \
-    "0 sends the small-M (decode) 16-bit GEMMs to cuBLASLt instead of ignis' own kernel")          \
+  X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0, 1", "small-M kernel only for what cuBLASLt lacks", \
+    "1 sends every small-M (decode) 16-bit GEMM to ignis' own kernel instead of cuBLASLt; 0 none")   \
   X(IGNIS_ENV_GEMM_GROUPED_SKINNY, "IGNIS_GEMM_GROUPED_SKINNY", "0", "small-M kernel where it applies", \
     "0 sends the small-M (MoE decode) grouped GEMMs to the 128x128 grouped kernel instead of the "  \
     "weight-streaming one")                                                                         \

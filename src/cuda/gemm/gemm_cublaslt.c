@@ -560,6 +560,27 @@ static ignis_status scale_pointers(const ignis_gemm_params *p, void *workspace, 
 }
 
 static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  if (p->kind == IGNIS_GEMM_PLAIN && p->out_dtype != IGNIS_F32 && p->out_dtype != p->a_dtype)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis_mm: a %s x %s product with a %s out has no cuBLASLt algorithm; ask for "
+                           "out in %s or f32 (the Python wrappers round an f32 temporary)",
+                           ignis_dtype_name(p->a_dtype), ignis_dtype_name(p->b_dtype),
+                           ignis_dtype_name(p->out_dtype), ignis_dtype_name(p->a_dtype));
+  if (p->batch > 1 && p->bias) {
+    /* cuBLASLt's bias epilogue has no algorithm for some batched layouts: run the batches as
+     * single products (one cached descriptor serves them all). */
+    ignis_gemm_params one = *p;
+    one.batch = 1;
+    const size_t a_elem = ignis_dtype_size(p->a_dtype), b_elem = ignis_dtype_size(p->b_dtype),
+                 out_elem = ignis_dtype_size(p->out_dtype);
+    for (int64_t bt = 0; bt < p->batch; ++bt) {
+      one.a = (const char *)p->a + bt * p->a_batch_stride * (int64_t)a_elem;
+      one.b = (const char *)p->b + bt * p->b_batch_stride * (int64_t)b_elem;
+      one.out = (char *)p->out + bt * p->out_batch_stride * (int64_t)out_elem;
+      IGNIS_TRY(run_locked(&one, device, stream));
+    }
+    return IGNIS_OK;
+  }
   IGNIS_TRY(load_library());
   cublasLtHandle_t handle = NULL;
   void *workspace = NULL;

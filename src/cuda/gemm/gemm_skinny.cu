@@ -12,12 +12,20 @@
 typedef ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2> LIBRARY_CONFIG;
 enum { PER_SM = 2 };
 
-static bool skinny_enabled(void) {
-  static const bool enabled = [] {
+/* IGNIS_GEMM_SKINNY: "0" never, "1" wherever the shape fits, otherwise only the products cuBLASLt
+ * has no algorithm for (a 16-bit out of the other 16-bit dtype). */
+enum skinny_mode { SKINNY_OFF, SKINNY_MIXED_OUT, SKINNY_ALWAYS };
+
+static skinny_mode skinny_setting(void) {
+  static const skinny_mode mode = [] {
     const char *value = ignis_env(IGNIS_ENV_GEMM_SKINNY);
-    return value == nullptr || strcmp(value, "0") != 0;
+    if (value != nullptr && strcmp(value, "0") == 0)
+      return SKINNY_OFF;
+    if (value != nullptr && strcmp(value, "1") == 0)
+      return SKINNY_ALWAYS;
+    return SKINNY_MIXED_OUT;
   }();
-  return enabled;
+  return mode;
 }
 
 static bool aligned16(const void *ptr, int64_t row_stride, int64_t rows) {
@@ -32,7 +40,11 @@ extern "C" int ignis_cuda_skinny_takes(const ignis_gemm_params *p, int32_t devic
     return 0;
   if (!aligned16(p->a, p->a_row_stride, p->m) || !aligned16(p->b, p->b_stride_n, p->n))
     return 0;
-  return skinny_enabled() && ignis_compute_capability(device) >= 80;
+  const skinny_mode mode = skinny_setting();
+  const bool mixed_out = p->out_dtype != IGNIS_F32 && p->out_dtype != p->a_dtype;
+  if (mode == SKINNY_OFF || (mode == SKINNY_MIXED_OUT && !mixed_out))
+    return 0;
+  return ignis_compute_capability(device) >= 80;
 }
 
 extern "C" ignis_status ignis_cuda_skinny_gemm(const ignis_gemm_params *p, int32_t device, float *partials,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef IGNIS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -44,11 +45,34 @@ int h_quick(void) {
   return cached;
 }
 
+static int tracing(void) {
+  static int cached = -1;
+  if (cached < 0) {
+    const char *v = getenv("IGNIS_TEST_TRACE");
+    cached = v && v[0] && v[0] != '0';
+  }
+  return cached;
+}
+
+static double seconds_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 void h_case(const char *format, ...) {
   va_list args;
   va_start(args, format);
   vsnprintf(case_description, sizeof case_description, format, args);
   va_end(args);
+  if (tracing()) {
+    static double first = -1.0;
+    const double now = seconds_now();
+    if (first < 0.0)
+      first = now;
+    printf("[%7.1fs] %s\n", now - first, case_description);
+    fflush(stdout);
+  }
 }
 
 static void report_failure(const char *file, int line, const char *expr, const char *detail) {

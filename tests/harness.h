@@ -43,7 +43,9 @@
 void h_init(const char *test_name);
 /* Print "N passed, M failed"; returns 0 when nothing failed, 1 otherwise. */
 int h_finish(void);
-/* Describe the case being run; printed with every failure until the next h_case. */
+/* Describe the case being run; printed with every failure until the next h_case. With
+ * IGNIS_TEST_TRACE=1 (tools/gpu-check's ctest step) every case is also printed as it starts, with
+ * the seconds since the first, so a test cut by a timeout shows where its time went. */
 void h_case(const char *format, ...) H_PRINTF_LIKE(1, 2);
 /* Count one check; on failure print file:line, the expression, the detail and the case. */
 int h_check(int ok, const char *file, int line, const char *expr, const char *format, ...)

@@ -7,12 +7,14 @@
  * stream through a two-stage ring of MLA_KEY_TILE = 32 keys x 576 values (ckv | kpe, gathered
  * through the page table with 16-byte cp.async, zero-filled past the chunk), the next tile's copy
  * in flight while the current one computes (an fp8 e4m3 cache lands in raw stages and is converted
- * exactly into the 16-bit key stage at the top of its step; the dequantization scales are folded
- * into the queries, q_nope * ckv_scale and q_pe * kpe_scale, and ckv_scale into the output's
+ * exactly into the 16-bit key stage at the top of its step; the dequantization scales are applied
+ * in f32: the ckv and kpe parts of each score are summed apart and joined as
+ * ckv_scale * <q_nope, ckv> + kpe_scale * <q_pe, kpe>, and ckv_scale goes into the output's
  * normalisation). Rows are padded to 584 values so the 8 row addresses
  * of every ldmatrix phase fall in distinct banks. Per key tile:
  *   1. scores S[64 x 32] = Q . K^T on tensor cores (mma.sync m16n8k16, f32 accumulators): warp w
- *      takes rows 16 (w % 4).. and keys 16 (w / 4).., 36 k-steps over the 576 dimensions; scaled to
+ *      takes rows 16 (w % 4).. and keys 16 (w / 4).., 32 k-steps over the 512 ckv dimensions and 4
+ *      over the 64 kpe ones into separate accumulators, joined with the cache's scales; scaled to
  *      base 2, masked (chunk end, causal position, rows past the request), stored to shared memory
  *   2. online softmax, 4 threads a row: running maximum m, sum l, the rescale alpha of the row's
  *      output, and P = 2^(S - m) rounded to the 16-bit dtype into shared memory
@@ -126,22 +128,6 @@ template <typename T> __device__ __forceinline__ void mla_convert_keys(unsigned 
   }
 }
 
-/* q_nope *= ckv_scale, q_pe *= kpe_scale in the query tile (the cache's scales folded into q). */
-template <typename T>
-__device__ __forceinline__ void mla_scale_queries(unsigned char *smem, float ckv_scale, float kpe_scale) {
-  T *q = (T *)(smem + MLA_SMEM_Q);
-  for (int i = threadIdx.x; i < MLA_TILE_M * MLA_CHUNKS; i += MLA_THREADS) {
-    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS;
-    const float scale = chunk < MLA_CKV / 8 ? ckv_scale : kpe_scale;
-    alignas(16) T v[8];
-    *(uint4 *)v = *(const uint4 *)(q + r * MLA_ROW + chunk * 8);
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      v[k] = ignis_from_float<T>(ignis_to_float(v[k]) * scale);
-    *(uint4 *)(q + r * MLA_ROW + chunk * 8) = *(const uint4 *)v;
-  }
-}
-
 template <typename T> struct mla_is_bf16 { static constexpr bool value = false; };
 template <> struct mla_is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
 
@@ -181,7 +167,6 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   if (num_tiles > 0)
     mla_issue_keys<T, FP8>(p, w, w.kv_start, stop, base, 0);
   copy_async_commit();
-  const bool scaled = p.ckv_scale != 1.0f || p.kpe_scale != 1.0f;
   if (tid < MLA_TILE_M) {
     s_m[tid] = -CUDART_INF_F;
     s_l[tid] = 0.0f;
@@ -208,24 +193,36 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
     }
     if (FP8)
       mla_convert_keys<T>(smem, tile & 1);
-    if (tile == 0 && scaled)
-      mla_scale_queries<T>(smem, p.ckv_scale, p.kpe_scale);
-    if (FP8 || (tile == 0 && scaled))
+    if (FP8)
       __syncthreads();
     /* 1. scores */
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float s_pe[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     const uint32_t a_addr =
         base + MLA_SMEM_Q + (uint32_t)((score_rows + lane % 16) * MLA_ROW + (lane / 16) * 8) * 2;
     const uint32_t b_addr =
         stage + (uint32_t)((score_keys + lane % 8 + (lane / 16) * 8) * MLA_ROW + ((lane / 8) % 2) * 8) * 2;
 #pragma unroll 4
-    for (int kk = 0; kk < MLA_DIM / 16; ++kk) {
+    for (int kk = 0; kk < MLA_CKV / 16; ++kk) {
       uint32_t a[4], b[4];
       ldmatrix_x4(a_addr + kk * 32, a);
       ldmatrix_x4(b_addr + kk * 32, b);
       mma16816<BF16>(s[0], a, b[0], b[1]);
       mma16816<BF16>(s[1], a, b[2], b[3]);
     }
+#pragma unroll
+    for (int kk = MLA_CKV / 16; kk < MLA_DIM / 16; ++kk) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a_addr + kk * 32, a);
+      ldmatrix_x4(b_addr + kk * 32, b);
+      mma16816<BF16>(s_pe[0], a, b[0], b[1]);
+      mma16816<BF16>(s_pe[1], a, b[2], b[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] = s[nt][e] * p.ckv_scale + s_pe[nt][e] * p.kpe_scale;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = score_rows + lane / 4 + half * 8, row = w.row_start + r;

@@ -9,6 +9,7 @@
 #include "ignis/gemm.h"
 #include "ignis/merge_state.h"
 #include "ignis/mla.h"
+#include "ignis/moe.h"
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
 #include "ignis/prefill.h"

@@ -14,6 +14,7 @@
 #include "gemm_params.h"
 #include "grouped_gemm_params.h"
 #include "mla_params.h"
+#include "moe_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -102,6 +103,10 @@ typedef struct ignis_backend {
    * and the append of latent rows (core/mla_params.h). */
   ignis_status (*mla)(const ignis_mla_params *params, int32_t device, void *stream);
   ignis_status (*append_paged_mla_kv)(const ignis_append_mla_params *params, int32_t device, void *stream);
+  /* Fused MoE over a carved workspace (core/moe_params.h): the permutation, the gather, the two
+   * grouped GEMMs (this backend's grouped_gemm entry), the activation and the finalize, in order on
+   * `stream`, the routing read where it lives. */
+  ignis_status (*fused_moe)(const ignis_fused_moe_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

@@ -47,4 +47,5 @@ const ignis_backend ignis_cpu_backend = {
     .grouped_gemm = ignis_cpu_grouped_gemm,
     .mla = ignis_cpu_mla,
     .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
+    .fused_moe = ignis_cpu_fused_moe,
 };

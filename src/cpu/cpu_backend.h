@@ -27,5 +27,6 @@ ignis_status ignis_cpu_grouped_gemm(const ignis_grouped_gemm_params *p, int32_t 
 ignis_status ignis_cpu_topk_transform(const ignis_topk_transform_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_mla(const ignis_mla_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_fused_moe(const ignis_fused_moe_params *p, int32_t device, void *stream);
 
 #endif

@@ -43,4 +43,5 @@ const ignis_backend ignis_cuda_backend = {
     .grouped_gemm = ignis_cuda_grouped_gemm,
     .mla = ignis_cuda_mla,
     .append_paged_mla_kv = ignis_cuda_append_paged_mla_kv,
+    .fused_moe = ignis_cuda_fused_moe,
 };

@@ -39,6 +39,9 @@ ignis_status ignis_cuda_grouped_gemm(const ignis_grouped_gemm_params *params, in
 /* MLA (attention/mla.cu). */
 ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t device, void *stream);
 ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *params, int32_t device, void *stream);
+/* Fused MoE (moe/fused_moe.cu): the permutation, gather, activation and finalize kernels around two
+ * calls of ignis_cuda_grouped_gemm. */
+ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *params, int32_t device, void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

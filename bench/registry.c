@@ -20,6 +20,7 @@ static const bench_family *const families[] = {
     &bench_family_gemm,
     &bench_family_quant,
     &bench_family_mla,
+    &bench_family_moe,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

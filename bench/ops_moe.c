@@ -135,7 +135,7 @@ static ignis_status call(const bench_case *c, ignis_tensor *t, void *state, void
 }
 
 #define MOE_ENTRY                                                                                            \
-  .family = &bench_family_moe, .functions = "ignis_fused_moe ignis_fused_moe_workspace_size",               \
+  .family = &bench_family_moe, .functions = "ignis_fused_moe ignis_fused_moe_workspace_size",                \
   .dims = BENCH_DIM_TOKENS | BENCH_DIM_HIDDEN | BENCH_DIM_INNER | BENCH_DIM_EXPERTS | BENCH_DIM_TOP_K,       \
   .dtypes = BENCH_DTYPES_HALF, .flops = moe_flops,                                                           \
   .flops_rule = "2*T*top_k*H*3I (Swiglu: GEMM 1 of 2I rows, GEMM 2 of I)",                                   \

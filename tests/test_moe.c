@@ -66,8 +66,8 @@ static double fp8_round(double x) {
 }
 
 static int gated(ignis_moe_activation act) {
-  return act == IGNIS_MOE_ACT_SWIGLU || act == IGNIS_MOE_ACT_SWIGLU_BIAS || act == IGNIS_MOE_ACT_SWIGLU_STEP ||
-         act == IGNIS_MOE_ACT_GEGLU || act == IGNIS_MOE_ACT_GEGLU_TANH;
+  return act == IGNIS_MOE_ACT_SWIGLU || act == IGNIS_MOE_ACT_SWIGLU_BIAS ||
+         act == IGNIS_MOE_ACT_SWIGLU_STEP || act == IGNIS_MOE_ACT_GEGLU || act == IGNIS_MOE_ACT_GEGLU_TANH;
 }
 
 static double sigmoid(double x) {
@@ -78,7 +78,8 @@ static double gelu(double x) {
   return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
 }
 
-static double activate(ignis_moe_activation act, double g, double u, double alpha, double beta, double limit) {
+static double activate(ignis_moe_activation act, double g, double u, double alpha, double beta,
+                       double limit) {
   switch (act) {
   case IGNIS_MOE_ACT_SWIGLU:
   case IGNIS_MOE_ACT_SWIGLU_BIAS: {
@@ -271,8 +272,9 @@ static void setup(h_backend be, const moe_case *c, h_rng *rng, moe_data *d) {
       h_set(&d->out.buf, i, h_rng_normal(rng));
   else
     h_buf_poison(&d->out.buf);
-  arr *all[] = {&d->input, &d->input_scale, &d->ids, &d->weights, &d->fc1, &d->fc2, &d->fc1_bias, &d->fc2_bias,
-                &d->fc1_scale, &d->fc2_scale, &d->gate_scale, &d->fc2_q, &d->alpha, &d->beta, &d->limit, &d->out};
+  arr *all[] = {&d->input,    &d->input_scale, &d->ids,       &d->weights,   &d->fc1,        &d->fc2,
+                &d->fc1_bias, &d->fc2_bias,    &d->fc1_scale, &d->fc2_scale, &d->gate_scale, &d->fc2_q,
+                &d->alpha,    &d->beta,        &d->limit,     &d->out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     if (all[i]->buf.host)
       h_buf_upload(&all[i]->buf);
@@ -305,17 +307,17 @@ static void setup(h_backend be, const moe_case *c, h_rng *rng, moe_data *d) {
 }
 
 static void teardown(moe_data *d) {
-  arr *all[] = {&d->input, &d->input_scale, &d->ids, &d->weights, &d->fc1, &d->fc2, &d->fc1_bias, &d->fc2_bias,
-                &d->fc1_scale, &d->fc2_scale, &d->gate_scale, &d->fc2_q, &d->alpha, &d->beta, &d->limit, &d->out,
-                &d->ws};
+  arr *all[] = {&d->input,    &d->input_scale, &d->ids,       &d->weights,   &d->fc1,        &d->fc2,
+                &d->fc1_bias, &d->fc2_bias,    &d->fc1_scale, &d->fc2_scale, &d->gate_scale, &d->fc2_q,
+                &d->alpha,    &d->beta,        &d->limit,     &d->out,       &d->ws};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
     release(all[i]);
 }
 
 static ignis_status call(moe_data *d) {
   return ignis_fused_moe(&d->input.t, d->use_input_scale ? &d->input_scale_view : NULL, &d->ids_view,
-                         d->use_weights ? &d->weights_view : NULL, &d->w, &d->config, d->ws.buf.data, d->ws_bytes,
-                         &d->out.t, NULL);
+                         d->use_weights ? &d->weights_view : NULL, &d->w, &d->config, d->ws.buf.data,
+                         d->ws_bytes, &d->out.t, NULL);
 }
 
 /* The reference: ref[T * H] and the tolerance scale (absolute sum of the terms) per element;
@@ -323,7 +325,8 @@ static ignis_status call(moe_data *d) {
 static int64_t reference(const moe_case *c, const moe_data *d, double *ref, double *terms) {
   const int64_t t = c->tokens, k = c->top_k, h = c->hidden, in = c->inter, n1 = gated(c->act) ? 2 * in : in;
   const ignis_dtype wd = work_dtype(c);
-  const int block = c->quant == IGNIS_MOE_QUANT_FP8_BLOCK, per_tensor = c->quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR;
+  const int block = c->quant == IGNIS_MOE_QUANT_FP8_BLOCK,
+            per_tensor = c->quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR;
   for (int64_t i = 0; i < t * h; ++i) {
     ref[i] = c->accumulate ? h_get_snapshot(&d->out.buf, i) : 0.0;
     terms[i] = fabs(ref[i]);
@@ -472,7 +475,8 @@ static void run_case(h_backend be, const moe_case *c, h_rng *rng) {
   CHECK_STATUS(call(&d), IGNIS_OK);
   h_buf_download(&d.out.buf);
   const int64_t n = c->tokens * c->hidden;
-  double *ref = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)), *terms = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  double *ref = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)),
+         *terms = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
   const int64_t local = reference(c, &d, ref, terms);
   CHECKF(local > 0 || c->tokens == 0 || c->route == ROUTE_NONE_LOCAL, "%s: no slot was local", c->name);
   h_cmp cmp;
@@ -490,7 +494,8 @@ static void run_case(h_backend be, const moe_case *c, h_rng *rng) {
     h_buf_upload(&d.out.buf);
     CHECK_STATUS(call(&d), IGNIS_OK);
     h_buf_download(&d.out.buf);
-    CHECKF(memcmp(first, d.out.buf.host, (size_t)n * d.out.buf.elem_size) == 0, "%s: a second call differs", c->name);
+    CHECKF(memcmp(first, d.out.buf.host, (size_t)n * d.out.buf.elem_size) == 0, "%s: a second call differs",
+           c->name);
     free(first);
   }
   free(ref);
@@ -500,7 +505,8 @@ static void run_case(h_backend be, const moe_case *c, h_rng *rng) {
 
 /* A case with the defaults: Swiglu, no quantization, bf16 in and out, random routing over the
  * local experts, i32 ids and f32 weights, no biases. */
-static moe_case mk(const char *name, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden, int64_t inter) {
+static moe_case mk(const char *name, int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
+                   int64_t inter) {
   moe_case c;
   memset(&c, 0, sizeof c);
   c.name = name;
@@ -603,7 +609,8 @@ static int make_cases(moe_case *cs) {
   c.gate_first = 1;
   cs[n++] = c;
   cs[n++] = with_act(mk("swiglu bias, defaults", 9, 2, 4, 32, 16), IGNIS_MOE_ACT_SWIGLU_BIAS);
-  c = with_biases(with_act(mk("swiglu bias, gpt-oss args", 9, 2, 4, 32, 16), IGNIS_MOE_ACT_SWIGLU_BIAS), bf16, bf16);
+  c = with_biases(with_act(mk("swiglu bias, gpt-oss args", 9, 2, 4, 32, 16), IGNIS_MOE_ACT_SWIGLU_BIAS), bf16,
+                  bf16);
   c.act_args = 1;
   cs[n++] = c;
   c = mk("swiglu with args, gate first", 9, 2, 4, 32, 16);
@@ -629,8 +636,9 @@ static int make_cases(moe_case *cs) {
   c.cpu_only = 1;
   cs[n++] = c;
   cs[n++] = with_ep(mk("Qwen3-like slice (EP)", 5, 8, 8, 2048, 768), 32, 16, ROUTE_RANDOM);
-  cs[n++] = with_ep(with_dtypes(mk("DeepSeek-like slice, fp8 block (EP)", 4, 8, 4, 7168, 256), block, bf16, bf16),
-                    12, 4, ROUTE_RANDOM);
+  cs[n++] =
+      with_ep(with_dtypes(mk("DeepSeek-like slice, fp8 block (EP)", 4, 8, 4, 7168, 256), block, bf16, bf16),
+              12, 4, ROUTE_RANDOM);
   return n;
 }
 
@@ -759,7 +767,8 @@ static void bad_inputs(h_backend be, h_rng *rng) {
   release(&scale);
   /* workspace too small for T, and none */
   size_t small = 0;
-  CHECK_STATUS(ignis_fused_moe_workspace_size(4, 2, 8, 64, 32, IGNIS_BF16, IGNIS_BF16, &d.config, &small), IGNIS_OK);
+  CHECK_STATUS(ignis_fused_moe_workspace_size(4, 2, 8, 64, 32, IGNIS_BF16, IGNIS_BF16, &d.config, &small),
+               IGNIS_OK);
   CHECKF(small < d.ws_bytes, "a smaller max_tokens must need less workspace (%zu vs %zu)", small, d.ws_bytes);
   const size_t full = d.ws_bytes;
   d.ws_bytes = small;
@@ -790,7 +799,8 @@ static void bad_inputs(h_backend be, h_rng *rng) {
 /* The fp8 block mode's scale shapes. */
 static void bad_scales(h_backend be, h_rng *rng) {
   h_case("bad scales %s", h_backend_name(be));
-  const moe_case base = with_dtypes(mk("bad fp8", 4, 2, 4, 256, 128), IGNIS_MOE_QUANT_FP8_BLOCK, IGNIS_BF16, IGNIS_BF16);
+  const moe_case base =
+      with_dtypes(mk("bad fp8", 4, 2, 4, 256, 128), IGNIS_MOE_QUANT_FP8_BLOCK, IGNIS_BF16, IGNIS_BF16);
   moe_data d;
   setup(be, &base, rng, &d);
   ignis_tensor saved = d.fc1_scale.t;

@@ -134,34 +134,38 @@ typedef struct ignis_fused_moe_config {
   int32_t tp_rank;                 /* tensor-parallel rank, >= 0: the fc2 bias is added on rank 0 only */
 } ignis_fused_moe_config;
 
-#define IGNIS_FUSED_MOE_CONFIG_INIT {sizeof(ignis_fused_moe_config), IGNIS_MOE_ACT_SWIGLU, IGNIS_MOE_QUANT_NONE, 0, 0, 0, 0}
+#define IGNIS_FUSED_MOE_CONFIG_INIT                                                                          \
+  { sizeof(ignis_fused_moe_config), IGNIS_MOE_ACT_SWIGLU, IGNIS_MOE_QUANT_NONE, 0, 0, 0, 0 }
 
 /* The experts' tensors (NULL where not used; see the header comment for shapes and meanings). */
 typedef struct ignis_fused_moe_weights {
   size_t size; /* sizeof(ignis_fused_moe_weights): set by the _INIT */
   const ignis_tensor *fc1, *fc2;
   const ignis_tensor *fc1_bias, *fc2_bias;
-  const ignis_tensor *fc1_scale, *fc2_scale; /* fp8: per-tensor [E], or 128x128 blocks */
-  const ignis_tensor *fc1_gate_scale;        /* FP8_PER_TENSOR only: NULL or [E] */
-  const ignis_tensor *fc2_input_scale;       /* FP8_PER_TENSOR only: NULL, [1] / [] or [E] */
+  const ignis_tensor *fc1_scale, *fc2_scale;            /* fp8: per-tensor [E], or 128x128 blocks */
+  const ignis_tensor *fc1_gate_scale;                   /* FP8_PER_TENSOR only: NULL or [E] */
+  const ignis_tensor *fc2_input_scale;                  /* FP8_PER_TENSOR only: NULL, [1] / [] or [E] */
   const ignis_tensor *act_alpha, *act_beta, *act_limit; /* NULL or [E] f32 */
 } ignis_fused_moe_weights;
 
-#define IGNIS_FUSED_MOE_WEIGHTS_INIT {sizeof(ignis_fused_moe_weights), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
+#define IGNIS_FUSED_MOE_WEIGHTS_INIT                                                                         \
+  { sizeof(ignis_fused_moe_weights), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* Workspace bytes for every call with at most max_tokens tokens and these sizes (E =
  * num_local_experts), input and out dtypes and config (its activation and quant matter). */
-IGNIS_API ignis_status ignis_fused_moe_workspace_size(int64_t max_tokens, int64_t top_k, int64_t num_local_experts,
-                                                      int64_t hidden_size, int64_t intermediate_size,
-                                                      ignis_dtype input_dtype, ignis_dtype out_dtype,
+IGNIS_API ignis_status ignis_fused_moe_workspace_size(int64_t max_tokens, int64_t top_k,
+                                                      int64_t num_local_experts, int64_t hidden_size,
+                                                      int64_t intermediate_size, ignis_dtype input_dtype,
+                                                      ignis_dtype out_dtype,
                                                       const ignis_fused_moe_config *config, size_t *bytes);
 
 /* out [T, H] = the MoE of input [T, H] over the routing (topk_ids, topk_weights) and the local
  * experts' weights. config NULL means IGNIS_FUSED_MOE_CONFIG_INIT. */
 IGNIS_API ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *input_scale,
                                        const ignis_tensor *topk_ids, const ignis_tensor *topk_weights,
-                                       const ignis_fused_moe_weights *weights, const ignis_fused_moe_config *config,
-                                       void *workspace, size_t workspace_bytes, ignis_tensor *out, void *stream);
+                                       const ignis_fused_moe_weights *weights,
+                                       const ignis_fused_moe_config *config, void *workspace,
+                                       size_t workspace_bytes, ignis_tensor *out, void *stream);
 
 #ifdef __cplusplus
 }

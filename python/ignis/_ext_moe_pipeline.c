@@ -10,38 +10,39 @@
 
 typedef struct {
   PyObject *input, *input_scale, *topk_ids, *topk_weights, *fc1, *fc2, *out, *workspace, *stream;
-  PyObject *fc1_bias, *fc2_bias, *fc1_scale, *fc2_scale, *fc1_gate_scale, *fc2_input_scale, *act_alpha, *act_beta,
-      *act_limit;
+  PyObject *fc1_bias, *fc2_bias, *fc1_scale, *fc2_scale, *fc1_gate_scale, *fc2_input_scale, *act_alpha,
+      *act_beta, *act_limit;
   int64_t input_view, weight_view;
   ignis_fused_moe_config config;
 } moe_args;
 
-static arg_spec moe_spec[] = {ARG(moe_args, input, ARG_REQUIRED),
-                              ARG(moe_args, input_scale, ARG_OBJECT),
-                              ARG(moe_args, topk_ids, ARG_REQUIRED),
-                              ARG(moe_args, topk_weights, ARG_OBJECT),
-                              ARG(moe_args, fc1, ARG_REQUIRED),
-                              ARG(moe_args, fc2, ARG_REQUIRED),
-                              ARG(moe_args, out, ARG_REQUIRED),
-                              ARG(moe_args, workspace, ARG_REQUIRED),
-                              ARG(moe_args, fc1_bias, ARG_OBJECT),
-                              ARG(moe_args, fc2_bias, ARG_OBJECT),
-                              ARG(moe_args, fc1_scale, ARG_OBJECT),
-                              ARG(moe_args, fc2_scale, ARG_OBJECT),
-                              ARG(moe_args, fc1_gate_scale, ARG_OBJECT),
-                              ARG(moe_args, fc2_input_scale, ARG_OBJECT),
-                              ARG(moe_args, act_alpha, ARG_OBJECT),
-                              ARG(moe_args, act_beta, ARG_OBJECT),
-                              ARG(moe_args, act_limit, ARG_OBJECT),
-                              ARG(moe_args, input_view, ARG_INT64),
-                              ARG(moe_args, weight_view, ARG_INT64),
-                              ARG_NAMED("activation", moe_args, config.activation, ARG_ENUM),
-                              ARG_NAMED("quant", moe_args, config.quant, ARG_ENUM),
-                              ARG_NAMED("gate_first", moe_args, config.gate_first, ARG_BOOL),
-                              ARG_NAMED("accumulate", moe_args, config.accumulate, ARG_BOOL),
-                              ARG_NAMED("local_expert_offset", moe_args, config.local_expert_offset, ARG_INT64),
-                              ARG_NAMED("tp_rank", moe_args, config.tp_rank, ARG_INT32),
-                              ARG(moe_args, stream, ARG_OBJECT)};
+static arg_spec moe_spec[] = {
+    ARG(moe_args, input, ARG_REQUIRED),
+    ARG(moe_args, input_scale, ARG_OBJECT),
+    ARG(moe_args, topk_ids, ARG_REQUIRED),
+    ARG(moe_args, topk_weights, ARG_OBJECT),
+    ARG(moe_args, fc1, ARG_REQUIRED),
+    ARG(moe_args, fc2, ARG_REQUIRED),
+    ARG(moe_args, out, ARG_REQUIRED),
+    ARG(moe_args, workspace, ARG_REQUIRED),
+    ARG(moe_args, fc1_bias, ARG_OBJECT),
+    ARG(moe_args, fc2_bias, ARG_OBJECT),
+    ARG(moe_args, fc1_scale, ARG_OBJECT),
+    ARG(moe_args, fc2_scale, ARG_OBJECT),
+    ARG(moe_args, fc1_gate_scale, ARG_OBJECT),
+    ARG(moe_args, fc2_input_scale, ARG_OBJECT),
+    ARG(moe_args, act_alpha, ARG_OBJECT),
+    ARG(moe_args, act_beta, ARG_OBJECT),
+    ARG(moe_args, act_limit, ARG_OBJECT),
+    ARG(moe_args, input_view, ARG_INT64),
+    ARG(moe_args, weight_view, ARG_INT64),
+    ARG_NAMED("activation", moe_args, config.activation, ARG_ENUM),
+    ARG_NAMED("quant", moe_args, config.quant, ARG_ENUM),
+    ARG_NAMED("gate_first", moe_args, config.gate_first, ARG_BOOL),
+    ARG_NAMED("accumulate", moe_args, config.accumulate, ARG_BOOL),
+    ARG_NAMED("local_expert_offset", moe_args, config.local_expert_offset, ARG_INT64),
+    ARG_NAMED("tp_rank", moe_args, config.tp_rank, ARG_INT32),
+    ARG(moe_args, stream, ARG_OBJECT)};
 static arg_table moe_table = ARG_TABLE(moe_spec);
 
 /* The second op_call's tensors, in the order of ignis_fused_moe_weights' optional fields. */
@@ -58,7 +59,8 @@ static PyObject *ext_fused_moe(PyObject *self, PyObject *const *args, Py_ssize_t
     return NULL;
 
   tensor_list core = {0};
-  const int input = tensor_list_add(&core, a.input, "input"), ids = tensor_list_add(&core, a.topk_ids, "topk_ids");
+  const int input = tensor_list_add(&core, a.input, "input"),
+            ids = tensor_list_add(&core, a.topk_ids, "topk_ids");
   const int fc1 = tensor_list_add(&core, a.fc1, "fc1"), fc2 = tensor_list_add(&core, a.fc2, "fc2");
   const int out = tensor_list_add(&core, a.out, "out"), ws = tensor_list_add(&core, a.workspace, "workspace");
   const int weights = tensor_list_add(&core, a.topk_weights, "topk_weights");
@@ -76,11 +78,12 @@ static PyObject *ext_fused_moe(PyObject *self, PyObject *const *args, Py_ssize_t
     return NULL;
   }
 
-  PyObject *const extra_objs[EXTRA_COUNT] = {a.fc1_bias,       a.fc2_bias,  a.fc1_scale, a.fc2_scale, a.fc1_gate_scale,
-                                             a.fc2_input_scale, a.act_alpha, a.act_beta,  a.act_limit};
-  static const char *const extra_names[EXTRA_COUNT] = {"fc1_bias",        "fc2_bias",  "fc1_scale",
-                                                       "fc2_scale",       "fc1_gate_scale", "fc2_input_scale",
-                                                       "act_alpha",       "act_beta",  "act_limit"};
+  PyObject *const extra_objs[EXTRA_COUNT] = {a.fc1_bias,  a.fc2_bias,       a.fc1_scale,
+                                             a.fc2_scale, a.fc1_gate_scale, a.fc2_input_scale,
+                                             a.act_alpha, a.act_beta,       a.act_limit};
+  static const char *const extra_names[EXTRA_COUNT] = {"fc1_bias",  "fc2_bias",       "fc1_scale",
+                                                       "fc2_scale", "fc1_gate_scale", "fc2_input_scale",
+                                                       "act_alpha", "act_beta",       "act_limit"};
   tensor_list extra = {0};
   int slot[EXTRA_COUNT];
   for (int i = 0; i < EXTRA_COUNT; ++i)
@@ -142,8 +145,8 @@ static PyObject *ext_fused_moe_workspace_size(PyObject *self, PyObject *const *a
     return NULL;
   size_t bytes = 0;
   ignis_status status =
-      ignis_fused_moe_workspace_size(a.max_tokens, a.top_k, a.num_local_experts, a.hidden_size, a.intermediate_size,
-                                     a.input_dtype, a.out_dtype, &a.config, &bytes);
+      ignis_fused_moe_workspace_size(a.max_tokens, a.top_k, a.num_local_experts, a.hidden_size,
+                                     a.intermediate_size, a.input_dtype, a.out_dtype, &a.config, &bytes);
   return bytes_or_raise(status, &bytes);
 }
 
@@ -161,8 +164,9 @@ int ext_moe_pipeline_constants(PyObject *module) {
 
 PyMethodDef ext_moe_pipeline_methods[] = {
     FASTCALL_KW(fused_moe, "fused_moe(**arguments of ignis_fused_moe by name)"),
-    FASTCALL_KW(fused_moe_workspace_size,
-                "fused_moe_workspace_size(max_tokens, top_k, num_local_experts, hidden_size, intermediate_size, "
-                "input_dtype, out_dtype, activation=, quant=)"),
+    FASTCALL_KW(
+        fused_moe_workspace_size,
+        "fused_moe_workspace_size(max_tokens, top_k, num_local_experts, hidden_size, intermediate_size, "
+        "input_dtype, out_dtype, activation=, quant=)"),
     {NULL, NULL, 0, NULL},
 };

@@ -112,8 +112,8 @@ IGNIS_MOE_FN float ignis_moe_plain(ignis_moe_activation act, float x) {
 }
 
 IGNIS_MOE_FN int ignis_moe_is_gated(ignis_moe_activation act) {
-  return act == IGNIS_MOE_ACT_SWIGLU || act == IGNIS_MOE_ACT_SWIGLU_BIAS || act == IGNIS_MOE_ACT_SWIGLU_STEP ||
-         act == IGNIS_MOE_ACT_GEGLU || act == IGNIS_MOE_ACT_GEGLU_TANH;
+  return act == IGNIS_MOE_ACT_SWIGLU || act == IGNIS_MOE_ACT_SWIGLU_BIAS ||
+         act == IGNIS_MOE_ACT_SWIGLU_STEP || act == IGNIS_MOE_ACT_GEGLU || act == IGNIS_MOE_ACT_GEGLU_TANH;
 }
 
 /* The scale of a dynamic 1x128 group whose absmax (NaN ignored) is `absmax`. */

@@ -53,8 +53,10 @@ ignis_status ignis_moe_carve(ignis_workspace *ws, const char *fn, ignis_fused_mo
   p->m_indptr = piece;
   IGNIS_TRY(ignis_workspace_take(ws, fn, "constants", 4, sizeof(float), &piece));
   p->consts = piece;
-  const int64_t a1_bytes = (r * p->hidden * (int64_t)ignis_dtype_size(p->a1_dtype) + align - 1) / align * align;
-  const int64_t a2_bytes = (r * p->inter * (int64_t)ignis_dtype_size(p->a2_dtype) + align - 1) / align * align;
+  const int64_t a1_bytes =
+      (r * p->hidden * (int64_t)ignis_dtype_size(p->a1_dtype) + align - 1) / align * align;
+  const int64_t a2_bytes =
+      (r * p->inter * (int64_t)ignis_dtype_size(p->a2_dtype) + align - 1) / align * align;
   const int64_t a1_scale = block ? r * ceil_div(p->hidden, IGNIS_MOE_GROUP) * 4 : 0;
   const int64_t a2_scale = block ? r * ceil_div(p->inter, IGNIS_MOE_GROUP) * 4 : 0;
   const int64_t first = a1_bytes + a1_scale > a2_bytes + a2_scale ? a1_bytes + a1_scale : a2_bytes + a2_scale;
@@ -106,13 +108,14 @@ void ignis_moe_gemm_params(const ignis_fused_moe_params *p, int second, ignis_gr
 }
 
 /* ---- checks ------------------------------------------------------------------------------------ */
-static ignis_status read_config(const char *fn, const ignis_fused_moe_config *caller, ignis_fused_moe_config *c) {
+static ignis_status read_config(const char *fn, const ignis_fused_moe_config *caller,
+                                ignis_fused_moe_config *c) {
   static const ignis_fused_moe_config defaults = IGNIS_FUSED_MOE_CONFIG_INIT;
   if (!caller) {
     *c = defaults;
   } else {
-    IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_FUSED_MOE_CONFIG_INIT", c, &defaults, caller, sizeof *c,
-                                IGNIS_CONFIG_END(ignis_fused_moe_config, tp_rank)));
+    IGNIS_TRY(ignis_read_config(fn, "config.size", "IGNIS_FUSED_MOE_CONFIG_INIT", c, &defaults, caller,
+                                sizeof *c, IGNIS_CONFIG_END(ignis_fused_moe_config, tp_rank)));
   }
   const int act = (int)c->activation;
   if (act == 10 || act == 12)
@@ -123,8 +126,8 @@ static ignis_status read_config(const char *fn, const ignis_fused_moe_config *ca
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.activation=%d is not an ignis_moe_activation (0..9)", fn, act);
   if ((int)c->quant < IGNIS_MOE_QUANT_NONE || (int)c->quant > IGNIS_MOE_QUANT_FP8_BLOCK)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.quant=%d is not an ignis_moe_quant (0..2)",
-                           fn, (int)c->quant);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.quant=%d is not an ignis_moe_quant (0..2)", fn, (int)c->quant);
   if (c->gate_first != 0 && c->gate_first != 1)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.gate_first=%d must be 0 or 1", fn,
                            c->gate_first);
@@ -135,8 +138,9 @@ static ignis_status read_config(const char *fn, const ignis_fused_moe_config *ca
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.accumulate=%d must be 0 or 1", fn,
                            c->accumulate);
   if (c->local_expert_offset < 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.local_expert_offset=%" PRId64 " is negative",
-                           fn, c->local_expert_offset);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: config.local_expert_offset=%" PRId64 " is negative", fn,
+                           c->local_expert_offset);
   if (c->tp_rank < 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.tp_rank=%d is negative", fn, c->tp_rank);
   return IGNIS_OK;
@@ -145,8 +149,8 @@ static ignis_status read_config(const char *fn, const ignis_fused_moe_config *ca
 static ignis_status no_negative_strides(const char *fn, const char *name, const ignis_tensor *t) {
   for (int d = 0; d < t->ndim; ++d)
     if (t->strides[d] < 0)
-      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %s.strides[%d]=%" PRId64 " is negative", fn, name, d,
-                             t->strides[d]);
+      return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %s.strides[%d]=%" PRId64 " is negative", fn, name,
+                             d, t->strides[d]);
   return IGNIS_OK;
 }
 
@@ -194,8 +198,8 @@ static ignis_status check_routing(const char *fn, const ignis_tensor *input, con
   p->tokens = input->shape[0];
   p->hidden = input->shape[1];
   if (p->hidden < 1)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input.shape[1]=0 but the hidden size must be >= 1",
-                           fn);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: input.shape[1]=0 but the hidden size must be >= 1", fn);
   if (p->tokens > 1 && input->strides[0] < p->hidden)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: input.strides[0]=%" PRId64 " but it must be at least H=%" PRId64, fn,
@@ -215,9 +219,10 @@ static ignis_status check_routing(const char *fn, const ignis_tensor *input, con
   p->ids_stride_k = ids->strides[1];
   if (!weights) {
     if (ids->dtype != IGNIS_I32)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: topk_weights is NULL (packed routing) but topk_ids.dtype=%s: packed ids are i32",
-                             fn, ignis_dtype_name(ids->dtype));
+      return ignis_set_error(
+          IGNIS_ERROR_INVALID_ARGUMENT,
+          "%s: topk_weights is NULL (packed routing) but topk_ids.dtype=%s: packed ids are i32", fn,
+          ignis_dtype_name(ids->dtype));
     p->packed = 1;
     return IGNIS_OK;
   }
@@ -234,13 +239,14 @@ static ignis_status check_routing(const char *fn, const ignis_tensor *input, con
 }
 
 /* fc1 [E, N1, H] and fc2 [E, H, I]: the sizes E, I, N1 and the weight fields. */
-static ignis_status check_experts(const char *fn, const ignis_fused_moe_weights *w, ignis_fused_moe_params *p) {
+static ignis_status check_experts(const char *fn, const ignis_fused_moe_weights *w,
+                                  ignis_fused_moe_params *p) {
   IGNIS_TRY(ignis_check_tensor(fn, "weights.fc1", w->fc1, 3, 3));
   IGNIS_TRY(ignis_check_tensor(fn, "weights.fc2", w->fc2, 3, 3));
   p->experts = w->fc1->shape[0];
   if (p->experts < 1)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: weights.fc1.shape[0]=0 but there must be a local expert",
-                           fn);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: weights.fc1.shape[0]=0 but there must be a local expert", fn);
   IGNIS_TRY(ignis_check_dim(fn, "weights.fc1", w->fc1, 2, p->hidden, "input.shape[1] (H)"));
   p->fc1_rows = w->fc1->shape[1];
   if (p->gated && p->fc1_rows % 2)
@@ -266,8 +272,10 @@ static ignis_status check_experts(const char *fn, const ignis_fused_moe_weights 
   p->fc2_stride_e = w->fc2->strides[0];
   p->fc2_stride_n = p->hidden > 1 ? w->fc2->strides[1] : p->inter;
   if (p->fc1_stride_n < p->hidden || p->fc2_stride_n < p->inter)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: weights.%s.strides[1] is below its row length: rows "
-                           "may not overlap", fn, p->fc1_stride_n < p->hidden ? "fc1" : "fc2");
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: weights.%s.strides[1] is below its row length: rows "
+                           "may not overlap",
+                           fn, p->fc1_stride_n < p->hidden ? "fc1" : "fc2");
   const ignis_tensor *biases[2] = {w->fc1_bias, w->fc2_bias};
   const char *names[2] = {"weights.fc1_bias", "weights.fc2_bias"};
   const int64_t cols[2] = {p->fc1_rows, p->hidden};
@@ -298,7 +306,8 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
                                 const ignis_fused_moe_weights *w, ignis_fused_moe_params *p) {
   const int e4m3_input = input->dtype == IGNIS_FP8_E4M3;
   if (p->quant == IGNIS_MOE_QUANT_NONE) {
-    IGNIS_TRY(check_dtype(fn, "input", input, IGNIS_F16, IGNIS_BF16, IGNIS_BF16, "f16 or bf16 (config.quant none)"));
+    IGNIS_TRY(check_dtype(fn, "input", input, IGNIS_F16, IGNIS_BF16, IGNIS_BF16,
+                          "f16 or bf16 (config.quant none)"));
     IGNIS_TRY(ignis_check_same_dtype(fn, "weights.fc1", w->fc1, "input", input));
   } else {
     IGNIS_TRY(check_dtype(fn, "weights.fc1", w->fc1, IGNIS_FP8_E4M3, IGNIS_FP8_E4M3, IGNIS_FP8_E4M3,
@@ -311,8 +320,10 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
                             "f16, bf16 or fp8_e4m3 (config.quant fp8 block)"));
   }
   if (p->quant != IGNIS_MOE_QUANT_FP8_PER_TENSOR) {
-    IGNIS_TRY(absent(fn, "weights.fc1_gate_scale", w->fc1_gate_scale, "only the fp8 per-tensor mode reads it"));
-    IGNIS_TRY(absent(fn, "weights.fc2_input_scale", w->fc2_input_scale, "only the fp8 per-tensor mode reads it"));
+    IGNIS_TRY(
+        absent(fn, "weights.fc1_gate_scale", w->fc1_gate_scale, "only the fp8 per-tensor mode reads it"));
+    IGNIS_TRY(
+        absent(fn, "weights.fc2_input_scale", w->fc2_input_scale, "only the fp8 per-tensor mode reads it"));
   }
   if (p->quant == IGNIS_MOE_QUANT_NONE) {
     IGNIS_TRY(absent(fn, "weights.fc1_scale", w->fc1_scale, "config.quant is none"));
@@ -325,8 +336,10 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
   p->input_row_stride = p->tokens > 1 ? input->strides[0] : p->hidden;
   if (p->quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR) {
     if (!w->fc1_scale || !w->fc2_scale)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: weights.%s is NULL but the fp8 per-tensor mode "
-                             "needs the dequant scales [E]", fn, w->fc1_scale ? "fc2_scale" : "fc1_scale");
+      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "%s: weights.%s is NULL but the fp8 per-tensor mode "
+                             "needs the dequant scales [E]",
+                             fn, w->fc1_scale ? "fc2_scale" : "fc1_scale");
     IGNIS_TRY(check_per_expert(fn, "weights.fc1_scale", w->fc1_scale, p->experts, &p->fc1_scale,
                                &p->fc1_scale_strides[0]));
     IGNIS_TRY(check_per_expert(fn, "weights.fc2_scale", w->fc2_scale, p->experts, &p->fc2_scale,
@@ -335,8 +348,8 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
       if (!p->gated)
         return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                                "%s: weights.fc1_gate_scale is given but the activation is not gated", fn);
-      IGNIS_TRY(check_per_expert(fn, "weights.fc1_gate_scale", w->fc1_gate_scale, p->experts, &p->fc1_gate_scale,
-                                 &p->fc1_gate_scale_stride));
+      IGNIS_TRY(check_per_expert(fn, "weights.fc1_gate_scale", w->fc1_gate_scale, p->experts,
+                                 &p->fc1_gate_scale, &p->fc1_gate_scale_stride));
     }
     const ignis_tensor *q = w->fc2_input_scale;
     if (q) {
@@ -345,8 +358,9 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
       const int64_t n = q->ndim ? q->shape[0] : 1;
       if (n != 1 && n != p->experts)
         return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                               "%s: weights.fc2_input_scale.shape[0]=%" PRId64 " but it must be 1 or E=%" PRId64, fn,
-                               n, p->experts);
+                               "%s: weights.fc2_input_scale.shape[0]=%" PRId64
+                               " but it must be 1 or E=%" PRId64,
+                               fn, n, p->experts);
       IGNIS_TRY(no_negative_strides(fn, "weights.fc2_input_scale", q));
       p->fc2_input_scale = q->data;
       p->fc2_input_scale_stride = n == 1 ? 0 : q->strides[0];
@@ -356,10 +370,13 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
   if (p->quant != IGNIS_MOE_QUANT_FP8_BLOCK)
     return IGNIS_OK;
   if (!w->fc1_scale || !w->fc2_scale)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: weights.%s is NULL but the fp8 block mode needs the "
-                           "128x128 block scales", fn, w->fc1_scale ? "fc2_scale" : "fc1_scale");
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: weights.%s is NULL but the fp8 block mode needs the "
+                           "128x128 block scales",
+                           fn, w->fc1_scale ? "fc2_scale" : "fc1_scale");
   const int64_t hb = ceil_div(p->hidden, IGNIS_MOE_GROUP), ib = ceil_div(p->inter, IGNIS_MOE_GROUP);
-  const int64_t s1[3] = {p->experts, ceil_div(p->fc1_rows, IGNIS_MOE_GROUP), hb}, s2[3] = {p->experts, hb, ib};
+  const int64_t s1[3] = {p->experts, ceil_div(p->fc1_rows, IGNIS_MOE_GROUP), hb},
+                s2[3] = {p->experts, hb, ib};
   const char *const w1[3] = {"E", "ceil(N1 / 128)", "ceil(H / 128)"}, *const w2[3] = {"E", "ceil(H / 128)",
                                                                                       "ceil(I / 128)"};
   IGNIS_TRY(check_shape(fn, "weights.fc1_scale", w->fc1_scale, 3, s1, w1));
@@ -374,8 +391,9 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
   }
   if (e4m3_input) {
     if (!input_scale)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "%s: input_scale is NULL but an fp8 input needs its 1x128 scales [T, ceil(H / 128)]", fn);
+      return ignis_set_error(
+          IGNIS_ERROR_INVALID_ARGUMENT,
+          "%s: input_scale is NULL but an fp8 input needs its 1x128 scales [T, ceil(H / 128)]", fn);
     const int64_t s[2] = {p->tokens, hb};
     const char *const what[2] = {"input.shape[0] (T)", "ceil(H / 128)"};
     IGNIS_TRY(check_shape(fn, "input_scale", input_scale, 2, s, what));
@@ -388,7 +406,8 @@ static ignis_status check_quant(const char *fn, const ignis_tensor *input, const
 }
 
 /* alpha / beta / limit: the Swiglu family only (SwigluStep: limit only). */
-static ignis_status check_act_args(const char *fn, const ignis_fused_moe_weights *w, ignis_fused_moe_params *p) {
+static ignis_status check_act_args(const char *fn, const ignis_fused_moe_weights *w,
+                                   ignis_fused_moe_params *p) {
   const ignis_moe_activation act = p->activation;
   const int swiglu = act == IGNIS_MOE_ACT_SWIGLU || act == IGNIS_MOE_ACT_SWIGLU_BIAS;
   const int step = act == IGNIS_MOE_ACT_SWIGLU_STEP;
@@ -403,7 +422,8 @@ static ignis_status check_act_args(const char *fn, const ignis_fused_moe_weights
     IGNIS_TRY(check_per_expert(fn, "weights.act_alpha", w->act_alpha, p->experts, &p->act_alpha,
                                &p->act_alpha_stride));
   if (w->act_beta)
-    IGNIS_TRY(check_per_expert(fn, "weights.act_beta", w->act_beta, p->experts, &p->act_beta, &p->act_beta_stride));
+    IGNIS_TRY(
+        check_per_expert(fn, "weights.act_beta", w->act_beta, p->experts, &p->act_beta, &p->act_beta_stride));
   if (w->act_limit)
     IGNIS_TRY(check_per_expert(fn, "weights.act_limit", w->act_limit, p->experts, &p->act_limit,
                                &p->act_limit_stride));
@@ -419,8 +439,8 @@ static ignis_status check_out(const char *fn, const ignis_tensor *out, ignis_fus
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "out", out));
   if (p->tokens > 1 && out->strides[0] < p->hidden)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: out.strides[0]=%" PRId64 " but it must be at least H=%" PRId64, fn, out->strides[0],
-                           p->hidden);
+                           "%s: out.strides[0]=%" PRId64 " but it must be at least H=%" PRId64, fn,
+                           out->strides[0], p->hidden);
   p->out = out->data;
   p->out_dtype = out->dtype;
   p->out_row_stride = p->tokens > 1 ? out->strides[0] : p->hidden;
@@ -435,26 +455,25 @@ static void set_dtypes(ignis_fused_moe_params *p) {
 }
 
 ignis_status ignis_fused_moe_workspace_size(int64_t max_tokens, int64_t top_k, int64_t num_local_experts,
-                                            int64_t hidden_size, int64_t intermediate_size, ignis_dtype input_dtype,
-                                            ignis_dtype out_dtype, const ignis_fused_moe_config *config,
-                                            size_t *bytes) {
+                                            int64_t hidden_size, int64_t intermediate_size,
+                                            ignis_dtype input_dtype, ignis_dtype out_dtype,
+                                            const ignis_fused_moe_config *config, size_t *bytes) {
   const char *fn = "ignis_fused_moe_workspace_size";
   ignis_clear_error();
   if (!bytes)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
   ignis_fused_moe_config c;
   IGNIS_TRY(read_config(fn, config, &c));
-  if (max_tokens < 0 || top_k < 1 || top_k > IGNIS_MOE_MAX_TOP_K || num_local_experts < 1 || hidden_size < 1 ||
-      intermediate_size < 1)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: max_tokens=%" PRId64 ", top_k=%" PRId64 ", num_local_experts=%" PRId64
-                           ", hidden_size=%" PRId64 ", intermediate_size=%" PRId64
-                           ": need max_tokens >= 0, top_k in 1..%d and the sizes >= 1",
-                           fn, max_tokens, top_k, num_local_experts, hidden_size, intermediate_size,
-                           IGNIS_MOE_MAX_TOP_K);
+  if (max_tokens < 0 || top_k < 1 || top_k > IGNIS_MOE_MAX_TOP_K || num_local_experts < 1 ||
+      hidden_size < 1 || intermediate_size < 1)
+    return ignis_set_error(
+        IGNIS_ERROR_INVALID_ARGUMENT,
+        "%s: max_tokens=%" PRId64 ", top_k=%" PRId64 ", num_local_experts=%" PRId64 ", hidden_size=%" PRId64
+        ", intermediate_size=%" PRId64 ": need max_tokens >= 0, top_k in 1..%d and the sizes >= 1",
+        fn, max_tokens, top_k, num_local_experts, hidden_size, intermediate_size, IGNIS_MOE_MAX_TOP_K);
   if (ignis_dtype_size(input_dtype) == 0 || ignis_dtype_size(out_dtype) == 0)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input_dtype=%d or out_dtype=%d is not a dtype", fn,
-                           (int)input_dtype, (int)out_dtype);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input_dtype=%d or out_dtype=%d is not a dtype",
+                           fn, (int)input_dtype, (int)out_dtype);
   if (max_tokens > INT32_MAX / top_k)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: max_tokens * top_k past 2^31 rows", fn);
   ignis_fused_moe_params p = {0};
@@ -476,10 +495,10 @@ ignis_status ignis_fused_moe_workspace_size(int64_t max_tokens, int64_t top_k, i
   return IGNIS_OK;
 }
 
-ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *input_scale, const ignis_tensor *topk_ids,
-                             const ignis_tensor *topk_weights, const ignis_fused_moe_weights *weights,
-                             const ignis_fused_moe_config *config, void *workspace, size_t workspace_bytes,
-                             ignis_tensor *out, void *stream) {
+ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *input_scale,
+                             const ignis_tensor *topk_ids, const ignis_tensor *topk_weights,
+                             const ignis_fused_moe_weights *weights, const ignis_fused_moe_config *config,
+                             void *workspace, size_t workspace_bytes, ignis_tensor *out, void *stream) {
   const char *fn = "ignis_fused_moe";
   ignis_clear_error();
   ignis_fused_moe_config c;
@@ -488,8 +507,8 @@ ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *inpu
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: weights is NULL", fn);
   static const ignis_fused_moe_weights no_weights = IGNIS_FUSED_MOE_WEIGHTS_INIT;
   ignis_fused_moe_weights w;
-  IGNIS_TRY(ignis_read_config(fn, "weights.size", "IGNIS_FUSED_MOE_WEIGHTS_INIT", &w, &no_weights, weights, sizeof w,
-                              IGNIS_CONFIG_END(ignis_fused_moe_weights, act_limit)));
+  IGNIS_TRY(ignis_read_config(fn, "weights.size", "IGNIS_FUSED_MOE_WEIGHTS_INIT", &w, &no_weights, weights,
+                              sizeof w, IGNIS_CONFIG_END(ignis_fused_moe_weights, act_limit)));
   ignis_fused_moe_params p = {0};
   p.activation = c.activation;
   p.quant = c.quant;
@@ -511,13 +530,40 @@ ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *inpu
   ignis_tensor ws_tensor;
   const int64_t ws_shape[1] = {(int64_t)workspace_bytes};
   ignis_tensor_init(&ws_tensor, workspace, IGNIS_U8, 1, ws_shape, input->device);
-  const ignis_tensor *tensors[] = {input, input_scale, topk_ids, topk_weights, w.fc1, w.fc2, w.fc1_bias, w.fc2_bias,
-                                   w.fc1_scale, w.fc2_scale, w.fc1_gate_scale, w.fc2_input_scale, w.act_alpha,
-                                   w.act_beta, w.act_limit, out, workspace ? &ws_tensor : NULL};
-  const char *names[] = {"input", "input_scale", "topk_ids", "topk_weights", "weights.fc1", "weights.fc2",
-                         "weights.fc1_bias", "weights.fc2_bias", "weights.fc1_scale", "weights.fc2_scale",
-                         "weights.fc1_gate_scale", "weights.fc2_input_scale", "weights.act_alpha", "weights.act_beta",
-                         "weights.act_limit", "out", "workspace"};
+  const ignis_tensor *tensors[] = {input,
+                                   input_scale,
+                                   topk_ids,
+                                   topk_weights,
+                                   w.fc1,
+                                   w.fc2,
+                                   w.fc1_bias,
+                                   w.fc2_bias,
+                                   w.fc1_scale,
+                                   w.fc2_scale,
+                                   w.fc1_gate_scale,
+                                   w.fc2_input_scale,
+                                   w.act_alpha,
+                                   w.act_beta,
+                                   w.act_limit,
+                                   out,
+                                   workspace ? &ws_tensor : NULL};
+  const char *names[] = {"input",
+                         "input_scale",
+                         "topk_ids",
+                         "topk_weights",
+                         "weights.fc1",
+                         "weights.fc2",
+                         "weights.fc1_bias",
+                         "weights.fc2_bias",
+                         "weights.fc1_scale",
+                         "weights.fc2_scale",
+                         "weights.fc1_gate_scale",
+                         "weights.fc2_input_scale",
+                         "weights.act_alpha",
+                         "weights.act_beta",
+                         "weights.act_limit",
+                         "out",
+                         "workspace"};
   const int count = (int)(sizeof tensors / sizeof tensors[0]);
   for (int i = 0; i < count; ++i)
     if (tensors[i] && tensors[i] != out)
@@ -529,9 +575,10 @@ ignis_status ignis_fused_moe(const ignis_tensor *input, const ignis_tensor *inpu
   if (!workspace) { /* ignis_workspace_over(NULL) would count instead of carve */
     ignis_workspace need = ignis_workspace_counting();
     IGNIS_TRY(ignis_moe_carve(&need, fn, &p));
-    return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE, "%s: workspace is NULL but %" PRId64
-                           " tokens need %zu bytes (ignis_fused_moe_workspace_size)", fn, p.tokens,
-                           ignis_workspace_required(&need));
+    return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE,
+                           "%s: workspace is NULL but %" PRId64
+                           " tokens need %zu bytes (ignis_fused_moe_workspace_size)",
+                           fn, p.tokens, ignis_workspace_required(&need));
   }
   ignis_workspace ws = ignis_workspace_over(workspace, workspace_bytes);
   IGNIS_TRY(ignis_moe_carve(&ws, fn, &p));

@@ -70,7 +70,8 @@ static void gather(const ignis_fused_moe_params *p, int64_t total) {
     if (p->quant == IGNIS_MOE_QUANT_FP8_BLOCK && p->input_dtype != IGNIS_FP8_E4M3) {
       float v[IGNIS_MOE_GROUP];
       for (int64_t g = 0; g < groups; ++g) {
-        const int64_t h0 = g * IGNIS_MOE_GROUP, n = hidden - h0 < IGNIS_MOE_GROUP ? hidden - h0 : IGNIS_MOE_GROUP;
+        const int64_t h0 = g * IGNIS_MOE_GROUP,
+                      n = hidden - h0 < IGNIS_MOE_GROUP ? hidden - h0 : IGNIS_MOE_GROUP;
         ignis_cpu_load_row(src + h0 * (int64_t)in_size, p->input_dtype, n, v);
         p->a1_scale[pos * groups + g] = quantize_group(v, n, (uint8_t *)dst + h0);
       }
@@ -79,7 +80,8 @@ static void gather(const ignis_fused_moe_params *p, int64_t total) {
     memcpy(dst, src, (size_t)(hidden * (int64_t)a_size));
     if (p->input_scale)
       for (int64_t g = 0; g < groups; ++g)
-        p->a1_scale[pos * groups + g] = p->input_scale[t * p->input_scale_stride_t + g * p->input_scale_stride_k];
+        p->a1_scale[pos * groups + g] =
+            p->input_scale[t * p->input_scale_stride_t + g * p->input_scale_stride_k];
   }
 }
 
@@ -94,7 +96,8 @@ static void activate_row(const ignis_fused_moe_params *p, int64_t pos) {
   const int per_tensor = p->quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR;
   const float dq = per_tensor ? p->fc1_scale[e * p->fc1_scale_strides[0]] : 1.0f;
   const float dq_gate = per_tensor ? per_expert(p->fc1_gate_scale, p->fc1_gate_scale_stride, e, dq) : 1.0f;
-  const float q_scale = per_tensor ? per_expert(p->fc2_input_scale, p->fc2_input_scale_stride, e, 1.0f) : 1.0f;
+  const float q_scale =
+      per_tensor ? per_expert(p->fc2_input_scale, p->fc2_input_scale_stride, e, 1.0f) : 1.0f;
   ignis_moe_act_args args;
   args.alpha = per_expert(p->act_alpha, p->act_alpha_stride, e, 1.0f);
   args.beta = per_expert(p->act_beta, p->act_beta_stride, e, 0.0f);
@@ -102,7 +105,8 @@ static void activate_row(const ignis_fused_moe_params *p, int64_t pos) {
                           p->activation == IGNIS_MOE_ACT_SWIGLU_STEP ? 7.0f : INFINITY);
   const int64_t gate_off = p->gate_first ? 0 : inter, up_off = p->gate_first ? inter : 0;
   const void *h = ignis_cpu_at(p->h, p->work_dtype, pos * n1);
-  const void *bias = p->fc1_bias ? ignis_cpu_at(p->fc1_bias, p->fc1_bias_dtype, e * p->fc1_bias_stride_e) : NULL;
+  const void *bias =
+      p->fc1_bias ? ignis_cpu_at(p->fc1_bias, p->fc1_bias_dtype, e * p->fc1_bias_stride_e) : NULL;
   const int64_t groups = (inter + IGNIS_MOE_GROUP - 1) / IGNIS_MOE_GROUP;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t i0 = g * IGNIS_MOE_GROUP, n = inter - i0 < IGNIS_MOE_GROUP ? inter - i0 : IGNIS_MOE_GROUP;
@@ -110,7 +114,8 @@ static void activate_row(const ignis_fused_moe_params *p, int64_t pos) {
     for (int64_t i = 0; i < n; ++i) {
       if (p->gated) {
         const int64_t gi = gate_off + i0 + i, ui = up_off + i0 + i;
-        float gate = ignis_cpu_load(h, p->work_dtype, gi) * dq_gate, up = ignis_cpu_load(h, p->work_dtype, ui) * dq;
+        float gate = ignis_cpu_load(h, p->work_dtype, gi) * dq_gate,
+              up = ignis_cpu_load(h, p->work_dtype, ui) * dq;
         if (bias) {
           gate += ignis_cpu_load(bias, p->fc1_bias_dtype, gi);
           up += ignis_cpu_load(bias, p->fc1_bias_dtype, ui);
@@ -153,7 +158,8 @@ static void finalize(const ignis_fused_moe_params *p) {
                                    t * p->weights_stride_t + j * p->weights_stride_k,
                                    t * p->ids_stride_t + j * p->ids_stride_k);
       dq[j] = per_tensor ? p->fc2_scale[e * p->fc2_scale_strides[0]] : 1.0f;
-      bias[j] = p->add_fc2_bias ? ignis_cpu_at(p->fc2_bias, p->fc2_bias_dtype, e * p->fc2_bias_stride_e) : NULL;
+      bias[j] =
+          p->add_fc2_bias ? ignis_cpu_at(p->fc2_bias, p->fc2_bias_dtype, e * p->fc2_bias_stride_e) : NULL;
     }
     void *out = ignis_cpu_at_mut(p->out, p->out_dtype, t * p->out_row_stride);
     for (int64_t c = 0; c < hidden; ++c) {

@@ -43,7 +43,10 @@ constexpr int MAX_EXPERTS = 8192; /* shared-memory counts of step 1 */
 using Params = ignis_fused_moe_params;
 
 __device__ __forceinline__ int64_t elem_size(ignis_dtype dtype) {
-  return dtype == IGNIS_F32 || dtype == IGNIS_I32 ? 4 : dtype == IGNIS_F16 || dtype == IGNIS_BF16 ? 2 : dtype == IGNIS_I64 ? 8 : 1;
+  return dtype == IGNIS_F32 || dtype == IGNIS_I32    ? 4
+         : dtype == IGNIS_F16 || dtype == IGNIS_BF16 ? 2
+         : dtype == IGNIS_I64                        ? 8
+                                                     : 1;
 }
 
 __device__ __forceinline__ int local_expert(const Params &p, int64_t r) {
@@ -174,7 +177,8 @@ __device__ __forceinline__ uint2 fp8x8(const float (&v)[8], float inv) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    w[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * inv, v[2 * i + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+    w[i] =
+        __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * inv, v[2 * i + 1] * inv), __NV_SATFINITE, __NV_E4M3);
   return make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
 }
 
@@ -193,7 +197,8 @@ __device__ __forceinline__ float group_absmax(const float (&v)[8], bool valid) {
 
 /* ---- step 2: positions, maps, and the rows of a1 ------------------------------------------------ */
 /* QUANT: the 16-bit input In is quantized per 1x128 group into fp8 a1 (fp8 block mode). */
-template <typename In, bool QUANT> __global__ void __launch_bounds__(ROW_THREADS) gather_kernel(const Params p) {
+template <typename In, bool QUANT>
+__global__ void __launch_bounds__(ROW_THREADS) gather_kernel(const Params p) {
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   ignis_pdl_wait();
@@ -228,13 +233,15 @@ template <typename In, bool QUANT> __global__ void __launch_bounds__(ROW_THREADS
     }
   } else {
     const int64_t es = elem_size(p.input_dtype), vecs = hidden * es / 16;
-    const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const char *>(p.input) + t * p.input_row_stride * es);
+    const uint4 *src =
+        reinterpret_cast<const uint4 *>(static_cast<const char *>(p.input) + t * p.input_row_stride * es);
     uint4 *dst = reinterpret_cast<uint4 *>(static_cast<char *>(p.a1) + (int64_t)pos * hidden * es);
     for (int64_t i = tid; i < vecs; i += ROW_THREADS)
       dst[i] = __ldg(src + i);
     if (p.input_scale)
       for (int64_t g = tid; g < groups; g += ROW_THREADS)
-        p.a1_scale[(int64_t)pos * groups + g] = p.input_scale[t * p.input_scale_stride_t + g * p.input_scale_stride_k];
+        p.a1_scale[(int64_t)pos * groups + g] =
+            p.input_scale[t * p.input_scale_stride_t + g * p.input_scale_stride_k];
   }
   ignis_pdl_launch_dependents();
 }
@@ -252,7 +259,8 @@ __device__ __forceinline__ float load_any(const void *base, ignis_dtype dtype, i
 }
 
 /* ---- step 4: dequant, bias, activation, and a2's rounding --------------------------------------- */
-template <typename W, int QUANT> __global__ void __launch_bounds__(ROW_THREADS) activation_kernel(const Params p) {
+template <typename W, int QUANT>
+__global__ void __launch_bounds__(ROW_THREADS) activation_kernel(const Params p) {
   const int64_t pos = blockIdx.x;
   const int tid = threadIdx.x;
   ignis_pdl_wait();
@@ -307,7 +315,8 @@ template <typename W, int QUANT> __global__ void __launch_bounds__(ROW_THREADS) 
     if constexpr (QUANT == IGNIS_MOE_QUANT_FP8_BLOCK) {
       const float s = ignis_moe_group_scale(group_absmax(v, valid));
       if (valid) {
-        *reinterpret_cast<uint2 *>(static_cast<unsigned char *>(p.a2) + pos * inter + i0) = fp8x8(v, 1.0f / s);
+        *reinterpret_cast<uint2 *>(static_cast<unsigned char *>(p.a2) + pos * inter + i0) =
+            fp8x8(v, 1.0f / s);
         if ((i0 & (IGNIS_MOE_GROUP - 1)) == 0)
           p.a2_scale[pos * groups + i0 / IGNIS_MOE_GROUP] = s;
       }
@@ -323,7 +332,8 @@ template <typename W, int QUANT> __global__ void __launch_bounds__(ROW_THREADS) 
 }
 
 /* ---- step 6: the weighted sum back in token order ------------------------------------------------ */
-template <typename W, typename Out> __global__ void __launch_bounds__(FINAL_THREADS) finalize_kernel(const Params p) {
+template <typename W, typename Out>
+__global__ void __launch_bounds__(FINAL_THREADS) finalize_kernel(const Params p) {
   extern __shared__ int4 smem4[];
   const int k = (int)p.top_k;
   int *s_pos = reinterpret_cast<int *>(smem4), *s_expert = s_pos + k;
@@ -338,7 +348,8 @@ template <typename W, typename Out> __global__ void __launch_bounds__(FINAL_THRE
       const int e = local_expert(p, r);
       s_expert[j] = e;
       s_weight[j] = ignis_moe_weight(p.weights, p.weights_dtype == IGNIS_BF16, p.ids,
-                                     t * p.weights_stride_t + j * p.weights_stride_k, t * p.ids_stride_t + j * p.ids_stride_k);
+                                     t * p.weights_stride_t + j * p.weights_stride_k,
+                                     t * p.ids_stride_t + j * p.ids_stride_k);
       s_dq[j] = p.quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR ? p.fc2_scale[e * p.fc2_scale_strides[0]] : 1.0f;
     }
   }
@@ -351,7 +362,8 @@ template <typename W, typename Out> __global__ void __launch_bounds__(FINAL_THRE
       if (pos < 0)
         continue;
       float y[8];
-      ignis_load_floats<IGNIS_CACHE_STREAM, W, 8>(static_cast<const W *>(p.y) + (int64_t)pos * p.hidden + c0, y);
+      ignis_load_floats<IGNIS_CACHE_STREAM, W, 8>(static_cast<const W *>(p.y) + (int64_t)pos * p.hidden + c0,
+                                                  y);
       const float w = s_weight[j], dq = s_dq[j];
       if (p.add_fc2_bias) {
         const void *bias = static_cast<const char *>(p.fc2_bias) +
@@ -387,28 +399,37 @@ ignis_status check_shapes(const char *fn, const Params &p, int32_t device) {
   const bool fp8 = p.quant != IGNIS_MOE_QUANT_NONE;
   const int cc = ignis_compute_capability(device);
   if (cc < (fp8 ? 89 : 80))
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: the CUDA path needs sm_%d or later; cuda:%d is sm_%d", fn,
-                           fp8 ? 89 : 80, (int)device, cc);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: the CUDA path needs sm_%d or later; cuda:%d is sm_%d", fn, fp8 ? 89 : 80,
+                           (int)device, cc);
   const int64_t multiple = fp8 ? 16 : 8;
   if (p.hidden % multiple || p.inter % multiple)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "%s: H=%lld and I=%lld must be multiples of %lld on CUDA (the grouped GEMM's K and N)", fn,
-                           (long long)p.hidden, (long long)p.inter, (long long)multiple);
+    return ignis_set_error(
+        IGNIS_ERROR_UNSUPPORTED,
+        "%s: H=%lld and I=%lld must be multiples of %lld on CUDA (the grouped GEMM's K and N)", fn,
+        (long long)p.hidden, (long long)p.inter, (long long)multiple);
   if (p.experts > MAX_EXPERTS)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: %lld local experts but the CUDA path takes at most %d", fn,
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: %lld local experts but the CUDA path takes at most %d", fn,
                            (long long)p.experts, MAX_EXPERTS);
   const int64_t in_es = ignis_dtype_size(p.input_dtype), w_es = ignis_dtype_size(p.weight_dtype);
   const int64_t out_es = ignis_dtype_size(p.out_dtype);
   if (!aligned16(p.input) || (p.input_row_stride * in_es) % 16)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: input.data and input.strides[0] must keep rows 16-byte "
-                           "aligned on CUDA", fn);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: input.data and input.strides[0] must keep rows 16-byte "
+                           "aligned on CUDA",
+                           fn);
   if (!aligned16(p.out) || (p.out_row_stride * out_es) % 16)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: out.data and out.strides[0] must keep rows 16-byte aligned "
-                           "on CUDA", fn);
-  if (!aligned16(p.fc1) || (p.fc1_stride_e * w_es) % 16 || (p.fc1_stride_n * w_es) % 16 || !aligned16(p.fc2) ||
-      (p.fc2_stride_e * w_es) % 16 || (p.fc2_stride_n * w_es) % 16)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: weights.fc1 / fc2 data and strides must keep rows 16-byte "
-                           "aligned on CUDA", fn);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: out.data and out.strides[0] must keep rows 16-byte aligned "
+                           "on CUDA",
+                           fn);
+  if (!aligned16(p.fc1) || (p.fc1_stride_e * w_es) % 16 || (p.fc1_stride_n * w_es) % 16 ||
+      !aligned16(p.fc2) || (p.fc2_stride_e * w_es) % 16 || (p.fc2_stride_n * w_es) % 16)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "%s: weights.fc1 / fc2 data and strides must keep rows 16-byte "
+                           "aligned on CUDA",
+                           fn);
   if (p.tokens > INT32_MAX || (p.hidden + 8 * FINAL_THREADS - 1) / (8 * FINAL_THREADS) > 65535)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: T=%lld or H=%lld exceeds one launch", fn,
                            (long long)p.tokens, (long long)p.hidden);
@@ -417,28 +438,34 @@ ignis_status check_shapes(const char *fn, const Params &p, int32_t device) {
 
 ignis_status launched(cudaError_t err, const char *what) {
   if (err != cudaSuccess)
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_fused_moe: %s launch failed: %s", what, cudaGetErrorString(err));
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_fused_moe: %s launch failed: %s", what,
+                           cudaGetErrorString(err));
   return IGNIS_OK;
 }
 
 template <typename W> ignis_status launch_activation(const Params &p, cudaStream_t s) {
   const dim3 grid((unsigned)p.rows), block(ROW_THREADS);
   if (p.quant == IGNIS_MOE_QUANT_FP8_BLOCK)
-    return launched(ignis_launch(activation_kernel<W, IGNIS_MOE_QUANT_FP8_BLOCK>, grid, block, 0, s, p), "activation");
+    return launched(ignis_launch(activation_kernel<W, IGNIS_MOE_QUANT_FP8_BLOCK>, grid, block, 0, s, p),
+                    "activation");
   if (p.quant == IGNIS_MOE_QUANT_FP8_PER_TENSOR)
     return launched(ignis_launch(activation_kernel<W, IGNIS_MOE_QUANT_FP8_PER_TENSOR>, grid, block, 0, s, p),
                     "activation");
-  return launched(ignis_launch(activation_kernel<W, IGNIS_MOE_QUANT_NONE>, grid, block, 0, s, p), "activation");
+  return launched(ignis_launch(activation_kernel<W, IGNIS_MOE_QUANT_NONE>, grid, block, 0, s, p),
+                  "activation");
 }
 
 template <typename W> ignis_status launch_finalize(const Params &p, cudaStream_t s) {
   const dim3 grid((unsigned)p.tokens, (unsigned)((p.hidden + 8 * FINAL_THREADS - 1) / (8 * FINAL_THREADS)));
   const size_t smem = (size_t)p.top_k * 16;
   if (p.out_dtype == IGNIS_F32)
-    return launched(ignis_launch(finalize_kernel<W, float>, grid, dim3(FINAL_THREADS), smem, s, p), "finalize");
+    return launched(ignis_launch(finalize_kernel<W, float>, grid, dim3(FINAL_THREADS), smem, s, p),
+                    "finalize");
   if (p.out_dtype == IGNIS_F16)
-    return launched(ignis_launch(finalize_kernel<W, __half>, grid, dim3(FINAL_THREADS), smem, s, p), "finalize");
-  return launched(ignis_launch(finalize_kernel<W, __nv_bfloat16>, grid, dim3(FINAL_THREADS), smem, s, p), "finalize");
+    return launched(ignis_launch(finalize_kernel<W, __half>, grid, dim3(FINAL_THREADS), smem, s, p),
+                    "finalize");
+  return launched(ignis_launch(finalize_kernel<W, __nv_bfloat16>, grid, dim3(FINAL_THREADS), smem, s, p),
+                  "finalize");
 }
 
 ignis_status launch_gather(const Params &p, cudaStream_t s) {
@@ -453,7 +480,8 @@ ignis_status launch_gather(const Params &p, cudaStream_t s) {
 
 } // namespace
 
-extern "C" ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *params, int32_t device, void *stream) {
+extern "C" ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *params, int32_t device,
+                                             void *stream) {
   const char *fn = "ignis_fused_moe";
   const Params &p = *params;
   IGNIS_CUDA_ON_DEVICE(device);
@@ -477,7 +505,8 @@ extern "C" ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *param
   ignis_grouped_gemm_params g;
   ignis_moe_gemm_params(&p, 0, &g);
   IGNIS_TRY(ignis_cuda_grouped_gemm(&g, device, stream));
-  IGNIS_TRY(p.work_dtype == IGNIS_F16 ? launch_activation<__half>(p, s) : launch_activation<__nv_bfloat16>(p, s));
+  IGNIS_TRY(p.work_dtype == IGNIS_F16 ? launch_activation<__half>(p, s)
+                                      : launch_activation<__nv_bfloat16>(p, s));
   ignis_moe_gemm_params(&p, 1, &g);
   IGNIS_TRY(ignis_cuda_grouped_gemm(&g, device, stream));
   return p.work_dtype == IGNIS_F16 ? launch_finalize<__half>(p, s) : launch_finalize<__nv_bfloat16>(p, s);

@@ -47,7 +47,9 @@ typedef enum bench_dim {
   BENCH_DIM_VOCAB = 1 << 9,     /* --vocab */
   BENCH_DIM_STATES = 1 << 10,   /* --states: states merged per row; draft tokens per request */
   BENCH_DIM_CAUSAL = 1 << 11,   /* --mask causal|none */
-  BENCH_DIM_INNER = 1 << 12     /* --inner: the inner (K) dimension of a GEMM (M: --tokens, N: --hidden) */
+  BENCH_DIM_INNER = 1 << 12,    /* --inner: the inner (K) dimension of a GEMM (M: --tokens, N: --hidden) */
+  BENCH_DIM_EXPERTS = 1 << 13,  /* --experts: MoE experts */
+  BENCH_DIM_TOP_K = 1 << 14     /* --top-k: experts per token of an MoE */
 } bench_dim;
 
 struct bench_routine;
@@ -70,6 +72,8 @@ typedef struct bench_case {
   int64_t states;
   int causal;
   int64_t inner;
+  int64_t experts;
+  int64_t top_k;
 } bench_case;
 
 /* ---- tensors of a case ---------------------------------------------------------------------- */
@@ -90,7 +94,8 @@ typedef enum bench_fill {
   BENCH_FILL_TOKEN_IDS = 13,       /* random token ids in [0, vocab) */
   BENCH_FILL_MASK_BITS = 14,       /* one request's bit-packed custom mask: the causal pattern when
                                       the case is causal, else every key */
-  BENCH_FILL_QO_INDPTR = 15        /* b * tokens: `tokens` query rows per request (prefill) */
+  BENCH_FILL_QO_INDPTR = 15,       /* b * tokens: `tokens` query rows per request (prefill) */
+  BENCH_FILL_EXPERT_IDS = 16       /* per row, shape[1] distinct random ids in [0, experts): MoE routing */
 } bench_fill;
 
 /* What a call does with a tensor. A tiny call (bench_probe_routine) fills outputs with a poison
@@ -207,7 +212,8 @@ typedef struct bench_routine {
  * bench/registry.c, and the routines of all of them. */
 extern const bench_family bench_family_norm, bench_family_activation, bench_family_rope,
     bench_family_paged_kv, bench_family_merge, bench_family_decode, bench_family_prefill,
-    bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla, bench_family_rope_quant;
+    bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla, bench_family_rope_quant,
+    bench_family_moe;
 extern const bench_family bench_family_moe_routing;
 int bench_routine_count(void);
 const bench_routine *bench_routine_at(int index);

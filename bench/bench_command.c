@@ -92,7 +92,8 @@ static void usage(FILE *to) {
               "  --vocab N           vocabulary of the sampling ops\n"
               "  --states N          states merged per row (merge_states), draft tokens (chain_speculative)\n"
               "  --mask causal|none  prefill mask\n"
-              "  --inner N           GEMM inner dimension K (M is --tokens, N is --hidden)\n"
+              "  --inner N           GEMM inner dimension K (M is --tokens, N is --hidden); MoE intermediate size\n"
+              "  --experts N --top-k N   MoE experts and experts per token\n"
               "  --inplace           RoPE outputs overwrite q and k (default out of place)\n"
               "  --dtype bf16|f16|f32 (default: the shape's, bf16; sampling f32)\n"
               "other flags:\n"
@@ -193,6 +194,8 @@ static const size_flag size_flags[] = {
     {"--vocab", "vocab", BENCH_DIM_VOCAB, offsetof(bench_case, vocab)},
     {"--states", "states", BENCH_DIM_STATES, offsetof(bench_case, states)},
     {"--inner", "inner", BENCH_DIM_INNER, offsetof(bench_case, inner)},
+    {"--experts", "experts", BENCH_DIM_EXPERTS, offsetof(bench_case, experts)},
+    {"--top-k", "top_k", BENCH_DIM_TOP_K, offsetof(bench_case, top_k)},
 };
 #define SIZE_FLAG_COUNT (sizeof size_flags / sizeof size_flags[0])
 
@@ -215,7 +218,7 @@ static const char *flag_of(bench_dim dim) {
 /* "--tokens --hidden": the shape flags of a routine. */
 static void flags_text(unsigned dims, char *text, size_t size) {
   text[0] = '\0';
-  for (unsigned bit = 1; bit <= BENCH_DIM_INNER; bit <<= 1)
+  for (unsigned bit = 1; bit <= BENCH_DIM_TOP_K; bit <<= 1)
     if (dims & bit) {
       size_t used = strlen(text);
       snprintf(text + used, size - used, "%s%s", used ? " " : "", flag_of((bench_dim)bit));
@@ -601,8 +604,9 @@ static void write_error_json(FILE *to, const void *data) {
 }
 
 #define TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s %6s %4s %6s\n"
-/* FLOP-counted rows: GFLOP/call and TFLOP/s in the columns of MB/call and GB/s, no ceiling. */
-#define FLOP_TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s\n"
+/* FLOP-counted rows: GFLOP/call and TFLOP/s in the columns of MB/call and GB/s, then the GB/s of
+ * their bytes rule and its fraction of the read-only (1:0) ceiling (MoE: of the weight-read floor). */
+#define FLOP_TABLE_FORMAT "%-24s %-34s %-5s %-6s %6s %10s %11s %11s %9s %9s %6s\n"
 
 static void print_header(const output *out, ignis_device device, const ignis_device_info *info,
                          const bench_ceiling *ceiling, int ceiling_ok) {
@@ -646,9 +650,10 @@ static void print_columns(output *out, table_unit unit) {
     printf(TABLE_FORMAT, "routine", "shape", "dtype", "mode", "sets", "MB/call", "median_us", "p90_us",
            "GB/s", "%ceil", "mix", "%mix");
   else
-    printf("# FLOP-counted routines: TFLOP/s = FLOPs per call / median time (no ceiling "
-           "quoted)\n" FLOP_TABLE_FORMAT,
-           "routine", "shape", "dtype", "mode", "sets", "GFLOP/call", "median_us", "p90_us", "TFLOP/s");
+    printf("# FLOP-counted routines: TFLOP/s = FLOPs per call / median time (no ceiling quoted); GB/s = "
+           "bytes per call / median time, %%read its fraction of the 1:0 read ceiling\n" FLOP_TABLE_FORMAT,
+           "routine", "shape", "dtype", "mode", "sets", "GFLOP/call", "median_us", "p90_us", "TFLOP/s", "GB/s",
+           "%read");
   out->header = unit;
 }
 
@@ -672,8 +677,13 @@ static void print_row(output *out, const result *r) {
   if (r->flops) {
     snprintf(work, sizeof work, "%.3f", (double)r->flops / 1e9);
     snprintf(rate, sizeof rate, "%.4g", (double)r->flops / (r->median_us * 1e-6) / 1e12);
+    const double gbps = (double)r->bytes / (r->median_us * 1e-6) / 1e9;
+    char bandwidth[24];
+    snprintf(bandwidth, sizeof bandwidth, "%.1f", gbps);
+    if (out->mixes && out->mixes[0].gbps > 0)
+      snprintf(fraction, sizeof fraction, "%.1f%%", 100.0 * gbps / out->mixes[0].gbps);
     printf(FLOP_TABLE_FORMAT, r->c.routine->name, shape, ignis_dtype_name(r->c.dtype), r->mode, sets, work,
-           median, p90, rate);
+           median, p90, rate, bandwidth, fraction);
   } else {
     double gbps = (double)r->bytes / (r->median_us * 1e-6) / 1e9;
     snprintf(work, sizeof work, "%.3f", (double)r->bytes / 1e6);

@@ -130,6 +130,29 @@ static void fill_permutation(int32_t *pages, int64_t count, uint64_t *state) {
   }
 }
 
+/* MoE routing [rows, k]: per row k distinct experts drawn uniformly from [0, experts) (the first
+ * k of a partial Fisher-Yates shuffle), as a top-k over random logits picks them. */
+static int fill_expert_ids(void *dst, const bench_tensor_spec *spec, int64_t experts, uint64_t *state) {
+  int32_t *pool = malloc((size_t)(experts > 0 ? experts : 1) * sizeof *pool);
+  if (!pool)
+    return bench_fail("out of host memory for %lld expert ids", (long long)experts);
+  for (int64_t e = 0; e < experts; ++e)
+    pool[e] = (int32_t)e;
+  const int64_t k = spec->shape[1] < experts ? spec->shape[1] : experts;
+  for (int64_t r = 0; r < spec->shape[0]; ++r)
+    for (int64_t j = 0; j < spec->shape[1]; ++j) {
+      if (j < k) {
+        int64_t pick = j + random_below(state, experts - j);
+        int32_t swap = pool[j];
+        pool[j] = pool[pick];
+        pool[pick] = swap;
+      }
+      store_index(dst, r * spec->shape[1] + j, spec->dtype, j < k ? pool[j] : 0);
+    }
+  free(pool);
+  return 0;
+}
+
 /* Index tensors, the cos/sin cache and masks: computed per set on the host, uploaded in one copy. */
 static int fill_exact(const bench_case *c, const bench_tensor_spec *spec, void *pool, int64_t copies,
                       int64_t stride, uint64_t seed) {
@@ -205,6 +228,12 @@ static int fill_exact(const bench_case *c, const bench_tensor_spec *spec, void *
     case BENCH_FILL_QO_INDPTR:
       for (int64_t b = 0; b < spec->shape[0]; ++b)
         store_index(dst, b, spec->dtype, b * c->tokens);
+      break;
+    case BENCH_FILL_EXPERT_IDS:
+      if (fill_expert_ids(dst, spec, c->experts, &state) != 0) {
+        free(host);
+        return -1;
+      }
       break;
     case BENCH_FILL_RANDOM:
     case BENCH_FILL_NORMAL:

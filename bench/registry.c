@@ -22,6 +22,7 @@ static const bench_family *const families[] = {
     &bench_family_mla,
     &bench_family_moe_routing,
     &bench_family_rope_quant,
+    &bench_family_moe,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

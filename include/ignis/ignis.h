@@ -10,6 +10,7 @@
 #include "ignis/merge_state.h"
 #include "ignis/mla.h"
 #include "ignis/moe_routing.h"
+#include "ignis/moe.h"
 #include "ignis/norm.h"
 #include "ignis/paged_kv.h"
 #include "ignis/prefill.h"

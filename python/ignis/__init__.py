@@ -18,7 +18,8 @@ Errors raise subclasses of :class:`ignis.Error` that also derive from the matchi
 exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`ignis._errors`.
 """
 
-from . import _ext, activation, cascade, decode, gemm, mla, norm, page, prefill, quantization, rope, sampling, switch
+from . import (_ext, activation, cascade, decode, fused_moe, gemm, mla, norm, page, prefill, quantization, rope,
+               sampling, switch)
 from . import fused_moe_routing
 from ._errors import (
     ArgumentTypeError,
@@ -37,6 +38,7 @@ from ._errors import STATUS_CLASSES as _STATUS_CLASSES
 from .activation import *
 from .cascade import *
 from .decode import *
+from .fused_moe import *
 from .gemm import *
 from .mla import *
 from .norm import *
@@ -79,7 +81,7 @@ def device_info(device_type="cuda", device_id=0):
 
 
 __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cascade.__all__ + decode.__all__
-           + sampling.__all__ + prefill.__all__ + quantization.__all__ + gemm.__all__ + mla.__all__
+           + sampling.__all__ + prefill.__all__ + quantization.__all__ + gemm.__all__ + mla.__all__ + fused_moe.__all__
            + fused_moe_routing.__all__
            + ["version", "build_info", "cuda_device_count", "device_info",
               "Error",

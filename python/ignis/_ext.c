@@ -2290,7 +2290,9 @@ PyMODINIT_FUNC PyInit__ext(void) {
                  PyModule_AddFunctions(module, ext_mla_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_prefill_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_quant_methods) < 0 ||
-                 PyModule_AddFunctions(module, ext_moe_methods) < 0 || add_constants(module) < 0 ||
+                 PyModule_AddFunctions(module, ext_moe_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_moe_pipeline_methods) < 0 ||
+                 ext_moe_pipeline_constants(module) < 0 || add_constants(module) < 0 ||
                  add_plan_update_declined(module) < 0))
     Py_CLEAR(module);
   return module;

@@ -15,6 +15,7 @@
 #include "grouped_gemm_params.h"
 #include "mla_params.h"
 #include "moe_routing_params.h"
+#include "moe_params.h"
 #include "params.h"
 
 #ifdef __cplusplus
@@ -107,6 +108,10 @@ typedef struct ignis_backend {
   ignis_status (*append_paged_mla_kv)(const ignis_append_mla_params *params, int32_t device, void *stream);
   /* MoE routing (core/moe_routing_params.h): top-k expert ids and weights of every token. */
   ignis_status (*moe_route)(const ignis_moe_routing_params *params, int32_t device, void *stream);
+  /* Fused MoE over a carved workspace (core/moe_params.h): the permutation, the gather, the two
+   * grouped GEMMs (this backend's grouped_gemm entry), the activation and the finalize, in order on
+   * `stream`, the routing read where it lives. */
+  ignis_status (*fused_moe)(const ignis_fused_moe_params *params, int32_t device, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

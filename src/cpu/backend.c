@@ -49,4 +49,5 @@ const ignis_backend ignis_cpu_backend = {
     .mla = ignis_cpu_mla,
     .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
     .moe_route = ignis_cpu_moe_route,
+    .fused_moe = ignis_cpu_fused_moe,
 };

@@ -29,5 +29,6 @@ ignis_status ignis_cpu_topk_transform(const ignis_topk_transform_params *p, int3
 ignis_status ignis_cpu_mla(const ignis_mla_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_moe_route(const ignis_moe_routing_params *p, int32_t device, void *stream);
+ignis_status ignis_cpu_fused_moe(const ignis_fused_moe_params *p, int32_t device, void *stream);
 
 #endif

@@ -45,4 +45,5 @@ const ignis_backend ignis_cuda_backend = {
     .mla = ignis_cuda_mla,
     .append_paged_mla_kv = ignis_cuda_append_paged_mla_kv,
     .moe_route = ignis_cuda_moe_route,
+    .fused_moe = ignis_cuda_fused_moe,
 };

@@ -42,6 +42,9 @@ ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t device, void
 ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *params, int32_t device, void *stream);
 /* MoE routing (moe/routing.cu). */
 ignis_status ignis_cuda_moe_route(const ignis_moe_routing_params *params, int32_t device, void *stream);
+/* Fused MoE (moe/fused_moe.cu): the permutation, gather, activation and finalize kernels around two
+ * calls of ignis_cuda_grouped_gemm. */
+ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *params, int32_t device, void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

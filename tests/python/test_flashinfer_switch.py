@@ -100,11 +100,24 @@ ENGINE_IMPORTS = {
     "sglang/kernels/ops/gemm/nvfp4_gemm_swiglu_nvfp4_quant.py": [
         ("flashinfer.utils", "get_compute_capability"),
     ],
+    "vllm and sglang MoE layers (flashinfer.fused_moe, ENGINES.md section 1)": [
+        ("flashinfer.fused_moe", "cutlass_fused_moe"),
+        ("flashinfer.fused_moe", "trtllm_bf16_routed_moe"),
+        ("flashinfer.fused_moe", "trtllm_fp8_block_scale_routed_moe"),
+        ("flashinfer.fused_moe", "trtllm_fp8_per_tensor_scale_moe"),
+        ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe"),
+        ("flashinfer.fused_moe", "convert_to_block_layout"),
+        ("flashinfer.fused_moe.core", "ActivationType"),
+        ("flashinfer.fused_moe.core", "get_w2_permute_indices_with_cache"),
+        ("flashinfer.fused_moe.core", "_maybe_get_cached_w3_w1_permute_indices"),
+        ("flashinfer", "cutlass_fused_moe"),
+        ("flashinfer", "trtllm_fp8_block_scale_moe"),
+    ],
 }
 IMPORTS = sorted({pair for pairs in ENGINE_IMPORTS.values() for pair in pairs})
 
 # FlashInfer modules ignis has nothing of: engines probe them with find_spec and must see None.
-ABSENT_MODULES = ["flashinfer.fused_moe", "flashinfer.comm", "flashinfer.cute_dsl",
+ABSENT_MODULES = ["flashinfer.comm", "flashinfer.cute_dsl",
                   "flashinfer.compilation_context", "flashinfer.fp4_quantization", "flashinfer.autotuner"]
 
 

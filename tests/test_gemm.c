@@ -439,7 +439,7 @@ static void test_blockscale(h_backend be) {
   /* CPU only: M not a multiple of 4, N not of 16, K with a partial last block */
   run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 1, IGNIS_BF16, 0, &rng);
-  /* M >= 128: on an H100 / H200 these run on the Hopper kernel (IGNIS_GEMM_SM90=0 or =grouped: on
+  /* M >= 128: on an H100 / H200 these run on the Hopper kernel with IGNIS_GEMM_SM90=all (else on
    * cuBLASLt), the others on cuBLASLt; 160 rows leave the second 128-row tile 32 rows */
   run_block_case(be, 160, 256, 768, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);
   /* GPU only, checked on samples: DeepSeek-V3's shapes */

@@ -115,11 +115,18 @@ static double ref_at(const ref_ctx *c, int64_t g, int64_t i, int64_t j, double *
   return s;
 }
 
+/* The accumulation error allowed per unit of sum |terms| for fp8 on CUDA: Hopper's wgmma adds the
+ * products of a K block with a shorter mantissa than f32 (the 2^-24 K bound held for mma.sync, not
+ * for the Hopper kernel: 2.2x past it on an H100 at K 320); as in test_gemm.c. */
+#define FP8_CUDA_ACCUM 0x1p-8
+
 static void cmp_element(h_cmp *cmp, const operand *out, const ref_ctx *c, int64_t g, int64_t i, int64_t j) {
   h_tol tol = h_tol_for(out->t.dtype, 1.0);
   double abs_sum, ref = ref_at(c, g, i, j, &abs_sum);
-  double bound =
-      tol.atol + tol.rtol * fabs(ref) + abs_sum * (double)(c->k > 16 ? c->k : 16) * ldexp(1.0, -24);
+  double accum = (double)(c->k > 16 ? c->k : 16) * ldexp(1.0, -24);
+  if (c->sa && out->buf.backend == H_CUDA && accum < FP8_CUDA_ACCUM)
+    accum = FP8_CUDA_ACCUM;
+  double bound = tol.atol + tol.rtol * fabs(ref) + abs_sum * accum;
   h_cmp_add(cmp, i * out->t.shape[1] + j, at2(out, i, j), ref, bound);
 }
 

@@ -11,10 +11,10 @@
  * Rows: "sm90" = ignis_cuda_grouped_gemm_sm90 (what ignis_grouped_mm runs on these shapes, the
  * dense ones as one group); "mma.sync" = ignis_cuda_grouped_gemm_mma (the old kernel, what
  * IGNIS_GEMM_SM90=0 runs); "cuBLASLt" = ignis_cuda_gemm_cublaslt (what ignis_mm /
- * ignis_mm_fp8_blockscale run with IGNIS_GEMM_SM90=0), one call per group for the grouped shapes
+ * ignis_mm_fp8_blockscale run by default), one call per group for the grouped shapes
  * (its fp8 block path repacks the scales each call, as the library does); for the dense fp8 shape
- * also "library" = ignis_cuda_gemm, the routed call ignis_mm_fp8_blockscale makes (the sm90 kernel
- * unless IGNIS_GEMM_SM90 is 0 or "grouped").
+ * also "library" = ignis_cuda_gemm, the routed call ignis_mm_fp8_blockscale makes (cuBLASLt
+ * unless IGNIS_GEMM_SM90 is "all").
  *
  * Checks: "diff vs sm90" is the largest |out - out_sm90| over the whole output; "err/bound" is the
  * worst |out - ref| / (2^-8 |ref| + 2^-12 sum |terms|) over SAMPLED_POINTS random elements whose

@@ -19,8 +19,9 @@
  *     ignis_mm call when all of these hold: a and b both f16 or both bf16, no batch (2-D, or 3-D with
  *     batch 1), b in the NT form (a weight [N, K] handed in transposed), 1 <= M <= 64, K a positive
  *     multiple of 8, a and b 16-byte aligned with row strides of whole 16-byte units, a device of
- *     compute capability 8.0 or later, and either out is the other 16-bit dtype (bf16 x bf16 -> f16,
- *     f16 x f16 -> bf16: cuBLASLt has no such product) or the environment variable
+ *     compute capability 8.0 or later, and either cuBLASLt has no algorithm for the call (out the
+ *     other 16-bit dtype: bf16 x bf16 -> f16, f16 x f16 -> bf16; or an f32 bias with a 16-bit out;
+ *     past M 64 these are refused with IGNIS_ERROR_UNSUPPORTED) or the environment variable
  *     IGNIS_GEMM_SKINNY is "1" (any out dtype); "0" turns it off. Everything else goes to
  *     cuBLASLt, which was faster on the H100 (019e244, 7168x2048 and 4096x4096: 0.92x and 1.05x at
  *     M 1, 0.86x and 0.99x at M 4, 0.69-0.78x at M 16, 0.35x at M 64). Any bias; it needs no
@@ -31,8 +32,9 @@
  *     when all of these hold: weight scales in 128x128 blocks (not per row), K a positive multiple
  *     of 16, N a multiple of 8, a, b and out 16-byte aligned with row strides of whole 16-byte
  *     units, a device of compute capability 9.0 and a build with sm_90a, and the environment
- *     variable IGNIS_GEMM_SM90 neither "0" nor "grouped" (those keep this shape on cuBLASLt, the
- *     baseline it must beat). M need not be a multiple of 4 on this path, nor K of 128.
+ *     variable IGNIS_GEMM_SM90 set to "all". By default this shape stays on cuBLASLt: on the H100
+ *     (9b7ac28) cuBLASLt ran M 4096 N 7168 K 16384 at 1335 TFLOP/s, the Hopper kernel at 857-876.
+ *     M need not be a multiple of 4 on this path, nor K of 128.
  *   - CUDA, everything else: cuBLASLt, loaded at the first GEMM call that needs it, with dlopen
  *     (the environment variable IGNIS_CUBLASLT names the library; else libcublasLt.so.13, then
  *     libcublasLt.so, then the copy PyTorch's wheels ship under site-packages/nvidia/.../lib).
@@ -87,8 +89,8 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
  * [ceil(N/128), ceil(K/128)] (128x128 blocks), any strides; or [N, ceil(K/128)], one 1x128 scale per
  * weight row (FlashInfer's "per-token" weight scales; b_scale[n, kb] replaces b_scale[n / 128, kb]). Scales are f32, or u8 holding UE8M0 exponents (the
  * value 2^(e - 127); e == 255 is NaN), both tensors the same dtype. out [M, N] bf16 or f16.
- * CUDA: sm_90, on ignis' Hopper kernel for the shapes listed above (M >= 128, 128x128 weight
- * blocks, K % 16 == 0, N % 8 == 0; scales read in place, any strides), else cuBLASLt 12.9 or later
+ * CUDA: sm_90, on ignis' Hopper kernel for the shapes listed above with IGNIS_GEMM_SM90=all (M >= 128,
+ * 128x128 weight blocks, K % 16 == 0, N % 8 == 0; scales read in place, any strides), else cuBLASLt 12.9 or later
  * (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b; the scales are repacked, UE8M0 decoded,
  * into the workspace in cuBLASLt's layout, so any layout works), which needs M a multiple of 4, N a
  * multiple of 16 and K a multiple of 128 (the Python wrappers pad M). No batch form. */

@@ -24,7 +24,7 @@ import operator
 import sys
 
 from . import _ext
-from ._alloc import framework_of, new_array, new_index_output
+from ._alloc import _module_of, new_array, new_index_output
 from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = ["RoutingMethodType", "moe_route", "fused_topk_deepseek", "topk_softmax"]
@@ -63,7 +63,7 @@ def _method_value(fn, method):
 def _float32_output(like, shape):
     """An f32 array for the weights in like's framework (a NumPy buffer handed back as a JAX array for
     JAX inputs, whose arrays are immutable). Returns ``(buffer, finish)``."""
-    if framework_of(like) == "jax":
+    if _module_of(like, "jax", "Array"):
         jax, numpy = sys.modules["jax"], sys.modules["numpy"]
         device = like.device
         return numpy.empty(shape, dtype=numpy.float32), lambda filled: jax.device_put(filled, device)

@@ -94,19 +94,16 @@ def _transposed(x):
 
 def _mm(fn, a, b, bias, out, stream):
     """ignis_mm, with one detour: cuBLASLt has no 16-bit product whose output is the other 16-bit
-    dtype (bf16 x bf16 -> f16, f16 x f16 -> bf16), so on CUDA such a call (when ignis' small-M kernel
-    does not take it) computes into a float32 temporary (PyTorch) and rounds it into out."""
-    a_name, out_name = _dtype_name(a.dtype), _dtype_name(out.dtype)
-    if (a_name in ("bfloat16", "float16") and out_name in ("bfloat16", "float16") and a_name != out_name
-            and framework_of(out) == "torch" and out.device.type == "cuda"):
+    dtype (bf16 x bf16 -> f16) and no f32 bias with a 16-bit output, so on CUDA such a call that
+    ignis' small-M kernel does not take (m > 64) computes into a float32 temporary (PyTorch) and
+    rounds it into out."""
+    if framework_of(out) == "torch" and out.device.type == "cuda" and _dtype_name(out.dtype) != "float32":
         try:
             _ext.mm(a, b, bias, out, stream)
-            return
         except UnsupportedError:
-            pass
-        tmp = _empty(fn, out, tuple(out.shape), "float32")
-        _ext.mm(a, b, None if bias is None else bias, tmp, stream)
-        out.copy_(tmp)
+            tmp = _empty(fn, out, tuple(out.shape), "float32")
+            _ext.mm(a, b, bias, tmp, stream)
+            out.copy_(tmp)
         return
     _ext.mm(a, b, bias, out, stream)
 

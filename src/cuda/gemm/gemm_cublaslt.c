@@ -562,25 +562,17 @@ static ignis_status scale_pointers(const ignis_gemm_params *p, void *workspace, 
 static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
   if (p->kind == IGNIS_GEMM_PLAIN && p->out_dtype != IGNIS_F32 && p->out_dtype != p->a_dtype)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
-                           "ignis_mm: a %s x %s product with a %s out has no cuBLASLt algorithm; ask for "
-                           "out in %s or f32 (the Python wrappers round an f32 temporary)",
+                           "ignis_mm: a %s x %s product with a %s out has no cuBLASLt algorithm (ignis' "
+                           "small-M kernel takes it up to M 64); ask for out in %s or f32 (the Python "
+                           "wrappers round an f32 temporary)",
                            ignis_dtype_name(p->a_dtype), ignis_dtype_name(p->b_dtype),
                            ignis_dtype_name(p->out_dtype), ignis_dtype_name(p->a_dtype));
-  if (p->batch > 1 && p->bias) {
-    /* cuBLASLt's bias epilogue has no algorithm for some batched layouts: run the batches as
-     * single products (one cached descriptor serves them all). */
-    ignis_gemm_params one = *p;
-    one.batch = 1;
-    const size_t a_elem = ignis_dtype_size(p->a_dtype), b_elem = ignis_dtype_size(p->b_dtype),
-                 out_elem = ignis_dtype_size(p->out_dtype);
-    for (int64_t bt = 0; bt < p->batch; ++bt) {
-      one.a = (const char *)p->a + bt * p->a_batch_stride * (int64_t)a_elem;
-      one.b = (const char *)p->b + bt * p->b_batch_stride * (int64_t)b_elem;
-      one.out = (char *)p->out + bt * p->out_batch_stride * (int64_t)out_elem;
-      IGNIS_TRY(run_locked(&one, device, stream));
-    }
-    return IGNIS_OK;
-  }
+  if (p->kind == IGNIS_GEMM_PLAIN && p->bias && p->bias_dtype == IGNIS_F32 && p->out_dtype != IGNIS_F32)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis_mm: an f32 bias with a %s out has no cuBLASLt algorithm (ignis' small-M "
+                           "kernel takes it up to M 64); pass bias in %s, or out in f32 (the Python "
+                           "wrappers round an f32 temporary)",
+                           ignis_dtype_name(p->out_dtype), ignis_dtype_name(p->out_dtype));
   IGNIS_TRY(load_library());
   cublasLtHandle_t handle = NULL;
   void *workspace = NULL;
@@ -625,8 +617,25 @@ static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis GEMM: cannot make device %d current", device);
   }
   pthread_mutex_lock(&state_lock);
-  ignis_status s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
-                                                                 : run_locked(p, device, stream);
+  ignis_status s = IGNIS_OK;
+  if (p->batch > 1 && p->bias) {
+    /* cuBLASLt's bias epilogue lacks algorithms for some batched layouts, and the small-M kernel
+     * takes no batch: the batches run as single products (one cached descriptor serves them). */
+    ignis_gemm_params one = *p;
+    one.batch = 1;
+    const int64_t a_elem = (int64_t)ignis_dtype_size(p->a_dtype), b_elem = (int64_t)ignis_dtype_size(p->b_dtype),
+                  out_elem = (int64_t)ignis_dtype_size(p->out_dtype);
+    for (int64_t bt = 0; bt < p->batch && s == IGNIS_OK; ++bt) {
+      one.a = (const char *)p->a + bt * p->a_batch_stride * a_elem;
+      one.b = (const char *)p->b + bt * p->b_batch_stride * b_elem;
+      one.out = (char *)p->out + bt * p->out_batch_stride * out_elem;
+      s = routed && ignis_cuda_skinny_takes(&one, device) ? run_skinny_locked(&one, device, stream)
+                                                          : run_locked(&one, device, stream);
+    }
+  } else {
+    s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
+                                                     : run_locked(p, device, stream);
+  }
   pthread_mutex_unlock(&state_lock);
   if (previous != device)
     cudaSetDevice(previous);

@@ -13,7 +13,7 @@ typedef ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2> LIBRARY_CONF
 enum { PER_SM = 2 };
 
 /* IGNIS_GEMM_SKINNY: "0" never, "1" wherever the shape fits, otherwise only the products cuBLASLt
- * has no algorithm for (a 16-bit out of the other 16-bit dtype). */
+ * has no algorithm for (a 16-bit out of the other 16-bit dtype, an f32 bias with a 16-bit out). */
 enum skinny_mode { SKINNY_OFF, SKINNY_MIXED_OUT, SKINNY_ALWAYS };
 
 static skinny_mode skinny_setting(void) {
@@ -41,8 +41,10 @@ extern "C" int ignis_cuda_skinny_takes(const ignis_gemm_params *p, int32_t devic
   if (!aligned16(p->a, p->a_row_stride, p->m) || !aligned16(p->b, p->b_stride_n, p->n))
     return 0;
   const skinny_mode mode = skinny_setting();
-  const bool mixed_out = p->out_dtype != IGNIS_F32 && p->out_dtype != p->a_dtype;
-  if (mode == SKINNY_OFF || (mode == SKINNY_MIXED_OUT && !mixed_out))
+  /* what cuBLASLt lacks: a 16-bit out of the other 16-bit dtype, or an f32 bias with a 16-bit out */
+  const bool lt_lacks = p->out_dtype != IGNIS_F32 &&
+                        (p->out_dtype != p->a_dtype || (p->bias != nullptr && p->bias_dtype == IGNIS_F32));
+  if (mode == SKINNY_OFF || (mode == SKINNY_MIXED_OUT && !lt_lacks))
     return 0;
   return ignis_compute_capability(device) >= 80;
 }

@@ -373,15 +373,16 @@ __global__ void __launch_bounds__(THREADS, 1) grouped_gemm_sm90_kernel(const __g
 /* ---- host --------------------------------------------------------------------------------------- */
 enum { MODE_OFF = 0, MODE_GROUPED = 1, MODE_ALL = 2 };
 
-/* IGNIS_GEMM_SM90, read once: "0" off, "grouped" grouped ops only, else both. */
+/* IGNIS_GEMM_SM90, read once: "0" off, "all" the grouped ops and the dense block-scaled GEMM, else
+ * (the default) the grouped ops only: cuBLASLt was faster on the dense one (include/ignis/gemm.h). */
 int sm90_mode(void) {
   static const int mode = [] {
     const char *value = ignis_env(IGNIS_ENV_GEMM_SM90);
     if (value && strcmp(value, "0") == 0)
       return (int)MODE_OFF;
-    if (value && strcmp(value, "grouped") == 0)
-      return (int)MODE_GROUPED;
-    return (int)MODE_ALL;
+    if (value && strcmp(value, "all") == 0)
+      return (int)MODE_ALL;
+    return (int)MODE_GROUPED;
   }();
   return mode;
 }

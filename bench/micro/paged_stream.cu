@@ -38,11 +38,11 @@ __device__ __forceinline__ void tma4(uint32_t dst, const CUtensorMap *m, int c0,
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(mbar) : "memory");
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t a, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(n)); }
+__device__ __forceinline__ void ignis_mbar_init(uint32_t a, int n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(a), "r"(n)); }
 __device__ __forceinline__ void mbar_expect(uint32_t a, int bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint32_t a, int parity) {
+__device__ __forceinline__ void ignis_mbar_wait(uint32_t a, int parity) {
   asm volatile("{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}" ::"r"(a), "r"(parity) : "memory");
 }
 __device__ __forceinline__ void bulk(uint32_t dst, const void *src, int bytes, uint32_t mbar) {
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(THREADS) stream_kernel(P p, const __grid_const
   for (int i = tid; i < p.ppr; i += THREADS) pages[i] = p.indices[(size_t)b * p.ppr + i];
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
   const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
-  if (tid == 0) for (int s = 0; s < NS; ++s) mbar_init(bar0 + 8 * s, 1);
+  if (tid == 0) for (int s = 0; s < NS; ++s) ignis_mbar_init(bar0 + 8 * s, 1);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
   const int nst = MODE >= 7 ? p.ppr / HKV : p.L / KS;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(THREADS) stream_kernel(P p, const __grid_const
         else asm volatile("cp.async.wait_group 3;" ::: "memory");
         __syncthreads();
       } else {
-        mbar_wait(bar0 + 8 * (s % NS), (s / NS) & 1);
+        ignis_mbar_wait(bar0 + 8 * (s % NS), (s / NS) & 1);
       }
       if (s + NS - 1 < nst) issue(s + NS - 1);
       else if (MODE == 0) asm volatile("cp.async.commit_group;" ::: "memory");
@@ -234,7 +234,7 @@ void run(const char *name, P p, int B, int reps, const CUtensorMap &tm) {
   printf("%-34s %s B%-3d L%-5d occ %d  %8.1f us  %6.0f GB/s\n", name, p.hnd ? "HND" : "NHD", B, p.L, occ, t[t.size() / 2] * 1e3, bytes / (t[t.size() / 2] * 1e-3) / 1e9);
 }
 
-__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+__device__ __forceinline__ void ignis_mbar_arrive(uint32_t a) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
 }
 // Page kernel shape: 8 consumer warps (a head each) + 1 producer warp; linear ring of NS whole
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(288) page_kernel(P p) {
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
   const uint32_t priv = base + NS * 2 * PAGE + warp * 8192;
   const uint32_t f0 = (uint32_t)__cvta_generic_to_shared(full), e0 = (uint32_t)__cvta_generic_to_shared(empty);
-  if (tid == 0) for (int s = 0; s < NS; ++s) { mbar_init(f0 + 8 * s, 1); mbar_init(e0 + 8 * s, 8); }
+  if (tid == 0) for (int s = 0; s < NS; ++s) { ignis_mbar_init(f0 + 8 * s, 1); ignis_mbar_init(e0 + 8 * s, 8); }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
   const int nst = p.ppr / HKV;
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(288) page_kernel(P p) {
   if (warp == 8) {
     for (int s = 0; s < nst; ++s) {
       const int slot = s % NS;
-      if (s >= NS) mbar_wait(e0 + 8 * slot, ((s / NS) - 1) & 1);
+      if (s >= NS) ignis_mbar_wait(e0 + 8 * slot, ((s / NS) - 1) & 1);
       if (lane == 0) {
         const int page = pg[s];
         mbar_expect(f0 + 8 * slot, 2 * PAGE);
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(288) page_kernel(P p) {
   } else {
     for (int s = 0; s < nst; ++s) {
       const int slot = s % NS;
-      mbar_wait(f0 + 8 * slot, (s / NS) & 1);
+      ignis_mbar_wait(f0 + 8 * slot, (s / NS) & 1);
       // copy out: lane -> (row half, chunk): rows t = 2i + (lane >> 4), chunk lane & 15
       const uint32_t src = base + slot * 2 * PAGE + warp * ROWB;
 #pragma unroll
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(288) page_kernel(P p) {
           asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};" ::"r"(priv + kv * 4096 + t * 256 + ((c ^ (t & 7)) * 16)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
         }
       __syncwarp();
-      if (lane == 0) mbar_arrive(e0 + 8 * slot);
+      if (lane == 0) ignis_mbar_arrive(e0 + 8 * slot);
       // read the private buffer by ldmatrix (K: 8 x4, V: 8 x4)
       const int mi = lane >> 3, mrow = lane & 7;
 #pragma unroll

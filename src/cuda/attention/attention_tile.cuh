@@ -23,6 +23,7 @@
 
 #include "cuda/attention/lse_merge.cuh"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/hopper.cuh"
 #include "ignis/decode.h"
 
 #if !defined(IGNIS_WITH_HEAD_DIM_64) && !defined(IGNIS_WITH_HEAD_DIM_128) && !defined(IGNIS_WITH_HEAD_DIM_256)
@@ -52,32 +53,11 @@ __device__ __forceinline__ void copy_async_commit() {
 template <int N> __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-/* mbarriers (sm_90 for try_wait and the bulk copies): init with an arrival count; arrive; arrive
- * once every cp.async this thread issued has landed (counted in the init); wait for the phase of
- * the given parity to complete. */
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-/* Arrives on bar once every cp.async this thread issued so far has landed (counted in the init). */
+/* mbarriers (sm_90 for try_wait and the bulk copies): cuda/common/hopper.cuh's ignis_mbar_init,
+ * ignis_mbar_arrive, ignis_mbar_arrive_expect_tx and ignis_mbar_wait, plus an arrival once every
+ * cp.async this thread issued so far has landed (counted in the init). */
 __device__ __forceinline__ void mbar_arrive_copies(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-/* Arrives on bar and adds `bytes` to the transaction count its phase waits for. */
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 /* Bulk copy (copy engine, sm_90) of `bytes` (a multiple of 16, both addresses 16-byte aligned)
  * from global to shared memory, counted on bar's transaction count as it lands. */

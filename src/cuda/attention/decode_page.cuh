@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
   const bool fetched = fetch_item(p, c, (int)blockIdx.x, &item);
   if (tid == 0) {
     for (int s = 0; s < PAGE_STAGES; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, PAGE_HEADS * 32); /* every consumer lane releases its own reads */
+      ignis_mbar_init(full0 + 8 * s, 1);
+      ignis_mbar_init(empty0 + 8 * s, PAGE_HEADS * 32); /* every consumer lane releases its own reads */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
       const int32_t page = __shfl_sync(0xffffffffu, lane_page, s & 31);
       const int slot = s % PAGE_STAGES;
       if (s >= PAGE_STAGES)
-        mbar_wait(empty0 + 8 * slot, (s / PAGE_STAGES - 1) & 1);
+        ignis_mbar_wait(empty0 + 8 * slot, (s / PAGE_STAGES - 1) & 1);
       if (lane == 0) {
         const int32_t key0 = s0 + s * PAGE_TOKENS;
         const int lo = max(r.start - key0, 0), hi = min(r.end - key0, (int32_t)PAGE_TOKENS);
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
         const uint32_t full = full0 + 8 * slot, dst = smem + slot * 2 * PAGE_KV_BYTES;
         if (page >= 0) {
           const int64_t token = (uint32_t)key0 % (uint32_t)r.page_size;
-          mbar_arrive_expect_tx(full, 2 * PAGE_KV_BYTES);
+          ignis_mbar_arrive_expect_tx(full, 2 * PAGE_KV_BYTES);
           bulk_copy_to_shared(dst,
                               k_cache + (page * p.cache.k_stride_page + token * p.cache.k_stride_token) * 2,
                               PAGE_KV_BYTES, full);
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
                               v_cache + (page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2,
                               PAGE_KV_BYTES, full);
         } else {
-          mbar_arrive(full); /* nothing to copy: the consumers zero the rows */
+          ignis_mbar_arrive(full); /* nothing to copy: the consumers zero the rows */
         }
       }
       __syncwarp();
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
                    v_tile = k_tile + PAGE_TILE_BYTES;
     for (int s = 0; s < stages; ++s) {
       const int slot = s % PAGE_STAGES;
-      mbar_wait(full0 + 8 * slot, (s / PAGE_STAGES) & 1);
+      ignis_mbar_wait(full0 + 8 * slot, (s / PAGE_STAGES) & 1);
       const uint32_t bits = valid[slot];
       /* this head's 16 K and V rows into the private tiles (rows of masked keys as zeros): lane
        * copies chunk lane % 16 of rows 2i + lane / 16 */
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(PAGE_THREADS, 1)
         store_shared16(v_tile + to, vx);
       }
       __syncwarp();
-      mbar_arrive(empty0 + 8 * slot);
+      ignis_mbar_arrive(empty0 + 8 * slot);
       transposed_keys16<KIND, HEAD_DIM, ROPE, PAGE_ROW_BYTES, 7>(
           p, c, q, k_tile, v_tile, 0, s0 + s * PAGE_TOKENS, bits, row_masks, o, m, l, [] {});
       __syncwarp();

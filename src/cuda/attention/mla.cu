@@ -42,8 +42,7 @@ template <typename T, bool FP8> static ignis_status launch(const ignis_mla_param
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
     const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
-    IGNIS_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<T, FP8>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));
     mla_attention_kernel<T, FP8><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
     const ignis_status status = ignis_check_launch("mla attention");
     if (status != IGNIS_OK)

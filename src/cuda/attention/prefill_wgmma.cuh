@@ -68,20 +68,6 @@ enum {
 static __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-/* Keeps the compiler from moving accesses of accumulator registers across wgmma issue and wait. */
-template <int N> static __device__ __forceinline__ void wgmma_pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-    asm volatile("" : "+f"(d[i])::"memory");
-}
-
 /* Shared-memory matrix descriptor: 128-byte swizzle, offsets in bytes. */
 static __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
@@ -245,10 +231,10 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
 
   if (tid == 0) {
     for (int s = 0; s < WGMMA_STAGES; ++s) {
-      mbar_init(bar_full_k + 8 * s, 128);
-      mbar_init(bar_full_v + 8 * s, 128);
-      mbar_init(bar_empty_k + 8 * s, 8);
-      mbar_init(bar_empty_v + 8 * s, 8);
+      ignis_mbar_init(bar_full_k + 8 * s, 128);
+      ignis_mbar_init(bar_full_v + 8 * s, 128);
+      ignis_mbar_init(bar_empty_k + 8 * s, 8);
+      ignis_mbar_init(bar_empty_v + 8 * s, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -291,11 +277,11 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       page = lookup_page(tl + 1);
       const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
       if (tl >= WGMMA_STAGES)
-        mbar_wait(bar_empty_k + 8 * s, parity);
+        ignis_mbar_wait(bar_empty_k + 8 * s, parity);
       copy_rows(stage, kp, k_cache);
       mbar_arrive_copies(bar_full_k + 8 * s);
       if (tl >= WGMMA_STAGES)
-        mbar_wait(bar_empty_v + 8 * s, parity);
+        ignis_mbar_wait(bar_empty_v + 8 * s, parity);
       copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
       mbar_arrive_copies(bar_full_v + 8 * s);
     }
@@ -358,7 +344,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   const uint32_t stages = base + WGMMA_Q_BYTES;
   auto release = [&](uint32_t bar, int j) {
     if (lane == 0)
-      mbar_arrive(bar + 8 * (j % WGMMA_STAGES));
+      ignis_mbar_arrive(bar + 8 * (j % WGMMA_STAGES));
   };
   auto mask_tile = [&](int j) {
     const int64_t k0 = (int64_t)lo + (int64_t)j * WGMMA_KT;
@@ -366,13 +352,13 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       wgmma_mask(s, (uint32_t)k0, vis_hi, t);
   };
   if (n_wg > 0) {
-    mbar_wait(bar_full_k, 0);
+    ignis_mbar_wait(bar_full_k, 0);
     fence_proxy_async();
-    wgmma_fence();
+    ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_pin(s);
+    ignis_wgmma_commit();
+    ignis_wgmma_wait<0>();
+    ignis_wgmma_pin(s);
     release(bar_empty_k, 0);
     mask_tile(0);
     wgmma_softmax(s, c.score_scale, m, l, rescale);
@@ -380,40 +366,40 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   }
   for (int j = 1; j < n_wg; ++j) {
     const int sj = j % WGMMA_STAGES, sp = (j - 1) % WGMMA_STAGES;
-    mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
-    mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
     fence_proxy_async();
-    wgmma_fence();
+    ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages + sj * WGMMA_STAGE_BYTES);
-    wgmma_commit();
+    ignis_wgmma_commit();
     wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_pin(s);
+    ignis_wgmma_commit();
+    ignis_wgmma_wait<1>();
+    ignis_wgmma_pin(s);
     release(bar_empty_k, j);
     mask_tile(j);
     wgmma_softmax(s, c.score_scale, m, l, rescale);
-    wgmma_wait<0>();
-    wgmma_pin(o);
+    ignis_wgmma_wait<0>();
+    ignis_wgmma_pin(o);
     release(bar_empty_v, j - 1);
     wgmma_rescale_pack<QT>(s, rescale, o, pa);
   }
   if (n_wg > 0) {
     const int sp = (n_wg - 1) % WGMMA_STAGES;
-    mbar_wait(bar_full_v + 8 * sp, ((n_wg - 1) / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_v + 8 * sp, ((n_wg - 1) / WGMMA_STAGES) & 1);
     fence_proxy_async();
-    wgmma_fence();
+    ignis_wgmma_fence();
     wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_pin(o);
+    ignis_wgmma_commit();
+    ignis_wgmma_wait<0>();
+    ignis_wgmma_pin(o);
     release(bar_empty_v, n_wg - 1);
   }
   /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step */
   for (int j = n_wg; j < num_tiles; ++j) {
-    mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
     release(bar_empty_k, j);
-    mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
     release(bar_empty_v, j);
   }
   ignis_pdl_launch_dependents();

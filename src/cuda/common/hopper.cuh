@@ -12,7 +12,8 @@
  * address, and a 64-row slab of a tile adds 8192.
  *
  * Device pieces are only called from kernel bodies compiled for sm_90a (guarded with
- * __CUDA_ARCH_FEAT_SM90_ALL); the helpers themselves are plain inline functions. Accumulators of
+ * __CUDA_ARCH_FEAT_SM90_ALL), or (the mbarriers) from the sm_90 paths of the attention kernels
+ * (attention_tile.cuh, prefill_wgmma.cuh); the helpers themselves are plain inline functions. Accumulators of
  * m64nN: thread l of warp w (of the warpgroup) holds rows 16 w + l / 4 and + 8; d[4 j + 2 h + e] is
  * row 16 w + l / 4 + 8 h, column 8 j + 2 (l % 4) + e. */
 #ifndef IGNIS_CUDA_COMMON_HOPPER_CUH

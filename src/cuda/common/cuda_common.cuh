@@ -86,6 +86,17 @@ __device__ __forceinline__ float ignis_warp_sum(float x) {
   return x;
 }
 
+/* Inclusive prefix sum over the lanes of a full warp: lane l gets the sum of lanes 0..l. */
+template <typename T> __device__ __forceinline__ T ignis_warp_inclusive_sum(T v) {
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, v, offset);
+    if ((threadIdx.x & 31) >= offset)
+      v += up;
+  }
+  return v;
+}
+
 /* Sum over the block; every thread gets the result. `scratch` holds >= 32 floats of shared memory
  * and may be reused after the call returns (the function ends with a barrier). */
 __device__ __forceinline__ float ignis_block_sum(float x, float *scratch) {

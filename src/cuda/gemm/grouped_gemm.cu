@@ -154,13 +154,7 @@ __device__ Tile find_tile(const Params &p, int slot) {
       end = (int)e;
       count = (end - start + BM - 1) / BM;
     }
-    int incl = count;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o)
-        incl += v;
-    }
+    int incl = ignis_warp_inclusive_sum(count);
     if (lane == 31)
       s_warp[warp] = incl;
     __syncthreads();

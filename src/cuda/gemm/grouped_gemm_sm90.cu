@@ -143,13 +143,7 @@ __device__ void sched_window(const Params &p, Sched &s) {
     if (weight >= 0)
       tiles = (end - start + BM - 1) / BM * p.n_tiles;
   }
-  int incl = tiles;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o)
-      incl += v;
-  }
+  const int incl = ignis_warp_inclusive_sum(tiles);
   s.start = start;
   s.end = end;
   s.weight = weight;

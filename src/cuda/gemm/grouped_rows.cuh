@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "cuda/common/cuda_common.cuh"
+
 /* Where the groups are described (device pointers; the i64 flags give the index dtypes). */
 struct ignis_grouped_rows {
   const void *m_indptr;       /* [G + 1] */
@@ -68,13 +70,7 @@ __device__ ignis_grouped_chunk ignis_grouped_find_chunk(const ignis_grouped_rows
       end = (int)e;
       count = (end - begin + chunk_rows - 1) / chunk_rows;
     }
-    int inclusive = count;
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-      if (lane >= offset)
-        inclusive += up;
-    }
+    const int inclusive = ignis_warp_inclusive_sum(count);
     if (lane == 31)
       warp_total[warp] = inclusive;
     __syncthreads(); /* also orders found[0] = -1 before any thread records a chunk */

@@ -64,24 +64,12 @@ __device__ int block_exclusive_scan(int *vals, int n, int *s_warp) {
   int sum = 0;
   for (int i = begin; i < end; ++i)
     sum += vals[i];
-  int incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o)
-      incl += v;
-  }
+  const int incl = ignis_warp_inclusive_sum(sum);
   if (lane == 31)
     s_warp[warp] = incl;
   __syncthreads();
   if (warp == 0) {
-    int w = lane < warps ? s_warp[lane] : 0, winc = w;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, winc, o);
-      if (lane >= o)
-        winc += v;
-    }
+    const int w = lane < warps ? s_warp[lane] : 0, winc = ignis_warp_inclusive_sum(w);
     if (lane < warps)
       s_warp[lane] = winc - w;
     if (lane == 31)

@@ -209,13 +209,7 @@ __device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b
  * (uint32_t or uint64_t: unsigned, so a u32 sum wraps as its u64 sum would truncate). */
 template <typename T> __device__ __forceinline__ T block_prefix(T v, T &total, reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  T inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const T next = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o)
-      inc += next;
-  }
+  const T inc = ignis_warp_inclusive_sum(v);
   if (lane == 31)
     s.a[warp] = inc;
   __syncthreads();

@@ -21,9 +21,9 @@
  * fp64 reference is computed on the GPU (the 2^-12 allows the fp8 tensor cores' reduced accumulation
  * inside a 128-wide K block and f32 rounding; bf16 rounding of out is 2^-8), at most 1 to pass.
  *
- * Timing: each sample is a burst of BURST calls queued behind a GPU spin (host launch cost does not
- * show) between two events; the median of SAMPLES samples. TFLOP/s = 2 rows N K / time; "vs
- * cuBLASLt" above 1 means faster. Inputs are not rotated: a and b of the smallest shape (16 + 29
+ * Timing (bench/micro/timing.cuh): each sample is a burst of calls queued behind a GPU spin (host
+ * launch cost does not show) between two events; the median of the samples (TIMING).
+ * TFLOP/s = 2 rows N K / time; "vs cuBLASLt" above 1 means faster. Inputs are not rotated: a and b of the smallest shape (16 + 29
  * MB) may partly stay in the 50 MB L2 across calls, for every row alike. */
 #include <algorithm>
 #include <cmath>
@@ -36,13 +36,15 @@
 #include <cuda_fp8.h>
 
 #include "check.h"
+#include "timing.cuh"
 #include "core/gemm_params.h"
 #include "core/grouped_gemm_params.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/grouped_gemm_sm90.h"
 
 typedef __nv_bfloat16 bf16;
-enum { BURST = 5, SAMPLES = 7, WARMUP = 2, SAMPLED_POINTS = 512 };
+enum { SAMPLED_POINTS = 512 };
+static const micro_timing TIMING = {2, 7, 5, 4000000}; /* warmup, samples, burst, spin (~2 ms) */
 
 /* ---- kernels of the harness ------------------------------------------------------------------ */
 __device__ float uniform_at(size_t i, uint32_t seed) {
@@ -117,35 +119,9 @@ __global__ void max_abs_diff(const bf16 *x, const bf16 *y, size_t count, unsigne
   atomicMax(result, __float_as_uint(worst));
 }
 
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-/* ---- timing ------------------------------------------------------------------------------------ */
+/* ms per call of call() (bench/micro/timing.cuh) */
 template <typename F> static double time_call(cudaStream_t stream, F call) {
-  cudaEvent_t start, stop;
-  CK(cudaEventCreate(&start));
-  CK(cudaEventCreate(&stop));
-  for (int i = 0; i < WARMUP; ++i)
-    call();
-  std::vector<double> ms;
-  for (int s = 0; s < SAMPLES; ++s) {
-    spin<<<1, 1, 0, stream>>>(4000000); /* ~2 ms: the burst is queued before it starts */
-    CK(cudaEventRecord(start, stream));
-    for (int b = 0; b < BURST; ++b)
-      call();
-    CK(cudaEventRecord(stop, stream));
-    CK(cudaEventSynchronize(stop));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t / BURST);
-  }
-  CK(cudaEventDestroy(start));
-  CK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return micro_time_us(stream, TIMING, 1, [&](int) { call(); }) * 1e-3;
 }
 
 /* ---- one shape ------------------------------------------------------------------------------------ */

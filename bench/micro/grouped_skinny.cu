@@ -26,9 +26,9 @@
  * worst |out - ref| / (2^-8 |ref| + K 2^-24 sum |terms|), at most 1 to pass; "same" says whether a
  * second call gives the same bits.
  *
- * Timing: each sample is a burst of BURST calls queued behind a GPU spin (host launch cost does
- * not show), between two events; the median of SAMPLES samples. Columns: µs per call, GB/s of the
- * weights actually read (active experts x N x K x element size, over the time), "x floor" = the
+ * Timing (bench/micro/timing.cuh): each sample is a burst of calls queued behind a GPU spin (host
+ * launch cost does not show), between two events; the median of the samples (TIMING).
+ * Columns: µs per call, GB/s of the weights actually read (active experts x N x K x element size, over the time), "x floor" = the
  * time over those bytes / the read bandwidth measured here (a streaming read of 1 GiB; the issue's
  * bar is at most 1.5), "x copy floor" the same over the device-to-device copy bandwidth measured
  * here (bytes read + written per second of a 512 MiB cudaMemcpy), and the ratio to the 128x128
@@ -42,13 +42,15 @@
 #include <vector>
 
 #include "check.h"
+#include "timing.cuh"
 #include "cuda/gemm/grouped_skinny.cuh"
 #include "cuda/gemm/grouped_skinny.h"
 #include "ignis/ignis.h"
 
 typedef __nv_bfloat16 bf16;
 typedef ignis_grouped_skinny_e4m3 e4m3;
-enum { BURST = 20, SAMPLES = 15, WARMUP = 3, SETS = 16 };
+enum { SETS = 16 };
+static const micro_timing TIMING = {3, 15, 20, 2000000}; /* warmup, samples, burst, spin */
 
 /* ---- kernels of the harness ------------------------------------------------------------------ */
 __device__ float hash_uniform(size_t i, uint32_t seed) { /* [-1, 1) */
@@ -109,73 +111,6 @@ __global__ void reference(const void *a, const void *w, bool fp8, const int *row
   }
   ref[i] = s;
   abs_sum[i] = s_abs;
-}
-
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-__global__ void stream_read(const uint4 *x, size_t count, unsigned *sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = __ldcs(x + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u)
-    *sink = acc;
-}
-
-/* ---- timing ------------------------------------------------------------------------------------ */
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* µs per call of call(set), set rotating over `sets` */
-template <typename F> static double time_call(cudaStream_t stream, int sets, F call) {
-  cudaEvent_t start, stop;
-  CK(cudaEventCreate(&start));
-  CK(cudaEventCreate(&stop));
-  for (int i = 0; i < WARMUP; ++i)
-    call(i % sets);
-  std::vector<double> us;
-  int next = 0;
-  for (int s = 0; s < SAMPLES; ++s) {
-    spin<<<1, 1, 0, stream>>>(2000000); /* ~1 ms: the burst is queued before it starts */
-    CK(cudaEventRecord(start, stream));
-    for (int b = 0; b < BURST; ++b)
-      call(next++ % sets);
-    CK(cudaEventRecord(stop, stream));
-    CK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(ms * 1e3 / BURST);
-  }
-  CK(cudaEventDestroy(start));
-  CK(cudaEventDestroy(stop));
-  return median(us);
-}
-
-/* bytes per second of a streaming read of 1 GiB, and of a device-to-device copy (read + write) */
-static void bandwidths(cudaStream_t stream, unsigned *sink, int sms, double *read, double *copy) {
-  const size_t bytes = (size_t)1 << 30;
-  void *x = nullptr, *y = nullptr;
-  CK(cudaMalloc(&x, bytes));
-  CK(cudaMalloc(&y, bytes / 2));
-  CK(cudaMemsetAsync(x, 1, bytes, stream));
-  const double read_us = time_call(stream, 1, [&](int) {
-    stream_read<<<sms * 4, 512, 0, stream>>>(static_cast<const uint4 *>(x), bytes / 16, sink);
-  });
-  const double copy_us = time_call(
-      stream, 1, [&](int) { CK(cudaMemcpyAsync(y, x, bytes / 2, cudaMemcpyDeviceToDevice, stream)); });
-  CK(cudaFree(x));
-  CK(cudaFree(y));
-  *read = bytes / (read_us * 1e-6);
-  *copy = bytes / (copy_us * 1e-6);
 }
 
 /* ---- variants ---------------------------------------------------------------------------------- */
@@ -292,7 +227,7 @@ int main() {
   unsigned *sink = nullptr;
   CK(cudaMalloc(&sink, 4));
   double read_bw = 0, copy_bw = 0;
-  bandwidths(stream, sink, sms, &read_bw, &copy_bw);
+  micro_bandwidths(stream, TIMING, sink, sms, &read_bw, &copy_bw);
   printf("# ignis_grouped_skinny: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB), "
          "copy %.0f GB/s (read + write); %d routings rotate\n",
          prop.name, sms, prop.l2CacheSize >> 20, read_bw / 1e9, copy_bw / 1e9, SETS);
@@ -420,7 +355,7 @@ int main() {
       CK(cudaStreamSynchronize(stream));
       check(out, ref, abs_sum, k, second);
       r.same = first == second;
-      r.us = time_call(stream, SETS, call);
+      r.us = micro_time_us(stream, TIMING, SETS, call);
       failures += !(r.worst <= 1.0) || !r.same;
       rows.push_back(r);
     };

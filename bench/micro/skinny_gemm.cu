@@ -19,8 +19,8 @@
  * |out - ref| / (2^-8 |ref| + K 2^-24 sum |a w|), at most 1 to pass; "same" says whether a second
  * run gives the same bits (split-K reduction order fixed).
  *
- * Timing: each sample is a burst of BURST calls queued behind a GPU spin (so host launch cost does
- * not show), between two events, the calls rotating over the sets; the median of SAMPLES samples.
+ * Timing (bench/micro/timing.cuh): each sample is a burst of calls queued behind a GPU spin (so
+ * host launch cost does not show), between two events, the calls rotating over the sets; the median of the samples (TIMING).
  * Columns: µs per call, GB/s of weight read (N K 2 bytes / time), the weight-read floor's multiple
  * (time over N K 2 / the read bandwidth measured here by a streaming-read kernel over 1 GiB; the
  * issue's bar is at most 1.5) and the ratio to cuBLASLt (above 1: faster). */
@@ -31,13 +31,15 @@
 #include <vector>
 
 #include "check.h"
+#include "timing.cuh"
 #include "core/gemm_params.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/skinny.cuh"
 #include "ignis/ignis.h"
 
 typedef __nv_bfloat16 bf16;
-enum { BURST = 20, SAMPLES = 15, WARMUP = 3, MAX_SETS = 16 };
+enum { MAX_SETS = 16 };
+static const micro_timing TIMING = {3, 15, 20, 2000000}; /* warmup, samples, burst, spin */
 static const size_t PARTIAL_FLOATS = (16u << 20) / sizeof(float);
 static const int COUNTERS = 16384;
 
@@ -72,23 +74,6 @@ __global__ void reference(const bf16 *a, const bf16 *w, int m, int n, int k, dou
   abs_sum[i] = s_abs;
 }
 
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-__global__ void stream_read(const uint4 *x, size_t count, unsigned *sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const uint4 v = __ldcs(x + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u)
-    *sink = acc;
-}
-
 /* ---- variants ---------------------------------------------------------------------------------- */
 typedef ignis_status (*variant_fn)(const ignis_skinny_args &, int, int, float *, size_t, unsigned *, int,
                                    cudaStream_t, ignis_skinny_launch_info *);
@@ -117,52 +102,6 @@ static const variant VARIANTS[] = {
     {"r16 u4 pf ef /2", run_variant<ignis_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_EVICT_FIRST, 2>>, 2},
 };
 enum { VARIANT_COUNT = sizeof VARIANTS / sizeof VARIANTS[0] };
-
-/* ---- timing ------------------------------------------------------------------------------------ */
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* µs per call of call(set), set rotating over `sets` */
-template <typename F> static double time_call(cudaStream_t stream, int sets, F call) {
-  cudaEvent_t start, stop;
-  CK(cudaEventCreate(&start));
-  CK(cudaEventCreate(&stop));
-  for (int i = 0; i < WARMUP; ++i)
-    call(i % sets);
-  std::vector<double> us;
-  int next = 0;
-  for (int s = 0; s < SAMPLES; ++s) {
-    spin<<<1, 1, 0, stream>>>(2000000); /* ~1 ms: the burst is queued before it starts */
-    CK(cudaEventRecord(start, stream));
-    for (int b = 0; b < BURST; ++b)
-      call(next++ % sets);
-    CK(cudaEventRecord(stop, stream));
-    CK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(ms * 1e3 / BURST);
-  }
-  CK(cudaEventDestroy(start));
-  CK(cudaEventDestroy(stop));
-  return median(us);
-}
-
-static double read_bandwidth(cudaStream_t stream, unsigned *sink) {
-  const size_t bytes = (size_t)1 << 30;
-  void *x = nullptr;
-  CK(cudaMalloc(&x, bytes));
-  CK(cudaMemsetAsync(x, 1, bytes, stream));
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const double us = time_call(stream, 1, [&](int) {
-    stream_read<<<sms * 4, 512, 0, stream>>>(static_cast<const uint4 *>(x), bytes / 16, sink);
-  });
-  CK(cudaFree(x));
-  return bytes / (us * 1e-6);
-}
 
 /* ---- checking ---------------------------------------------------------------------------------- */
 struct check_result {
@@ -214,7 +153,8 @@ int main() {
   CK(cudaMalloc(&partials, PARTIAL_FLOATS * sizeof(float)));
   CK(cudaMalloc(&counters, COUNTERS * sizeof(unsigned)));
   CK(cudaMemset(counters, 0, COUNTERS * sizeof(unsigned)));
-  const double bandwidth = read_bandwidth(stream, sink);
+  double bandwidth = 0;
+  micro_bandwidths(stream, TIMING, sink, sms, &bandwidth, nullptr);
   const size_t rotation = std::max((size_t)(2.4 * prop.l2CacheSize), (size_t)128 << 20);
   printf("# ignis_skinny_gemm: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB); "
          "weights rotate over >= %zu MiB\n",
@@ -291,7 +231,7 @@ int main() {
       const check_result second = check(out[0], ref, abs_sum, m, n, k);
       r.worst = first.worst;
       r.same = first.bits == second.bits;
-      r.us = time_call(stream, sets, call);
+      r.us = micro_time_us(stream, TIMING, sets, call);
       failures += !(r.worst <= 1.0) || !r.same;
       rows.push_back(r);
     };

@@ -391,13 +391,17 @@ static ignis_status check_nope(const char *fn, const char *name, const ignis_ten
 }
 
 /* The sources, positions, scales and q outputs of every form; k_ndim 0 takes k_rope's (2 or 3),
- * else requires it. Fills p and lists the tensors. */
+ * else requires it. Clears the last error, then fills p and lists the tensors in l (both zeroed
+ * first). */
 static ignis_status check_quant_common(const char *fn, const ignis_tensor *q_rope, const ignis_tensor *k_rope,
                                        const ignis_tensor *q_nope, const ignis_tensor *k_nope,
                                        const ignis_tensor *cos_sin_cache, const ignis_tensor *pos_ids,
                                        int32_t is_neox, float quant_scale_q, float quant_scale_kv,
                                        const ignis_tensor *q_rope_out, const ignis_tensor *q_nope_out,
                                        int k_ndim, ignis_rope_quant_params *p, quant_tensors *l) {
+  ignis_clear_error();
+  memset(p, 0, sizeof *p);
+  memset(l, 0, sizeof *l);
   IGNIS_TRY(ignis_check_tensor(fn, "q_rope", q_rope, 3, 3));
   IGNIS_TRY(check_source_dtype(fn, "q_rope", q_rope));
   IGNIS_TRY(ignis_check_last_dim_contiguous(fn, "q_rope", q_rope));
@@ -589,11 +593,8 @@ ignis_status ignis_rope_quantize_fp8(const ignis_tensor *q_rope, const ignis_ten
                                      ignis_tensor *q_rope_out, ignis_tensor *k_rope_out,
                                      ignis_tensor *q_nope_out, ignis_tensor *k_nope_out, void *stream) {
   static const char fn[] = "ignis_rope_quantize_fp8";
-  ignis_clear_error();
   ignis_rope_quant_params p;
-  memset(&p, 0, sizeof p);
   quant_tensors l;
-  memset(&l, 0, sizeof l);
   IGNIS_TRY(check_quant_common(fn, q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox,
                                quant_scale_q, quant_scale_kv, q_rope_out, q_nope_out, 0, &p, &l));
   const int k_ndim = k_rope->ndim;
@@ -621,11 +622,8 @@ ignis_status ignis_rope_quantize_fp8_append_paged_kv_cache(
     const ignis_paged_kv_cache *cache, int32_t is_neox, float quant_scale_q, float quant_scale_kv,
     ignis_tensor *q_rope_out, ignis_tensor *q_nope_out, void *stream) {
   static const char fn[] = "ignis_rope_quantize_fp8_append_paged_kv_cache";
-  ignis_clear_error();
   ignis_rope_quant_params p;
-  memset(&p, 0, sizeof p);
   quant_tensors l;
-  memset(&l, 0, sizeof l);
   IGNIS_TRY(check_quant_common(fn, q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox,
                                quant_scale_q, quant_scale_kv, q_rope_out, q_nope_out, 3, &p, &l));
   if (!cache)
@@ -674,11 +672,8 @@ ignis_status ignis_rope_quantize_fp8_append_paged_mla_kv_cache(
     float quant_scale_q, float quant_scale_kv, ignis_tensor *q_rope_out, ignis_tensor *q_nope_out,
     void *stream) {
   static const char fn[] = "ignis_rope_quantize_fp8_append_paged_mla_kv_cache";
-  ignis_clear_error();
   ignis_rope_quant_params p;
-  memset(&p, 0, sizeof p);
   quant_tensors l;
-  memset(&l, 0, sizeof l);
   IGNIS_TRY(check_quant_common(fn, q_rope, k_rope, q_nope, k_nope, cos_sin_cache, pos_ids, is_neox,
                                quant_scale_q, quant_scale_kv, q_rope_out, q_nope_out, 2, &p, &l));
   IGNIS_TRY(ignis_check_tensor(fn, "kpe_cache", kpe_cache, 3, 3));

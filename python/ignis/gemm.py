@@ -97,7 +97,10 @@ def _mm(fn, a, b, bias, out, stream):
     dtype (bf16 x bf16 -> f16) and no f32 bias with a 16-bit output, so on CUDA such a call that
     ignis' small-M kernel does not take (m > 64) computes into a float32 temporary (PyTorch) and
     rounds it into out."""
-    if framework_of(out) == "torch" and out.device.type == "cuda" and _dtype_name(out.dtype) != "float32":
+    out_name = _dtype_name(out.dtype)
+    lt_lacks = out_name != "float32" and (_dtype_name(a.dtype) != out_name or
+                                          (bias is not None and _dtype_name(bias.dtype) == "float32"))
+    if lt_lacks and framework_of(out) == "torch" and out.device.type == "cuda":
         try:
             _ext.mm(a, b, bias, out, stream)
         except UnsupportedError:

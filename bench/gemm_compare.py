@@ -50,7 +50,7 @@ import ignis
 from ignis import gemm
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from gpu_timing import median_us  # noqa: E402
+from gpu_timing import median_us, read_bandwidth, rotating  # noqa: E402
 
 PEAK_BF16, PEAK_FP8 = 989.0, 1979.0
 E4M3 = torch.float8_e4m3fn
@@ -65,26 +65,9 @@ BLOCK_SHAPES = [(4096, 7168, 16384), (64, 2112, 7168), (16, 2112, 7168), (4, 716
 GROUPED_SHAPES = [(8, 4096, 4096, 7168), (8, 1024, 28672, 4096), (128, 256, 1536, 2048), (32, 1024, 4096, 7168)]
 
 
-def read_bandwidth():
-    """Bytes per second torch.sum reads from a 2 GiB tensor (median)."""
-    x = torch.ones(1 << 30, device="cuda", dtype=torch.bfloat16)
-    us = median_us(lambda: x.sum(dtype=torch.float32), 10)
-    return x.numel() * 2 / (us * 1e-6)
-
-
 def sets_for(bytes_per_set):
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     return max(2, min(64, -(-4 * l2 // max(bytes_per_set, 1))))
-
-
-def rotating(calls):
-    """A function calling calls[i % len(calls)] on its i-th invocation."""
-    state = {"i": 0}
-
-    def call():
-        calls[state["i"] % len(calls)]()
-        state["i"] += 1
-    return call
 
 
 def max_rel(a, b):

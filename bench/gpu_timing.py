@@ -1,5 +1,5 @@
 """GPU timing shared by the benchmark scripts (decode_compare, prefill_compare, sampling_compare,
-decode_split_sweep, the block-table scripts): what a call costs the GPU, what one call costs end to
+decode_split_sweep, the block-table scripts, gemm_compare, moe_compare): what a call costs the GPU, what one call costs end to
 end, and what it costs the host.
 
 median_us: the median over `samples` bursts of BURST calls, each burst queued behind a GPU sleep
@@ -10,6 +10,9 @@ out, so both sides of a comparison are measured alike.
 
 single_call_us: one call on an idle GPU with events around it: its GPU time plus the host's cost
 of issuing it (what a caller that waits on every call sees).
+
+read_bandwidth: bytes per second a torch.sum reads from a 2 GiB tensor (the read floor the GEMM
+and MoE scripts quote); rotating: a call that cycles through a list of calls (input sets).
 
 host_us: the host time of one call issued to an idle GPU, by the host's clock, so that no call
 waits on the device.
@@ -73,3 +76,20 @@ def host_us(fn, samples):
         times.append((time.perf_counter() - t0) * 1e6)
     torch.cuda.synchronize()
     return statistics.median(times)
+
+
+def read_bandwidth():
+    """Bytes per second torch.sum reads from a 2 GiB tensor (median)."""
+    x = torch.ones(1 << 30, device="cuda", dtype=torch.bfloat16)
+    us = median_us(lambda: x.sum(dtype=torch.float32), 10)
+    return x.numel() * 2 / (us * 1e-6)
+
+
+def rotating(calls):
+    """A function calling calls[i % len(calls)] on its i-th invocation."""
+    state = {"i": 0}
+
+    def call():
+        calls[state["i"] % len(calls)]()
+        state["i"] += 1
+    return call

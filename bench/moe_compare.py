@@ -46,29 +46,12 @@ import ignis  # noqa: F401 - loads the library before ignis.fused_moe
 from ignis import fused_moe as fm
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from gpu_timing import median_us  # noqa: E402
+from gpu_timing import median_us, read_bandwidth, rotating  # noqa: E402
 
 PRESETS = [("Mixtral-8x7B", 8, 2, 4096, 14336, "bf16"), ("Qwen3-30B-A3B", 128, 8, 2048, 768, "bf16"),
            ("gpt-oss-120b", 128, 4, 2880, 2880, "bf16"), ("DeepSeek-V3", 256, 8, 7168, 2048, "fp8_block")]
 ROUTING_SETS = 8
 E4M3 = torch.float8_e4m3fn
-
-
-def read_bandwidth():
-    """Bytes per second torch.sum reads from a 2 GiB tensor (median)."""
-    x = torch.ones(1 << 30, device="cuda", dtype=torch.bfloat16)
-    us = median_us(lambda: x.sum(dtype=torch.float32), 10)
-    return x.numel() * 2 / (us * 1e-6)
-
-
-def rotating(calls):
-    """A function calling calls[i % len(calls)] on its i-th invocation."""
-    state = {"i": 0}
-
-    def call():
-        calls[state["i"] % len(calls)]()
-        state["i"] += 1
-    return call
 
 
 def route(logits, k):

@@ -105,15 +105,20 @@ def new_output(like, halve_last=False, shape=None):
     return allocate(like, shape)
 
 
-def new_index_output(like, shape):
-    """An uninitialized int32 array of ``shape`` for an op's index output, on like's device in its
+def new_typed_output(like, shape, dtype):
+    """An uninitialized array of ``shape`` and ``dtype`` (NumPy's name) on like's device in its
     framework; a JAX input gets a NumPy buffer (JAX arrays are immutable) handed back as a JAX array
     on like's device. Returns ``(buffer, finish)`` as new_output."""
     if _module_of(like, "jax", "Array"):
         jax, numpy = sys.modules["jax"], sys.modules["numpy"]
         device = like.device
-        return numpy.empty(shape, dtype=numpy.int32), lambda filled: jax.device_put(filled, device)
-    return new_array(like, shape, "int32"), _same
+        return numpy.empty(shape, dtype=dtype), lambda filled: jax.device_put(filled, device)
+    return new_array(like, shape, dtype), _same
+
+
+def new_index_output(like, shape):
+    """new_typed_output for an op's int32 index output."""
+    return new_typed_output(like, shape, "int32")
 
 
 def framework_of(x):

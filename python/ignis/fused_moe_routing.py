@@ -21,10 +21,9 @@ the logits themselves keep the logits' order where sigmoid or softmax round scor
 
 import enum
 import operator
-import sys
 
 from . import _ext
-from ._alloc import _module_of, new_array, new_index_output
+from ._alloc import new_index_output, new_typed_output
 from ._errors import ArgumentTypeError, InvalidArgumentError, UnsupportedError
 
 __all__ = ["RoutingMethodType", "moe_route", "fused_topk_deepseek", "topk_softmax"]
@@ -60,16 +59,6 @@ def _method_value(fn, method):
                                 % (fn, type(method).__name__)) from None
 
 
-def _float32_output(like, shape):
-    """An f32 array for the weights in like's framework (a NumPy buffer handed back as a JAX array for
-    JAX inputs, whose arrays are immutable). Returns ``(buffer, finish)``."""
-    if _module_of(like, "jax", "Array"):
-        jax, numpy = sys.modules["jax"], sys.modules["numpy"]
-        device = like.device
-        return numpy.empty(shape, dtype=numpy.float32), lambda filled: jax.device_put(filled, device)
-    return new_array(like, shape, "float32"), lambda filled: filled
-
-
 def _route(fn, logits, bias, method, top_k, n_group, topk_group, scale, ids, weights, stream):
     """Run the routing into ids / weights (allocated when None); returns them finished."""
     shape = (logits.shape[0], max(int(top_k), 0))
@@ -77,7 +66,7 @@ def _route(fn, logits, bias, method, top_k, n_group, topk_group, scale, ids, wei
     if ids is None:
         ids, finish_ids = new_index_output(logits, shape)
     if weights is None:
-        weights, finish_weights = _float32_output(logits, shape)
+        weights, finish_weights = new_typed_output(logits, shape, "float32")
     _ext.moe_route(logits, bias, ids, weights, _method_value(fn, method), int(top_k),
                    0 if n_group is None else int(n_group), 0 if topk_group is None else int(topk_group),
                    1.0 if scale is None else float(scale), stream)

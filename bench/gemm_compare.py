@@ -29,12 +29,11 @@ timing, each shape's outputs are compared (max |ignis - baseline| / max |baselin
 Targets (issue 18): bf16 M >= 4096 ratio >= 1.0; decode M 1..64 at most 1.5x the floor and ratio
 > 1; fp8 per-tensor ratio >= 1.0; block-scaled M4096 N7168 K16384 >= 1400 TFLOP/s and ratio >= 1.0
 against per-tensor _scaled_mm; M64 N2112 K7168 at most 1.5x the floor; grouped fp8 block-scaled
-8x4096 N4096 K7168 at least 1300 TFLOP/s. The bf16 rows with M <= 64
-run on ignis' own small-M kernel (the op column says "bf16 small-M"; include/ignis/gemm.h has the
-rule), the grouped rows on ignis' own grouped kernel (mma.sync), every other row on cuBLASLt, so
-the fp8 decode-floor, 1400 and 1300 TFLOP/s bars are expected to be missed; the table says by how
-much. bench/micro/skinny_gemm.cu times the small-M kernel's variants against cuBLASLt on the same
-decode shapes.
+8x4096 N4096 K7168 at least 1300 TFLOP/s. Which kernel runs each row (include/ignis/gemm.h has the
+rules): the bf16 and per-tensor fp8 rows, small M ("bf16 small-M") included, on cuBLASLt; the
+block-scaled rows with M <= 64 on ignis' small-M grouped kernel run as one group, the larger ones on
+cuBLASLt; the grouped rows on ignis' Hopper grouped kernel. bench/micro/skinny_gemm.cu and
+bench/micro/grouped_skinny.cu time the small-M kernels' variants against cuBLASLt on decode shapes.
 
 Usage (on the GPU machine; the ignis package on PYTHONPATH, e.g. build-gpu/python):
     python3 bench/gemm_compare.py [--only RE] [--samples N] [--markdown FILE]

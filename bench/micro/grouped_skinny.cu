@@ -4,15 +4,20 @@
  * IGNIS_GEMM_GROUPED_SKINNY=0 runs), on the MoE decode shapes: Qwen3-30B-A3B (E128 top-8, bf16)
  * fc1 N1536 K2048 and fc2 N2048 K768 at T1 and T16; Mixtral-8x7B (E8 top-2, bf16) fc1 N28672 K4096
  * and fc2 N4096 K14336 at T1 and T16; DeepSeek-V3 (E256 top-8, fp8 e4m3 with 128x128 weight and
- * 1x128 activation scales, f32) fc1 N4096 K7168 and fc2 N7168 K2048 at T1, T16 and T64. Built by
+ * 1x128 activation scales, f32) fc1 N4096 K7168 and fc2 N7168 K2048 at T1, T16 and T64; and the
+ * dense block-scaled fp8 products of decode that ignis_mm_fp8_blockscale sends to this kernel as one
+ * group ("dense fp8": M 4 to 64 rows, N2112 K7168 and N7168 K2048; the calls rotate over 16 copies
+ * of the weight, picked by weight_indices, so it comes from HBM). Built by
  * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
- * IGNIS_GEMM_GROUPED_SKINNY=0 (set by this program before the library reads it), "library" the
+ * IGNIS_GEMM_GROUPED_SKINNY=0 (set by this program before the library reads it), for the dense
+ * shapes "cuBLASLt (SKINNY=0)" is ignis_mm_fp8_blockscale likewise (cuBLASLt); "library" the
  * small-M path as the library runs it (ignis_cuda_grouped_skinny), then variants: "rR uU" = R 16-row
  * tiles per warp, U steps of 64 bytes of K per batch, "pf" = the next batch prefetched, "ef" =
  * weight loads marked L2 evict-first, "mb1" = __launch_bounds__ minimum of 1 block per SM (more
- * registers), "/S" = the plan aims at S blocks per SM. The plan column: slots x slices of N
+ * registers), "ntN" = chunks of 8 N rows whatever the plan says, "/S" = the plan aims at S blocks
+ * per SM. The plan column: slots x slices of N
  * (rows per chunk, warps splitting K). The library's shapes are LIBRARY_CONFIG,
  * LIBRARY_CONFIG_FP8 and PER_SM in src/cuda/gemm/grouped_skinny.cu ("r16 u4 pf /4" for 16-bit,
  * "r16 u2 pf /4" for fp8); a faster variant becomes the library's by copying its template
@@ -31,8 +36,8 @@
  * Columns: µs per call, GB/s of the weights actually read (active experts x N x K x element size, over the time), "x floor" = the
  * time over those bytes / the read bandwidth measured here (a streaming read of 1 GiB; the issue's
  * bar is at most 1.5), "x copy floor" the same over the device-to-device copy bandwidth measured
- * here (bytes read + written per second of a 512 MiB cudaMemcpy), and the ratio to the 128x128
- * kernel (above 1: faster). */
+ * here (bytes read + written per second of a 512 MiB cudaMemcpy), and "vs base" the ratio to the
+ * first row (the 128x128 kernel, or cuBLASLt for the dense shapes; above 1: faster). */
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -115,18 +120,19 @@ __global__ void reference(const void *a, const void *w, bool fp8, const int *row
 
 /* ---- variants ---------------------------------------------------------------------------------- */
 typedef ignis_status (*variant_fn)(const ignis_grouped_skinny_args &, int, int, cudaStream_t,
-                                   ignis_grouped_skinny_plan *);
+                                   ignis_grouped_skinny_plan *, int);
 
 template <typename T, typename Cfg>
 static ignis_status run_variant(const ignis_grouped_skinny_args &args, int sms, int per_sm,
-                                cudaStream_t stream, ignis_grouped_skinny_plan *plan) {
-  return ignis_grouped_skinny_launch<T, Cfg>(args, sms, per_sm, stream, plan);
+                                cudaStream_t stream, ignis_grouped_skinny_plan *plan, int nt) {
+  return ignis_grouped_skinny_launch<T, Cfg>(args, sms, per_sm, stream, plan, nt);
 }
 
 struct variant {
   const char *name;
   variant_fn fn;
   int per_sm;
+  int nt; /* 0: the plan's rows per chunk; else 8 nt */
 };
 
 template <int RT, int U, bool PF, int LOAD, int MB>
@@ -149,12 +155,17 @@ static const variant VARIANTS_FP8[] = {
     {"r16 u4 pf mb1 /4", run_variant<e4m3, config<1, 4, true, PLAIN, 1>>, 4},
     {"r32 u2 pf mb1 /4", run_variant<e4m3, config<2, 2, true, PLAIN, 1>>, 4},
     {"r16 u2 pf ef /4", run_variant<e4m3, config<1, 2, true, EF, 2>>, 4},
+    {"r16 u2 pf nt2 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 2},
+    {"r16 u2 pf mb1 nt4 /2", run_variant<e4m3, config<1, 2, true, PLAIN, 1>>, 2, 4},
+    {"r16 u2 pf mb1 nt4 /8", run_variant<e4m3, config<1, 2, true, PLAIN, 1>>, 8, 4},
 };
 
 /* ---- shapes ------------------------------------------------------------------------------------ */
 struct shape {
   const char *model;
   int fp8, experts, top_k, n, k, tokens;
+  int dense; /* a dense product of `tokens` rows: one group, no m_indptr, weight_indices [s] picks
+                set s's weight of `experts` (= SETS) copies */
 };
 
 static const shape SHAPES[] = {
@@ -165,6 +176,9 @@ static const shape SHAPES[] = {
     {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},  {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
     {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
     {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 4, 1},    {"dense fp8", 1, SETS, 1, 2112, 7168, 16, 1},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 32, 1},   {"dense fp8", 1, SETS, 1, 2112, 7168, 64, 1},
+    {"dense fp8", 1, SETS, 1, 7168, 2048, 16, 1},   {"dense fp8", 1, SETS, 1, 7168, 2048, 64, 1},
 };
 
 /* Token t picks top_k distinct experts; returns the offsets and the rows' experts. */
@@ -231,14 +245,15 @@ int main() {
   printf("# ignis_grouped_skinny: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB), "
          "copy %.0f GB/s (read + write); %d routings rotate\n",
          prop.name, sms, prop.l2CacheSize >> 20, read_bw / 1e9, copy_bw / 1e9, SETS);
-  printf("| model | T | M | active | N | K | path | plan | us | GB/s | x floor | x copy floor | vs 128x128 | "
+  printf("| model | T | M | active | N | K | path | plan | us | GB/s | x floor | x copy floor | vs base | "
          "err/bound | same |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
   int failures = 0;
   uint64_t state = 12345;
   for (const shape &sh : SHAPES) {
-    const int g_count = sh.experts, n = sh.n, k = sh.k, m = sh.tokens * sh.top_k, es = sh.fp8 ? 1 : 2;
+    const int g_count = sh.experts, n = sh.n, k = sh.k, m = sh.tokens * (sh.dense ? 1 : sh.top_k),
+              es = sh.fp8 ? 1 : 2;
     const int kbs = (k + 127) / 128, nbs = (n + 127) / 128;
     const size_t w_elems = (size_t)g_count * n * k;
     void *a = nullptr, *w = nullptr;
@@ -261,9 +276,15 @@ int main() {
 
     /* routings, their offsets on the device, the bytes of the experts each reads */
     std::vector<int *> indptr_dev(SETS);
-    std::vector<int> indptr, row_group0;
+    std::vector<int> indptr, row_group0(m, 0);
     double active = 0;
     for (int s = 0; s < SETS; ++s) {
+      if (sh.dense) { /* indptr_dev[s]: weight_indices [s] */
+        active += 1;
+        CK(cudaMalloc(&indptr_dev[s], sizeof(int)));
+        CK(cudaMemcpy(indptr_dev[s], &s, sizeof(int), cudaMemcpyHostToDevice));
+        continue;
+      }
       std::vector<int> row_group;
       active += route(sh.tokens, sh.top_k, g_count, &state, indptr, row_group);
       if (s == 0)
@@ -299,7 +320,8 @@ int main() {
       tsa = tensor(a_scale, IGNIS_F32, 2, sa_shape);
       tsb = tensor(b_scale, IGNIS_F32, 3, sb_shape);
     }
-    std::vector<ignis_tensor> tind(SETS);
+    std::vector<ignis_tensor> tind(SETS), tw_dense(SETS), tsb_dense(SETS);
+    const int64_t w2_shape[2] = {n, k}, sb2_shape[2] = {nbs, kbs};
     std::vector<ignis_grouped_gemm_params> params(SETS);
     std::vector<ignis_grouped_skinny_args> args(SETS);
     for (int s = 0; s < SETS; ++s) {
@@ -323,6 +345,14 @@ int main() {
       p.out = out;
       p.out_row_stride = n;
       p.m_indptr = indptr_dev[s];
+      if (sh.dense) {
+        p.groups = 1;
+        p.m_indptr = nullptr;
+        p.weight_indices = indptr_dev[s];
+        p.weight_index_dtype = IGNIS_I32;
+        tw_dense[s] = tensor(static_cast<unsigned char *>(w) + (size_t)s * n * k, in_dtype, 2, w2_shape);
+        tsb_dense[s] = tensor(b_scale + (size_t)s * nbs * kbs, IGNIS_F32, 2, sb2_shape);
+      }
       p.a_scale = a_scale;
       p.b_scale = b_scale;
       p.a_scale_stride_m = kbs;
@@ -359,8 +389,10 @@ int main() {
       failures += !(r.worst <= 1.0) || !r.same;
       rows.push_back(r);
     };
-    measure("128x128 (SKINNY=0)", "-", [&](int s) {
-      if (sh.fp8)
+    measure(sh.dense ? "cuBLASLt (SKINNY=0)" : "128x128 (SKINNY=0)", "-", [&](int s) {
+      if (sh.dense)
+        IK(ignis_mm_fp8_blockscale(&ta, &tw_dense[s], &tsa, &tsb_dense[s], &to, stream));
+      else if (sh.fp8)
         IK(ignis_grouped_mm_fp8_blockscale(&ta, &tw, &tsa, &tsb, &tind[s], &to, stream));
       else
         IK(ignis_grouped_mm(&ta, &tw, &tind[s], nullptr, &to, stream));
@@ -371,12 +403,12 @@ int main() {
         sh.fp8 ? sizeof VARIANTS_FP8 / sizeof(variant) : sizeof VARIANTS_16 / sizeof(variant);
     for (size_t v = 0; v < count; ++v) {
       ignis_grouped_skinny_plan plan = {};
-      IK(variants[v].fn(args[0], sms, variants[v].per_sm, stream, &plan));
+      IK(variants[v].fn(args[0], sms, variants[v].per_sm, stream, &plan, variants[v].nt));
       char text[64];
       snprintf(text, sizeof text, "%d x %d (rows %d, k/%d)", plan.slots, plan.n_blocks, 8 * plan.nt,
                plan.k_warps);
       measure(variants[v].name, text,
-              [&](int s) { IK(variants[v].fn(args[s], sms, variants[v].per_sm, stream, nullptr)); });
+              [&](int s) { IK(variants[v].fn(args[s], sms, variants[v].per_sm, stream, nullptr, variants[v].nt)); });
     }
     const double floor_us = bytes / read_bw * 1e6, copy_floor_us = bytes / copy_bw * 1e6,
                  base_us = rows[0].us;

@@ -20,7 +20,9 @@
 #define IGNIS_CORE_GROUPED_GEMM_PARAMS_H
 
 #include <stdint.h>
+#include <string.h>
 
+#include "core/gemm_params.h"
 #include "ignis/core.h"
 
 #ifdef __cplusplus
@@ -43,6 +45,40 @@ typedef struct ignis_grouped_gemm_params {
   int64_t a_scale_stride_m, a_scale_stride_k;
   int64_t b_scale_stride_g, b_scale_stride_n, b_scale_stride_k;
 } ignis_grouped_gemm_params;
+
+/* A dense block-scaled fp8 product (IGNIS_GEMM_FP8_BLOCK, batch 1, 128x128 weight blocks) as one
+ * group of all M rows, with no m_indptr: the form in which the grouped kernels that accept a NULL
+ * m_indptr (grouped_gemm_sm90.cu, grouped_skinny.cuh) run it. */
+static inline ignis_grouped_gemm_params ignis_grouped_params_of_dense(const ignis_gemm_params *p) {
+  ignis_grouped_gemm_params g;
+  memset(&g, 0, sizeof g);
+  g.fp8 = 1;
+  g.groups = 1;
+  g.num_weights = 1;
+  g.m = p->m;
+  g.n = p->n;
+  g.k = p->k;
+  g.a_dtype = p->a_dtype;
+  g.out_dtype = p->out_dtype;
+  g.index_dtype = IGNIS_I32;
+  g.weight_index_dtype = IGNIS_I32;
+  g.scale_dtype = p->scale_dtype;
+  g.a = p->a;
+  g.a_row_stride = p->m > 1 ? p->a_row_stride : p->k;
+  g.b = p->b;
+  g.b_stride_k = p->b_stride_k;
+  g.b_stride_n = p->b_stride_n;
+  g.b_group_stride = p->n * p->b_stride_n;
+  g.out = p->out;
+  g.out_row_stride = p->out_row_stride;
+  g.a_scale = p->a_scale;
+  g.b_scale = p->b_scale;
+  g.a_scale_stride_m = p->a_scale_stride_m;
+  g.a_scale_stride_k = p->a_scale_stride_k;
+  g.b_scale_stride_n = p->b_scale_stride_n;
+  g.b_scale_stride_k = p->b_scale_stride_k;
+  return g;
+}
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products on ignis' own
- * kernel (gemm_skinny.h says which), the block-scaled fp8 products of at least 128 rows on ignis'
- * Hopper kernel where it takes them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
+ * kernel (gemm_skinny.h says which), the block-scaled fp8 products of up to 64 rows on the small-M
+ * grouped kernel run as one group (grouped_skinny.h), those of at least 128 rows on ignis' Hopper
+ * kernel where it takes them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
  * so that nothing else in the library depends on it. cublasLt.h supplies the types and enums only;
  * no symbol of it is linked.
@@ -44,6 +45,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/gemm_scales.h"
 #include "cuda/gemm/gemm_skinny.h"
+#include "cuda/gemm/grouped_skinny.h"
 #include "cuda/gemm/grouped_gemm_sm90.h"
 
 enum {
@@ -603,10 +605,12 @@ static ignis_status run_skinny_locked(const ignis_gemm_params *p, int32_t device
                                 stream);
 }
 
-/* The whole call: the Hopper kernel for the block-scaled fp8 shapes it takes (routed; it needs no
- * cuBLASLt, no workspace and no lock), else the shape rules, the device, the lock, then the small-M
+/* The whole call: the small-M grouped kernel, then the Hopper kernel, for the block-scaled fp8
+ * shapes they take (routed; they need no cuBLASLt, no workspace and no lock), else the shape rules, the device, the lock, then the small-M
  * kernel where it applies (routed) or cuBLASLt. */
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
+  if (routed && ignis_cuda_gemm_grouped_skinny_takes(p, device))
+    return ignis_cuda_gemm_grouped_skinny(p, device, stream);
   if (routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);
   IGNIS_TRY(check_cuda_rules(p));

@@ -494,38 +494,6 @@ ignis_status run(const ignis_grouped_gemm_params *gp, int32_t device, void *stre
   return bn == 256 ? launch<Elem::F16, 256>(p, sms, s) : launch<Elem::F16, 128>(p, sms, s);
 }
 
-/* A dense block-scaled product as one group. */
-ignis_grouped_gemm_params as_one_group(const ignis_gemm_params *p) {
-  ignis_grouped_gemm_params g;
-  memset(&g, 0, sizeof g);
-  g.fp8 = 1;
-  g.groups = 1;
-  g.num_weights = 1;
-  g.m = p->m;
-  g.n = p->n;
-  g.k = p->k;
-  g.a_dtype = p->a_dtype;
-  g.out_dtype = p->out_dtype;
-  g.index_dtype = IGNIS_I32;
-  g.weight_index_dtype = IGNIS_I32;
-  g.scale_dtype = p->scale_dtype;
-  g.a = p->a;
-  g.a_row_stride = p->m > 1 ? p->a_row_stride : p->k;
-  g.b = p->b;
-  g.b_stride_k = p->b_stride_k;
-  g.b_stride_n = p->b_stride_n;
-  g.b_group_stride = p->n * p->b_stride_n;
-  g.out = p->out;
-  g.out_row_stride = p->out_row_stride;
-  g.a_scale = p->a_scale;
-  g.b_scale = p->b_scale;
-  g.a_scale_stride_m = p->a_scale_stride_m;
-  g.a_scale_stride_k = p->a_scale_stride_k;
-  g.b_scale_stride_n = p->b_scale_stride_n;
-  g.b_scale_stride_k = p->b_scale_stride_k;
-  return g;
-}
-
 } // namespace
 
 extern "C" int ignis_cuda_grouped_gemm_sm90_takes(const ignis_grouped_gemm_params *p, int32_t device) {
@@ -542,11 +510,11 @@ extern "C" int ignis_cuda_gemm_sm90_takes(const ignis_gemm_params *p, int32_t de
       p->m < BM || p->a_dtype != IGNIS_FP8_E4M3 || p->b_dtype != IGNIS_FP8_E4M3 ||
       (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16) || sm90_mode() != MODE_ALL)
     return 0;
-  const ignis_grouped_gemm_params g = as_one_group(p);
+  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
   return shape_fits(&g) && sm90_runs(device);
 }
 
 extern "C" ignis_status ignis_cuda_gemm_sm90(const ignis_gemm_params *p, int32_t device, void *stream) {
-  const ignis_grouped_gemm_params g = as_one_group(p);
+  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
   return run(&g, device, stream);
 }

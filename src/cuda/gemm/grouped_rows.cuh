@@ -21,7 +21,7 @@
 
 /* Where the groups are described (device pointers; the i64 flags give the index dtypes). */
 struct ignis_grouped_rows {
-  const void *m_indptr;       /* [G + 1] */
+  const void *m_indptr;       /* [G + 1], or NULL: every group spans all M rows (a dense product: G 1) */
   const void *weight_indices; /* [G], or NULL: group g uses weight g */
   int indptr_i64, weight_i64;
   int groups, num_weights, m;
@@ -62,8 +62,8 @@ __device__ ignis_grouped_chunk ignis_grouped_find_chunk(const ignis_grouped_rows
     const int g = base + tid;
     int begin = 0, end = 0, count = 0;
     if (g < rows.groups) {
-      int64_t b = ignis_grouped_index(rows.m_indptr, rows.indptr_i64, g);
-      int64_t e = ignis_grouped_index(rows.m_indptr, rows.indptr_i64, g + 1);
+      int64_t b = rows.m_indptr ? ignis_grouped_index(rows.m_indptr, rows.indptr_i64, g) : 0;
+      int64_t e = rows.m_indptr ? ignis_grouped_index(rows.m_indptr, rows.indptr_i64, g + 1) : rows.m;
       b = b < 0 ? 0 : b > rows.m ? rows.m : b;
       e = e < b ? b : e > rows.m ? rows.m : e;
       begin = (int)b;

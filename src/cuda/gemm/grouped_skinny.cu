@@ -27,10 +27,10 @@ static bool aligned16(const void *ptr, int64_t stride_bytes) {
   return (uintptr_t)ptr % 16 == 0 && stride_bytes % 16 == 0;
 }
 
-extern "C" int ignis_cuda_grouped_skinny_takes(const ignis_grouped_gemm_params *p, int32_t device) {
+/* The shape, alignment and device rules both entry points share. */
+static int shape_takes(const ignis_grouped_gemm_params *p, int32_t device) {
   const int64_t es = p->fp8 ? 1 : 2, out_es = (int64_t)ignis_dtype_size(p->out_dtype);
-  if (p->b_stride_k != 1 || p->groups < 1 || p->m < 1 || p->m > IGNIS_GROUPED_SKINNY_MAX_M ||
-      p->m > IGNIS_GROUPED_SKINNY_MAX_AVERAGE_ROWS * p->groups)
+  if (p->b_stride_k != 1 || p->groups < 1 || p->m < 1)
     return 0;
   if (p->k <= 0 || (p->k * es) % 16 != 0 || p->n % 8 != 0 || p->n > INT_MAX / 2 || p->k > INT_MAX / 2 ||
       p->groups > INT_MAX / 2 || p->num_weights > INT_MAX / 2)
@@ -41,6 +41,26 @@ extern "C" int ignis_cuda_grouped_skinny_takes(const ignis_grouped_gemm_params *
       p->b_group_stride * es % 16 != 0 || !aligned16(p->out, p->out_row_stride * out_es))
     return 0;
   return grouped_skinny_enabled() && ignis_compute_capability(device) >= (p->fp8 ? 89 : 80);
+}
+
+extern "C" int ignis_cuda_grouped_skinny_takes(const ignis_grouped_gemm_params *p, int32_t device) {
+  if (p->m > IGNIS_GROUPED_SKINNY_MAX_M || p->m > IGNIS_GROUPED_SKINNY_MAX_AVERAGE_ROWS * p->groups)
+    return 0;
+  return shape_takes(p, device);
+}
+
+extern "C" int ignis_cuda_gemm_grouped_skinny_takes(const ignis_gemm_params *p, int32_t device) {
+  if (p->kind != IGNIS_GEMM_FP8_BLOCK || p->batch != 1 || p->b_scale_block_n != IGNIS_GEMM_SCALE_BLOCK ||
+      p->m > IGNIS_GROUPED_SKINNY_MAX_DENSE_M || p->a_dtype != IGNIS_FP8_E4M3 || p->b_dtype != IGNIS_FP8_E4M3 ||
+      (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16))
+    return 0;
+  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
+  return shape_takes(&g, device);
+}
+
+extern "C" ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream) {
+  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
+  return ignis_cuda_grouped_skinny(&g, device, stream);
 }
 
 extern "C" ignis_status ignis_cuda_grouped_skinny(const ignis_grouped_gemm_params *p, int32_t device,

@@ -1,7 +1,8 @@
 /* ignis' small-M grouped GEMM (grouped_skinny.cu, kernel in grouped_skinny.cuh), the CUDA path of
  * the decode-sized ignis_grouped_mm and ignis_grouped_mm_fp8_blockscale calls: which calls it
  * takes, and the launch. ignis_cuda_grouped_gemm (grouped_gemm.cu) asks first and hands the call
- * here when ignis_cuda_grouped_skinny_takes says so; it needs no workspace. */
+ * here when ignis_cuda_grouped_skinny_takes says so; it needs no workspace. The decode-sized dense
+ * block-scaled fp8 products (ignis_mm_fp8_blockscale) run on it too, as one group. */
 #ifndef IGNIS_CUDA_GEMM_GROUPED_SKINNY_H
 #define IGNIS_CUDA_GEMM_GROUPED_SKINNY_H
 
@@ -20,6 +21,15 @@ int ignis_cuda_grouped_skinny_takes(const ignis_grouped_gemm_params *p, int32_t 
 
 /* Launch on `stream` (makes `device` current for the launch). */
 ignis_status ignis_cuda_grouped_skinny(const ignis_grouped_gemm_params *p, int32_t device, void *stream);
+
+/* 1 if a dense ignis_mm_fp8_blockscale call runs on this kernel as one group of all M rows (no
+ * m_indptr): IGNIS_GEMM_FP8_BLOCK, e4m3 x e4m3, no batch, 128x128 weight-scale blocks, 1 <= M <=
+ * IGNIS_GROUPED_SKINNY_MAX_DENSE_M, out bf16 or f16, and the shape, alignment, device and
+ * environment rules above. gemm_cublaslt.c asks before anything else. */
+int ignis_cuda_gemm_grouped_skinny_takes(const ignis_gemm_params *p, int32_t device);
+
+/* Runs that call (the caller checked ignis_cuda_gemm_grouped_skinny_takes). */
+ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,7 @@ Targets (issue 18): bf16 M >= 4096 ratio >= 1.0; decode M 1..64 at most 1.5x the
 against per-tensor _scaled_mm; M64 N2112 K7168 at most 1.5x the floor; grouped fp8 block-scaled
 8x4096 N4096 K7168 at least 1300 TFLOP/s. Which kernel runs each row (include/ignis/gemm.h has the
 rules): the bf16 and per-tensor fp8 rows, small M ("bf16 small-M") included, on cuBLASLt; the
-block-scaled rows with M <= 64 on ignis' small-M grouped kernel run as one group, the larger ones on
+block-scaled rows with M <= 16 on ignis' small-M grouped kernel run as one group, the larger ones on
 cuBLASLt; the grouped rows on ignis' Hopper grouped kernel. bench/micro/skinny_gemm.cu and
 bench/micro/grouped_skinny.cu time the small-M kernels' variants against cuBLASLt on decode shapes.
 

@@ -8,7 +8,7 @@
  * dtype and f32), out f16/bf16/f32, fp8 e4m3 and e5m2 pairs with per-tensor scales, block scales
  * f32 and UE8M0 in both scale-major modes and a padded layout, weight scales per 128x128 block and
  * per row (1x128). The CUDA backend runs the cases its rules allow (fp8: NT b, 16-byte alignment;
- * block-scaled: M % 4, N % 16, K % 128 on cuBLASLt, or M <= 64, N % 8, K % 16 on the small-M grouped
+ * block-scaled: M % 4, N % 16, K % 128 on cuBLASLt, or M <= 16, N % 8, K % 16 on the small-M grouped
  * kernel, which tools/gpu-check also turns off with IGNIS_GEMM_GROUPED_SKINNY=0 for a second run);
  * its cases are skipped with a note when cuBLASLt cannot be
  * loaded. The small-M cases (test_mm_skinny) are the shapes ignis' own kernel takes (M <= 64, NT
@@ -388,7 +388,7 @@ static void compare_block_sampled(operand *out, const operand *a, const operand 
 
 /* per_row: b_scale holds one 1x128 scale per weight row ([N, KB]) instead of 128x128 blocks. big: GPU
  * only and not under IGNIS_TEST_QUICK, checked on samples (compare_block_sampled). */
-/* 1 unless IGNIS_GEMM_GROUPED_SKINNY is "0": block-scaled products of up to 64 rows then run on the
+/* 1 unless IGNIS_GEMM_GROUPED_SKINNY is "0": block-scaled products of up to 16 rows then run on the
  * small-M grouped kernel on CUDA (include/ignis/gemm.h), which takes any M, N % 8 and K % 16. */
 static int small_m_block_path(void) {
   const char *value = getenv("IGNIS_GEMM_GROUPED_SKINNY");
@@ -397,7 +397,7 @@ static int small_m_block_path(void) {
 
 /* 1 if CUDA runs the block-scaled case: on the small-M kernel, or within cuBLASLt's rules. */
 static int cuda_runs_block(int64_t m, int64_t n, int64_t k, int per_row) {
-  if (small_m_block_path() && !per_row && m <= 64 && n % 8 == 0 && k % 16 == 0)
+  if (small_m_block_path() && !per_row && m <= 16 && n % 8 == 0 && k % 16 == 0)
     return 1;
   return m % 4 == 0 && n % 16 == 0 && k % 128 == 0;
 }
@@ -456,13 +456,13 @@ static void test_blockscale(h_backend be) {
    * 16, K with a partial last block */
   run_block_case(be, 1, 200, 200, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 17, 130, 300, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 1, IGNIS_BF16, 0, &rng);
-  /* M <= 64: on CUDA the small-M grouped kernel as one group (the cases above with 128x128 weight
-   * blocks too): M odd, N a multiple of 8 but not of 16 or 128, K with a partial last block, 8- to
-   * 64-row chunks (M 33 and 64: two 32-row chunks) */
+  /* M <= 16: on CUDA the small-M grouped kernel as one group (the 4- and 16-row cases above with
+   * 128x128 weight blocks too): M odd, N a multiple of 8 but not of 16 or 128, K with a partial last
+   * block, one 8-row chunk and 16-row chunks */
   run_block_case(be, 1, 200, 400, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 7, 136, 256, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_F16, 0, &rng);
-  run_block_case(be, 33, 2112, 1024, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);
-  run_block_case(be, 64, 392, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 13, 2112, 1024, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 16, 392, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   /* M >= 128: on an H100 / H200 these run on the Hopper kernel with IGNIS_GEMM_SM90=all (else on
    * cuBLASLt), the others on cuBLASLt; 160 rows leave the second 128-row tile 32 rows */
   run_block_case(be, 160, 256, 768, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);

@@ -6,8 +6,9 @@
  * and fc2 N4096 K14336 at T1 and T16; DeepSeek-V3 (E256 top-8, fp8 e4m3 with 128x128 weight and
  * 1x128 activation scales, f32) fc1 N4096 K7168 and fc2 N7168 K2048 at T1, T16 and T64; and the
  * dense block-scaled fp8 products of decode that ignis_mm_fp8_blockscale sends to this kernel as one
- * group ("dense fp8": M 4 to 64 rows, N2112 K7168 and N7168 K2048; the calls rotate over 16 copies
- * of the weight, picked by weight_indices, so it comes from HBM). Built by
+ * group up to M 16 ("dense fp8": M 4 to 64 rows, to show where cuBLASLt wins, N2112 K7168 and
+ * N7168 K2048; the calls rotate over 16 copies of the weight, picked by weight_indices, so it comes
+ * from HBM). Built by
  * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
@@ -155,9 +156,8 @@ static const variant VARIANTS_FP8[] = {
     {"r16 u4 pf mb1 /4", run_variant<e4m3, config<1, 4, true, PLAIN, 1>>, 4},
     {"r32 u2 pf mb1 /4", run_variant<e4m3, config<2, 2, true, PLAIN, 1>>, 4},
     {"r16 u2 pf ef /4", run_variant<e4m3, config<1, 2, true, EF, 2>>, 4},
+    {"r16 u2 pf nt1 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 1},
     {"r16 u2 pf nt2 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 2},
-    {"r16 u2 pf mb1 nt4 /2", run_variant<e4m3, config<1, 2, true, PLAIN, 1>>, 2, 4},
-    {"r16 u2 pf mb1 nt4 /8", run_variant<e4m3, config<1, 2, true, PLAIN, 1>>, 8, 4},
 };
 
 /* ---- shapes ------------------------------------------------------------------------------------ */

@@ -57,8 +57,12 @@
  * average (M <= 8 G). */
 #define IGNIS_GROUPED_SKINNY_MAX_M 512
 #define IGNIS_GROUPED_SKINNY_MAX_AVERAGE_ROWS 8
-/* A dense fp8 block-scaled product (one group, no m_indptr) takes the path up to this M. */
-#define IGNIS_GROUPED_SKINNY_MAX_DENSE_M 64
+/* A dense fp8 block-scaled product (one group, no m_indptr) takes the path up to this M: on the
+ * H100 (bench/micro/grouped_skinny.cu, after 67093a3) it ran N2112 K7168 in 11.1 / 13.3 / 13.8 /
+ * 24.4 us at M 4 / 16 / 32 / 64 against cuBLASLt's 18.5-19.1, and N7168 K2048 in 12.6 / 33.4 us at
+ * M 16 / 64 against 13.1 / 13.4: one group is too few blocks past 16 rows (no split of K across
+ * blocks). */
+#define IGNIS_GROUPED_SKINNY_MAX_DENSE_M 16
 
 /* The device-side arguments; strides in elements of each tensor. */
 struct ignis_grouped_skinny_args {
@@ -402,17 +406,15 @@ struct ignis_grouped_skinny_plan {
 };
 
 /* The plan: nt 1 (8-row chunks) when the groups that may hold rows (min(G, M)) average at most 4
- * rows, 2 up to 16 rows, else (only a dense product, one group of up to 64 rows) 4 for fp8 (32-row
- * chunks, so M 64 reads the weight twice, the second time mostly from L2; launched with a minimum of
- * one block per SM, as it needs more registers) and 2 for 16-bit. k_warps: the fewest warps per K (the widest slices of N) that still give `per_sm`
+ * rows, else 2. k_warps: the fewest warps per K (the widest slices of N) that still give `per_sm`
  * blocks per SM when every group that may hold rows is busy, at most 8 and at most one batch of K
  * per warp. */
 static inline ignis_grouped_skinny_plan ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k,
                                                                      int64_t groups, int row_tiles, int batch,
-                                                                     int sms, int per_sm, bool fp8) {
+                                                                     int sms, int per_sm) {
   ignis_grouped_skinny_plan plan;
-  const int64_t busy = groups < m ? groups : m, average = (m + busy - 1) / busy;
-  plan.nt = average <= 4 ? 1 : average <= 16 || !fp8 ? 2 : 4;
+  const int64_t busy = groups < m ? groups : m;
+  plan.nt = (m + busy - 1) / busy <= 4 ? 1 : 2;
   plan.slots = (int)ignis_grouped_chunk_slots(m, groups, 8 * plan.nt);
   const int64_t target = (int64_t)sms * per_sm, batches = (k + batch - 1) / batch;
   int k_warps = 1;
@@ -477,14 +479,14 @@ static inline ignis_status ignis_grouped_skinny_launch_nt(const ignis_grouped_sk
 /* Plan and launch one call on the current device (`sms` SMs, `per_sm` the blocks per SM the plan
  * aims at); T is __nv_bfloat16, __half or ignis_grouped_skinny_e4m3. plan_out (may be NULL)
  * receives the plan; nt (bench/micro/grouped_skinny.cu's variants), when not 0, replaces the
- * plan's 8-row tiles per chunk (1, 2, or 4 for fp8). */
+ * plan's 8-row tiles per chunk (1 or 2). */
 template <typename T, typename Cfg>
 static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args args, int sms, int per_sm,
                                                        cudaStream_t stream,
                                                        ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0) {
   constexpr int batch = Cfg::unroll * 4 * (16 / (int)sizeof(T));
   ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(
-      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm, sizeof(T) == 1);
+      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm);
   if (nt) {
     plan.nt = nt;
     plan.slots = (int)ignis_grouped_chunk_slots(args.m, args.rows.groups, 8 * nt);
@@ -493,11 +495,6 @@ static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args
   args.k_per_warp = plan.k_per_warp;
   if (plan_out)
     *plan_out = plan;
-  /* 32-row chunks need more than the 128 registers of 2 blocks per SM: one block per SM */
-  typedef ignis_grouped_skinny_config<Cfg::row_tiles, Cfg::unroll, Cfg::prefetch, Cfg::load, 1> wide;
-  if constexpr (sizeof(T) == 1)
-    if (plan.nt == 4)
-      return ignis_grouped_skinny_launch_nt<T, 4, wide>(args, plan, stream);
   return plan.nt == 1 ? ignis_grouped_skinny_launch_nt<T, 1, Cfg>(args, plan, stream)
                       : ignis_grouped_skinny_launch_nt<T, 2, Cfg>(args, plan, stream);
 }

@@ -42,6 +42,9 @@ not tensors:
                             norm / scale_factor), e4m3, round to nearest even)
     weight_bias             added to rms_gamma (1.0 for Gemma); the norm patterns only
 
+``residual_in`` must hold the same values on every rank (as in tensor parallelism, and as
+FlashInfer requires): two-shot adds, to each slice of rows, the residual of the rank that reduces it.
+
 Returns what FlashInfer returns: ``norm_out`` when given, else ``quant_out``, else ``output``
 (allocated like ``input`` for pattern 0 when None). Outputs may alias as vLLM passes them:
 ``output`` may be ``input`` (in place), ``norm_out`` may be ``input``, ``residual_out`` may be

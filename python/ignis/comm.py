@@ -130,7 +130,7 @@ def _device_of(fn, device):
     if kind == "cuda" and (not index or index.isdigit()):
         if not index:
             torch = sys.modules.get("torch")
-            ordinal = getattr(device, "index", None)
+            ordinal = None if isinstance(device, str) else getattr(device, "index", None)
             index = ordinal if ordinal is not None else (torch.cuda.current_device() if torch is not None else 0)
         return _ext.IGNIS_DEVICE_CUDA, int(index), "cuda:%d" % int(index)
     raise InvalidArgumentError("%s: device=%r but it must be 'cpu', 'cuda' or 'cuda:N'" % (fn, device))

@@ -541,35 +541,76 @@ def test_peer_never_arrives():
     results[1].destroy()
 
 
-# ---- torch.distributed (gloo), two processes -------------------------------------------------
-def _gloo_rank(rank, world, init_file, out_dir):
+# ---- torch.distributed (gloo), two processes: on the CPU, and sharing one GPU -----------------
+GLOO_SHAPE = (3, 40)
+
+
+def _gloo_inputs(world):
+    generator = np.random.default_rng(100)
+    xs = [generator.standard_normal(GLOO_SHAPE) for _ in range(world + 1)]
+    return xs[:world], xs[world], generator.standard_normal(GLOO_SHAPE[-1])
+
+
+def _gloo_rank(rank, world, device, init_file, out_dir):
+    """One process: the exchange through the gloo group (group=) and through a CommBackend over it;
+    on CUDA also a fused call captured in a CUDA graph and replayed with new inputs."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
     try:
-        generator = np.random.default_rng(100)
-        xs = [generator.standard_normal((3, 40)) for _ in range(world)]
-        gamma = generator.standard_normal(40)
-        ws = comm.create_allreduce_fusion_workspace(backend="trtllm", max_token_num=3, hidden_dim=40,
-                                                    dtype=torch.bfloat16, device="cpu", group=dist.group.WORLD)
-        x = torch.from_numpy(xs[rank]).to(torch.bfloat16)
-        residual = torch.zeros(3, 40, dtype=torch.bfloat16)
+        if device == "cuda":
+            torch.cuda.set_device(0)
+        xs, residual_values, gamma_values = _gloo_inputs(world)
+        bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).to(device)  # noqa: E731
+        ws = comm.create_allreduce_fusion_workspace(backend="trtllm", max_token_num=GLOO_SHAPE[0],
+                                                    hidden_dim=GLOO_SHAPE[1], dtype=torch.bfloat16, device=device,
+                                                    group=dist.group.WORLD)
+        x, residual, gamma = bf16(xs[rank]), bf16(residual_values), bf16(gamma_values)
         norm_out = torch.empty_like(x)
         comm.allreduce_fusion(x, ws, P.kARResidualRMSNorm, residual_in=residual, residual_out=residual,
-                              norm_out=norm_out, rms_gamma=torch.from_numpy(gamma).to(torch.bfloat16))
+                              norm_out=norm_out, rms_gamma=gamma)
+        result = {"rank": [ws.rank, ws.world_size], "residual": residual.float().cpu().tolist(),
+                  "norm": norm_out.float().cpu().tolist()}
         backend = ListCommBackend(world, rank, lambda data: b"".join(_all_gather(dist, data)))
-        ws2 = comm.create_allreduce_fusion_workspace(max_token_num=3, hidden_dim=40, dtype=torch.float32,
-                                                     device="cpu", comm_backend=backend)
-        plain = comm.all_reduce(torch.from_numpy(xs[rank]).float(), ws2)
+        ws2 = comm.create_allreduce_fusion_workspace(max_token_num=GLOO_SHAPE[0], hidden_dim=GLOO_SHAPE[1],
+                                                     dtype=torch.float32, device=device, comm_backend=backend)
+        result["plain"] = comm.all_reduce(torch.from_numpy(xs[rank]).float().to(device), ws2).cpu().tolist()
+        if device == "cuda":
+            result["graph"] = _graph_replays(ws, rank, bf16, gamma, dist)
+            ws.check()
+            torch.cuda.synchronize()
         dist.barrier()
         ws.destroy()
         ws2.destroy()
-        result = {"rank": (ws.rank, ws.world_size), "residual": residual.float().tolist(),
-                  "norm": norm_out.float().tolist(), "plain": plain.tolist()}
         with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
             json.dump(result, f)
     finally:
         dist.destroy_process_group()
+
+
+def _graph_replays(ws, rank, bf16, gamma, dist):
+    """kARResidualRMSNormOutFP8Quant captured once, replayed with inputs 2 * x and 3 * x."""
+    xs, residual_values, _ = _gloo_inputs(ws.world_size)
+    x, residual = bf16(xs[rank]), bf16(residual_values)
+    residual_out, norm_out = torch.empty_like(x), torch.empty_like(x)
+    quant_out = torch.empty(GLOO_SHAPE, dtype=torch.float8_e4m3fn, device=x.device)
+    scale = torch.tensor([0.5], dtype=torch.float32, device=x.device)
+    kw = dict(residual_in=residual, residual_out=residual_out, norm_out=norm_out, quant_out=quant_out,
+              rms_gamma=gamma, scale_factor=scale)
+    comm.allreduce_fusion(x, ws, P.kARResidualRMSNormOutFP8Quant, **kw)  # warm-up outside the graph
+    torch.cuda.synchronize()
+    dist.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.allreduce_fusion(x, ws, P.kARResidualRMSNormOutFP8Quant, **kw)
+    replays = []
+    for factor in (2.0, 3.0):
+        x.copy_(bf16(xs[rank] * factor))
+        graph.replay()
+        torch.cuda.synchronize()
+        replays.append({"factor": factor, "residual": residual_out.float().cpu().tolist(),
+                        "norm": norm_out.float().cpu().tolist(), "quant": quant_out.float().cpu().tolist()})
+    return replays
 
 
 def _all_gather(dist, data):
@@ -578,19 +619,26 @@ def _all_gather(dist, data):
     return parts
 
 
-@pytest.mark.skipif(torch is None, reason="needs torch (torch.distributed gloo)")
-def test_torch_distributed_gloo(tmp_path):
+CUDA = torch is not None and torch.cuda.is_available() and ignis.cuda_device_count() > 0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_distributed_gloo(tmp_path, device):
+    """Two processes exchanging through a gloo group; on CUDA both share GPU 0 (peer memory through
+    CUDA IPC within one device), with a CUDA graph captured and replayed."""
+    if torch is None:
+        pytest.skip("needs torch (torch.distributed gloo)")
+    if device == "cuda" and not CUDA:
+        pytest.skip("needs a GPU and ignis's CUDA backend")
     import torch.multiprocessing as mp
 
     world = 2
-    mp.start_processes(_gloo_rank, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world,
+    mp.start_processes(_gloo_rank, args=(world, device, str(tmp_path / "init"), str(tmp_path)), nprocs=world,
                        start_method="spawn", join=True)
-    generator = np.random.default_rng(100)
-    xs = [generator.standard_normal((3, 40)) for _ in range(world)]
-    gamma = generator.standard_normal(40)
+    xs, residual_values, gamma_values = _gloo_inputs(world)
     as_bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).double().numpy()  # noqa: E731
     total = np.sum([as_bf16(x) for x in xs], axis=0)
-    s, n = fused_ref(total, 0.0, as_bf16(gamma), 1e-6, 0.0)
+    s, n = fused_ref(total, as_bf16(residual_values), as_bf16(gamma_values), 1e-6, 0.0)
     plain = np.sum([x.astype(np.float32).astype(np.float64) for x in xs], axis=0)
     for rank in range(world):
         with open(tmp_path / ("rank%d.json" % rank)) as f:
@@ -599,6 +647,13 @@ def test_torch_distributed_gloo(tmp_path):
         assert_close(np.array(got["residual"]), s, "bf16", scale=2)
         assert_close(np.array(got["norm"]), n, "bf16", scale=2)
         assert_close(np.array(got["plain"]), plain, "f32")
+        for replay in got.get("graph", []):
+            scaled = np.sum([as_bf16(x * replay["factor"]) for x in xs], axis=0)
+            s2, n2 = fused_ref(scaled, as_bf16(residual_values), as_bf16(gamma_values), 1e-6, 0.0)
+            assert_close(np.array(replay["residual"]), s2, "bf16", scale=2)
+            assert_close(np.array(replay["norm"]), n2, "bf16", scale=2)
+            assert_fp8_close(np.array(replay["quant"]), n2, 0.5)
+        assert device == "cpu" or len(got["graph"]) == 2
 
 
 # ---- flashinfer.comm under the switch --------------------------------------------------------

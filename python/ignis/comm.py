@@ -169,10 +169,12 @@ def _exchange_source(fn, exchange, group, comm_backend, world_size):
         if callable(getattr(comm_backend, "Get_size", None)) and callable(getattr(comm_backend, "Get_rank", None)):
             known = (comm_backend.Get_size(), comm_backend.Get_rank())
         return (lambda data: b"".join(comm_backend.allgather(data))), known
+    if world_size == 1:
+        return (lambda data: data), (1, 0)
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return _group_gather(None), (dist.get_world_size(), dist.get_rank())
-    if world_size in (None, 1):
+    if world_size is None:
         return (lambda data: data), (1, 0)
     raise InvalidArgumentError("%s: world_size=%d needs group=, comm_backend= or exchange= (or an initialized "
                                "torch.distributed) to exchange the buffers' names" % (fn, world_size))

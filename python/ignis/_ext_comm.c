@@ -31,8 +31,8 @@ typedef struct {
 } comm_holder;
 
 static int comm_linked(const char *fn) {
-  if (ignis_comm_create && ignis_comm_destroy && ignis_comm_check && ignis_comm_info && ignis_allreduce_choose &&
-      ignis_allreduce && ignis_allreduce_fusion)
+  if (ignis_comm_create && ignis_comm_destroy && ignis_comm_check && ignis_comm_info &&
+      ignis_allreduce_choose && ignis_allreduce && ignis_allreduce_fusion)
     return 0;
   PyErr_Format(UNSUPPORTED_ERROR, "%s: the loaded libignis has no communicator (ignis_comm_create)", fn);
   return -1;
@@ -51,7 +51,8 @@ static void comm_capsule_free(PyObject *capsule) {
 
 /* The live communicator of a capsule; NULL with the error set. */
 static ignis_comm *comm_of(const char *fn, PyObject *capsule) {
-  comm_holder *h = PyCapsule_IsValid(capsule, capsule_name) ? PyCapsule_GetPointer(capsule, capsule_name) : NULL;
+  comm_holder *h =
+      PyCapsule_IsValid(capsule, capsule_name) ? PyCapsule_GetPointer(capsule, capsule_name) : NULL;
   if (!h) {
     raise_type("%s: comm must be a communicator made by comm_create", fn);
     return NULL;
@@ -186,7 +187,8 @@ static PyObject *ext_comm_destroy(PyObject *self, PyObject *const *args, Py_ssiz
   static const char *const fn = "ignis.comm_destroy";
   if (check_nargs(fn, nargs, 1) < 0)
     return NULL;
-  comm_holder *h = PyCapsule_IsValid(args[0], capsule_name) ? PyCapsule_GetPointer(args[0], capsule_name) : NULL;
+  comm_holder *h =
+      PyCapsule_IsValid(args[0], capsule_name) ? PyCapsule_GetPointer(args[0], capsule_name) : NULL;
   if (!h)
     return raise_type("%s: comm must be a communicator made by comm_create", fn) < 0 ? NULL : NULL;
   ignis_comm *comm = h->comm;
@@ -209,7 +211,10 @@ static PyObject *ext_comm_check(PyObject *self, PyObject *const *args, Py_ssize_
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_comm_check(comm);
-  Py_END_ALLOW_THREADS if (status != IGNIS_OK) return raise_status(status, ignis_last_error()) < 0 ? NULL : NULL;
+  Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
+    raise_status(status, ignis_last_error());
+    return NULL;
+  }
   Py_RETURN_NONE;
 }
 
@@ -268,8 +273,8 @@ static PyObject *ext_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t
 static PyObject *ext_allreduce_fusion(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.allreduce_fusion";
   static const char *const enum_names[] = {"pattern", "algo"};
-  static const char *const tensor_names[] = {"input",    "output",    "residual_in",  "residual_out",
-                                             "norm_out", "quant_out", "rms_gamma", "scale_factor"};
+  static const char *const tensor_names[] = {"input",    "output",    "residual_in", "residual_out",
+                                             "norm_out", "quant_out", "rms_gamma",   "scale_factor"};
   ignis_comm *comm;
   int64_t enums[2];
   ignis_allreduce_fusion_args a = IGNIS_ALLREDUCE_FUSION_ARGS_INIT;
@@ -329,8 +334,9 @@ int ext_comm_constants(PyObject *module) {
 }
 
 PyMethodDef ext_comm_methods[] = {
-    FASTCALL(comm_create, "comm_create(world_size, rank, device_type, device_id, capacity, timeout_s, exchange) "
-                          "-> communicator (collective; exchange(bytes) -> bytes of world_size * len)"),
+    FASTCALL(comm_create,
+             "comm_create(world_size, rank, device_type, device_id, capacity, timeout_s, exchange) "
+             "-> communicator (collective; exchange(bytes) -> bytes of world_size * len)"),
     FASTCALL(comm_destroy, "comm_destroy(comm): release this rank's communicator now"),
     FASTCALL(comm_check, "comm_check(comm): raise a failure an earlier call recorded"),
     FASTCALL(comm_info, "comm_info(comm) -> (world_size, rank, capacity)"),

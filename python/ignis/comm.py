@@ -291,6 +291,7 @@ def create_allreduce_fusion_workspace(backend="auto", world_size=None, rank=None
     device_type, device_id, device_name = _device_of(fn, device)
     capacity = max_token_num * hidden_dim * itemsize
     handle = _ext.comm_create(world_size, rank, device_type, device_id, capacity, timeout_s, send)
+    world_size, rank, capacity = _ext.comm_info(handle)
     return AllReduceFusionWorkspace(handle, world_size, rank, max_token_num, hidden_dim, dtype, device_name, capacity)
 
 

@@ -96,9 +96,11 @@ static void shape_comm(const bench_case *c, char *text, size_t size) {
 static const bench_routine comm_routines[] = {
     {COMM_ENTRY, .name = "allreduce",
      .summary = "sum over the ranks of a world of one (a multi-GPU benchmark is later work)",
-     .functions = "ignis_comm_create ignis_comm_info ignis_comm_check ignis_comm_destroy ignis_allreduce_choose "
-                  "ignis_allreduce",
-     .bytes_rule = "input (T*H*es) + output (T*H*es)", .describe = describe_allreduce, .call = call_allreduce},
+     .functions =
+         "ignis_comm_create ignis_comm_info ignis_comm_check ignis_comm_destroy ignis_allreduce_choose "
+         "ignis_allreduce",
+     .bytes_rule = "input (T*H*es) + output (T*H*es)", .describe = describe_allreduce,
+     .call = call_allreduce},
     {COMM_ENTRY, .name = "allreduce_fusion",
      .summary = "all-reduce + residual add + RMSNorm + fp8, world of one (RESIDUAL_RMSNORM_OUT_FP8)",
      .functions = "ignis_allreduce_fusion",

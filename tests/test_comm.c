@@ -110,8 +110,8 @@ static int world_exchange(const void *send, void *recv, size_t bytes, void *user
 
 static world *world_make(int size, size_t slot_bytes) {
   const size_t head = (sizeof(world) + 255) / 256 * 256;
-  void *mem = mmap(NULL, head + (size_t)size * slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void *mem =
+      mmap(NULL, head + (size_t)size * slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     perror("mmap");
     exit(2);
@@ -204,7 +204,8 @@ static int has_norm(int pattern) {
 }
 
 static int has_quant(int pattern) {
-  return pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 || pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8;
+  return pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 ||
+         pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8;
 }
 
 /* The tensors of one rank's call. */
@@ -229,8 +230,8 @@ static void tensors_make(const comm_case *c, h_backend b, rank_tensors *t) {
 }
 
 static void tensors_free(rank_tensors *t) {
-  h_buf *all[] = {&t->input, &t->output, &t->residual, &t->residual_out, &t->norm_out, &t->quant_out, &t->gamma,
-                  &t->scale};
+  h_buf *all[] = {&t->input,    &t->output,    &t->residual, &t->residual_out,
+                  &t->norm_out, &t->quant_out, &t->gamma,    &t->scale};
   for (int i = 0; i < 8; ++i)
     if (all[i]->host)
       h_buf_free(all[i]);
@@ -265,7 +266,8 @@ static ignis_tensor view2(const h_buf *b, int64_t rows, int64_t hidden) {
   return h_view(b, 0, 2, shape, NULL);
 }
 
-static ignis_status call_case(ignis_comm *comm, const comm_case *c, rank_tensors *t, ignis_allreduce_algo algo) {
+static ignis_status call_case(ignis_comm *comm, const comm_case *c, rank_tensors *t,
+                              ignis_allreduce_algo algo) {
   ignis_tensor input = view2(&t->input, c->rows, c->hidden);
   if (c->pattern == 0) {
     ignis_tensor output = c->inplace ? input : view2(&t->output, c->rows, c->hidden);
@@ -385,7 +387,8 @@ static void check_reference(rank_ctx *r, const comm_case *c, int world_size, con
       }
       if (has_quant(c->pattern)) {
         const double q = fmin(fmax(nv / c->scale, -448.0), 448.0);
-        const double e = fabs(load_as(quant_at, IGNIS_FP8_E4M3, i) - q) / (0.13 * fabs(q) + 1.0 / 512 + 1e-4 / c->scale);
+        const double e =
+            fabs(load_as(quant_at, IGNIS_FP8_E4M3, i) - q) / (0.13 * fabs(q) + 1.0 / 512 + 1e-4 / c->scale);
         if (!(e <= worst[2]))
           worst[2] = e, bad[2] = i;
       }
@@ -424,7 +427,8 @@ static void run_case(rank_ctx *r, ignis_comm *comm, const comm_case *c) {
   const size_t blob_bytes = (size_t)(c->rows * c->hidden) * 9 + 16;
   unsigned char *first = malloc(blob_bytes), *got = malloc(blob_bytes);
   size_t first_len = 0;
-  const ignis_allreduce_algo algos[3] = {IGNIS_ALLREDUCE_ONESHOT, IGNIS_ALLREDUCE_TWOSHOT, IGNIS_ALLREDUCE_AUTO};
+  const ignis_allreduce_algo algos[3] = {IGNIS_ALLREDUCE_ONESHOT, IGNIS_ALLREDUCE_TWOSHOT,
+                                         IGNIS_ALLREDUCE_AUTO};
   for (int a = 0; a < 3; ++a) {
     for (int rep = 0; rep < (a < 2 ? c->repeats : 1); ++rep) {
       tensors_fill(c, r->rank, &t);
@@ -480,8 +484,9 @@ static void body_cases(rank_ctx *r) {
     return;
   int32_t world_size = 0, rank = -1;
   size_t capacity = 0;
-  report(r, ignis_comm_info(comm, &world_size, &rank, &capacity) == IGNIS_OK && world_size == r->w->size &&
-                rank == r->rank && capacity == r->capacity,
+  report(r,
+         ignis_comm_info(comm, &world_size, &rank, &capacity) == IGNIS_OK && world_size == r->w->size &&
+             rank == r->rank && capacity == r->capacity,
          "ignis_comm_info");
   for (int i = 0; i < r->count; ++i)
     run_case(r, comm, &r->cases[i]);
@@ -497,7 +502,8 @@ static int make_cases(int world_size, int quick, comm_case *out) {
   static const int patterns[4] = {0, 1, 2, 4};
   static const ignis_dtype dtypes[3] = {IGNIS_F16, IGNIS_BF16, IGNIS_F32};
   static const int64_t rows_big[] = {1, 300, 7, 64, 2, 17}, rows_small[] = {1, 33, 7, 5, 2, 17};
-  static const int64_t hiddens_big[] = {4096, 2056, 100, 1, 4096, 8}, hiddens_small[] = {2056, 100, 8, 1, 4096, 3};
+  static const int64_t hiddens_big[] = {4096, 2056, 100, 1, 4096, 8},
+                       hiddens_small[] = {2056, 100, 8, 1, 4096, 3};
   int k = 0;
   for (int p = 0; p < 4; ++p) {
     for (int d = 0; d < 3; ++d) {
@@ -571,7 +577,8 @@ static void count_world(const world_result *res) {
   for (int r = 0; r < res->size; ++r) {
     const rank_report *rep = &res->reports[r];
     if (rep->skipped) {
-      printf("  note: %s, rank %d skipped: %s\n", res->what, r, rep->first[0] ? rep->first : "no CUDA device");
+      printf("  note: %s, rank %d skipped: %s\n", res->what, r,
+             rep->first[0] ? rep->first : "no CUDA device");
       continue;
     }
     passed += rep->passed;
@@ -621,7 +628,8 @@ static void body_mismatch(rank_ctx *r) {
     for (int64_t i = 0; i < 400; ++i)
       h_set(&b, i, (double)(r->rank + 1));
     ignis_tensor t = view2(&b, rows, 100);
-    const ignis_status got = ignis_allreduce(comm, &t, &t, round == 1 ? IGNIS_ALLREDUCE_TWOSHOT : IGNIS_ALLREDUCE_ONESHOT, NULL);
+    const ignis_status got =
+        ignis_allreduce(comm, &t, &t, round == 1 ? IGNIS_ALLREDUCE_TWOSHOT : IGNIS_ALLREDUCE_ONESHOT, NULL);
     if (round < 2) {
       report(r, got == IGNIS_ERROR_INVALID_ARGUMENT && strstr(ignis_last_error(), "same call") != NULL,
              "round %d, shapes differ across ranks: status %s, '%s'", round, ignis_status_string(got),
@@ -669,15 +677,22 @@ static void test_world1_matches_fused_quant(void) {
   const ignis_dtype dtypes[3] = {IGNIS_F16, IGNIS_BF16, IGNIS_F32};
   for (int d = 0; d < 3; ++d) {
     for (int gf = 0; gf < 2; ++gf) {
-      comm_case c = {.pattern = 2, .dtype = dtypes[d], .gamma_dtype = gf ? IGNIS_F32 : dtypes[d], .rows = 9,
-                     .hidden = 2056, .residual_mode = 1, .scale = 0.05f, .repeats = 1};
+      comm_case c = {.pattern = 2,
+                     .dtype = dtypes[d],
+                     .gamma_dtype = gf ? IGNIS_F32 : dtypes[d],
+                     .rows = 9,
+                     .hidden = 2056,
+                     .residual_mode = 1,
+                     .scale = 0.05f,
+                     .repeats = 1};
       h_case("world 1 pattern 2 %s gamma %s == ignis_fused_add_rmsnorm_quant", ignis_dtype_name(c.dtype),
              ignis_dtype_name(c.gamma_dtype));
       rank_tensors t;
       tensors_make(&c, H_CPU, &t);
       tensors_fill(&c, 0, &t);
       CHECK_STATUS(call_case(comm, &c, &t, IGNIS_ALLREDUCE_AUTO), IGNIS_OK);
-      h_buf res = h_buf_alloc(H_CPU, c.dtype, c.rows * c.hidden), q = h_buf_alloc(H_CPU, IGNIS_FP8_E4M3, c.rows * c.hidden);
+      h_buf res = h_buf_alloc(H_CPU, c.dtype, c.rows * c.hidden),
+            q = h_buf_alloc(H_CPU, IGNIS_FP8_E4M3, c.rows * c.hidden);
       memcpy(res.host, t.residual.host, (size_t)(c.rows * c.hidden) * ignis_dtype_size(c.dtype));
       ignis_tensor in = view2(&t.input, c.rows, c.hidden), rv = view2(&res, c.rows, c.hidden),
                    qv = view2(&q, c.rows, c.hidden);
@@ -740,7 +755,8 @@ static void test_choose(void) {
   ignis_comm *comm = NULL;
   CHECK_STATUS(ignis_comm_create(&cfg, NULL, NULL, &comm), IGNIS_OK);
   CHECK(ignis_allreduce_choose(comm, 16) == IGNIS_ALLREDUCE_ONESHOT);
-  CHECK(ignis_allreduce_choose(comm, (size_t)1 << 30) == IGNIS_ALLREDUCE_ONESHOT); /* no peers: nothing to split */
+  CHECK(ignis_allreduce_choose(comm, (size_t)1 << 30) ==
+        IGNIS_ALLREDUCE_ONESHOT); /* no peers: nothing to split */
   ignis_comm_destroy(comm);
 }
 
@@ -748,9 +764,10 @@ static void choose_body(rank_ctx *r) {
   const ignis_comm_config cfg = config_for(r, 1 << 20, 10.0);
   ignis_comm *comm = NULL;
   ignis_comm_create(&cfg, world_exchange, r, &comm);
-  report(r, comm && ignis_allreduce_choose(comm, 1024) == IGNIS_ALLREDUCE_ONESHOT &&
-                ignis_allreduce_choose(comm, 64 * 1024 - 1) == IGNIS_ALLREDUCE_ONESHOT &&
-                ignis_allreduce_choose(comm, 64 * 1024) == IGNIS_ALLREDUCE_TWOSHOT,
+  report(r,
+         comm && ignis_allreduce_choose(comm, 1024) == IGNIS_ALLREDUCE_ONESHOT &&
+             ignis_allreduce_choose(comm, 64 * 1024 - 1) == IGNIS_ALLREDUCE_ONESHOT &&
+             ignis_allreduce_choose(comm, 64 * 1024) == IGNIS_ALLREDUCE_TWOSHOT,
          "CPU thresholds: ONESHOT below 64 KiB, TWOSHOT from it");
   pthread_barrier_wait(&r->w->barrier);
   ignis_comm_destroy(comm);
@@ -773,8 +790,14 @@ static void test_bad_input(void) {
   cfg.capacity = 8 * 256 * 2;
   ignis_comm *comm = NULL;
   CHECK_STATUS(ignis_comm_create(&cfg, NULL, NULL, &comm), IGNIS_OK);
-  comm_case c = {.pattern = 4, .dtype = IGNIS_BF16, .gamma_dtype = IGNIS_BF16, .rows = 8, .hidden = 256,
-                 .residual_mode = 1, .scale = 1.0f, .repeats = 1};
+  comm_case c = {.pattern = 4,
+                 .dtype = IGNIS_BF16,
+                 .gamma_dtype = IGNIS_BF16,
+                 .rows = 8,
+                 .hidden = 256,
+                 .residual_mode = 1,
+                 .scale = 1.0f,
+                 .repeats = 1};
   rank_tensors t;
   tensors_make(&c, H_CPU, &t);
   tensors_fill(&c, 0, &t);
@@ -870,9 +893,10 @@ static void test_bad_input(void) {
   expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "residual_out");
   ignis_tensor shifted = h_view(&t.residual, 1, 2, shape, NULL);
   shifted.shape[0] = 7;
-  ignis_tensor res7 = view2(&t.residual_out, 7, 256), in7 = view2(&t.input, 7, 256), n7 = view2(&t.norm_out, 7, 256),
-               q7 = view2(&t.quant_out, 7, 256);
-  a = good, a.input = &in7, a.residual_in = &res7, a.residual_out = &shifted, a.norm_out = &n7, a.quant_out = &q7;
+  ignis_tensor res7 = view2(&t.residual_out, 7, 256), in7 = view2(&t.input, 7, 256),
+               n7 = view2(&t.norm_out, 7, 256), q7 = view2(&t.quant_out, 7, 256);
+  a = good, a.input = &in7, a.residual_in = &res7, a.residual_out = &shifted, a.norm_out = &n7,
+  a.quant_out = &q7;
   ignis_tensor res7_in = view2(&t.residual, 7, 256);
   a.residual_in = &res7_in;
   expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "residual_out");

@@ -57,7 +57,8 @@ static const char *pattern_name(ignis_allreduce_fusion_pattern pattern) {
 }
 
 /* ---- the communicator ------------------------------------------------------------------------ */
-static ignis_status check_config(const char *fn, const ignis_comm_config *c, ignis_comm_exchange_fn exchange) {
+static ignis_status check_config(const char *fn, const ignis_comm_config *c,
+                                 ignis_comm_exchange_fn exchange) {
   if (c->world_size < 1 || c->world_size > IGNIS_COMM_MAX_WORLD)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: config.world_size=%d must be in 1..%d", fn,
                            c->world_size, IGNIS_COMM_MAX_WORLD);
@@ -108,7 +109,8 @@ ignis_status ignis_comm_create(const ignis_comm_config *config, ignis_comm_excha
     return ignis_set_error(IGNIS_ERROR_BACKEND_UNAVAILABLE, "%s: config.device is cuda:%d but %s", fn,
                            c.device.id, ignis_no_cuda_device_reason());
   if (!backend->comm_create || !backend->allreduce)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: the %s backend has no communicator", fn, backend->name);
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: the %s backend has no communicator", fn,
+                           backend->name);
   ignis_comm *made = calloc(1, sizeof *made);
   if (!made)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "%s: out of host memory", fn);
@@ -197,8 +199,8 @@ static pattern_tensors tensors_of(ignis_allreduce_fusion_pattern pattern) {
 static ignis_status check_presence(const char *fn, ignis_allreduce_fusion_pattern pattern, const char *name,
                                    const void *tensor, int rule) {
   if (rule == 1 && !tensor)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but pattern %d (%s) needs it", fn, name,
-                           (int)pattern, pattern_name(pattern));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but pattern %d (%s) needs it", fn,
+                           name, (int)pattern, pattern_name(pattern));
   if (rule == 0 && tensor)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: %s is given but pattern %d (%s) does not use it: pass NULL", fn, name,
@@ -226,8 +228,8 @@ static ignis_status check_gamma(const char *fn, const ignis_tensor *gamma, const
                                 int64_t hidden) {
   IGNIS_TRY(ignis_check_tensor(fn, "rms_gamma", gamma, 1, 1));
   if (gamma->dtype != input->dtype && gamma->dtype != IGNIS_F32)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: rms_gamma.dtype=%s but it must be %s or f32", fn,
-                           ignis_dtype_name(gamma->dtype), ignis_dtype_name(input->dtype));
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: rms_gamma.dtype=%s but it must be %s or f32",
+                           fn, ignis_dtype_name(gamma->dtype), ignis_dtype_name(input->dtype));
   return ignis_check_vector(fn, "rms_gamma", gamma, hidden);
 }
 
@@ -298,8 +300,8 @@ static ignis_status check_call(const char *fn, const ignis_comm *comm, const ign
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s: pattern=%d (%s): FP4 outputs are not supported", fn,
                            (int)pattern, pattern_name(pattern));
   if (pattern < IGNIS_AR_FUSION_ALLREDUCE || pattern > IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP4)
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: pattern=%d is not an AllReduceFusionPattern", fn,
-                           (int)pattern);
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: pattern=%d is not an AllReduceFusionPattern",
+                           fn, (int)pattern);
   const ignis_tensor *input = a->input;
   IGNIS_TRY(ignis_check_tensor(fn, "input", input, 1, IGNIS_MAX_DIMS));
   IGNIS_TRY(ignis_check_float_dtype(fn, "input", input));
@@ -314,7 +316,8 @@ static ignis_status check_call(const char *fn, const ignis_comm *comm, const ign
   IGNIS_TRY(check_presence(fn, pattern, "scale_factor", a->scale_factor, rule.scale_factor));
 
   const int64_t numel = ignis_tensor_numel(input);
-  const int64_t hidden = plain || pattern == IGNIS_AR_FUSION_ALLREDUCE ? numel : input->shape[input->ndim - 1];
+  const int64_t hidden =
+      plain || pattern == IGNIS_AR_FUSION_ALLREDUCE ? numel : input->shape[input->ndim - 1];
   if (a->output)
     IGNIS_TRY(check_like_input(fn, "output", a->output, input));
   if (a->residual_in)
@@ -338,8 +341,8 @@ static ignis_status check_call(const char *fn, const ignis_comm *comm, const ign
                              a->weight_bias);
   }
 
-  const ignis_tensor *named[NAMED_COUNT] = {input,       a->residual_in, a->rms_gamma, a->scale_factor,
-                                            a->output,   a->residual_out, a->norm_out, a->quant_out};
+  const ignis_tensor *named[NAMED_COUNT] = {input,     a->residual_in,  a->rms_gamma, a->scale_factor,
+                                            a->output, a->residual_out, a->norm_out,  a->quant_out};
   const char *names[NAMED_COUNT] = {"input",  "residual_in",  "rms_gamma", "scale_factor",
                                     "output", "residual_out", "norm_out",  "quant_out"};
   const int is_output[NAMED_COUNT] = {0, 0, 0, 0, 1, 1, 1, 1};
@@ -348,8 +351,9 @@ static ignis_status check_call(const char *fn, const ignis_comm *comm, const ign
   IGNIS_TRY(ignis_resolve_target(fn, named, names, NAMED_COUNT, &target));
   const ignis_device want = comm->config.device;
   if (target.device.type != want.type || (want.type == IGNIS_DEVICE_CUDA && target.device.id != want.id))
-    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: input is on %s:%d but the communicator is on %s:%d",
-                           fn, ignis_device_type_name(target.device.type), target.device.id,
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: input is on %s:%d but the communicator is on %s:%d", fn,
+                           ignis_device_type_name(target.device.type), target.device.id,
                            ignis_device_type_name(want.type), want.id);
 
   const size_t bytes = (size_t)numel * ignis_dtype_size(input->dtype);
@@ -381,8 +385,8 @@ static ignis_status check_call(const char *fn, const ignis_comm *comm, const ign
   return IGNIS_OK;
 }
 
-static ignis_status run_call(const char *fn, ignis_comm *comm, const ignis_allreduce_fusion_args *a, int plain,
-                             void *stream) {
+static ignis_status run_call(const char *fn, ignis_comm *comm, const ignis_allreduce_fusion_args *a,
+                             int plain, void *stream) {
   if (!comm)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: comm is NULL", fn);
   ignis_allreduce_params p;
@@ -412,8 +416,8 @@ ignis_status ignis_allreduce_fusion(ignis_comm *comm, const ignis_allreduce_fusi
   const size_t least = offsetof(ignis_allreduce_fusion_args, output) + sizeof args->output;
   if (args->struct_size < least)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                           "%s: args.struct_size=%zu is smaller than any ignis_allreduce_fusion_args (%zu)", fn,
-                           args->struct_size, least);
+                           "%s: args.struct_size=%zu is smaller than any ignis_allreduce_fusion_args (%zu)",
+                           fn, args->struct_size, least);
   ignis_allreduce_fusion_args a = IGNIS_ALLREDUCE_FUSION_ARGS_INIT;
   memcpy(&a, args, args->struct_size < sizeof a ? args->struct_size : sizeof a);
   return run_call(fn, comm, &a, 0, stream);

@@ -130,7 +130,8 @@ static ignis_status create_segment(cpu_comm *c) {
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: shm_open(%s) failed: %s", c->name,
                            strerror(errno));
   int failed = ftruncate(fd, (off_t)c->segment_bytes) != 0;
-  void *mapped = failed ? MAP_FAILED : mmap(NULL, c->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *mapped =
+      failed ? MAP_FAILED : mmap(NULL, c->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int saved = errno;
   close(fd);
   if (failed || mapped == MAP_FAILED) {
@@ -153,14 +154,14 @@ static ignis_status create_segment(cpu_comm *c) {
 static ignis_status map_peer(cpu_comm *c, int32_t rank, const char *name) {
   const int fd = shm_open(name, O_RDWR, 0600);
   if (fd < 0)
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: shm_open(%s) of rank %d failed: %s", name,
-                           rank, strerror(errno));
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: shm_open(%s) of rank %d failed: %s",
+                           name, rank, strerror(errno));
   void *mapped = mmap(NULL, c->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int saved = errno;
   close(fd);
   if (mapped == MAP_FAILED)
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: mmap of rank %d's segment failed: %s", rank,
-                           strerror(saved));
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: mmap of rank %d's segment failed: %s",
+                           rank, strerror(saved));
   c->segments[rank] = mapped;
   return IGNIS_OK;
 }
@@ -179,12 +180,13 @@ static ignis_status check_hellos(const cpu_comm *c, const hello *all) {
       return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                              "ignis_comm_create: rank %d could not create its segment", r);
     if (h->rank != r || h->world != (uint64_t)c->world || h->capacity != c->capacity)
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "ignis_comm_create: the rank in slot %d says rank %d of %llu, capacity %llu, but "
-                             "this is rank %d of %d, capacity %zu: every rank must give the same world_size "
-                             "and capacity and its own rank",
-                             r, h->rank, (unsigned long long)h->world, (unsigned long long)h->capacity, c->rank,
-                             c->world, c->capacity);
+      return ignis_set_error(
+          IGNIS_ERROR_INVALID_ARGUMENT,
+          "ignis_comm_create: the rank in slot %d says rank %d of %llu, capacity %llu, but "
+          "this is rank %d of %d, capacity %zu: every rank must give the same world_size "
+          "and capacity and its own rank",
+          r, h->rank, (unsigned long long)h->world, (unsigned long long)h->capacity, c->rank, c->world,
+          c->capacity);
   }
   return IGNIS_OK;
 }
@@ -278,7 +280,8 @@ static ignis_status barrier(cpu_comm *c) {
   segment_header *own = header_of(c, c->rank);
   const double start = now_s();
   for (int32_t s = 0; s < c->world; ++s) {
-    for (uint64_t spins = 0; atomic_load_explicit(&own->flags[s].epoch, memory_order_acquire) < epoch; ++spins) {
+    for (uint64_t spins = 0; atomic_load_explicit(&own->flags[s].epoch, memory_order_acquire) < epoch;
+         ++spins) {
       if (spins < 256) {
         sched_yield();
         continue;
@@ -286,10 +289,11 @@ static ignis_status barrier(cpu_comm *c) {
       const double waited = now_s() - start;
       if (waited > c->timeout_s) {
         c->broken = 1;
-        return ignis_set_error(IGNIS_ERROR_TIMEOUT,
-                               "ignis cpu allreduce: rank %d waited %.3g s (timeout_s) for rank %d, which did "
-                               "not arrive",
-                               c->rank, waited, s);
+        return ignis_set_error(
+            IGNIS_ERROR_TIMEOUT,
+            "ignis cpu allreduce: rank %d waited %.3g s (timeout_s) for rank %d, which did "
+            "not arrive",
+            c->rank, waited, s);
       }
       const struct timespec pause = {0, waited < 0.01 ? 0 : 50000};
       if (pause.tv_nsec)
@@ -331,10 +335,11 @@ static ignis_status check_calls(const cpu_comm *c) {
       char mine[160], theirs[160];
       describe_text(d, mine, sizeof mine);
       describe_text(first, theirs, sizeof theirs);
-      return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
-                             "ignis cpu allreduce: rank %d called with %s but rank 0 with %s: every rank must "
-                             "make the same call",
-                             r, mine, theirs);
+      return ignis_set_error(
+          IGNIS_ERROR_INVALID_ARGUMENT,
+          "ignis cpu allreduce: rank %d called with %s but rank 0 with %s: every rank must "
+          "make the same call",
+          r, mine, theirs);
     }
   }
   return IGNIS_OK;
@@ -387,7 +392,8 @@ static int has_norm(ignis_allreduce_fusion_pattern pattern) {
 }
 
 static int has_quant(ignis_allreduce_fusion_pattern pattern) {
-  return pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 || pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8;
+  return pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 ||
+         pattern == IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8;
 }
 
 /* The units a call splits among the ranks (rows, or elements for the plain all-reduce) and the
@@ -460,7 +466,8 @@ static void gather_results(const cpu_comm *c, const ignis_allreduce_params *p) {
       continue;
     const row_outputs r = results_layout(c, p, owner, elems);
     copy_if(p->output ? (char *)p->output + first * es : NULL, r.output, (size_t)(elems * es));
-    copy_if(p->residual_out ? (char *)p->residual_out + first * es : NULL, r.residual_out, (size_t)(elems * es));
+    copy_if(p->residual_out ? (char *)p->residual_out + first * es : NULL, r.residual_out,
+            (size_t)(elems * es));
     copy_if(p->norm_out ? (char *)p->norm_out + first * es : NULL, r.norm_out, (size_t)(elems * es));
     copy_if(p->quant_out ? (uint8_t *)p->quant_out + first : NULL, r.quant_out, (size_t)elems);
   }
@@ -474,16 +481,18 @@ static void run_algorithm(const cpu_comm *c, const ignis_allreduce_params *p, sc
     compute_units(c, p, 0, units, s, o);
     return;
   }
-  const int64_t begin = slice_begin(units, c->world, c->rank), end = slice_begin(units, c->world, c->rank + 1);
+  const int64_t begin = slice_begin(units, c->world, c->rank),
+                end = slice_begin(units, c->world, c->rank + 1);
   compute_units(c, p, begin, end, s, results_layout(c, p, c->rank, (end - begin) * unit_elems));
 }
 
 ignis_status ignis_cpu_allreduce(const ignis_allreduce_params *p, void *stream) {
   cpu_comm *c = p->state;
   if (c->broken)
-    return ignis_set_error(IGNIS_ERROR_TIMEOUT,
-                           "ignis cpu allreduce: an earlier call of this communicator timed out, so its ranks "
-                           "are out of step: destroy it and create another");
+    return ignis_set_error(
+        IGNIS_ERROR_TIMEOUT,
+        "ignis cpu allreduce: an earlier call of this communicator timed out, so its ranks "
+        "are out of step: destroy it and create another");
   if (p->algo != IGNIS_ALLREDUCE_ONESHOT && p->algo != IGNIS_ALLREDUCE_TWOSHOT)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis cpu allreduce: algo=%d is not ONESHOT or TWOSHOT",
                            (int)p->algo);

@@ -215,6 +215,7 @@ extern const bench_family bench_family_norm, bench_family_activation, bench_fami
     bench_family_sampling, bench_family_gemm, bench_family_quant, bench_family_mla, bench_family_rope_quant,
     bench_family_moe;
 extern const bench_family bench_family_moe_routing;
+extern const bench_family bench_family_comm;
 int bench_routine_count(void);
 const bench_routine *bench_routine_at(int index);
 const bench_routine *bench_find_routine(const char *name);

@@ -23,6 +23,7 @@ static const bench_family *const families[] = {
     &bench_family_moe_routing,
     &bench_family_rope_quant,
     &bench_family_moe,
+    &bench_family_comm,
 };
 
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))

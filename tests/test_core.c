@@ -57,6 +57,7 @@ static void test_status(void) {
       {IGNIS_ERROR_INTERNAL, 5, "IGNIS_ERROR_INTERNAL", "internal error"},
       {IGNIS_ERROR_BACKEND_UNAVAILABLE, 6, "IGNIS_ERROR_BACKEND_UNAVAILABLE",
        "backend not built or no device present"},
+      {IGNIS_ERROR_TIMEOUT, 7, "IGNIS_ERROR_TIMEOUT", "a peer did not arrive in time"},
   };
   int map_count = 0;
 #define COUNT_STATUS_(name, value, msg) ++map_count;

@@ -49,7 +49,8 @@ IGNIS_API const char *ignis_build_info(void);
   X(IGNIS_ERROR_INSUFFICIENT_WORKSPACE, 3, "workspace too small")                                  \
   X(IGNIS_ERROR_CUDA, 4, "CUDA error")                                                             \
   X(IGNIS_ERROR_INTERNAL, 5, "internal error")                                                     \
-  X(IGNIS_ERROR_BACKEND_UNAVAILABLE, 6, "backend not built or no device present")
+  X(IGNIS_ERROR_BACKEND_UNAVAILABLE, 6, "backend not built or no device present")                  \
+  X(IGNIS_ERROR_TIMEOUT, 7, "a peer did not arrive in time")
 
 typedef enum ignis_status {
 #define IGNIS_STATUS_ENUM_(name, value, msg) name = value,

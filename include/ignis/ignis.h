@@ -5,6 +5,7 @@
 
 #include "ignis/core.h"
 #include "ignis/activation.h"
+#include "ignis/comm.h"
 #include "ignis/decode.h"
 #include "ignis/gemm.h"
 #include "ignis/merge_state.h"

@@ -20,7 +20,7 @@ exception (ValueError, TypeError, NotImplementedError, RuntimeError); see :mod:`
 
 from . import (_ext, activation, cascade, decode, fused_moe, gemm, mla, norm, page, prefill, quantization, rope,
                sampling, switch)
-from . import fused_moe_routing
+from . import comm, fused_moe_routing
 from ._errors import (
     ArgumentTypeError,
     BackendUnavailableError,
@@ -30,6 +30,7 @@ from ._errors import (
     InsufficientWorkspaceError,
     InternalError,
     InvalidArgumentError,
+    PeerTimeoutError,
     UnsupportedError,
 )
 from ._errors import STATUS_CLASSES as _STATUS_CLASSES
@@ -92,5 +93,6 @@ __all__ = (norm.__all__ + activation.__all__ + rope.__all__ + page.__all__ + cas
               "CudaError",
               "InternalError",
               "BackendUnavailableError",
+              "PeerTimeoutError",
               "ArgumentTypeError",
               ])

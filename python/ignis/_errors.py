@@ -13,6 +13,7 @@ function and the parameter ("ignis_rmsnorm: weight.shape[0]=4095 but it must be 
     CudaError                    RuntimeError        IGNIS_ERROR_CUDA
     InternalError                RuntimeError        IGNIS_ERROR_INTERNAL
     BackendUnavailableError      RuntimeError        IGNIS_ERROR_BACKEND_UNAVAILABLE
+    PeerTimeoutError             TimeoutError        IGNIS_ERROR_TIMEOUT (a peer rank never arrived)
     ArgumentTypeError            TypeError           Python-level: not a DLPack object, bad stream...
 """
 
@@ -63,6 +64,12 @@ class BackendUnavailableError(Error, RuntimeError):
     status = "IGNIS_ERROR_BACKEND_UNAVAILABLE"
 
 
+class PeerTimeoutError(Error, TimeoutError):
+    """A rank of a communicator waited longer than its timeout for its peers (ignis.comm)."""
+
+    status = "IGNIS_ERROR_TIMEOUT"
+
+
 class ArgumentTypeError(Error, TypeError):
     """An argument is not something ignis can take (no DLPack support, a bad stream object...)."""
 
@@ -75,4 +82,5 @@ STATUS_CLASSES = (
     CudaError,
     InternalError,
     BackendUnavailableError,
+    PeerTimeoutError,
 )

@@ -116,8 +116,10 @@ typedef struct {
 } dl_exchange_api;
 
 /* ---- module state ------------------------------------------------------------------------- */
+/* The largest status value (IGNIS_STATUS_MAP lists them in order). */
+#define IGNIS_LAST_STATUS IGNIS_ERROR_TIMEOUT
 /* Error classes, set once by ignis/__init__.py through _set_error_classes. */
-static PyObject *error_by_status[IGNIS_ERROR_BACKEND_UNAVAILABLE + 1];
+static PyObject *error_by_status[IGNIS_LAST_STATUS + 1];
 static PyObject *argument_type_error; /* Python-level argument problems (TypeError) */
 static PyObject *dtype_error;         /* invalid argument about a dtype (ValueError and TypeError) */
 
@@ -142,7 +144,7 @@ static PyObject *torch_tensor_type, *cupy_ndarray_type, *jax_array_type;
 /* ---- errors ------------------------------------------------------------------------------- */
 PyObject *status_class(ignis_status status, PyObject *fallback) {
   PyObject *cls =
-      status > IGNIS_OK && status <= IGNIS_ERROR_BACKEND_UNAVAILABLE ? error_by_status[status] : NULL;
+      status > IGNIS_OK && status <= IGNIS_LAST_STATUS ? error_by_status[status] : NULL;
   return cls ? cls : fallback;
 }
 
@@ -2121,7 +2123,7 @@ static PyObject *ext_set_error_classes(PyObject *self, PyObject *args) {
     const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
     int status = text ? status_named(text) : -1;
     Py_XDECREF(name);
-    if (status <= IGNIS_OK || status > IGNIS_ERROR_BACKEND_UNAVAILABLE) {
+    if (status <= IGNIS_OK || status > IGNIS_LAST_STATUS) {
       PyErr_Clear();
       PyErr_Format(PyExc_ValueError, "%R.status must name an IGNIS_ERROR_* status", cls);
       return NULL;
@@ -2292,6 +2294,7 @@ PyMODINIT_FUNC PyInit__ext(void) {
                  PyModule_AddFunctions(module, ext_quant_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_moe_methods) < 0 ||
                  PyModule_AddFunctions(module, ext_moe_pipeline_methods) < 0 ||
+                 PyModule_AddFunctions(module, ext_comm_methods) < 0 || ext_comm_constants(module) < 0 ||
                  ext_moe_pipeline_constants(module) < 0 || add_constants(module) < 0 ||
                  add_plan_update_declined(module) < 0))
     Py_CLEAR(module);

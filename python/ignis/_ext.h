@@ -1,7 +1,7 @@
 /* What the translation units of ignis._ext share: _ext.c (DLPack, arguments, errors, the module,
  * the library and device facts, and the norm, activation, RoPE, paged-cache, merge and decode
- * bindings), _ext_prefill.c, _ext_sampling.c, _ext_gemm.c, _ext_mla.c, _ext_quant.c and
- * _ext_moe_pipeline.c. Internal to the extension (never installed);
+ * bindings), _ext_prefill.c, _ext_sampling.c, _ext_gemm.c, _ext_mla.c, _ext_quant.c,
+ * _ext_moe_pipeline.c and _ext_comm.c. Internal to the extension (never installed);
  * every name here has hidden visibility, so nothing leaks out of the module but PyInit__ext.
  *
  * A binding reads its tensors through one op_call (op_call_begin: DLPack in, stream chosen),
@@ -253,7 +253,10 @@ extern PyMethodDef ext_mla_methods[];
 extern PyMethodDef ext_quant_methods[];
 extern PyMethodDef ext_moe_methods[];
 extern PyMethodDef ext_moe_pipeline_methods[];
+extern PyMethodDef ext_comm_methods[];
 /* Adds the IGNIS_MOE_* constants (_ext_moe_pipeline.c); -1 with the error set. */
 int ext_moe_pipeline_constants(PyObject *module);
+/* Adds the IGNIS_ALLREDUCE_* and IGNIS_AR_FUSION_* constants (_ext_comm.c); -1 with the error set. */
+int ext_comm_constants(PyObject *module);
 
 #endif

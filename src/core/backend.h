@@ -11,6 +11,7 @@
 #ifndef IGNIS_CORE_BACKEND_H
 #define IGNIS_CORE_BACKEND_H
 
+#include "comm_params.h"
 #include "gemm_params.h"
 #include "grouped_gemm_params.h"
 #include "mla_params.h"
@@ -112,6 +113,15 @@ typedef struct ignis_backend {
    * grouped GEMMs (this backend's grouped_gemm entry), the activation and the finalize, in order on
    * `stream`, the routing read where it lives. */
   ignis_status (*fused_moe)(const ignis_fused_moe_params *params, int32_t device, void *stream);
+  /* Communicators (core/comm_params.h): comm_create is collective (every rank calls it; it calls
+   * params->exchange) and returns the backend's state for this rank; comm_destroy releases it
+   * (NULL accepted); comm_check returns and clears a failure recorded by an earlier call
+   * (IGNIS_ERROR_TIMEOUT), synchronizing the device where the record lives there; allreduce runs one
+   * plain or fused call on `stream` (the state knows its device). */
+  ignis_status (*comm_create)(const ignis_comm_create_params *params, void **state);
+  void (*comm_destroy)(void *state);
+  ignis_status (*comm_check)(void *state);
+  ignis_status (*allreduce)(const ignis_allreduce_params *params, void *stream);
 } ignis_backend;
 
 /* The table of a device kind; NULL when this build has none (CUDA without the toolkit) or the

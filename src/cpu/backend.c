@@ -50,4 +50,8 @@ const ignis_backend ignis_cpu_backend = {
     .append_paged_mla_kv = ignis_cpu_append_paged_mla_kv,
     .moe_route = ignis_cpu_moe_route,
     .fused_moe = ignis_cpu_fused_moe,
+    .comm_create = ignis_cpu_comm_create,
+    .comm_destroy = ignis_cpu_comm_destroy,
+    .comm_check = ignis_cpu_comm_check,
+    .allreduce = ignis_cpu_allreduce,
 };

@@ -9,6 +9,12 @@
 ignis_status ignis_cpu_norm(const ignis_norm_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_activation(const ignis_activation_params *p, int32_t device, void *stream);
 ignis_status ignis_cpu_quant(const ignis_quant_params *p, int32_t device, void *stream);
+/* Communicators and all-reduce (cpu/comm.c): ranks are threads or processes meeting in POSIX shared
+ * memory. */
+ignis_status ignis_cpu_comm_create(const ignis_comm_create_params *params, void **state);
+void ignis_cpu_comm_destroy(void *state);
+ignis_status ignis_cpu_comm_check(void *state);
+ignis_status ignis_cpu_allreduce(const ignis_allreduce_params *params, void *stream);
 ignis_status ignis_cpu_quant_absmax_begin(float *scale, int32_t device, void *stream);
 ignis_status ignis_cpu_quant_absmax_finish(float *scale, float min_absmax, float fp8_max, int32_t device,
                                            void *stream);

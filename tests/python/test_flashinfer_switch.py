@@ -113,11 +113,22 @@ ENGINE_IMPORTS = {
         ("flashinfer", "cutlass_fused_moe"),
         ("flashinfer", "trtllm_fp8_block_scale_moe"),
     ],
+    "vllm and sglang all-reduce fusion (flashinfer.comm, ENGINES.md section 1)": [
+        ("flashinfer.comm", "allreduce_fusion"),
+        ("flashinfer.comm", "create_allreduce_fusion_workspace"),
+        ("flashinfer.comm", "AllReduceFusionPattern"),
+        ("flashinfer.comm", "MoeAlltoAll"),
+        ("flashinfer.comm", "moe_a2a_get_workspace_size_per_rank"),
+        ("flashinfer.comm.mapping", "Mapping"),
+        ("flashinfer.comm.mnnvl", "TorchDistBackend"),
+        ("flashinfer.comm.mnnvl", "CommBackend"),
+        ("flashinfer.comm.mnnvl", "MnnvlConfig"),
+    ],
 }
 IMPORTS = sorted({pair for pairs in ENGINE_IMPORTS.values() for pair in pairs})
 
 # FlashInfer modules ignis has nothing of: engines probe them with find_spec and must see None.
-ABSENT_MODULES = ["flashinfer.comm", "flashinfer.cute_dsl",
+ABSENT_MODULES = ["flashinfer.cute_dsl",
                   "flashinfer.compilation_context", "flashinfer.fp4_quantization", "flashinfer.autotuner"]
 
 

@@ -8,8 +8,9 @@ FlashInfer module of that name, plus the names the engines import from it at loa
 lacks; those raise UnsupportedError (a NotImplementedError) naming the feature when called (MLA,
 NVFP4 KV caches, TRT-LLM-gen prefill over a block table). ``flashinfer.gemm`` holds the GEMMs ignis
 has (``mm_bf16``, ``bmm_bf16``, ``bmm_fp8`` also at the top level, as in FlashInfer);
-``flashinfer.fused_moe`` the fused MoE (bf16, fp8 per-tensor, fp8 block-scaled). A FlashInfer
-module ignis has nothing of (comm, ...) does not exist here, so an engine's
+``flashinfer.fused_moe`` the fused MoE (bf16, fp8 per-tensor, fp8 block-scaled);
+``flashinfer.comm`` the tensor-parallel all-reduce fusion (ignis.comm). A FlashInfer module ignis
+has nothing of (cute_dsl, ...) does not exist here, so an engine's
 ``importlib.util.find_spec`` probe for it answers None and the engine takes its own path.
 
 Versions: ``__version__`` is the FlashInfer API level ignis implements (what engines compare
@@ -20,8 +21,8 @@ against), ``__ignis_version__`` the loaded ignis library's. No distribution meta
 from ignis import *
 from ignis import __version__ as __ignis_version__
 
-from . import (activation, cascade, decode, fused_moe, gemm, grouped_mm, jit, mla, norm, page, prefill, quantization,
-               rope, sampling, topk, utils)
+from . import (activation, cascade, comm, decode, fused_moe, gemm, grouped_mm, jit, mla, norm, page, prefill,
+               quantization, rope, sampling, topk, utils)
 from .fused_moe import reorder_rows_for_gated_act_gemm, trtllm_fp4_block_scale_moe, trtllm_fp4_block_scale_routed_moe
 from .mla import BatchMLAPagedAttentionWrapper
 from .page import nvfp4_quantize_append_paged_kv_cache, nvfp4_quantize_append_paged_kv_cache_with_slot_mapping

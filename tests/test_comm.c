@@ -730,6 +730,9 @@ static void test_create_errors(void) {
   bad.capacity = 0;
   CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INVALID_ARGUMENT, "config.capacity");
   bad = cfg;
+  bad.capacity = (size_t)1 << 50; /* more than any /dev/shm: a clean error, not SIGBUS later */
+  CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INTERNAL, "config.capacity");
+  bad = cfg;
   bad.timeout_s = 0;
   CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INVALID_ARGUMENT, "config.timeout_s");
   bad = cfg;

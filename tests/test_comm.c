@@ -647,6 +647,37 @@ static void body_mismatch(rank_ctx *r) {
   ignis_comm_destroy(comm);
 }
 
+/* Many calls back to back on one communicator, algorithms alternating and inputs changing every
+ * call (small integers: exact sums), so a rank that runs ahead into its next call while a peer
+ * still reads the last one would show up as a wrong sum. */
+static void body_stress(rank_ctx *r) {
+  enum { CALLS = 300, N = 1031 };
+  const ignis_comm_config cfg = config_for(r, N * 4, 10.0);
+  ignis_comm *comm = NULL;
+  ignis_comm_create(&cfg, world_exchange, r, &comm);
+  report(r, comm != NULL, "create: %s", ignis_last_error());
+  if (!comm)
+    return;
+  h_buf in = h_buf_alloc(H_CPU, IGNIS_F32, N), out = h_buf_alloc(H_CPU, IGNIS_F32, N);
+  ignis_tensor vin = view2(&in, 1, N), vout = view2(&out, 1, N);
+  int64_t wrong = 0, failed = 0;
+  for (int call = 0; call < CALLS; ++call) {
+    for (int64_t i = 0; i < N; ++i)
+      h_set(&in, i, (double)(r->rank + call % 7 + i % 3));
+    const ignis_allreduce_algo algo = call % 3 == 0 ? IGNIS_ALLREDUCE_ONESHOT : IGNIS_ALLREDUCE_TWOSHOT;
+    failed += ignis_allreduce(comm, &vin, &vout, algo, NULL) != IGNIS_OK;
+    const int W = r->w->size;
+    for (int64_t i = 0; i < N; ++i)
+      wrong += h_get(&out, i) != (double)(W * (W - 1) / 2 + W * (call % 7 + i % 3));
+  }
+  report(r, failed == 0 && wrong == 0, "%d calls: %lld failed, %lld wrong sums", CALLS, (long long)failed,
+         (long long)wrong);
+  h_buf_free(&in);
+  h_buf_free(&out);
+  pthread_barrier_wait(&r->w->barrier);
+  ignis_comm_destroy(comm);
+}
+
 static void body_create_mismatch(rank_ctx *r) {
   const ignis_comm_config cfg = config_for(r, r->rank == 1 ? 8192 : 4096, 10.0);
   ignis_comm *comm = NULL;
@@ -729,6 +760,9 @@ static void test_create_errors(void) {
   bad = cfg;
   bad.capacity = 0;
   CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INVALID_ARGUMENT, "config.capacity");
+  bad = cfg;
+  bad.capacity = (size_t)1 << 50; /* more than any /dev/shm: a clean error, not SIGBUS later */
+  CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INTERNAL, "config.capacity");
   bad = cfg;
   bad.timeout_s = 0;
   CHECK_ERROR(ignis_comm_create(&bad, NULL, NULL, &comm), IGNIS_ERROR_INVALID_ARGUMENT, "config.timeout_s");
@@ -941,6 +975,12 @@ int main(void) {
   snprintf(fork_mismatch.what, sizeof fork_mismatch.what, "shapes differ across 2 processes");
   memcpy(fork_mismatch.reports, fork_special->reports, sizeof fork_mismatch.reports);
   world_free(fork_special);
+  fork_special = world_make(3, 16);
+  world_run(fork_special, 1, body_stress, base);
+  world_result fork_stress = {.size = 3};
+  snprintf(fork_stress.what, sizeof fork_stress.what, "300 calls back to back, 3 processes");
+  memcpy(fork_stress.reports, fork_special->reports, sizeof fork_stress.reports);
+  world_free(fork_special);
 
   h_init("test_comm");
   count_world(&fork_cpu);
@@ -948,6 +988,7 @@ int main(void) {
   count_world(&fork_cuda);
 #endif
   count_world(&fork_mismatch);
+  count_world(&fork_stress);
 
   test_create_errors();
   test_choose();
@@ -962,6 +1003,7 @@ int main(void) {
     run_case_world(sizes[i], 0, H_CPU, cases, count, &res);
     count_world(&res);
   }
+  run_special(4, 0, body_stress, "300 calls back to back");
   run_special(2, 0, choose_body, "CPU AUTO thresholds");
   run_special(3, 0, body_timeout, "a rank that never calls");
   run_special(2, 0, body_mismatch, "shapes differ across threads");

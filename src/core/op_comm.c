@@ -6,11 +6,14 @@
  * message within the capacity. Then ignis_allreduce_params and the backend's allreduce.
  *
  * AUTO's thresholds (ignis_allreduce_choose). A world of one has nothing to exchange: ONESHOT.
- * CPU: ONESHOT below 64 KiB, where one pass over every peer's segment costs less than the extra
- * copy of the gathered slices, else TWOSHOT. CUDA: ONESHOT up to 256 KiB for 2 to 4 ranks and up to
- * 128 KiB for more (each rank reads W times the message), TWOSHOT above, and NCCL from 16 MiB when
- * the communicator was given an NCCL communicator. The CUDA thresholds are placeholders until they
- * are measured on 2, 4 and 8 GPUs.
+ * CPU: ONESHOT below 64 KiB, else TWOSHOT, as comm.h promises. The CPU backend is there for
+ * correctness, and its one measurement so far says little: on a 2-core host shared with other
+ * jobs, bf16 world of 2 threads, TWOSHOT was within noise of ONESHOT up to 32 KiB and 1.3-2.5x
+ * faster from 64 KiB; with 4 threads (more ranks than cores) TWOSHOT was faster at every size
+ * from 4 KiB. Measure on a many-core host before moving the threshold. CUDA: ONESHOT up to 256 KiB
+ * for 2 to 4 ranks and up to 128 KiB for more (each rank reads W times the message), TWOSHOT
+ * above, and NCCL from 16 MiB when the communicator was given an NCCL communicator. The CUDA
+ * thresholds are placeholders until they are measured on 2, 4 and 8 GPUs.
  *
  * An empty message (no elements) returns at once without meeting the peers: every rank makes the
  * same call, so every rank returns. */

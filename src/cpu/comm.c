@@ -2,9 +2,9 @@
  * the ranks are threads of one process or processes of one host, meeting in POSIX shared memory.
  *
  * Creation. Each rank creates a segment (shm_open under a name unique to the process, the call and
- * the rank, ftruncate, mmap), the ranks all-gather the names through the caller's exchange (with the
- * world size and capacity, so a rank that differs fails every rank), every rank maps every peer's
- * segment, and a second exchange round says every mapping succeeded; only then does each rank
+ * the rank, posix_fallocate, mmap), the ranks all-gather the names through the caller's exchange
+ * (with the world size and capacity, so a rank that differs fails every rank), every rank maps every
+ * peer's segment, and a second exchange round says every mapping succeeded; only then does each rank
  * unlink its name (the mappings live on), so a crashed world leaves nothing in /dev/shm.
  *
  * Segment of rank r:
@@ -129,15 +129,19 @@ static ignis_status create_segment(cpu_comm *c) {
   if (fd < 0)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: shm_open(%s) failed: %s", c->name,
                            strerror(errno));
-  int failed = ftruncate(fd, (off_t)c->segment_bytes) != 0;
+  /* posix_fallocate, not ftruncate: a segment larger than /dev/shm can hold fails here, cleanly,
+   * instead of raising SIGBUS at the first touch of a page tmpfs cannot back */
+  const int reserve = posix_fallocate(fd, 0, (off_t)c->segment_bytes);
   void *mapped =
-      failed ? MAP_FAILED : mmap(NULL, c->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int saved = errno;
+      reserve ? MAP_FAILED : mmap(NULL, c->segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int saved = reserve ? reserve : errno;
   close(fd);
-  if (failed || mapped == MAP_FAILED) {
+  if (mapped == MAP_FAILED) {
     shm_unlink(c->name);
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: %s of %zu bytes for %s failed: %s",
-                           failed ? "ftruncate" : "mmap", c->segment_bytes, c->name, strerror(saved));
+    return ignis_set_error(IGNIS_ERROR_INTERNAL,
+                           "ignis_comm_create: %s of a %zu-byte segment (4 x config.capacity=%zu) failed: %s",
+                           reserve ? "posix_fallocate" : "mmap", c->segment_bytes, c->capacity,
+                           strerror(saved));
   }
   c->segments[c->rank] = mapped;
   if (!atomic_is_lock_free(&header_of(c, c->rank)->flags[0].epoch)) {

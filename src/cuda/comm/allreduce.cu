@@ -70,6 +70,8 @@ struct ar_args {
   int32_t twoshot;
   int32_t local;        /* NCCL's fused forms: the sum is already in the own data area; no exchange */
   int64_t rows, hidden; /* the plain form: one row of rows * hidden elements */
+  int64_t slice_units;  /* units (plain: chunks; fused: rows) per slice: all of them on ONESHOT */
+  int64_t part_units;   /* units per block within a slice */
   const void *input;
   void *output;
   const void *residual_in;
@@ -129,11 +131,13 @@ __device__ __forceinline__ void cross_rank_barrier(const ar_args &a, uint64_t ep
 }
 
 /* ---- chunks ---------------------------------------------------------------------------------- */
-/* [begin + n * i / parts, begin + n * (i + 1) / parts) of [begin, begin + n). */
-__device__ __forceinline__ void part_of(int64_t begin, int64_t n, int64_t i, int64_t parts, int64_t *lo,
-                                        int64_t *hi) {
-  *lo = begin + n * i / parts;
-  *hi = begin + n * (i + 1) / parts;
+/* Units (chunks or rows) [lo, hi) of this block in slice s: slices of a.slice_units units, parts of
+ * a.part_units, both computed on the host (no division here), clamped to the message. */
+__device__ __forceinline__ void part_of(const ar_args &a, int64_t units, int s, int64_t *lo, int64_t *hi) {
+  const int64_t slice_lo = min((int64_t)s * a.slice_units, units);
+  const int64_t slice_hi = min(slice_lo + a.slice_units, units);
+  *lo = min(slice_lo + (int64_t)blockIdx.x * a.part_units, slice_hi);
+  *hi = min(*lo + a.part_units, slice_hi);
 }
 
 template <int BYTES> struct bits_of;
@@ -230,7 +234,7 @@ template <typename T, int N> __device__ __forceinline__ void stage_chunks(const 
 }
 
 template <typename T, int N>
-__global__ void __launch_bounds__(BLOCK_THREADS) allreduce_plain(const ar_args a) {
+__global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_args a) {
   ignis_pdl_wait();
   const uint64_t base = call_base(a);
   int failed = 0;
@@ -239,7 +243,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) allreduce_plain(const ar_args a
   T *output = static_cast<T *>(a.output);
   int64_t lo, hi;
   if (!a.twoshot) {
-    part_of(0, chunks, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, chunks, 0, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
     cross_rank_barrier(a, base + 1, failed);
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
@@ -251,15 +255,11 @@ __global__ void __launch_bounds__(BLOCK_THREADS) allreduce_plain(const ar_args a
     return;
   }
   for (int s = 0; s < a.world; ++s) {
-    int64_t slice_lo, slice_hi;
-    part_of(0, chunks, s, a.world, &slice_lo, &slice_hi);
-    part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, chunks, s, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
   }
   cross_rank_barrier(a, base + 1, failed);
-  int64_t slice_lo, slice_hi;
-  part_of(0, chunks, a.rank, a.world, &slice_lo, &slice_hi);
-  part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+  part_of(a, chunks, a.rank, &lo, &hi);
   T *reduced = reinterpret_cast<T *>(a.region[a.rank] + a.sum_offset);
   for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
     float acc[N];
@@ -271,8 +271,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) allreduce_plain(const ar_args a
   for (int s = 0; s < a.world; ++s) {
     if (s == a.rank)
       continue;
-    part_of(0, chunks, s, a.world, &slice_lo, &slice_hi);
-    part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, chunks, s, &lo, &hi);
     const char *owner = a.region[s] + a.sum_offset;
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x)
       copy_bytes<CHUNK_BYTES, IGNIS_CACHE_L2>(output + c * N, owner + c * CHUNK_BYTES);
@@ -378,14 +377,14 @@ __device__ __forceinline__ void gather_rows(const ar_args &a, int owner, int64_t
 }
 
 template <typename T, typename G, int N>
-__global__ void __launch_bounds__(BLOCK_THREADS) allreduce_fused(const ar_args a) {
+__global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_fused(const ar_args a) {
   extern __shared__ float row_sum[]; /* hidden floats */
   __shared__ double scratch[32];
   ignis_pdl_wait();
   const float inv_scale = a.quant_out ? __fdiv_rn(1.0f, *a.scale_factor) : 0.0f;
   int64_t lo, hi;
   if (a.local) {
-    part_of(0, a.rows, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, a.rows, 0, &lo, &hi);
     for (int64_t row = lo; row < hi; ++row)
       fused_row<T, G, N>(a, row, false, inv_scale, row_sum, scratch);
     return;
@@ -393,7 +392,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS) allreduce_fused(const ar_args a
   const uint64_t base = call_base(a);
   int failed = 0;
   if (!a.twoshot) {
-    part_of(0, a.rows, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, a.rows, 0, &lo, &hi);
     stage_rows<T, N>(a, lo, hi);
     cross_rank_barrier(a, base + 1, failed);
     for (int64_t row = lo; row < hi; ++row)
@@ -401,23 +400,19 @@ __global__ void __launch_bounds__(BLOCK_THREADS) allreduce_fused(const ar_args a
     cross_rank_barrier(a, base + 2, failed);
     return;
   }
-  int64_t slice_lo, slice_hi;
   for (int s = 0; s < a.world; ++s) {
-    part_of(0, a.rows, s, a.world, &slice_lo, &slice_hi);
-    part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, a.rows, s, &lo, &hi);
     stage_rows<T, N>(a, lo, hi);
   }
   cross_rank_barrier(a, base + 1, failed);
-  part_of(0, a.rows, a.rank, a.world, &slice_lo, &slice_hi);
-  part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+  part_of(a, a.rows, a.rank, &lo, &hi);
   for (int64_t row = lo; row < hi; ++row)
     fused_row<T, G, N>(a, row, true, inv_scale, row_sum, scratch);
   cross_rank_barrier(a, base + 2, failed);
   for (int s = 0; s < a.world; ++s) {
     if (s == a.rank)
       continue;
-    part_of(0, a.rows, s, a.world, &slice_lo, &slice_hi);
-    part_of(slice_lo, slice_hi - slice_lo, blockIdx.x, gridDim.x, &lo, &hi);
+    part_of(a, a.rows, s, &lo, &hi);
     gather_rows<T, N>(a, s, lo, hi);
   }
   cross_rank_barrier(a, base + 3, failed);
@@ -436,26 +431,31 @@ static unsigned grid_size(int64_t wanted, int device) {
   return (unsigned)(wanted < 1 ? 1 : wanted < limit ? wanted : limit);
 }
 
+/* The grid for `units` units (slices of them on TWOSHOT) at `per_block` units per block, and the
+ * kernel's slice and part sizes. */
+static dim3 split_units(ar_args *a, int64_t units, int64_t per_block, int device) {
+  a->slice_units = a->twoshot ? ceil_div(units, a->world) : units;
+  const unsigned blocks = grid_size(ceil_div(a->slice_units, per_block), device);
+  a->part_units = ceil_div(a->slice_units, blocks);
+  return dim3(blocks);
+}
+
 template <typename T, int N>
-static cudaError_t launch_plain(const ar_args &a, int device, cudaStream_t stream) {
-  const int64_t chunks = a.rows * a.hidden / N;
-  const int64_t per_block = (int64_t)BLOCK_THREADS * PLAIN_CHUNKS_PER_THREAD;
-  const int64_t share = a.twoshot ? ceil_div(chunks, a.world) : chunks;
-  return ignis_launch(allreduce_plain<T, N>, dim3(grid_size(ceil_div(share, per_block), device)),
-                      dim3(BLOCK_THREADS), 0, stream, a);
+static cudaError_t launch_plain(ar_args a, int device, cudaStream_t stream) {
+  const dim3 grid = split_units(&a, a.rows * a.hidden / N, (int64_t)BLOCK_THREADS * PLAIN_CHUNKS_PER_THREAD, device);
+  return ignis_launch(allreduce_plain<T, N>, grid, dim3(BLOCK_THREADS), 0, stream, a);
 }
 
 template <typename T, typename G, int N>
-static cudaError_t launch_fused(const ar_args &a, int device, cudaStream_t stream) {
+static cudaError_t launch_fused(ar_args a, int device, cudaStream_t stream) {
   const size_t smem = (size_t)a.hidden * sizeof(float);
   cudaError_t err = ignis_allow_dynamic_smem<allreduce_fused<T, G, N>>(smem);
   if (err != cudaSuccess)
     return err;
-  const int64_t row_chunks = a.hidden / N;
-  const int64_t threads = ceil_div(row_chunks, 32) * 32;
-  const int64_t share = a.twoshot ? ceil_div(a.rows, a.world) : a.rows;
-  return ignis_launch(allreduce_fused<T, G, N>, dim3(grid_size(share, device)),
-                      dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)), smem, stream, a);
+  const int64_t threads = ceil_div(a.hidden / N, 32) * 32;
+  const dim3 grid = split_units(&a, a.rows, 1, device);
+  return ignis_launch(allreduce_fused<T, G, N>, grid, dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)),
+                      smem, stream, a);
 }
 
 template <typename T> static cudaError_t launch(const ar_args &a, const ignis_allreduce_params *p, int device,

@@ -3,12 +3,14 @@
  * algorithm (comm_nccl.c), whose fused forms run the same row math here on NCCL's sum.
  *
  * Work split. Every rank launches the same grid for a call (same shapes, same algorithm), of at
- * most min(SMs, COMM_MAX_BLOCKS) blocks so that all blocks are resident at once. Block b of a rank
- * only ever synchronizes with block b of the other ranks, so it owns the same part of the message
- * on every rank. The plain form cuts the flat message into chunks (a 16-byte vector of N elements
- * when every pointer is 16-byte aligned and N divides the count, else single elements); the fused
- * forms cut it into whole rows (the sum of squares needs the row), the row's f32 sum staged in
- * shared memory (hidden <= 16384).
+ * most max_blocks blocks (the fewest SMs of any rank, at most COMM_MAX_BLOCKS) so that all blocks
+ * are resident at once. Block b of a rank only ever synchronizes with block b of the other ranks,
+ * so it owns the same part of the message on every rank, and the partition depends on nothing a
+ * rank may see differently (such as its pointers' alignment). The plain form cuts the flat message
+ * into 16-byte units and moves them as one vector of N = 16 / sizeof(T) elements when its pointers
+ * are 16-byte aligned and N divides the count, else element by element; the fused forms cut it
+ * into whole rows (the sum of squares needs the row), the row's f32 sum staged in shared memory
+ * (hidden <= 16384), vectors again where the row and pointers allow.
  *   ONESHOT: block b copies its part of the input into its rank's data area; barrier 1; it reads
  *     its part from every rank's data area, reduces and writes the outputs; barrier 2.
  *   TWOSHOT: the units (chunks or rows) are cut into W slices, slice s owned by rank s, and each
@@ -58,9 +60,9 @@
 #include "cuda/common/fp8_convert.cuh"
 
 enum {
-  BLOCK_THREADS = 512,       /* the plain kernel's block; the fused kernel's largest */
-  MAX_FUSED_HIDDEN = 16384,  /* the f32 row in shared memory: 64 KB */
-  PLAIN_CHUNKS_PER_THREAD = 4 /* chunks per thread a plain block is sized for */
+  BLOCK_THREADS = 512,     /* the plain kernel's block (one chunk per thread and part, up to the SM count
+                              of blocks); the fused kernel's largest */
+  MAX_FUSED_HIDDEN = 16384 /* the f32 row in shared memory: 64 KB */
 };
 
 /* The kernels' arguments (by value: the peer pointers live in the parameter bank). */
@@ -233,17 +235,30 @@ template <typename T, int N> __device__ __forceinline__ void stage_chunks(const 
                                                   static_cast<const char *>(a.input) + c * N * sizeof(T));
 }
 
+/* Units are 16 bytes of the message (VEC elements; the last one may be short), whatever N, so that
+ * every rank cuts the message alike even where one rank takes the element path (its pointers
+ * unaligned) and another the vector path. Chunks [first, last) of a part, N elements each. */
+template <typename T, int N>
+__device__ __forceinline__ void chunks_of(const ar_args &a, int s, int64_t *first, int64_t *last) {
+  constexpr int CHUNKS_PER_UNIT = 16 / sizeof(T) / N;
+  const int64_t count = a.rows * a.hidden;
+  const int64_t units = (count * (int64_t)sizeof(T) + 15) / 16;
+  int64_t lo, hi;
+  part_of(a, units, s, &lo, &hi);
+  *first = lo * CHUNKS_PER_UNIT;
+  *last = min(hi * CHUNKS_PER_UNIT, count / N);
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_args a) {
   ignis_pdl_wait();
   const uint64_t base = call_base(a);
   int failed = 0;
-  const int64_t chunks = a.rows * a.hidden / N;
   constexpr size_t CHUNK_BYTES = N * sizeof(T);
   T *output = static_cast<T *>(a.output);
   int64_t lo, hi;
   if (!a.twoshot) {
-    part_of(a, chunks, 0, &lo, &hi);
+    chunks_of<T, N>(a, 0, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
     cross_rank_barrier(a, base + 1, failed);
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
@@ -255,11 +270,11 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_arg
     return;
   }
   for (int s = 0; s < a.world; ++s) {
-    part_of(a, chunks, s, &lo, &hi);
+    chunks_of<T, N>(a, s, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
   }
   cross_rank_barrier(a, base + 1, failed);
-  part_of(a, chunks, a.rank, &lo, &hi);
+  chunks_of<T, N>(a, a.rank, &lo, &hi);
   T *reduced = reinterpret_cast<T *>(a.region[a.rank] + a.sum_offset);
   for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
     float acc[N];
@@ -271,7 +286,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_arg
   for (int s = 0; s < a.world; ++s) {
     if (s == a.rank)
       continue;
-    part_of(a, chunks, s, &lo, &hi);
+    chunks_of<T, N>(a, s, &lo, &hi);
     const char *owner = a.region[s] + a.sum_offset;
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x)
       copy_bytes<CHUNK_BYTES, IGNIS_CACHE_L2>(output + c * N, owner + c * CHUNK_BYTES);
@@ -423,54 +438,53 @@ static bool aligned16(const void *ptr) { return (uintptr_t)ptr % 16 == 0; }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* At most one block per SM (all resident: block b waits for its peers' block b) and per flag row. */
-static unsigned grid_size(int64_t wanted, int device) {
-  int64_t limit = ignis_cuda_sm_count(device);
-  if (limit > COMM_MAX_BLOCKS)
-    limit = COMM_MAX_BLOCKS;
-  return (unsigned)(wanted < 1 ? 1 : wanted < limit ? wanted : limit);
-}
-
-/* The grid for `units` units (slices of them on TWOSHOT) at `per_block` units per block, and the
- * kernel's slice and part sizes. */
-static dim3 split_units(ar_args *a, int64_t units, int64_t per_block, int device) {
+/* The grid for `units` units (slices of them on TWOSHOT) at `per_block` units per block, at most
+ * max_blocks (the same on every rank: see comm_setup.cu), and the kernel's slice and part sizes. */
+static dim3 split_units(ar_args *a, int64_t units, int64_t per_block, int max_blocks) {
   a->slice_units = a->twoshot ? ceil_div(units, a->world) : units;
-  const unsigned blocks = grid_size(ceil_div(a->slice_units, per_block), device);
+  int64_t blocks = ceil_div(a->slice_units, per_block);
+  blocks = blocks < 1 ? 1 : blocks < max_blocks ? blocks : max_blocks;
   a->part_units = ceil_div(a->slice_units, blocks);
-  return dim3(blocks);
+  return dim3((unsigned)blocks);
 }
 
+/* Blocks are sized in 16-byte units: BLOCK_THREADS of them per block (one chunk per thread on the
+ * vector path). */
 template <typename T, int N>
-static cudaError_t launch_plain(ar_args a, int device, cudaStream_t stream) {
-  const dim3 grid = split_units(&a, a.rows * a.hidden / N, (int64_t)BLOCK_THREADS * PLAIN_CHUNKS_PER_THREAD, device);
+static cudaError_t launch_plain(ar_args a, int max_blocks, cudaStream_t stream) {
+  const int64_t units = (a.rows * a.hidden * (int64_t)sizeof(T) + 15) / 16;
+  const dim3 grid = split_units(&a, units, BLOCK_THREADS, max_blocks);
   return ignis_launch(allreduce_plain<T, N>, grid, dim3(BLOCK_THREADS), 0, stream, a);
 }
 
 template <typename T, typename G, int N>
-static cudaError_t launch_fused(ar_args a, int device, cudaStream_t stream) {
+static cudaError_t launch_fused(ar_args a, int max_blocks, cudaStream_t stream) {
   const size_t smem = (size_t)a.hidden * sizeof(float);
   cudaError_t err = ignis_allow_dynamic_smem<allreduce_fused<T, G, N>>(smem);
   if (err != cudaSuccess)
     return err;
   const int64_t threads = ceil_div(a.hidden / N, 32) * 32;
-  const dim3 grid = split_units(&a, a.rows, 1, device);
+  const dim3 grid = split_units(&a, a.rows, 1, max_blocks);
   return ignis_launch(allreduce_fused<T, G, N>, grid, dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)),
                       smem, stream, a);
 }
 
-template <typename T> static cudaError_t launch(const ar_args &a, const ignis_allreduce_params *p, int device,
+/* The element path (N = 1) where a pointer is not 16-byte aligned or the row is not whole vectors;
+ * the partition does not depend on it. */
+template <typename T> static cudaError_t launch(const ar_args &a, const ignis_allreduce_params *p, int max_blocks,
                                                 cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
   if (p->pattern == IGNIS_AR_FUSION_ALLREDUCE) {
     const bool vector = (a.rows * a.hidden) % VEC == 0 && aligned16(a.input) && aligned16(a.output);
-    return vector ? launch_plain<T, VEC>(a, device, stream) : launch_plain<T, 1>(a, device, stream);
+    return vector ? launch_plain<T, VEC>(a, max_blocks, stream) : launch_plain<T, 1>(a, max_blocks, stream);
   }
   const bool vector = a.hidden % VEC == 0 && aligned16(a.input) && aligned16(a.residual_in) &&
                       aligned16(a.residual_out) && aligned16(a.norm_out) && aligned16(a.quant_out) &&
                       aligned16(a.gamma);
   if (p->gamma_dtype == IGNIS_F32)
-    return vector ? launch_fused<T, float, VEC>(a, device, stream) : launch_fused<T, float, 1>(a, device, stream);
-  return vector ? launch_fused<T, T, VEC>(a, device, stream) : launch_fused<T, T, 1>(a, device, stream);
+    return vector ? launch_fused<T, float, VEC>(a, max_blocks, stream)
+                  : launch_fused<T, float, 1>(a, max_blocks, stream);
+  return vector ? launch_fused<T, T, VEC>(a, max_blocks, stream) : launch_fused<T, T, 1>(a, max_blocks, stream);
 }
 
 /* The arguments every kernel gets. */
@@ -504,7 +518,7 @@ static ar_args make_args(const ignis_cuda_comm *c, const ignis_allreduce_params 
 /* NCCL: the plain form in place or out of place; the fused forms reduce into the own data area, then
  * run the fused row math there with no exchange (local mode: one "rank", the own region). */
 static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_params *p, ar_args a,
-                             cudaStream_t stream, int device) {
+                             cudaStream_t stream) {
   if (!c->nccl_comm)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "ignis_allreduce: algo NCCL needs the communicator created with an nccl_comm");
@@ -524,13 +538,13 @@ static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_par
   cudaError_t err = cudaSuccess;
   switch (p->dtype) {
   case IGNIS_F32:
-    err = launch<float>(a, p, device, stream);
+    err = launch<float>(a, p, c->max_blocks, stream);
     break;
   case IGNIS_F16:
-    err = launch<__half>(a, p, device, stream);
+    err = launch<__half>(a, p, c->max_blocks, stream);
     break;
   default:
-    err = launch<__nv_bfloat16>(a, p, device, stream);
+    err = launch<__nv_bfloat16>(a, p, c->max_blocks, stream);
     break;
   }
   if (err != cudaSuccess) {
@@ -563,19 +577,19 @@ extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, vo
     return IGNIS_OK;
   const ar_args a = make_args(c, p);
   if (p->algo == IGNIS_ALLREDUCE_NCCL)
-    return run_nccl(c, p, a, s, c->device);
+    return run_nccl(c, p, a, s);
   if (p->algo != IGNIS_ALLREDUCE_ONESHOT && p->algo != IGNIS_ALLREDUCE_TWOSHOT)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_allreduce: algo %d reached the CUDA backend", (int)p->algo);
   cudaError_t err = cudaSuccess;
   switch (p->dtype) {
   case IGNIS_F32:
-    err = launch<float>(a, p, c->device, s);
+    err = launch<float>(a, p, c->max_blocks, s);
     break;
   case IGNIS_F16:
-    err = launch<__half>(a, p, c->device, s);
+    err = launch<__half>(a, p, c->max_blocks, s);
     break;
   default:
-    err = launch<__nv_bfloat16>(a, p, c->device, s);
+    err = launch<__nv_bfloat16>(a, p, c->max_blocks, s);
     break;
   }
   if (err != cudaSuccess) {

@@ -3,10 +3,11 @@
  *
  * Creation is collective and fails alike on every rank. Each rank allocates its region on its
  * device, zeroes the flags and the error word, takes an IPC handle of it, and sends one record
- * (a magic and record version, world size, rank, capacity, device, process id, the region's address
- * in its own process, the IPC handle, whether its steps so far succeeded) through the caller's
- * exchange. Every rank then sees the same W records and applies the same checks (magic, world size,
- * capacity, ranks in order, every rank ready), so all fail or none. It opens each peer's region:
+ * (a magic and record version, world size, rank, capacity, device, its SM count, process id, the
+ * region's address in its own process, the IPC handle, whether its steps so far succeeded) through
+ * the caller's exchange. Every rank then sees the same W records and applies the same checks (magic, world size,
+ * capacity, ranks in order, every rank ready), so all fail or none, and derive the same grid
+ * bound (the fewest SMs of any rank: every rank must launch the same grids). It opens each peer's region:
  * with cudaIpcOpenMemHandle when the peer is another process (a peer on the same GPU included),
  * directly by address when it is a thread of this process (IPC cannot open a handle of its own
  * process), enabling peer access when that peer's device is another GPU. Since opening can fail on
@@ -25,6 +26,7 @@ enum { RECORD_MAGIC = 0x49474e53, RECORD_VERSION = 1 };
 typedef struct {
   uint32_t magic, version;
   int32_t world_size, rank, device, pid, ready;
+  int32_t sm_count;
   uint64_t capacity;
   uint64_t region_address;
   cudaIpcMemHandle_t handle;
@@ -122,6 +124,7 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   mine.device = p->device;
   mine.pid = (int32_t)getpid();
   mine.capacity = p->capacity;
+  mine.sm_count = ignis_cuda_sm_count(p->device);
   mine.ready = make_region(c, &mine);
   mine.region_address = (uint64_t)(uintptr_t)c->region;
   (void)cudaGetLastError();
@@ -135,6 +138,10 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   } else if ((problem = check_records(all, world, p->capacity, &culprit)) != nullptr) {
     status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: rank %d: %s", culprit, problem);
   } else {
+    c->max_blocks = COMM_MAX_BLOCKS;
+    for (int s = 0; s < world; ++s)
+      if (all[s].sm_count < c->max_blocks)
+        c->max_blocks = all[s].sm_count;
     int32_t opened = 1;
     for (int s = 0; s < world; ++s)
       if (s == p->rank)

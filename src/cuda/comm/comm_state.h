@@ -44,6 +44,7 @@ typedef struct ignis_cuda_comm {
   char *region;                        /* this rank's region (cudaMalloc) */
   char *peer[IGNIS_COMM_MAX_WORLD];    /* every rank's region as this process sees it; peer[rank] = region */
   int ipc_opened[IGNIS_COMM_MAX_WORLD]; /* 1 where peer[s] came from cudaIpcOpenMemHandle */
+  int32_t max_blocks; /* an all-reduce grid's most blocks: min over the ranks of SMs, COMM_MAX_BLOCKS */
   uint64_t timeout_ns;
   void *nccl_comm;
 } ignis_cuda_comm;

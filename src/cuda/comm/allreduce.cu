@@ -3,14 +3,15 @@
  * algorithm (comm_nccl.c), whose fused forms run the same row math here on NCCL's sum.
  *
  * Work split. Every rank launches the same grid for a call (same shapes, same algorithm), of at
- * most max_blocks blocks (the fewest SMs of any rank, at most COMM_MAX_BLOCKS) so that all blocks
- * are resident at once. Block b of a rank only ever synchronizes with block b of the other ranks,
- * so it owns the same part of the message on every rank, and the partition depends on nothing a
- * rank may see differently (such as its pointers' alignment). The plain form cuts the flat message
- * into 16-byte units and moves them as one vector of N = 16 / sizeof(T) elements when its pointers
- * are 16-byte aligned and N divides the count, else element by element; the fused forms cut it
- * into whole rows (the sum of squares needs the row), the row's f32 sum staged in shared memory
- * (hidden <= 16384), vectors again where the row and pointers allow.
+ * most max_blocks blocks (the fewest SMs of any rank divided by the most ranks sharing one GPU, at
+ * most COMM_MAX_BLOCKS) so that the blocks of all ranks on a GPU are resident at once. Block b of a
+ * rank only ever synchronizes with block b of the other ranks, so it owns the same part of the
+ * message on every rank, and the partition depends on nothing a rank may see differently (such as
+ * its pointers' alignment). The plain form cuts the flat message into 16-byte units and moves them
+ * as one vector of N = 16 / sizeof(T) elements when its pointers are 16-byte aligned and N divides
+ * the count, else element by element; the fused forms cut it into whole rows (the sum of squares
+ * needs the row), the row's f32 sum staged in shared memory (hidden <= 16384), vectors again where
+ * the row and pointers allow.
  *   ONESHOT: block b copies its part of the input into its rank's data area; barrier 1; it reads
  *     its part from every rank's data area, reduces and writes the outputs; barrier 2.
  *   TWOSHOT: the units (chunks or rows) are cut into W slices, slice s owned by rank s, and each
@@ -102,7 +103,8 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 }
 
 __device__ __forceinline__ uint64_t *flag_of(char *region, int block, int rank) {
-  return reinterpret_cast<uint64_t *>(region + COMM_FLAGS_OFFSET) + (size_t)block * IGNIS_COMM_MAX_WORLD + rank;
+  return reinterpret_cast<uint64_t *>(region + COMM_FLAGS_OFFSET) + (size_t)block * IGNIS_COMM_MAX_WORLD +
+         rank;
 }
 
 /* Block b's call counter (see the header); every thread reads it before the first barrier. */
@@ -228,7 +230,8 @@ template <int N> __device__ __forceinline__ void store_fp8(uint8_t *dst, const f
 
 /* ---- the plain all-reduce ---------------------------------------------------------------------- */
 /* Chunks [lo, hi): input into the own data area. */
-template <typename T, int N> __device__ __forceinline__ void stage_chunks(const ar_args &a, int64_t lo, int64_t hi) {
+template <typename T, int N>
+__device__ __forceinline__ void stage_chunks(const ar_args &a, int64_t lo, int64_t hi) {
   char *data = a.region[a.rank] + COMM_DATA_OFFSET;
   for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x)
     copy_bytes<N * sizeof(T), IGNIS_CACHE_STREAM>(data + c * N * sizeof(T),
@@ -434,9 +437,13 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_fused(const ar_arg
 }
 
 /* ---- host side --------------------------------------------------------------------------------- */
-static bool aligned16(const void *ptr) { return (uintptr_t)ptr % 16 == 0; }
+static bool aligned16(const void *ptr) {
+  return (uintptr_t)ptr % 16 == 0;
+}
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 /* The grid for `units` units (slices of them on TWOSHOT) at `per_block` units per block, at most
  * max_blocks (the same on every rank: see comm_setup.cu), and the kernel's slice and part sizes. */
@@ -450,8 +457,7 @@ static dim3 split_units(ar_args *a, int64_t units, int64_t per_block, int max_bl
 
 /* Blocks are sized in 16-byte units: BLOCK_THREADS of them per block (one chunk per thread on the
  * vector path). */
-template <typename T, int N>
-static cudaError_t launch_plain(ar_args a, int max_blocks, cudaStream_t stream) {
+template <typename T, int N> static cudaError_t launch_plain(ar_args a, int max_blocks, cudaStream_t stream) {
   const int64_t units = (a.rows * a.hidden * (int64_t)sizeof(T) + 15) / 16;
   const dim3 grid = split_units(&a, units, BLOCK_THREADS, max_blocks);
   return ignis_launch(allreduce_plain<T, N>, grid, dim3(BLOCK_THREADS), 0, stream, a);
@@ -465,14 +471,15 @@ static cudaError_t launch_fused(ar_args a, int max_blocks, cudaStream_t stream) 
     return err;
   const int64_t threads = ceil_div(a.hidden / N, 32) * 32;
   const dim3 grid = split_units(&a, a.rows, 1, max_blocks);
-  return ignis_launch(allreduce_fused<T, G, N>, grid, dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)),
-                      smem, stream, a);
+  return ignis_launch(allreduce_fused<T, G, N>, grid,
+                      dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)), smem, stream, a);
 }
 
 /* The element path (N = 1) where a pointer is not 16-byte aligned or the row is not whole vectors;
  * the partition does not depend on it. */
-template <typename T> static cudaError_t launch(const ar_args &a, const ignis_allreduce_params *p, int max_blocks,
-                                                cudaStream_t stream) {
+template <typename T>
+static cudaError_t launch(const ar_args &a, const ignis_allreduce_params *p, int max_blocks,
+                          cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
   if (p->pattern == IGNIS_AR_FUSION_ALLREDUCE) {
     const bool vector = (a.rows * a.hidden) % VEC == 0 && aligned16(a.input) && aligned16(a.output);
@@ -484,7 +491,8 @@ template <typename T> static cudaError_t launch(const ar_args &a, const ignis_al
   if (p->gamma_dtype == IGNIS_F32)
     return vector ? launch_fused<T, float, VEC>(a, max_blocks, stream)
                   : launch_fused<T, float, 1>(a, max_blocks, stream);
-  return vector ? launch_fused<T, T, VEC>(a, max_blocks, stream) : launch_fused<T, T, 1>(a, max_blocks, stream);
+  return vector ? launch_fused<T, T, VEC>(a, max_blocks, stream)
+                : launch_fused<T, T, 1>(a, max_blocks, stream);
 }
 
 /* The arguments every kernel gets. */
@@ -549,7 +557,8 @@ static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_par
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s", cudaGetErrorString(err));
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s",
+                           cudaGetErrorString(err));
   }
   return ignis_check_launch("ignis_allreduce");
 }
@@ -562,13 +571,15 @@ extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, vo
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_allreduce: dtype %s reached the CUDA backend",
                            ignis_dtype_name(p->dtype));
   if (p->pattern != IGNIS_AR_FUSION_ALLREDUCE && p->pattern != IGNIS_AR_FUSION_RESIDUAL_RMSNORM &&
-      p->pattern != IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 && p->pattern != IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8)
-    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "ignis_allreduce_fusion: pattern %d is not supported on CUDA",
-                           (int)p->pattern);
+      p->pattern != IGNIS_AR_FUSION_RESIDUAL_RMSNORM_FP8 &&
+      p->pattern != IGNIS_AR_FUSION_RESIDUAL_RMSNORM_OUT_FP8)
+    return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
+                           "ignis_allreduce_fusion: pattern %d is not supported on CUDA", (int)p->pattern);
   if ((size_t)(p->rows * p->hidden) * ignis_dtype_size(p->dtype) > c->capacity)
-    return ignis_set_error(IGNIS_ERROR_INSUFFICIENT_WORKSPACE,
-                           "ignis_allreduce: a message of %lld x %lld %s exceeds the communicator's capacity %zu",
-                           (long long)p->rows, (long long)p->hidden, ignis_dtype_name(p->dtype), c->capacity);
+    return ignis_set_error(
+        IGNIS_ERROR_INSUFFICIENT_WORKSPACE,
+        "ignis_allreduce: a message of %lld x %lld %s exceeds the communicator's capacity %zu",
+        (long long)p->rows, (long long)p->hidden, ignis_dtype_name(p->dtype), c->capacity);
   if (p->pattern != IGNIS_AR_FUSION_ALLREDUCE && p->hidden > MAX_FUSED_HIDDEN)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED,
                            "ignis_allreduce_fusion: hidden=%lld exceeds the CUDA fused kernel's %d",
@@ -579,7 +590,8 @@ extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, vo
   if (p->algo == IGNIS_ALLREDUCE_NCCL)
     return run_nccl(c, p, a, s);
   if (p->algo != IGNIS_ALLREDUCE_ONESHOT && p->algo != IGNIS_ALLREDUCE_TWOSHOT)
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_allreduce: algo %d reached the CUDA backend", (int)p->algo);
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_allreduce: algo %d reached the CUDA backend",
+                           (int)p->algo);
   cudaError_t err = cudaSuccess;
   switch (p->dtype) {
   case IGNIS_F32:
@@ -594,7 +606,8 @@ extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, vo
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s", cudaGetErrorString(err));
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s",
+                           cudaGetErrorString(err));
   }
   return ignis_check_launch("ignis_allreduce");
 }

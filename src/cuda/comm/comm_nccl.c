@@ -15,8 +15,8 @@
 typedef int nccl_result;
 enum { NCCL_FLOAT16 = 6, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9, NCCL_SUM = 0 };
 
-typedef nccl_result (*nccl_allreduce_fn)(const void *send, void *recv, size_t count, int dtype, int op, void *comm,
-                                         void *stream);
+typedef nccl_result (*nccl_allreduce_fn)(const void *send, void *recv, size_t count, int dtype, int op,
+                                         void *comm, void *stream);
 typedef const char *(*nccl_error_string_fn)(nccl_result result);
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -32,23 +32,27 @@ static void load_nccl(void) {
     lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     snprintf(load_error, sizeof load_error,
-             "ignis_allreduce: the NCCL algorithm needs libnccl.so.2, which could not be loaded (%s)", dlerror());
+             "ignis_allreduce: the NCCL algorithm needs libnccl.so.2, which could not be loaded (%s)",
+             dlerror());
     return;
   }
   *(void **)(&nccl_allreduce) = dlsym(lib, "ncclAllReduce");
   *(void **)(&nccl_error_string) = dlsym(lib, "ncclGetErrorString");
   if (!nccl_allreduce || !nccl_error_string) {
     nccl_allreduce = NULL;
-    snprintf(load_error, sizeof load_error, "ignis_allreduce: the loaded NCCL lacks ncclAllReduce or ncclGetErrorString");
+    snprintf(load_error, sizeof load_error,
+             "ignis_allreduce: the loaded NCCL lacks ncclAllReduce or ncclGetErrorString");
   }
 }
 
-ignis_status ignis_cuda_nccl_allreduce(void *nccl_comm, const void *in, void *out, size_t count, ignis_dtype dtype,
-                                       void *stream) {
+ignis_status ignis_cuda_nccl_allreduce(void *nccl_comm, const void *in, void *out, size_t count,
+                                       ignis_dtype dtype, void *stream) {
   pthread_once(&load_once, load_nccl);
   if (!nccl_allreduce)
     return ignis_set_error(IGNIS_ERROR_UNSUPPORTED, "%s", load_error);
-  const int nccl_dtype = dtype == IGNIS_F16 ? NCCL_FLOAT16 : dtype == IGNIS_BF16 ? NCCL_BFLOAT16 : NCCL_FLOAT32;
+  const int nccl_dtype = dtype == IGNIS_F16    ? NCCL_FLOAT16
+                         : dtype == IGNIS_BF16 ? NCCL_BFLOAT16
+                                               : NCCL_FLOAT32;
   const nccl_result result = nccl_allreduce(in, out, count, nccl_dtype, NCCL_SUM, nccl_comm, stream);
   if (result != 0)
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: ncclAllReduce failed: %s (ncclResult_t %d)",

@@ -3,15 +3,16 @@
  *
  * Creation is collective and fails alike on every rank. Each rank allocates its region on its
  * device, zeroes the flags and the error word, takes an IPC handle of it, and sends one record
- * (a magic and record version, world size, rank, capacity, device, its SM count, process id, the
- * region's address in its own process, the IPC handle, whether its steps so far succeeded) through
- * the caller's exchange. Every rank then sees the same W records and applies the same checks (magic, world size,
- * capacity, ranks in order, every rank ready), so all fail or none, and derive the same grid
- * bound (the fewest SMs of any rank: every rank must launch the same grids). It opens each peer's region:
- * with cudaIpcOpenMemHandle when the peer is another process (a peer on the same GPU included),
- * directly by address when it is a thread of this process (IPC cannot open a handle of its own
- * process), enabling peer access when that peer's device is another GPU. Since opening can fail on
- * one rank only, a second exchange shares each rank's outcome and every rank fails if any did.
+ * (a magic and record version, world size, rank, capacity, device, its SM count and UUID, process
+ * id, the region's address in its own process, the IPC handle, whether its steps so far succeeded)
+ * through the caller's exchange. Every rank then sees the same W records and applies the same
+ * checks (magic, world size, capacity, ranks in order, every rank ready), so all fail or none, and
+ * derives the same grid bound (grid_bound: every rank must launch the same grids, all of whose
+ * blocks fit at once). It opens each peer's region: with cudaIpcOpenMemHandle when the peer is
+ * another process (a peer on the same GPU included), directly by address when it is a thread of
+ * this process (IPC cannot open a handle of its own process), enabling peer access when that
+ * peer's device is another GPU. Since opening can fail on one rank only, a second exchange shares
+ * each rank's outcome and every rank fails if any did.
  *
  * comm_check synchronizes the device, reads the error word and clears it. */
 #include <stdlib.h>
@@ -27,6 +28,7 @@ typedef struct {
   uint32_t magic, version;
   int32_t world_size, rank, device, pid, ready;
   int32_t sm_count;
+  unsigned char gpu_uuid[16]; /* which physical GPU, whatever the ordinal in each process */
   uint64_t capacity;
   uint64_t region_address;
   cudaIpcMemHandle_t handle;
@@ -71,6 +73,25 @@ static const char *check_records(const setup_record *all, int32_t world_size, si
   return nullptr;
 }
 
+/* The most blocks of an all-reduce grid, the same on every rank: all blocks of every rank that
+ * shares a GPU must be resident together (block b spins until its peers' block b arrives, and
+ * threads of one process get no time slicing), so the fewest SMs of any rank divided by the most
+ * ranks on one GPU, and at most COMM_MAX_BLOCKS. */
+static int32_t grid_bound(const setup_record *all, int32_t world_size) {
+  int32_t fewest_sms = COMM_MAX_BLOCKS, most_sharing = 1;
+  for (int s = 0; s < world_size; ++s) {
+    if (all[s].sm_count < fewest_sms)
+      fewest_sms = all[s].sm_count;
+    int32_t sharing = 0;
+    for (int t = 0; t < world_size; ++t)
+      sharing += memcmp(all[s].gpu_uuid, all[t].gpu_uuid, sizeof all[s].gpu_uuid) == 0;
+    if (sharing > most_sharing)
+      most_sharing = sharing;
+  }
+  const int32_t bound = fewest_sms / most_sharing;
+  return bound > 0 ? bound : 1;
+}
+
 /* Map peer s's region into this process; 1 on success. */
 static int open_peer(ignis_cuda_comm *c, const setup_record *peer, int s) {
   if (peer->pid == (int32_t)getpid()) {
@@ -95,8 +116,9 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   *state = nullptr;
   const int32_t world = p->world_size;
   if (world < 1 || world > IGNIS_COMM_MAX_WORLD || p->rank < 0 || p->rank >= world)
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: world_size %d, rank %d reached the CUDA backend",
-                           (int)world, (int)p->rank);
+    return ignis_set_error(IGNIS_ERROR_INTERNAL,
+                           "ignis_comm_create: world_size %d, rank %d reached the CUDA backend", (int)world,
+                           (int)p->rank);
   IGNIS_CUDA_ON_DEVICE(p->device);
   ignis_cuda_comm *c = static_cast<ignis_cuda_comm *>(calloc(1, sizeof(ignis_cuda_comm)));
   setup_record *all = static_cast<setup_record *>(calloc((size_t)world, sizeof(setup_record)));
@@ -125,6 +147,9 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   mine.pid = (int32_t)getpid();
   mine.capacity = p->capacity;
   mine.sm_count = ignis_cuda_sm_count(p->device);
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, p->device) == cudaSuccess)
+    memcpy(mine.gpu_uuid, properties.uuid.bytes, sizeof mine.gpu_uuid);
   mine.ready = make_region(c, &mine);
   mine.region_address = (uint64_t)(uintptr_t)c->region;
   (void)cudaGetLastError();
@@ -133,15 +158,13 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   int culprit = 0;
   const char *problem = nullptr;
   if (p->exchange(&mine, all, sizeof mine, p->user) != 0) {
-    status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: the exchange failed on rank %d",
-                             (int)p->rank);
+    status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                             "ignis_comm_create: the exchange failed on rank %d", (int)p->rank);
   } else if ((problem = check_records(all, world, p->capacity, &culprit)) != nullptr) {
-    status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: rank %d: %s", culprit, problem);
+    status =
+        ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: rank %d: %s", culprit, problem);
   } else {
-    c->max_blocks = COMM_MAX_BLOCKS;
-    for (int s = 0; s < world; ++s)
-      if (all[s].sm_count < c->max_blocks)
-        c->max_blocks = all[s].sm_count;
+    c->max_blocks = grid_bound(all, world);
     int32_t opened = 1;
     for (int s = 0; s < world; ++s)
       if (s == p->rank)
@@ -151,14 +174,14 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
     (void)cudaGetLastError();
     int32_t outcomes[IGNIS_COMM_MAX_WORLD];
     if (p->exchange(&opened, outcomes, sizeof opened, p->user) != 0) {
-      status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: the exchange failed on rank %d",
-                               (int)p->rank);
+      status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                               "ignis_comm_create: the exchange failed on rank %d", (int)p->rank);
     } else {
       for (int s = 0; s < world && status == IGNIS_OK; ++s)
         if (!outcomes[s])
-          status = ignis_set_error(IGNIS_ERROR_CUDA,
-                                   "ignis_comm_create: rank %d could not map a peer's region (CUDA IPC or peer access)",
-                                   s);
+          status = ignis_set_error(
+              IGNIS_ERROR_CUDA,
+              "ignis_comm_create: rank %d could not map a peer's region (CUDA IPC or peer access)", s);
     }
   }
   free(all);
@@ -190,10 +213,12 @@ extern "C" ignis_status ignis_cuda_comm_check(void *state) {
   IGNIS_CUDA_CHECK(cudaMemset(word, 0, sizeof recorded));
   IGNIS_CUDA_CHECK(cudaDeviceSynchronize());
   if (recorded == (uint32_t)IGNIS_ERROR_TIMEOUT)
-    return ignis_set_error(IGNIS_ERROR_TIMEOUT,
-                           "ignis_comm_check: rank %d: an all-reduce kernel gave up waiting for its peers after "
-                           "%.3g s (its outputs are unspecified)",
-                           (int)c->rank, (double)c->timeout_ns * 1e-9);
-  return ignis_set_error((ignis_status)recorded, "ignis_comm_check: rank %d: an all-reduce kernel recorded %s",
-                         (int)c->rank, ignis_status_string((ignis_status)recorded));
+    return ignis_set_error(
+        IGNIS_ERROR_TIMEOUT,
+        "ignis_comm_check: rank %d: an all-reduce kernel gave up waiting for its peers after "
+        "%.3g s (its outputs are unspecified)",
+        (int)c->rank, (double)c->timeout_ns * 1e-9);
+  return ignis_set_error((ignis_status)recorded,
+                         "ignis_comm_check: rank %d: an all-reduce kernel recorded %s", (int)c->rank,
+                         ignis_status_string((ignis_status)recorded));
 }

@@ -41,10 +41,10 @@ typedef struct ignis_cuda_comm {
   size_t capacity;       /* as given */
   size_t capacity_bytes; /* cap: capacity rounded up to 256 */
   size_t region_bytes;
-  char *region;                        /* this rank's region (cudaMalloc) */
-  char *peer[IGNIS_COMM_MAX_WORLD];    /* every rank's region as this process sees it; peer[rank] = region */
+  char *region;                         /* this rank's region (cudaMalloc) */
+  char *peer[IGNIS_COMM_MAX_WORLD];     /* every rank's region as this process sees it; peer[rank] = region */
   int ipc_opened[IGNIS_COMM_MAX_WORLD]; /* 1 where peer[s] came from cudaIpcOpenMemHandle */
-  int32_t max_blocks; /* an all-reduce grid's most blocks: min over the ranks of SMs, COMM_MAX_BLOCKS */
+  int32_t max_blocks; /* an all-reduce grid's most blocks, the same on every rank (comm_setup.cu) */
   uint64_t timeout_ns;
   void *nccl_comm;
 } ignis_cuda_comm;
@@ -64,8 +64,8 @@ static inline size_t ignis_cuda_comm_region_bytes(size_t capacity_bytes) {
 
 /* The plain all-reduce through NCCL, loaded at first use (comm_nccl.c): out = sum of in over the
  * ranks, `count` elements of dtype (f16, bf16, f32), on stream. */
-ignis_status ignis_cuda_nccl_allreduce(void *nccl_comm, const void *in, void *out, size_t count, ignis_dtype dtype,
-                                       void *stream);
+ignis_status ignis_cuda_nccl_allreduce(void *nccl_comm, const void *in, void *out, size_t count,
+                                       ignis_dtype dtype, void *stream);
 
 #ifdef __cplusplus
 }

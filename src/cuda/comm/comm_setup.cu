@@ -68,7 +68,7 @@ static const char *check_records(const setup_record *all, int32_t world_size, si
     if (all[s].rank != s)
       return "its rank does not match its position in the exchange (ranks must be distinct)";
     if (!all[s].ready)
-      return "it could not allocate or share its region";
+      return "it could not allocate or share its region (host or device memory, CUDA IPC)";
   }
   return nullptr;
 }
@@ -120,22 +120,21 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
                            "ignis_comm_create: world_size %d, rank %d reached the CUDA backend", (int)world,
                            (int)p->rank);
   IGNIS_CUDA_ON_DEVICE(p->device);
+  /* A rank that cannot get host memory still takes part in the exchange, as not ready, so that its
+   * peers fail too instead of waiting for it. */
   ignis_cuda_comm *c = static_cast<ignis_cuda_comm *>(calloc(1, sizeof(ignis_cuda_comm)));
-  setup_record *all = static_cast<setup_record *>(calloc((size_t)world, sizeof(setup_record)));
-  if (!c || !all) {
-    free(c);
-    free(all);
-    return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_comm_create: out of host memory");
+  setup_record all[IGNIS_COMM_MAX_WORLD];
+  if (c) {
+    c->world_size = world;
+    c->rank = p->rank;
+    c->device = p->device;
+    c->capacity = p->capacity;
+    c->capacity_bytes = (p->capacity + 255) / 256 * 256;
+    c->region_bytes = ignis_cuda_comm_region_bytes(c->capacity_bytes);
+    c->nccl_comm = p->nccl_comm;
+    const double ns = p->timeout_s * 1e9;
+    c->timeout_ns = ns >= 1.8e19 ? UINT64_MAX : (uint64_t)ns;
   }
-  c->world_size = world;
-  c->rank = p->rank;
-  c->device = p->device;
-  c->capacity = p->capacity;
-  c->capacity_bytes = (p->capacity + 255) / 256 * 256;
-  c->region_bytes = ignis_cuda_comm_region_bytes(c->capacity_bytes);
-  c->nccl_comm = p->nccl_comm;
-  const double ns = p->timeout_s * 1e9;
-  c->timeout_ns = ns >= 1.8e19 ? UINT64_MAX : (uint64_t)ns;
 
   setup_record mine;
   memset(&mine, 0, sizeof mine);
@@ -150,8 +149,8 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   cudaDeviceProp properties;
   if (cudaGetDeviceProperties(&properties, p->device) == cudaSuccess)
     memcpy(mine.gpu_uuid, properties.uuid.bytes, sizeof mine.gpu_uuid);
-  mine.ready = make_region(c, &mine);
-  mine.region_address = (uint64_t)(uintptr_t)c->region;
+  mine.ready = c ? make_region(c, &mine) : 0;
+  mine.region_address = c ? (uint64_t)(uintptr_t)c->region : 0;
   (void)cudaGetLastError();
 
   ignis_status status = IGNIS_OK;
@@ -163,7 +162,7 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   } else if ((problem = check_records(all, world, p->capacity, &culprit)) != nullptr) {
     status =
         ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: rank %d: %s", culprit, problem);
-  } else {
+  } else { /* every rank was ready: c exists */
     c->max_blocks = grid_bound(all, world);
     int32_t opened = 1;
     for (int s = 0; s < world; ++s)
@@ -184,9 +183,9 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
               "ignis_comm_create: rank %d could not map a peer's region (CUDA IPC or peer access)", s);
     }
   }
-  free(all);
   if (status != IGNIS_OK) {
-    release(c);
+    if (c)
+      release(c);
     return status;
   }
   *state = c;

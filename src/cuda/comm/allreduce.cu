@@ -40,9 +40,11 @@
  *     is at most one barrier ahead (it passes barrier e only after this block arrived), so the
  *     flag a waiter reads is e - 1 (still old), e or e + 1, and >= e is the right test.
  *   timeout: a waiter reads %globaltimer; past the communicator's timeout it stores
- *     IGNIS_ERROR_TIMEOUT in its region's error word (comm_check reports it) and the block stops
- *     waiting for the rest of the call (it still announces its epochs, so its counter stays in step
- *     with peers that were merely slow); the outputs are then unspecified.
+ *     IGNIS_ERROR_TIMEOUT in its region's error word (comm_check reports it) and its block leaves
+ *     the call at once, announcing nothing more. Every later kernel of this rank finds the error
+ *     word set and returns at its start. So a peer that was merely slow times out in turn instead
+ *     of reading a region that has moved on: every rank records the failure, none is silently
+ *     wrong, and outputs are unspecified. The communicator is then out of step: destroy it.
  *
  * Arithmetic (every f32 operation spelled with its _rn intrinsic, so no contraction changes it;
  * the same operations as src/cpu/norm_common.h in the same order): a = rank 0's value + rank 1's
@@ -107,31 +109,32 @@ __device__ __forceinline__ uint64_t *flag_of(char *region, int block, int rank) 
          rank;
 }
 
+__device__ __forceinline__ unsigned int *error_word(const ar_args &a) {
+  return reinterpret_cast<unsigned int *>(a.region[a.rank] + COMM_ERROR_OFFSET);
+}
+
 /* Block b's call counter (see the header); every thread reads it before the first barrier. */
 __device__ __forceinline__ uint64_t call_base(const ar_args &a) {
   return *reinterpret_cast<volatile uint64_t *>(flag_of(a.region[a.rank], blockIdx.x, a.rank));
 }
 
-/* Every thread of the block calls it; `failed` is block-uniform. */
-__device__ __forceinline__ void cross_rank_barrier(const ar_args &a, uint64_t epoch, int &failed) {
+/* Every thread of the block calls it; false (for every thread) when a wait timed out. */
+__device__ __forceinline__ bool cross_rank_barrier(const ar_args &a, uint64_t epoch) {
   __syncthreads();
   const int s = threadIdx.x;
   int timed_out = 0;
   if (s < a.world) {
     store_release_sys(flag_of(a.region[s], blockIdx.x, a.rank), epoch);
-    if (!failed) {
-      const uint64_t *flag = flag_of(a.region[a.rank], blockIdx.x, s);
-      const uint64_t start = global_timer_ns();
-      while (load_acquire_sys(flag) < epoch)
-        if (global_timer_ns() - start > a.timeout_ns) {
-          atomicExch(reinterpret_cast<unsigned int *>(a.region[a.rank] + COMM_ERROR_OFFSET),
-                     (unsigned int)IGNIS_ERROR_TIMEOUT);
-          timed_out = 1;
-          break;
-        }
-    }
+    const uint64_t *flag = flag_of(a.region[a.rank], blockIdx.x, s);
+    const uint64_t start = global_timer_ns();
+    while (load_acquire_sys(flag) < epoch)
+      if (global_timer_ns() - start > a.timeout_ns) {
+        atomicExch(error_word(a), (unsigned int)IGNIS_ERROR_TIMEOUT);
+        timed_out = 1;
+        break;
+      }
   }
-  failed |= __syncthreads_or(timed_out);
+  return !__syncthreads_or(timed_out);
 }
 
 /* ---- chunks ---------------------------------------------------------------------------------- */
@@ -255,28 +258,31 @@ __device__ __forceinline__ void chunks_of(const ar_args &a, int s, int64_t *firs
 template <typename T, int N>
 __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_args a) {
   ignis_pdl_wait();
+  if (*reinterpret_cast<volatile unsigned int *>(error_word(a)) != 0)
+    return;
   const uint64_t base = call_base(a);
-  int failed = 0;
   constexpr size_t CHUNK_BYTES = N * sizeof(T);
   T *output = static_cast<T *>(a.output);
   int64_t lo, hi;
   if (!a.twoshot) {
     chunks_of<T, N>(a, 0, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
-    cross_rank_barrier(a, base + 1, failed);
+    if (!cross_rank_barrier(a, base + 1))
+      return;
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
       float acc[N];
       sum_ranks<T, N>(a, COMM_DATA_OFFSET + c * CHUNK_BYTES, acc);
       ignis_store_floats(output + c * N, acc);
     }
-    cross_rank_barrier(a, base + 2, failed);
+    cross_rank_barrier(a, base + 2);
     return;
   }
   for (int s = 0; s < a.world; ++s) {
     chunks_of<T, N>(a, s, &lo, &hi);
     stage_chunks<T, N>(a, lo, hi);
   }
-  cross_rank_barrier(a, base + 1, failed);
+  if (!cross_rank_barrier(a, base + 1))
+    return;
   chunks_of<T, N>(a, a.rank, &lo, &hi);
   T *reduced = reinterpret_cast<T *>(a.region[a.rank] + a.sum_offset);
   for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) {
@@ -285,7 +291,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_arg
     ignis_store_floats(output + c * N, acc);
     ignis_store_floats(reduced + c * N, acc);
   }
-  cross_rank_barrier(a, base + 2, failed);
+  if (!cross_rank_barrier(a, base + 2))
+    return;
   for (int s = 0; s < a.world; ++s) {
     if (s == a.rank)
       continue;
@@ -294,7 +301,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_plain(const ar_arg
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x)
       copy_bytes<CHUNK_BYTES, IGNIS_CACHE_L2>(output + c * N, owner + c * CHUNK_BYTES);
   }
-  cross_rank_barrier(a, base + 3, failed);
+  cross_rank_barrier(a, base + 3);
 }
 
 /* ---- the fused all-reduce ---------------------------------------------------------------------- */
@@ -407,33 +414,37 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1) allreduce_fused(const ar_arg
       fused_row<T, G, N>(a, row, false, inv_scale, row_sum, scratch);
     return;
   }
+  if (*reinterpret_cast<volatile unsigned int *>(error_word(a)) != 0)
+    return;
   const uint64_t base = call_base(a);
-  int failed = 0;
   if (!a.twoshot) {
     part_of(a, a.rows, 0, &lo, &hi);
     stage_rows<T, N>(a, lo, hi);
-    cross_rank_barrier(a, base + 1, failed);
+    if (!cross_rank_barrier(a, base + 1))
+      return;
     for (int64_t row = lo; row < hi; ++row)
       fused_row<T, G, N>(a, row, false, inv_scale, row_sum, scratch);
-    cross_rank_barrier(a, base + 2, failed);
+    cross_rank_barrier(a, base + 2);
     return;
   }
   for (int s = 0; s < a.world; ++s) {
     part_of(a, a.rows, s, &lo, &hi);
     stage_rows<T, N>(a, lo, hi);
   }
-  cross_rank_barrier(a, base + 1, failed);
+  if (!cross_rank_barrier(a, base + 1))
+    return;
   part_of(a, a.rows, a.rank, &lo, &hi);
   for (int64_t row = lo; row < hi; ++row)
     fused_row<T, G, N>(a, row, true, inv_scale, row_sum, scratch);
-  cross_rank_barrier(a, base + 2, failed);
+  if (!cross_rank_barrier(a, base + 2))
+    return;
   for (int s = 0; s < a.world; ++s) {
     if (s == a.rank)
       continue;
     part_of(a, a.rows, s, &lo, &hi);
     gather_rows<T, N>(a, s, lo, hi);
   }
-  cross_rank_barrier(a, base + 3, failed);
+  cross_rank_barrier(a, base + 3);
 }
 
 /* ---- host side --------------------------------------------------------------------------------- */

@@ -7,9 +7,11 @@
  *     FLAGS_OFFSET   uint64 flag[COMM_MAX_BLOCKS][IGNIS_COMM_MAX_WORLD]: flag[b][s] is the last
  *                    barrier epoch block b of rank s announced to r; flag[b][r] (r's own slot,
  *                    written only by r's block b) is also block b's call counter. Zeroed at creation.
- *     ERROR_OFFSET   uint32: 0, or the ignis_status a kernel of this rank recorded (TIMEOUT);
- *                    read and cleared by comm_check. Zeroed at creation.
- *     DATA_OFFSET    cap bytes: this rank's copy of the input of the running call.
+ *     ERROR_OFFSET   uint32: 0, or the ignis_status a kernel of this rank recorded (TIMEOUT); while
+ *                    set, this rank's all-reduce kernels return at once. Read and cleared by
+ *                    comm_check. Zeroed at creation.
+ *     DATA_OFFSET    cap bytes: this rank's copy of the input of the running call (ONESHOT,
+ *                    TWOSHOT), or NCCL's sum that the fused forms then normalize.
  *     SUM_OFFSET     cap bytes: TWOSHOT results of this rank's slice, the dtype of the input: the
  *                    reduced output (plain) or residual_out (fused).
  *     NORM_OFFSET    cap bytes: TWOSHOT norm_out of this rank's slice.

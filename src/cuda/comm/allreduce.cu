@@ -1,6 +1,7 @@
 /* CUDA all-reduce (include/ignis/comm.h): ONESHOT and TWOSHOT kernels over the ranks' regions
  * (comm_state.h), plain or fused with the residual add, RMSNorm and fp8 quantization, and the NCCL
- * algorithm (comm_nccl.c), whose fused forms run the same row math here on NCCL's sum.
+ * algorithm (comm_nccl.c), whose fused forms reduce with NCCL into the own data area and then run
+ * the fused kernel there in local mode (one "rank", no copy, no barrier).
  *
  * Work split. Every rank launches the same grid for a call (same shapes, same algorithm), of at
  * most max_blocks blocks (the fewest SMs of any rank divided by the most ranks sharing one GPU, at
@@ -38,7 +39,7 @@
  *     base + k. Every rank launches the same grids in the same order, so block b's counter is the
  *     same on every rank; blocks a call does not launch keep theirs, on every rank alike. A peer
  *     is at most one barrier ahead (it passes barrier e only after this block arrived), so the
- *     flag a waiter reads is e - 1 (still old), e or e + 1, and >= e is the right test.
+ *     flag a waiter reads is below e (not there yet), e or e + 1, and >= e is the right test.
  *   timeout: a waiter reads %globaltimer; past the communicator's timeout it stores
  *     IGNIS_ERROR_TIMEOUT in its region's error word (comm_check reports it) and its block leaves
  *     the call at once, announcing nothing more. Every later kernel of this rank finds the error

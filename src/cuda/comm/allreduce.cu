@@ -31,9 +31,11 @@
  *     stores e to flag[b][r] in rank s's region with st.release.sys (r: this rank; s = r included).
  *     A release is cumulative: the block's writes ordered before it by the CTA barrier are visible
  *     to whoever acquires e.
- *   wait: thread s < W spins with ld.acquire.sys on flag[b][s] in its own region until it is >= e,
- *     then __syncthreads_or (a CTA barrier) passes the acquired view to the whole block. Data the
- *     peers wrote is then read with ld.global.cg (L2, never a stale L1 line).
+ *   wait: thread s < W spins with ld.relaxed.sys on flag[b][s] in its own region until it is >= e,
+ *     then fence.acq_rel.sys (a relaxed load that observed the release, then a fence: PTX's acquire
+ *     pattern, without an acquire on every poll), and __syncthreads_or (a CTA barrier) passes the
+ *     acquired view to the whole block. Data the peers wrote is then read with ld.global.cg (L2,
+ *     never a stale L1 line).
  *   epochs: block b's call counter is flag[b][r] in its own region (the epoch it last announced to
  *     itself, read at kernel start after griddepcontrol.wait): barrier k of the call has epoch
  *     base + k. Every rank launches the same grids in the same order, so block b's counter is the
@@ -91,10 +93,13 @@ struct ar_args {
 };
 
 /* ---- the barrier ------------------------------------------------------------------------------ */
-__device__ __forceinline__ uint64_t load_acquire_sys(const uint64_t *ptr) {
+__device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t *ptr) {
   uint64_t value;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(ptr) : "memory");
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(ptr) : "memory");
   return value;
+}
+__device__ __forceinline__ void fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 __device__ __forceinline__ void store_release_sys(uint64_t *ptr, uint64_t value) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(ptr), "l"(value) : "memory");
@@ -128,12 +133,13 @@ __device__ __forceinline__ bool cross_rank_barrier(const ar_args &a, uint64_t ep
     store_release_sys(flag_of(a.region[s], blockIdx.x, a.rank), epoch);
     const uint64_t *flag = flag_of(a.region[a.rank], blockIdx.x, s);
     const uint64_t start = global_timer_ns();
-    while (load_acquire_sys(flag) < epoch)
+    while (load_relaxed_sys(flag) < epoch)
       if (global_timer_ns() - start > a.timeout_ns) {
         atomicExch(error_word(a), (unsigned int)IGNIS_ERROR_TIMEOUT);
         timed_out = 1;
         break;
       }
+    fence_acq_rel_sys();
   }
   return !__syncthreads_or(timed_out);
 }

@@ -46,4 +46,8 @@ const ignis_backend ignis_cuda_backend = {
     .append_paged_mla_kv = ignis_cuda_append_paged_mla_kv,
     .moe_route = ignis_cuda_moe_route,
     .fused_moe = ignis_cuda_fused_moe,
+    .comm_create = ignis_cuda_comm_create,
+    .comm_destroy = ignis_cuda_comm_destroy,
+    .comm_check = ignis_cuda_comm_check,
+    .allreduce = ignis_cuda_allreduce,
 };

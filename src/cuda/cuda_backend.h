@@ -45,6 +45,12 @@ ignis_status ignis_cuda_moe_route(const ignis_moe_routing_params *params, int32_
 /* Fused MoE (moe/fused_moe.cu): the permutation, gather, activation and finalize kernels around two
  * calls of ignis_cuda_grouped_gemm. */
 ignis_status ignis_cuda_fused_moe(const ignis_fused_moe_params *params, int32_t device, void *stream);
+/* Communicators and all-reduce (comm/: comm_setup.cu, allreduce.cu, comm_nccl.c); the state knows
+ * its device. */
+ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *params, void **state);
+void ignis_cuda_comm_destroy(void *state);
+ignis_status ignis_cuda_comm_check(void *state);
+ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *params, void *stream);
 
 /* ---- kernel choice (core/backend.h: decode_choose, prefill_choose) ---- */
 void ignis_cuda_decode_choose(int32_t device, int64_t head_dim, ignis_dtype kv_dtype, int64_t rows,

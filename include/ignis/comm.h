@@ -31,13 +31,20 @@
  * ONESHOT and TWOSHOT (NCCL is IGNIS_ERROR_UNSUPPORTED there) and AUTO picks ONESHOT below 64 KiB.
  *
  * Arithmetic. The sum over ranks is formed in f32 in rank order 0, 1, ..., W-1 (starting from rank
- * 0's value) on ONESHOT and TWOSHOT, so every rank gets the same bits, and the CPU and CUDA backends
- * give the same bits for the same inputs; NCCL sums in its own order. The fused forms follow
- * ignis_fused_add_rmsnorm_quant (include/ignis/quant.h, norm.h): with a the f32 all-reduced value,
+ * 0's value) on ONESHOT and TWOSHOT, so every rank gets the same bits whichever of the two runs, and
+ * the CPU and CUDA backends give the same bits for the plain all-reduce; NCCL sums in its own order.
+ * The fused forms follow ignis_fused_add_rmsnorm_quant (include/ignis/quant.h, norm.h), the mean of
+ * squares summed in double (the CUDA kernel adds the squares as a tree, the CPU in order, so a rare
+ * row's norm_out / quant_out may differ by one unit in the last place between the backends); with a
+ * the f32 all-reduced value,
  *     s = a + residual_in             (f32; residual_out = s rounded to its dtype)
  *     n = s / sqrt(mean(s^2) + eps) * (gamma + weight_bias)     (f32, over the hidden dimension)
  *     norm_out = n rounded to its dtype; quant_out = fp8(sat(n * (1 / scale_factor[0])))
  * the quantization of the f32 n (quant.h's rule: e4m3, round to nearest even, saturating).
+ *
+ * residual_in, rms_gamma and scale_factor must hold the same values on every rank (as in tensor-
+ * parallel models, and as FlashInfer requires): TWOSHOT computes each row's fused outputs on one
+ * rank, with that rank's copies.
  *
  * Tensors: input [tokens, hidden] (or any shape; the fused patterns read the last dimension as
  * hidden) f16, bf16 or f32, contiguous, on the communicator's device; output, residual_in,
@@ -51,7 +58,13 @@
  * Waiting. A rank that waits for peers gives up after the communicator's timeout (config.timeout_s):
  * the CPU backend returns IGNIS_ERROR_TIMEOUT from the call (its outputs are then unspecified); the
  * CUDA kernels stop waiting, leave their outputs unspecified and record the timeout, which
- * ignis_comm_check returns. */
+ * ignis_comm_check returns. A communicator that timed out stays failed (later calls return
+ * IGNIS_ERROR_TIMEOUT on the CPU, return at once on CUDA): destroy it. An empty message returns at
+ * once without meeting the peers.
+ *
+ * Memory: each CPU rank reserves about 4 x capacity in /dev/shm (creation fails with
+ * IGNIS_ERROR_INTERNAL if it does not fit); each CUDA rank about 3.5 x capacity of device memory.
+ * The fused patterns on CUDA take hidden up to 16384 (IGNIS_ERROR_UNSUPPORTED above). */
 #ifndef IGNIS_COMM_H
 #define IGNIS_COMM_H
 
@@ -83,7 +96,8 @@ typedef struct ignis_comm_config {
 #define IGNIS_COMM_CONFIG_INIT {sizeof(ignis_comm_config), 1, 0, {IGNIS_DEVICE_CPU, 0}, 0, NULL, 30.0}
 
 /* Collective: create this rank's communicator. On error every rank gets an error (a failed
- * exchange, a world size or capacity that differs across ranks, a peer that never arrives). */
+ * exchange, a world size or capacity that differs across ranks, a peer that never arrives).
+ * exchange may be NULL when world_size is 1. */
 IGNIS_API ignis_status ignis_comm_create(const ignis_comm_config *config, ignis_comm_exchange_fn exchange,
                                          void *user, ignis_comm **comm);
 /* Release this rank's resources (peer mappings, its region). Not collective, but a rank must not

@@ -27,7 +27,7 @@ typedef struct ignis_comm_create_params {
   size_t capacity;                  /* bytes of the largest message */
   void *nccl_comm;
   double timeout_s;
-  ignis_comm_exchange_fn exchange;
+  ignis_comm_exchange_fn exchange; /* never NULL: a world of one without one gets a local copy */
   void *user;
 } ignis_comm_create_params;
 

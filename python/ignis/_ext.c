@@ -169,7 +169,7 @@ int raise_status(ignis_status status, const char *message) {
 }
 
 /* The pending exception as a normalized instance (new reference), cleared; NULL if none. */
-static PyObject *take_exception(void) {
+PyObject *take_exception(void) {
 #if PY_VERSION_HEX >= 0x030C0000
   return PyErr_GetRaisedException();
 #else
@@ -187,7 +187,7 @@ static PyObject *take_exception(void) {
 }
 
 /* Make exc (stolen; may be NULL) the pending exception again. */
-static void restore_exception(PyObject *exc) {
+void restore_exception(PyObject *exc) {
   if (!exc)
     return;
 #if PY_VERSION_HEX >= 0x030C0000

@@ -30,6 +30,10 @@ PyObject *status_class(ignis_status status, PyObject *fallback);
 int raise_type(const char *format, ...);
 /* Raise the class of a failed status with the message (a dtype problem as DtypeError); -1. */
 int raise_status(ignis_status status, const char *message);
+/* The pending exception as a normalized instance (new reference), cleared; NULL if none; and
+ * making it (stolen; may be NULL) pending again. */
+PyObject *take_exception(void);
+void restore_exception(PyObject *exc);
 
 /* ---- arguments ---------------------------------------------------------------------------- */
 int check_nargs(const char *fn, Py_ssize_t nargs, Py_ssize_t expected);

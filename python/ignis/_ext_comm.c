@@ -64,35 +64,6 @@ static ignis_comm *comm_of(const char *fn, PyObject *capsule) {
   return h->comm;
 }
 
-/* The pending exception as a normalized instance (new reference), cleared. */
-static PyObject *take_error(void) {
-#if PY_VERSION_HEX >= 0x030C0000
-  return PyErr_GetRaisedException();
-#else
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  if (!type)
-    return NULL;
-  PyErr_NormalizeException(&type, &value, &traceback);
-  if (traceback && value)
-    PyException_SetTraceback(value, traceback);
-  Py_XDECREF(type);
-  Py_XDECREF(traceback);
-  return value;
-#endif
-}
-
-/* Raise exc (stolen) again. */
-static void raise_error(PyObject *exc) {
-#if PY_VERSION_HEX >= 0x030C0000
-  PyErr_SetRaisedException(exc);
-#else
-  PyObject *type = (PyObject *)Py_TYPE(exc);
-  Py_INCREF(type);
-  PyErr_Restore(type, exc, PyException_GetTraceback(exc));
-#endif
-}
-
 /* The exchange callback's context: the Python callable and the first exception it raised. */
 typedef struct {
   PyObject *exchange;
@@ -122,7 +93,7 @@ static int exchange_trampoline(const void *send, void *recv, size_t bytes, void 
     raise_type("ignis.comm_create: exchange must return bytes, not %.100s", Py_TYPE(got)->tp_name);
   }
   if (failed && !x->error)
-    x->error = take_error();
+    x->error = take_exception();
   PyErr_Clear();
   Py_XDECREF(got);
   Py_XDECREF(sent);
@@ -167,7 +138,7 @@ static PyObject *ext_comm_create(PyObject *self, PyObject *const *args, Py_ssize
   Py_END_ALLOW_THREADS if (status != IGNIS_OK) {
     PyMem_RawFree(h);
     if (x.error) {
-      raise_error(x.error);
+      restore_exception(x.error);
       return NULL;
     }
     raise_status(status, ignis_last_error());

@@ -541,6 +541,29 @@ static ar_args make_args(const ignis_cuda_comm *c, const ignis_allreduce_params 
   return a;
 }
 
+/* Launch the kernel of the call's dtype; a launch failure is IGNIS_ERROR_CUDA. */
+static ignis_status launch_for_dtype(const ar_args &a, const ignis_allreduce_params *p, int max_blocks,
+                                     cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  switch (p->dtype) {
+  case IGNIS_F32:
+    err = launch<float>(a, p, max_blocks, stream);
+    break;
+  case IGNIS_F16:
+    err = launch<__half>(a, p, max_blocks, stream);
+    break;
+  default:
+    err = launch<__nv_bfloat16>(a, p, max_blocks, stream);
+    break;
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s",
+                           cudaGetErrorString(err));
+  }
+  return ignis_check_launch("ignis_allreduce");
+}
+
 /* NCCL: the plain form in place or out of place; the fused forms reduce into the own data area, then
  * run the fused row math there with no exchange (local mode: one "rank", the own region). */
 static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_params *p, ar_args a,
@@ -561,24 +584,7 @@ static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_par
   a.region[0] = c->region;
   a.twoshot = 0;
   a.input = sum;
-  cudaError_t err = cudaSuccess;
-  switch (p->dtype) {
-  case IGNIS_F32:
-    err = launch<float>(a, p, c->max_blocks, stream);
-    break;
-  case IGNIS_F16:
-    err = launch<__half>(a, p, c->max_blocks, stream);
-    break;
-  default:
-    err = launch<__nv_bfloat16>(a, p, c->max_blocks, stream);
-    break;
-  }
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_allreduce");
+  return launch_for_dtype(a, p, c->max_blocks, stream);
 }
 
 extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, void *stream) {
@@ -610,22 +616,5 @@ extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, vo
   if (p->algo != IGNIS_ALLREDUCE_ONESHOT && p->algo != IGNIS_ALLREDUCE_TWOSHOT)
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "ignis_allreduce: algo %d reached the CUDA backend",
                            (int)p->algo);
-  cudaError_t err = cudaSuccess;
-  switch (p->dtype) {
-  case IGNIS_F32:
-    err = launch<float>(a, p, c->max_blocks, s);
-    break;
-  case IGNIS_F16:
-    err = launch<__half>(a, p, c->max_blocks, s);
-    break;
-  default:
-    err = launch<__nv_bfloat16>(a, p, c->max_blocks, s);
-    break;
-  }
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis_allreduce: kernel launch failed: %s",
-                           cudaGetErrorString(err));
-  }
-  return ignis_check_launch("ignis_allreduce");
+  return launch_for_dtype(a, p, c->max_blocks, s);
 }

@@ -65,7 +65,7 @@ typedef struct comm_case {
   ignis_dtype dtype, gamma_dtype;
   int64_t rows, hidden;
   int inplace;       /* pattern 0: output is input; patterns 1, 4: norm_out is input */
-  int residual_mode; /* 0 residual_out NULL, 1 its own tensor, 2 residual_in itself */
+  int residual_mode; /* 0 residual_out NULL, 1 its own tensor, 2 residual_in itself, 3 input itself */
   int plain;         /* pattern 0 through ignis_allreduce */
   double weight_bias;
   float scale;
@@ -280,7 +280,9 @@ static ignis_status call_case(ignis_comm *comm, const comm_case *c, rank_tensors
     return ignis_allreduce_fusion(comm, &a, NULL);
   }
   ignis_tensor residual = view2(&t->residual, c->rows, c->hidden);
-  ignis_tensor residual_out = c->residual_mode == 2 ? residual : view2(&t->residual_out, c->rows, c->hidden);
+  ignis_tensor residual_out = c->residual_mode == 2   ? residual
+                              : c->residual_mode == 3 ? input
+                                                      : view2(&t->residual_out, c->rows, c->hidden);
   ignis_tensor norm_out = c->inplace ? input : view2(&t->norm_out, c->rows, c->hidden);
   ignis_tensor quant_out = view2(&t->quant_out, c->rows, c->hidden);
   const int64_t hidden = c->hidden, one = 1;
@@ -309,7 +311,7 @@ static int written_buffers(const comm_case *c, rank_tensors *t, h_buf **out) {
     return k;
   }
   if (c->residual_mode)
-    out[k++] = c->residual_mode == 2 ? &t->residual : &t->residual_out;
+    out[k++] = c->residual_mode == 2 ? &t->residual : c->residual_mode == 3 ? &t->input : &t->residual_out;
   if (has_norm(c->pattern))
     out[k++] = c->inplace ? &t->input : &t->norm_out;
   if (has_quant(c->pattern))
@@ -519,7 +521,9 @@ static int make_cases(int world_size, int quick, comm_case *out) {
       if (c.rows * c.hidden > 300 * 4096)
         c.hidden = 4096;
       c.inplace = (c.pattern == 0 || has_norm(c.pattern)) && i % 2 == 0;
-      c.residual_mode = c.pattern == 0 ? 0 : i % 3;
+      c.residual_mode = c.pattern == 0 ? 0 : i % 4;
+      if (c.residual_mode == 3) /* residual_out is input: norm_out cannot be too */
+        c.inplace = 0;
       c.plain = c.pattern == 0 && (i / 2) % 2 == 0;
       c.weight_bias = i % 4 == 3 ? 1.0 : 0.0;
       c.scale = i % 5 == 0 ? 0.01f : 0.75f;
@@ -923,8 +927,8 @@ static void test_bad_input(void) {
   h_case("bad input: overlaps");
   a = good, a.norm_out = &residual_out;
   expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "norm_out");
-  a = good, a.residual_out = &input;
-  expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "residual_out");
+  a = good, a.residual_out = &input, a.norm_out = &input; /* each may be input, not both */
+  expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "norm_out");
   ignis_tensor shifted = h_view(&t.residual, 1, 2, shape, NULL);
   shifted.shape[0] = 7;
   ignis_tensor res7 = view2(&t.residual_out, 7, 256), in7 = view2(&t.input, 7, 256),
@@ -933,6 +937,10 @@ static void test_bad_input(void) {
   a.quant_out = &q7;
   ignis_tensor res7_in = view2(&t.residual, 7, 256);
   a.residual_in = &res7_in;
+  expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "residual_out");
+  ignis_tensor input_shifted = h_view(&t.input, 1, 2, shape, NULL); /* input, one element on */
+  input_shifted.shape[0] = 7;
+  a.residual_in = &res7, a.residual_out = &input_shifted;
   expect_refused(comm, &a, outs, 3, IGNIS_ERROR_INVALID_ARGUMENT, "residual_out");
 
   h_case("bad input: capacity and device");

@@ -49,7 +49,9 @@
  * Tensors: input [tokens, hidden] (or any shape; the fused patterns read the last dimension as
  * hidden) f16, bf16 or f32, contiguous, on the communicator's device; output, residual_in,
  * residual_out and norm_out the same shape and dtype, contiguous; output may be input itself (in
- * place), residual_out may be residual_in, norm_out may be input; no other overlap. rms_gamma
+ * place), residual_out may be residual_in or input (vLLM's calls), norm_out may be input (but not
+ * together with residual_out); no other overlap. Every backend reads input once, into its region,
+ * before it writes any output, which is what makes these aliases safe. rms_gamma
  * [hidden] of the input's dtype or f32. quant_out [tokens, hidden] fp8 e4m3, scale_factor one f32.
  * Bad input gets IGNIS_ERROR_INVALID_ARGUMENT naming the parameter, and nothing is written; shape
  * mismatches across ranks are detected only where a backend can (the CPU backend compares the

@@ -302,16 +302,6 @@ def _workspace_handle(fn, workspace):
     return workspace._live(fn)
 
 
-def _same_memory(a, b):
-    if a is b:
-        return True
-    pointer = getattr(a, "data_ptr", None)
-    if callable(pointer) and callable(getattr(b, "data_ptr", None)):
-        return pointer() == b.data_ptr() and getattr(a, "device", None) == getattr(b, "device", None)
-    interface_a, interface_b = getattr(a, "__array_interface__", None), getattr(b, "__array_interface__", None)
-    return interface_a is not None and interface_b is not None and interface_a["data"][0] == interface_b["data"][0]
-
-
 def allreduce_fusion(input, workspace, pattern, launch_with_pdl=False, trigger_completion_at_end=True, output=None,
                      residual_out=None, norm_out=None, quant_out=None, scale_out=None, residual_in=None,
                      rms_gamma=None, rms_eps=1e-6, scale_factor=None, layout_code=None, use_oneshot=None,
@@ -361,16 +351,9 @@ def allreduce_fusion(input, workspace, pattern, launch_with_pdl=False, trigger_c
         scale_factor = scale_array(scale_factor, input)
         if getattr(scale_factor, "ndim", 1) == 0:
             scale_factor = scale_factor.reshape(1)
-    # residual_out may be input in vLLM's calls: the C API reads input while writing residual_out,
-    # so the sum goes through a scratch copy then.
-    residual_target = None
-    if residual_out is not None and _same_memory(residual_out, input):
-        residual_target = residual_out
-        residual_out, _ = new_output(residual_target)
+    # residual_out may be input itself (vLLM's calls): the C API allows that alias
     _ext.allreduce_fusion(handle, _RUNS[pattern], algo, input, output, residual_in, residual_out, norm_out, quant_out,
                           rms_gamma, scale_factor, rms_eps, weight_bias, stream)
-    if residual_target is not None:
-        residual_target[...] = residual_out
     if norm_out is not None:
         return norm_out
     if quant_out is not None:

@@ -9,7 +9,8 @@
  * elements (the plain all-reduce reads the whole tensor as one row of `hidden` = all its elements),
  * every tensor contiguous, the algorithm resolved (ONESHOT, TWOSHOT or NCCL, never AUTO). Pointers a
  * pattern does not use are NULL; residual_out, norm_out and quant_out are written only where not
- * NULL. output may equal input; residual_out may equal residual_in; norm_out may equal input. */
+ * NULL. output may equal input; residual_out may equal residual_in or input; norm_out may equal
+ * input (not both outputs). A backend reads input once, into its region, before writing outputs. */
 #ifndef IGNIS_CORE_COMM_PARAMS_H
 #define IGNIS_CORE_COMM_PARAMS_H
 

@@ -267,7 +267,7 @@ static ignis_status check_scale_factor(const char *fn, const ignis_tensor *s) {
 #define NAMED_COUNT 8
 
 /* Every output apart from every other tensor, except the aliases the header allows: output may be
- * input, residual_out may be residual_in, norm_out may be input. Inputs may share memory. */
+ * input, residual_out may be residual_in or input, norm_out may be input. Inputs may share memory. */
 static ignis_status check_overlaps(const char *fn, const ignis_tensor *const *t, const char *const *names,
                                    const int *is_output) {
   for (int i = 0; i < NAMED_COUNT; ++i) {
@@ -276,6 +276,7 @@ static ignis_status check_overlaps(const char *fn, const ignis_tensor *const *t,
         continue;
       const int alias_ok = (!strcmp(names[i], "output") && !strcmp(names[j], "input")) ||
                            (!strcmp(names[i], "residual_out") && !strcmp(names[j], "residual_in")) ||
+                           (!strcmp(names[i], "residual_out") && !strcmp(names[j], "input")) ||
                            (!strcmp(names[i], "norm_out") && !strcmp(names[j], "input"));
       if (alias_ok)
         IGNIS_TRY(ignis_check_alias_or_disjoint(fn, names[i], t[i], names[j], t[j]));

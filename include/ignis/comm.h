@@ -107,7 +107,8 @@ IGNIS_API ignis_status ignis_comm_create(const ignis_comm_config *config, ignis_
  * on CUDA, synchronize its stream). NULL is accepted. */
 IGNIS_API ignis_status ignis_comm_destroy(ignis_comm *comm);
 /* A recorded failure of an earlier call (IGNIS_ERROR_TIMEOUT from a CUDA kernel that gave up
- * waiting), or IGNIS_OK. CUDA: synchronizes the communicator's device. The record is cleared. */
+ * waiting), or IGNIS_OK. CUDA: synchronizes the communicator's device. The failure stays: every
+ * later call of the communicator fails (destroy it). */
 IGNIS_API ignis_status ignis_comm_check(ignis_comm *comm);
 /* The communicator's world size, rank and capacity. */
 IGNIS_API ignis_status ignis_comm_info(const ignis_comm *comm, int32_t *world_size, int32_t *rank,

@@ -115,8 +115,8 @@ typedef struct ignis_backend {
   ignis_status (*fused_moe)(const ignis_fused_moe_params *params, int32_t device, void *stream);
   /* Communicators (core/comm_params.h): comm_create is collective (every rank calls it; it calls
    * params->exchange) and returns the backend's state for this rank; comm_destroy releases it
-   * (NULL accepted); comm_check returns and clears a failure recorded by an earlier call
-   * (IGNIS_ERROR_TIMEOUT), synchronizing the device where the record lives there; allreduce runs one
+   * (NULL accepted); comm_check returns a failure recorded by an earlier call (IGNIS_ERROR_TIMEOUT;
+   * it stays, and later calls fail), synchronizing the device where the record lives there; allreduce runs one
    * plain or fused call on `stream` (the state knows its device). */
   ignis_status (*comm_create)(const ignis_comm_create_params *params, void **state);
   void (*comm_destroy)(void *state);

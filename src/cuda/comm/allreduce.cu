@@ -349,11 +349,10 @@ __device__ __forceinline__ void fused_row(const ar_args &a, int64_t row, bool mi
       for (int k = 0; k < N; ++k)
         s[k] = __fadd_rn(s[k], r[k]);
     }
-    if (a.residual_out) {
+    if (a.residual_out)
       ignis_store_floats(static_cast<T *>(a.residual_out) + e, s);
-      if (mirror)
-        ignis_store_floats(reinterpret_cast<T *>(own + a.sum_offset) + e, s);
-    }
+    if (mirror) /* whether or not this rank keeps the sum: a peer that passed residual_out gathers it */
+      ignis_store_floats(reinterpret_cast<T *>(own + a.sum_offset) + e, s);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       row_sum[c * N + k] = s[k];
@@ -589,6 +588,11 @@ static ignis_status run_nccl(const ignis_cuda_comm *c, const ignis_allreduce_par
 
 extern "C" ignis_status ignis_cuda_allreduce(const ignis_allreduce_params *p, void *stream) {
   const ignis_cuda_comm *c = static_cast<const ignis_cuda_comm *>(p->state);
+  if (c->failed)
+    return ignis_set_error(IGNIS_ERROR_TIMEOUT,
+                           "ignis_allreduce: rank %d: an earlier call of this communicator gave up waiting "
+                           "for its peers, so its ranks are out of step: destroy it and create another",
+                           (int)c->rank);
   IGNIS_CUDA_ON_DEVICE(c->device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p->dtype != IGNIS_F32 && p->dtype != IGNIS_F16 && p->dtype != IGNIS_BF16)

@@ -14,7 +14,15 @@
  * peer's device is another GPU. Since opening can fail on one rank only, a second exchange shares
  * each rank's outcome and every rank fails if any did.
  *
- * comm_check synchronizes the device, reads the error word and clears it. */
+ * "This process" is the pid together with a random per-process token (ranks in separate PID
+ * namespaces may share a pid). Every rank also says whether it was given an nccl_comm: AUTO must
+ * pick alike on every rank, so a difference fails creation. A rank that cannot use its device still
+ * joins the exchange (not ready), so its peers fail instead of waiting in the caller's all-gather.
+ *
+ * comm_check synchronizes the device and reads the error word; a recorded failure stays (the word
+ * keeps later kernels inert, and the host refuses later calls): the ranks are out of step. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -27,12 +35,28 @@ enum { RECORD_MAGIC = 0x49474e53, RECORD_VERSION = 1 };
 typedef struct {
   uint32_t magic, version;
   int32_t world_size, rank, device, pid, ready;
-  int32_t sm_count;
+  int32_t sm_count, has_nccl;
+  uint64_t process_token; /* with pid: the same process (ranks in separate PID namespaces may share a pid) */
   unsigned char gpu_uuid[16]; /* which physical GPU, whatever the ordinal in each process */
   uint64_t capacity;
   uint64_t region_address;
   cudaIpcMemHandle_t handle;
 } setup_record;
+
+/* A random number fixed for this process's lifetime (0 if the system gives none). */
+static uint64_t process_token(void) {
+  static uint64_t token = 0;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] {
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+      if (fread(&token, sizeof token, 1, f) != 1)
+        token = 0;
+      fclose(f);
+    }
+  });
+  return token;
+}
 
 static void release(ignis_cuda_comm *c) {
   for (int s = 0; s < c->world_size; ++s)
@@ -68,7 +92,9 @@ static const char *check_records(const setup_record *all, int32_t world_size, si
     if (all[s].rank != s)
       return "its rank does not match its position in the exchange (ranks must be distinct)";
     if (!all[s].ready)
-      return "it could not allocate or share its region (host or device memory, CUDA IPC)";
+      return "it could not use its device or allocate or share its region (host or device memory, CUDA IPC)";
+    if (all[s].has_nccl != all[0].has_nccl)
+      return "it gave an nccl_comm where rank 0 did not, or none where rank 0 did (AUTO would differ)";
   }
   return nullptr;
 }
@@ -93,8 +119,8 @@ static int32_t grid_bound(const setup_record *all, int32_t world_size) {
 }
 
 /* Map peer s's region into this process; 1 on success. */
-static int open_peer(ignis_cuda_comm *c, const setup_record *peer, int s) {
-  if (peer->pid == (int32_t)getpid()) {
+static int open_peer(ignis_cuda_comm *c, const setup_record *peer, const setup_record *mine, int s) {
+  if (peer->pid == mine->pid && peer->process_token == mine->process_token) {
     if (peer->device != c->device) {
       const cudaError_t err = cudaDeviceEnablePeerAccess(peer->device, 0);
       if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
@@ -119,10 +145,13 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
     return ignis_set_error(IGNIS_ERROR_INTERNAL,
                            "ignis_comm_create: world_size %d, rank %d reached the CUDA backend", (int)world,
                            (int)p->rank);
-  IGNIS_CUDA_ON_DEVICE(p->device);
-  /* A rank that cannot get host memory still takes part in the exchange, as not ready, so that its
-   * peers fail too instead of waiting for it. */
-  ignis_cuda_comm *c = static_cast<ignis_cuda_comm *>(calloc(1, sizeof(ignis_cuda_comm)));
+  /* A rank that cannot use its device or get host memory still takes part in the exchange, as not
+   * ready, so that its peers fail too instead of waiting for it in the caller's all-gather. */
+  ignis_device_guard guard(p->device);
+  const cudaError_t device_status = guard.status;
+  (void)cudaGetLastError();
+  ignis_cuda_comm *c =
+      device_status == cudaSuccess ? static_cast<ignis_cuda_comm *>(calloc(1, sizeof(ignis_cuda_comm))) : nullptr;
   setup_record all[IGNIS_COMM_MAX_WORLD];
   if (c) {
     c->world_size = world;
@@ -144,10 +173,12 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   mine.rank = p->rank;
   mine.device = p->device;
   mine.pid = (int32_t)getpid();
+  mine.process_token = process_token();
+  mine.has_nccl = p->nccl_comm != nullptr;
   mine.capacity = p->capacity;
-  mine.sm_count = ignis_cuda_sm_count(p->device);
+  mine.sm_count = device_status == cudaSuccess ? ignis_cuda_sm_count(p->device) : 0;
   cudaDeviceProp properties;
-  if (cudaGetDeviceProperties(&properties, p->device) == cudaSuccess)
+  if (device_status == cudaSuccess && cudaGetDeviceProperties(&properties, p->device) == cudaSuccess)
     memcpy(mine.gpu_uuid, properties.uuid.bytes, sizeof mine.gpu_uuid);
   mine.ready = c ? make_region(c, &mine) : 0;
   mine.region_address = c ? (uint64_t)(uintptr_t)c->region : 0;
@@ -159,6 +190,9 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
   if (p->exchange(&mine, all, sizeof mine, p->user) != 0) {
     status = ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                              "ignis_comm_create: the exchange failed on rank %d", (int)p->rank);
+  } else if (device_status != cudaSuccess) {
+    status = ignis_set_error(IGNIS_ERROR_CUDA, "ignis_comm_create: rank %d cannot make cuda:%d current: %s",
+                             (int)p->rank, (int)p->device, cudaGetErrorString(device_status));
   } else if ((problem = check_records(all, world, p->capacity, &culprit)) != nullptr) {
     status =
         ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "ignis_comm_create: rank %d: %s", culprit, problem);
@@ -168,7 +202,7 @@ extern "C" ignis_status ignis_cuda_comm_create(const ignis_comm_create_params *p
     for (int s = 0; s < world; ++s)
       if (s == p->rank)
         c->peer[s] = c->region;
-      else if (opened && !open_peer(c, &all[s], s))
+      else if (opened && !open_peer(c, &all[s], &mine, s))
         opened = 0;
     (void)cudaGetLastError();
     int32_t outcomes[IGNIS_COMM_MAX_WORLD];
@@ -209,8 +243,10 @@ extern "C" ignis_status ignis_cuda_comm_check(void *state) {
   IGNIS_CUDA_CHECK(cudaMemcpy(&recorded, word, sizeof recorded, cudaMemcpyDeviceToHost));
   if (recorded == 0)
     return IGNIS_OK;
-  IGNIS_CUDA_CHECK(cudaMemset(word, 0, sizeof recorded));
-  IGNIS_CUDA_CHECK(cudaDeviceSynchronize());
+  /* Kept, not cleared: the ranks' epochs no longer agree, so a later call could pass a barrier on a
+   * stale flag and read a peer's old data. The kernels stay inert while the word is set, and the
+   * host refuses further calls (ignis_cuda_allreduce). */
+  c->failed = (int32_t)recorded;
   if (recorded == (uint32_t)IGNIS_ERROR_TIMEOUT)
     return ignis_set_error(
         IGNIS_ERROR_TIMEOUT,

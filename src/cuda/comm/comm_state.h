@@ -8,8 +8,8 @@
  *                    barrier epoch block b of rank s announced to r; flag[b][r] (r's own slot,
  *                    written only by r's block b) is also block b's call counter. Zeroed at creation.
  *     ERROR_OFFSET   uint32: 0, or the ignis_status a kernel of this rank recorded (TIMEOUT); while
- *                    set, this rank's all-reduce kernels return at once. Read and cleared by
- *                    comm_check. Zeroed at creation.
+ *                    set, this rank's all-reduce kernels return at once. Read (never cleared)
+ *                    by comm_check. Zeroed at creation.
  *     DATA_OFFSET    cap bytes: this rank's copy of the input of the running call (ONESHOT,
  *                    TWOSHOT), or NCCL's sum that the fused forms then normalize.
  *     SUM_OFFSET     cap bytes: TWOSHOT results of this rank's slice, the dtype of the input: the
@@ -48,6 +48,7 @@ typedef struct ignis_cuda_comm {
   int ipc_opened[IGNIS_COMM_MAX_WORLD]; /* 1 where peer[s] came from cudaIpcOpenMemHandle */
   int32_t max_blocks; /* an all-reduce grid's most blocks, the same on every rank (comm_setup.cu) */
   uint64_t timeout_ns;
+  int32_t failed; /* the status ignis_comm_check found recorded (TIMEOUT): every later call fails */
   void *nccl_comm;
 } ignis_cuda_comm;
 

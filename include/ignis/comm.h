@@ -17,7 +17,9 @@
  * communicator, in the same order, with the same shapes, dtypes and algorithm; a rank's call returns
  * once its part is queued (CUDA: on `stream`) or done (CPU). Calls on one communicator must not
  * overlap: issue them from one host thread per rank and, on CUDA, one stream per rank at a time
- * (stream order serializes them). The CUDA path keeps its call counter on the device, so a call
+ * (stream order serializes them). Ranks that are threads of one process sharing a GPU must use
+ * distinct streams that are not the legacy default stream: their kernels wait for each other, so
+ * they must be able to run at once. The CUDA path keeps its call counter on the device, so a call
  * captured in a CUDA graph replays correctly any number of times. The message of a call (tokens x
  * hidden x element size of the input) must fit the capacity given at creation
  * (IGNIS_ERROR_INSUFFICIENT_WORKSPACE otherwise, before anything is written).

@@ -137,6 +137,18 @@ static int64_t group_of(const ref_ctx *c, int64_t i) {
   return -1;
 }
 
+/* Every element of out's buffer outside rows [lo, hi) x [0, n) kept its poison. */
+static void check_rest_untouched(operand *out, int64_t lo, int64_t hi, int64_t n, const char *what) {
+  unsigned char *mask = calloc((size_t)out->buf.count, 1);
+  for (int64_t i = lo; i < hi; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t idx[2] = {i, j};
+      mask[h_index(&out->buf, &out->t, idx)] = 1;
+    }
+  CHECKF(h_buf_changed(&out->buf, mask) == 0, "%s: elements outside the groups' rows were written", what);
+  free(mask);
+}
+
 /* Compare out's rows m_indptr[0] .. m_indptr[G] with the reference, and check every other element of
  * out's buffer kept its poison. sampled (the big GPU-only cases, whose full fp64 reference would take
  * minutes): every element of those rows must be written (finite, no poison), and the values are
@@ -184,14 +196,7 @@ static void compare_rows(operand *out, const ref_ctx *c, int sampled, h_rng *rng
            (long long)unwritten);
   }
   CHECK_CMP(&cmp, what);
-  unsigned char *mask = calloc((size_t)out->buf.count, 1);
-  for (int64_t i = lo; i < hi; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t idx[2] = {i, j};
-      mask[h_index(&out->buf, &out->t, idx)] = 1;
-    }
-  CHECKF(h_buf_changed(&out->buf, mask) == 0, "%s: elements outside the groups' rows were written", what);
-  free(mask);
+  check_rest_untouched(out, lo, hi, n, what);
 }
 
 /* Compare out's rows m_indptr[0] .. m_indptr[G] with ref (M x N) (a precomputed fp64 reference and
@@ -210,14 +215,7 @@ static void compare_rows_ref(operand *out, const double *ref, const double *abs_
       h_cmp_add(&cmp, r, at2(out, i, j), ref[r], bound);
     }
   CHECK_CMP(&cmp, what);
-  unsigned char *mask = calloc((size_t)out->buf.count, 1);
-  for (int64_t i = lo; i < hi; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t idx[2] = {i, j};
-      mask[h_index(&out->buf, &out->t, idx)] = 1;
-    }
-  CHECKF(h_buf_changed(&out->buf, mask) == 0, "%s: elements outside the groups' rows were written", what);
-  free(mask);
+  check_rest_untouched(out, lo, hi, n, what);
 }
 
 /* Offsets from lengths: indptr[0] = first, then the running sum. */

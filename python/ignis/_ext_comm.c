@@ -7,21 +7,10 @@
  * GIL released: comm_create (the GIL is taken back only inside the exchange callback, which calls
  * the Python callable `exchange(bytes) -> bytes` of world_size * len(bytes)), allreduce,
  * allreduce_fusion and comm_destroy. An exception raised by the callable makes the callback fail;
- * ignis_comm_create then fails every rank, and this rank re-raises the callable's exception.
- *
- * The comm functions are weak references: a libignis built before the communicator existed loads
- * without them, and comm_available() says so (comm.py then raises UnsupportedError). */
+ * ignis_comm_create then fails every rank, and this rank re-raises the callable's exception. */
 #include "_ext.h"
 
 #include <string.h>
-
-#pragma weak ignis_comm_create
-#pragma weak ignis_comm_destroy
-#pragma weak ignis_comm_check
-#pragma weak ignis_comm_info
-#pragma weak ignis_allreduce_choose
-#pragma weak ignis_allreduce
-#pragma weak ignis_allreduce_fusion
 
 static const char *const capsule_name = "ignis.comm";
 
@@ -29,14 +18,6 @@ static const char *const capsule_name = "ignis.comm";
 typedef struct {
   ignis_comm *comm;
 } comm_holder;
-
-static int comm_linked(const char *fn) {
-  if (ignis_comm_create && ignis_comm_destroy && ignis_comm_check && ignis_comm_info &&
-      ignis_allreduce_choose && ignis_allreduce && ignis_allreduce_fusion)
-    return 0;
-  PyErr_Format(UNSUPPORTED_ERROR, "%s: the loaded libignis has no communicator (ignis_comm_create)", fn);
-  return -1;
-}
 
 static void comm_capsule_free(PyObject *capsule) {
   comm_holder *h = PyCapsule_GetPointer(capsule, capsule_name);
@@ -107,7 +88,7 @@ static PyObject *ext_comm_create(PyObject *self, PyObject *const *args, Py_ssize
   static const char *const names[] = {"world_size", "rank", "device_type", "device_id", "capacity"};
   int64_t v[5];
   double timeout_s;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 7) < 0 || parse_int64_args(fn, args, names, 5, v) < 0 ||
+  if (check_nargs(fn, nargs, 7) < 0 || parse_int64_args(fn, args, names, 5, v) < 0 ||
       parse_double(fn, "timeout_s", args[5], &timeout_s) < 0)
     return NULL;
   if (!PyCallable_Check(args[6]))
@@ -178,7 +159,7 @@ static PyObject *ext_comm_destroy(PyObject *self, PyObject *const *args, Py_ssiz
 static PyObject *ext_comm_check(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.comm_check";
   ignis_comm *comm;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 1) < 0 || !(comm = comm_of(fn, args[0])))
+  if (check_nargs(fn, nargs, 1) < 0 || !(comm = comm_of(fn, args[0])))
     return NULL;
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_comm_check(comm);
@@ -193,7 +174,7 @@ static PyObject *ext_comm_check(PyObject *self, PyObject *const *args, Py_ssize_
 static PyObject *ext_comm_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   static const char *const fn = "ignis.comm_info";
   ignis_comm *comm;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 1) < 0 || !(comm = comm_of(fn, args[0])))
+  if (check_nargs(fn, nargs, 1) < 0 || !(comm = comm_of(fn, args[0])))
     return NULL;
   int32_t world_size, rank;
   size_t capacity;
@@ -208,7 +189,7 @@ static PyObject *ext_allreduce_choose(PyObject *self, PyObject *const *args, Py_
   static const char *const fn = "ignis.allreduce_choose";
   ignis_comm *comm;
   int64_t bytes;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 2) < 0 || !(comm = comm_of(fn, args[0])) ||
+  if (check_nargs(fn, nargs, 2) < 0 || !(comm = comm_of(fn, args[0])) ||
       parse_int64(fn, "bytes", args[1], &bytes) < 0)
     return NULL;
   if (bytes < 0) {
@@ -223,7 +204,7 @@ static PyObject *ext_allreduce(PyObject *self, PyObject *const *args, Py_ssize_t
   static const char *const fn = "ignis.allreduce";
   ignis_comm *comm;
   int64_t algo;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 5) < 0 || !(comm = comm_of(fn, args[0])) ||
+  if (check_nargs(fn, nargs, 5) < 0 || !(comm = comm_of(fn, args[0])) ||
       parse_int64(fn, "algo", args[3], &algo) < 0)
     return NULL;
   tensor_list l = {0};
@@ -249,7 +230,7 @@ static PyObject *ext_allreduce_fusion(PyObject *self, PyObject *const *args, Py_
   ignis_comm *comm;
   int64_t enums[2];
   ignis_allreduce_fusion_args a = IGNIS_ALLREDUCE_FUSION_ARGS_INIT;
-  if (comm_linked(fn) < 0 || check_nargs(fn, nargs, 14) < 0 || !(comm = comm_of(fn, args[0])) ||
+  if (check_nargs(fn, nargs, 14) < 0 || !(comm = comm_of(fn, args[0])) ||
       parse_int64_args(fn, args + 1, enum_names, 2, enums) < 0 ||
       parse_double(fn, "rms_eps", args[11], &a.rms_eps) < 0 ||
       parse_double(fn, "weight_bias", args[12], &a.weight_bias) < 0)
@@ -279,10 +260,6 @@ static PyObject *ext_allreduce_fusion(PyObject *self, PyObject *const *args, Py_
   ignis_status status;
   Py_BEGIN_ALLOW_THREADS status = ignis_allreduce_fusion(comm, &a, c.stream);
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
-}
-
-static PyObject *ext_comm_available(PyObject *self, PyObject *unused) {
-  return PyBool_FromLong(ignis_comm_create != NULL);
 }
 
 int ext_comm_constants(PyObject *module) {
@@ -316,6 +293,5 @@ PyMethodDef ext_comm_methods[] = {
     FASTCALL(allreduce_fusion,
              "allreduce_fusion(comm, pattern, algo, input, output, residual_in, residual_out, norm_out, "
              "quant_out, rms_gamma, scale_factor, rms_eps, weight_bias, stream)"),
-    {"comm_available", ext_comm_available, METH_NOARGS, "Whether the loaded libignis has the communicator."},
     {NULL, NULL, 0, NULL},
 };

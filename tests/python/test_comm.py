@@ -27,9 +27,6 @@ import ignis
 from ignis import comm
 from refs import DL_BFLOAT, DL_FLOAT8_E4M3FN, Producer, assert_close, ml_dtypes, torch
 
-pytestmark = pytest.mark.skipif(not ignis._ext.comm_available(),
-                                reason="the loaded libignis has no ignis_comm_create (communicator not built)")
-
 P = comm.AllReduceFusionPattern
 E4M3_MAX = 448.0
 WORLDS = [1, 2, 4]

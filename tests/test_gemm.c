@@ -9,7 +9,8 @@
  * f32 and UE8M0 in both scale-major modes and a padded layout, weight scales per 128x128 block and
  * per row (1x128). The CUDA backend runs the cases its rules allow (fp8: NT b, 16-byte alignment;
  * block-scaled: M % 4, N % 16, K % 128 on cuBLASLt, or M <= 16, N % 8, K % 16 on the small-M grouped
- * kernel, which tools/gpu-check also turns off with IGNIS_GEMM_GROUPED_SKINNY=0 for a second run);
+ * kernel, which tools/gpu-check also turns off with IGNIS_GEMM_GROUPED_SKINNY=0 for a second run;
+ * repeated there, it must give the same bits);
  * its cases are skipped with a note when cuBLASLt cannot be
  * loaded. The small-M cases (test_mm_skinny) are the shapes ignis' own kernel takes (M <= 64, NT
  * weight, K % 8 == 0, 16-byte rows; see include/ignis/gemm.h): by default CUDA sends it only the
@@ -433,6 +434,15 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
     compare_out(&out, ref, abs_sum, 1, m, n, accum_bound(be, 1, k), "ignis_mm_fp8_blockscale");
     free(ref);
     free(abs_sum);
+    if (be == H_CUDA) { /* a repeated call gives the same bits (split-K sums in a fixed order) */
+      const size_t bytes = (size_t)out.buf.count * out.buf.elem_size;
+      unsigned char *first = malloc(bytes);
+      memcpy(first, out.buf.host, bytes);
+      CHECK_STATUS(ignis_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &out.t, NULL), IGNIS_OK);
+      h_buf_download(&out.buf);
+      CHECKF(memcmp(first, out.buf.host, bytes) == 0, "a repeated ignis_mm_fp8_blockscale changed its output");
+      free(first);
+    }
   }
   free_operand(&a);
   free_operand(&b);
@@ -464,6 +474,10 @@ static void test_blockscale(h_backend be) {
   run_block_case(be, 7, 136, 256, IGNIS_F32, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_F16, 0, &rng);
   run_block_case(be, 13, 2112, 1024, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 16, 392, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  /* K split across blocks there (the last split 16 wide above; 7 splits of 1024 here; DeepSeek-V3's
+   * q_a / kv_a projection shape, 2 splits) */
+  run_block_case(be, 3, 256, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 16, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
   /* M >= 128: on an H100 / H200 these run on the Hopper kernel with IGNIS_GEMM_SM90=all (else on
    * cuBLASLt), the others on cuBLASLt; 160 rows leave the second 128-row tile 32 rows */
   run_block_case(be, 160, 256, 768, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);

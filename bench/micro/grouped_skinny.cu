@@ -17,9 +17,12 @@
  * small-M path as the library runs it (ignis_cuda_grouped_skinny), then variants: "rR uU" = R 16-row
  * tiles per warp, U steps of 64 bytes of K per batch, "pf" = the next batch prefetched, "ef" =
  * weight loads marked L2 evict-first, "mb1" = __launch_bounds__ minimum of 1 block per SM (more
- * registers), "ntN" = chunks of 8 N rows whatever the plan says, "/S" = the plan aims at S blocks
- * per SM. The plan column: slots x slices of N
- * (rows per chunk, warps splitting K). The library's shapes are LIBRARY_CONFIG,
+ * registers), "ntN" = chunks of 8 N rows whatever the plan says, "splitS" = K split across up to
+ * S blocks (dense shapes only: the room the dense GEMM has), "/S" = the plan aims at S blocks per
+ * SM. For the dense shapes "library" is ignis_cuda_gemm_grouped_skinny, the dense path with its
+ * split-K room, whether or not the library routes that M there (include/ignis/gemm.h). The plan
+ * column: slots x slices of N x splits of K (rows per chunk, warps splitting K). The library's
+ * shapes are LIBRARY_CONFIG,
  * LIBRARY_CONFIG_FP8 and PER_SM in src/cuda/gemm/grouped_skinny.cu ("r16 u4 pf /4" for 16-bit,
  * "r16 u2 pf /4" for fp8); a faster variant becomes the library's by copying its template
  * arguments there.
@@ -121,19 +124,21 @@ __global__ void reference(const void *a, const void *w, bool fp8, const int *row
 
 /* ---- variants ---------------------------------------------------------------------------------- */
 typedef ignis_status (*variant_fn)(const ignis_grouped_skinny_args &, int, int, cudaStream_t,
-                                   ignis_grouped_skinny_plan *, int);
+                                   ignis_grouped_skinny_plan *, int, const ignis_grouped_skinny_split_room *);
 
 template <typename T, typename Cfg>
 static ignis_status run_variant(const ignis_grouped_skinny_args &args, int sms, int per_sm,
-                                cudaStream_t stream, ignis_grouped_skinny_plan *plan, int nt) {
-  return ignis_grouped_skinny_launch<T, Cfg>(args, sms, per_sm, stream, plan, nt);
+                                cudaStream_t stream, ignis_grouped_skinny_plan *plan, int nt,
+                                const ignis_grouped_skinny_split_room *room) {
+  return ignis_grouped_skinny_launch<T, Cfg>(args, sms, per_sm, stream, plan, nt, room);
 }
 
 struct variant {
   const char *name;
   variant_fn fn;
   int per_sm;
-  int nt; /* 0: the plan's rows per chunk; else 8 nt */
+  int nt;     /* 0: the plan's rows per chunk; else 8 nt */
+  int splits; /* dense shapes: the most splits of K (0 or 1: none) */
 };
 
 template <int RT, int U, bool PF, int LOAD, int MB>
@@ -158,6 +163,11 @@ static const variant VARIANTS_FP8[] = {
     {"r16 u2 pf ef /4", run_variant<e4m3, config<1, 2, true, EF, 2>>, 4},
     {"r16 u2 pf nt1 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 1},
     {"r16 u2 pf nt2 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 2},
+    {"r16 u2 pf split2 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 0, 2},
+    {"r16 u2 pf split4 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 0, 4},
+    {"r16 u2 pf split8 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 0, 8},
+    {"r16 u2 pf nt2 split8 /4", run_variant<e4m3, config<1, 2, true, PLAIN, 2>>, 4, 2, 8},
+    {"r16 u4 pf mb1 split8 /4", run_variant<e4m3, config<1, 4, true, PLAIN, 1>>, 4, 0, 8},
 };
 
 /* ---- shapes ------------------------------------------------------------------------------------ */
@@ -240,6 +250,14 @@ int main() {
   const int sms = prop.multiProcessorCount;
   unsigned *sink = nullptr;
   CK(cudaMalloc(&sink, 4));
+  /* the split-K room of the dense shapes (what gemm_cublaslt.c hands the dense path) */
+  const size_t partial_floats = 4u << 20;
+  const int counters_count = 16384;
+  float *partials = nullptr;
+  unsigned *counters = nullptr;
+  CK(cudaMalloc(&partials, partial_floats * 4));
+  CK(cudaMalloc(&counters, counters_count * sizeof(unsigned)));
+  CK(cudaMemset(counters, 0, counters_count * sizeof(unsigned)));
   double read_bw = 0, copy_bw = 0;
   micro_bandwidths(stream, TIMING, sink, sms, &read_bw, &copy_bw);
   printf("# ignis_grouped_skinny: %s, %d SMs, L2 %d MiB, read bandwidth %.0f GB/s (streaming read of 1 GiB), "
@@ -323,6 +341,7 @@ int main() {
     std::vector<ignis_tensor> tind(SETS), tw_dense(SETS), tsb_dense(SETS);
     const int64_t w2_shape[2] = {n, k}, sb2_shape[2] = {nbs, kbs};
     std::vector<ignis_grouped_gemm_params> params(SETS);
+    std::vector<ignis_gemm_params> dense(SETS);
     std::vector<ignis_grouped_skinny_args> args(SETS);
     for (int s = 0; s < SETS; ++s) {
       tind[s] = tensor(indptr_dev[s], IGNIS_I32, 1, i_shape);
@@ -352,6 +371,30 @@ int main() {
         p.weight_index_dtype = IGNIS_I32;
         tw_dense[s] = tensor(static_cast<unsigned char *>(w) + (size_t)s * n * k, in_dtype, 2, w2_shape);
         tsb_dense[s] = tensor(b_scale + (size_t)s * nbs * kbs, IGNIS_F32, 2, sb2_shape);
+        ignis_gemm_params d = {};
+        d.kind = IGNIS_GEMM_FP8_BLOCK;
+        d.batch = 1;
+        d.m = m;
+        d.n = n;
+        d.k = k;
+        d.a_dtype = d.b_dtype = in_dtype;
+        d.out_dtype = IGNIS_BF16;
+        d.scale_dtype = IGNIS_F32;
+        d.a = a;
+        d.a_row_stride = k;
+        d.b = static_cast<unsigned char *>(w) + (size_t)s * n * k;
+        d.b_stride_k = 1;
+        d.b_stride_n = k;
+        d.out = out;
+        d.out_row_stride = n;
+        d.a_scale = a_scale;
+        d.b_scale = b_scale + (size_t)s * nbs * kbs;
+        d.a_scale_stride_m = kbs;
+        d.a_scale_stride_k = 1;
+        d.b_scale_stride_n = kbs;
+        d.b_scale_stride_k = 1;
+        d.b_scale_block_n = 128;
+        dense[s] = d;
       }
       p.a_scale = a_scale;
       p.b_scale = b_scale;
@@ -397,18 +440,30 @@ int main() {
       else
         IK(ignis_grouped_mm(&ta, &tw, &tind[s], nullptr, &to, stream));
     });
-    measure("library", "-", [&](int s) { IK(ignis_cuda_grouped_skinny(&params[s], 0, stream)); });
+    if (sh.dense)
+      measure("library", "-", [&](int s) {
+        IK(ignis_cuda_gemm_grouped_skinny(&dense[s], 0, stream, partials, partial_floats, counters,
+                                          counters_count));
+      });
+    else
+      measure("library", "-", [&](int s) { IK(ignis_cuda_grouped_skinny(&params[s], 0, stream)); });
     const variant *variants = sh.fp8 ? VARIANTS_FP8 : VARIANTS_16;
     const size_t count =
         sh.fp8 ? sizeof VARIANTS_FP8 / sizeof(variant) : sizeof VARIANTS_16 / sizeof(variant);
     for (size_t v = 0; v < count; ++v) {
+      if (variants[v].splits > 1 && !sh.dense)
+        continue;
+      const ignis_grouped_skinny_split_room room = {partials, partial_floats, counters, counters_count,
+                                                    variants[v].splits};
+      const ignis_grouped_skinny_split_room *r = variants[v].splits > 1 ? &room : nullptr;
       ignis_grouped_skinny_plan plan = {};
-      IK(variants[v].fn(args[0], sms, variants[v].per_sm, stream, &plan, variants[v].nt));
-      char text[64];
-      snprintf(text, sizeof text, "%d x %d (rows %d, k/%d)", plan.slots, plan.n_blocks, 8 * plan.nt,
-               plan.k_warps);
-      measure(variants[v].name, text,
-              [&](int s) { IK(variants[v].fn(args[s], sms, variants[v].per_sm, stream, nullptr, variants[v].nt)); });
+      IK(variants[v].fn(args[0], sms, variants[v].per_sm, stream, &plan, variants[v].nt, r));
+      char text[80];
+      snprintf(text, sizeof text, "%d x %d x %d (rows %d, k/%d)", plan.slots, plan.n_blocks, plan.splits,
+               8 * plan.nt, plan.k_warps);
+      measure(variants[v].name, text, [&](int s) {
+        IK(variants[v].fn(args[s], sms, variants[v].per_sm, stream, nullptr, variants[v].nt, r));
+      });
     }
     const double floor_us = bytes / read_bw * 1e6, copy_floor_us = bytes / copy_bw * 1e6,
                  base_us = rows[0].us;
@@ -425,6 +480,8 @@ int main() {
       if (b)
         CK(cudaFree(b));
   }
+  CK(cudaFree(partials));
+  CK(cudaFree(counters));
   printf("# %s\n", failures ? "FAILED: some path is wrong or not deterministic (err/bound > 1 or same NO)"
                             : "all paths within bounds and deterministic");
   return failures ? 1 : 0;

@@ -29,7 +29,9 @@
  *     a fixed order).
  *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with 1 <= M <= 16 (decode): the small-M
  *     grouped kernel (src/cuda/gemm/grouped_skinny.cuh, run as one group: the weight streamed once
- *     over every SM, no workspace, the same bits on every call) when all of these hold: e4m3 x e4m3,
+ *     over every SM, K split across blocks when one group gives too few, the split sums in the
+ *     workspace described below and added in a fixed order, so the same bits on every call) when
+ *     all of these hold: e4m3 x e4m3,
  *     weight scales in 128x128 blocks (not per row), K a positive multiple of 16, N a multiple of 8,
  *     a, b and out 16-byte aligned with row strides of whole 16-byte units, a device of compute
  *     capability 8.9 or later, and IGNIS_GEMM_GROUPED_SKINNY not "0". On the H100 it ran

@@ -22,9 +22,10 @@
  *
  * State, per process: the library's functions; per device, one cuBLASLt handle; per (device,
  * stream), one workspace (cuBLASLt's WORKSPACE_BYTES, then SCALE_BYTES of repacked scales, then
- * SKINNY_COUNTER_BYTES of the small-M kernel's split-K counters, zeroed once; that kernel's f32
- * partial sums use the scales' room, which a call only fills for its own cuBLASLt launch, stream
- * ordered after any earlier kernel), allocated at the first call on that stream and kept, so later calls never allocate (CUDA-graph
+ * SKINNY_COUNTER_BYTES of the small-M kernels' split-K counters, zeroed once; their f32 partial
+ * sums use the scales' room, which a call only fills for its own cuBLASLt launch, stream ordered
+ * after any earlier kernel; the 16-bit small-M kernel and the dense block-scaled small-M grouped
+ * kernel share both), allocated at the first call on that stream and kept, so later calls never allocate (CUDA-graph
  * capture safe once warm; a first call inside a capture is refused with that reason). A cache of
  * CACHE_SIZE entries keeps, per call shape (sizes, strides, dtypes, layout, bias, alignments), the
  * descriptors and the algorithm the heuristic chose; the pointers are set on the cached descriptor
@@ -605,15 +606,27 @@ static ignis_status run_skinny_locked(const ignis_gemm_params *p, int32_t device
                                 stream);
 }
 
-/* The whole call: the small-M grouped kernel, then the Hopper kernel, for the block-scaled fp8
- * shapes they take (routed; they need no cuBLASLt, no workspace and no lock), else the shape rules, the device, the lock, then the small-M
+/* Caller holds state_lock; device is current. The split-K room is the one the small-M kernel uses:
+ * both leave the counters zero, and the calls on one stream are ordered. */
+static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  void *workspace = NULL;
+  IGNIS_TRY(workspace_for(device, stream, &workspace));
+  char *scales = (char *)workspace + WORKSPACE_BYTES;
+  return ignis_cuda_gemm_grouped_skinny(p, device, stream, (float *)scales, SCALE_BYTES / sizeof(float),
+                                        (unsigned *)(scales + SCALE_BYTES),
+                                        SKINNY_COUNTER_BYTES / sizeof(unsigned));
+}
+
+/* The whole call: the small-M grouped kernel (with the workspace, for split-K) or the Hopper
+ * kernel (no cuBLASLt, no workspace and no lock) for the block-scaled fp8 shapes they take
+ * (routed), else the shape rules, the device, the lock, then the small-M
  * kernel where it applies (routed) or cuBLASLt. */
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
-  if (routed && ignis_cuda_gemm_grouped_skinny_takes(p, device))
-    return ignis_cuda_gemm_grouped_skinny(p, device, stream);
-  if (routed && ignis_cuda_gemm_sm90_takes(p, device))
+  const int small_block = routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
+  if (!small_block && routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);
-  IGNIS_TRY(check_cuda_rules(p));
+  if (!small_block)
+    IGNIS_TRY(check_cuda_rules(p));
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess ||
       (previous != device && cudaSetDevice(device) != cudaSuccess)) {
@@ -636,6 +649,8 @@ static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *
       s = routed && ignis_cuda_skinny_takes(&one, device) ? run_skinny_locked(&one, device, stream)
                                                           : run_locked(&one, device, stream);
     }
+  } else if (small_block) {
+    s = run_grouped_skinny_locked(p, device, stream);
   } else {
     s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
                                                      : run_locked(p, device, stream);

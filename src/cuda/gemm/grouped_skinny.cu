@@ -14,6 +14,9 @@
 typedef ignis_grouped_skinny_config<1, 4, true, IGNIS_SKINNY_LOAD_PLAIN, 2> LIBRARY_CONFIG;
 typedef ignis_grouped_skinny_config<1, 2, true, IGNIS_SKINNY_LOAD_PLAIN, 2> LIBRARY_CONFIG_FP8;
 enum { PER_SM = 4 };
+/* the most splits of K a dense product takes (split-K needs the GEMM's workspace: the grouped ops
+ * have none and never split) */
+enum { MAX_SPLITS = 8 };
 
 static bool grouped_skinny_enabled(void) {
   static const bool enabled = [] {
@@ -58,26 +61,36 @@ extern "C" int ignis_cuda_gemm_grouped_skinny_takes(const ignis_gemm_params *p, 
   return shape_takes(&g, device);
 }
 
-extern "C" ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream) {
-  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
-  return ignis_cuda_grouped_skinny(&g, device, stream);
-}
-
-extern "C" ignis_status ignis_cuda_grouped_skinny(const ignis_grouped_gemm_params *p, int32_t device,
-                                                  void *stream) {
+/* Plan and launch on the library's shapes; room may be NULL (no split-K). */
+static ignis_status launch(const ignis_grouped_gemm_params *p, int32_t device, void *stream,
+                           const ignis_grouped_skinny_split_room *room) {
   IGNIS_CUDA_ON_DEVICE(device);
   const ignis_grouped_skinny_args args = ignis_grouped_skinny_args_of(p);
   const int sms = ignis_cuda_sm_count(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   ignis_status status;
   if (p->fp8)
-    status = ignis_grouped_skinny_launch<ignis_grouped_skinny_e4m3, LIBRARY_CONFIG_FP8>(args, sms, PER_SM, s);
+    status = ignis_grouped_skinny_launch<ignis_grouped_skinny_e4m3, LIBRARY_CONFIG_FP8>(args, sms, PER_SM, s,
+                                                                                      nullptr, 0, room);
   else if (p->a_dtype == IGNIS_BF16)
-    status = ignis_grouped_skinny_launch<__nv_bfloat16, LIBRARY_CONFIG>(args, sms, PER_SM, s);
+    status = ignis_grouped_skinny_launch<__nv_bfloat16, LIBRARY_CONFIG>(args, sms, PER_SM, s, nullptr, 0, room);
   else
-    status = ignis_grouped_skinny_launch<__half, LIBRARY_CONFIG>(args, sms, PER_SM, s);
+    status = ignis_grouped_skinny_launch<__half, LIBRARY_CONFIG>(args, sms, PER_SM, s, nullptr, 0, room);
   if (status != IGNIS_OK)
     return status;
   return ignis_check_launch(p->fp8 ? "ignis_grouped_mm_fp8_blockscale: the small-M kernel"
                                    : "ignis_grouped_mm: the small-M kernel");
+}
+
+extern "C" ignis_status ignis_cuda_grouped_skinny(const ignis_grouped_gemm_params *p, int32_t device,
+                                                  void *stream) {
+  return launch(p, device, stream, nullptr);
+}
+
+extern "C" ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream,
+                                                       float *partials, size_t partial_floats, unsigned *counters,
+                                                       int counters_count) {
+  const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
+  const ignis_grouped_skinny_split_room room = {partials, partial_floats, counters, counters_count, MAX_SPLITS};
+  return launch(&g, device, stream, &room);
 }

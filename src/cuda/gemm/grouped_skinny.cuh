@@ -73,6 +73,11 @@ struct ignis_grouped_skinny_args {
   int out_kind; /* 0 bf16, 1 f16, 2 f32 */
   ignis_grouped_rows rows;
   int k_warps, k_per_warp;
+  /* split-K across blocks (blockIdx.z): splits ranges of k_per_split; with splits > 1 the f32
+   * partials [splits, M, N] and one counter per (slot, slice of N), zero between calls */
+  int splits, k_per_split;
+  float *partials;
+  unsigned *counters;
   /* fp8 */
   const void *a_scale, *b_scale;
   int scale_u8;
@@ -261,7 +266,7 @@ __device__ __forceinline__ void ignis_grouped_skinny_store(const ignis_grouped_s
     *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + at) = make_float2(x, y);
 }
 
-template <typename T, int NT, typename Cfg>
+template <typename T, int NT, typename Cfg, bool SPLIT>
 __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_skinny_args &p) {
   constexpr bool FP8 = sizeof(T) == 1;
   constexpr int RT = Cfg::row_tiles, U = Cfg::unroll, VEC = 16 / sizeof(T), BATCH = U * 4 * VEC;
@@ -280,7 +285,10 @@ __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_sk
   const int k_warps = p.k_warps, block_rows = 16 * RT * (WARPS / k_warps);
   const int n_slice = warp / k_warps, k_slice = warp - n_slice * k_warps;
   const int n_block = blockIdx.y * block_rows, n_warp = n_block + n_slice * 16 * RT;
-  const int k_begin = k_slice * p.k_per_warp, k_stop = min(p.k, k_begin + p.k_per_warp);
+  /* with splits, k_per_split is k_warps * k_per_warp (the plan's rule), so a warp's range never
+   * crosses into the next split */
+  const int k_begin = (SPLIT ? (int)blockIdx.z * p.k_per_split : 0) + k_slice * p.k_per_warp,
+            k_stop = min(p.k, k_begin + p.k_per_warp);
   const bool live = n_warp < p.n;
 
   /* rows past N read row N - 1 (their sums are never written) */
@@ -373,6 +381,7 @@ __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_sk
   }
   __syncthreads();
   const int pairs = block_rows / 2;
+  float *part = SPLIT ? p.partials + (int64_t)blockIdx.z * p.m * p.n : nullptr;
   for (int i = threadIdx.x; i < chunk.rows * pairs; i += THREADS) {
     const int m = i / pairs, n_local = 2 * (i - m * pairs);
     if (n_block + n_local >= p.n)
@@ -383,11 +392,47 @@ __device__ __forceinline__ void ignis_grouped_skinny_body(const ignis_grouped_sk
       sum.x += v.x;
       sum.y += v.y;
     }
-    ignis_grouped_skinny_store(p, (int64_t)chunk.row0 + m, n_block + n_local, sum.x, sum.y);
+    const int64_t row = (int64_t)chunk.row0 + m;
+    if (SPLIT) /* N is even: the pair sits in one 8-byte word */
+      __stcg(reinterpret_cast<float2 *>(part + row * p.n + n_block + n_local), sum);
+    else
+      ignis_grouped_skinny_store(p, row, n_block + n_local, sum.x, sum.y);
   }
+  if constexpr (!SPLIT)
+    return;
+
+  /* split-K: the last block of this (slot, slice) to arrive adds the splits in order 0..S-1 */
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  unsigned *counter = p.counters + (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0)
+    is_last = atomicAdd(counter, 1u) == (unsigned)p.splits - 1;
+  __syncthreads();
+  if (!is_last)
+    return;
+  __threadfence();
+  for (int i = threadIdx.x; i < chunk.rows * pairs; i += THREADS) {
+    const int m = i / pairs, n_local = 2 * (i - m * pairs);
+    if (n_block + n_local >= p.n)
+      continue;
+    const int64_t row = (int64_t)chunk.row0 + m;
+    const float2 *src = reinterpret_cast<const float2 *>(p.partials + row * p.n + n_block + n_local);
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int s = 0; s < p.splits; ++s) {
+      const float2 v = __ldcg(src + (int64_t)s * p.m * p.n / 2);
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    ignis_grouped_skinny_store(p, row, n_block + n_local, sum.x, sum.y);
+  }
+  if (threadIdx.x == 0)
+    *counter = 0u;
 }
 
-template <typename T, int NT, typename Cfg>
+/* SPLIT: K split across blocks (blockIdx.z), the last block of each tile adding the partials; an
+ * instance of its own so that the unsplit kernel keeps its registers. */
+template <typename T, int NT, typename Cfg, bool SPLIT>
 __global__ void __launch_bounds__(IGNIS_GROUPED_SKINNY_THREADS, Cfg::min_blocks)
     ignis_grouped_skinny_kernel(const ignis_grouped_skinny_args p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -395,23 +440,37 @@ __global__ void __launch_bounds__(IGNIS_GROUPED_SKINNY_THREADS, Cfg::min_blocks)
     __trap();
   else
 #endif
-    ignis_grouped_skinny_body<T, NT, Cfg>(p);
+    ignis_grouped_skinny_body<T, NT, Cfg, SPLIT>(p);
 }
 
 /* ---- host --------------------------------------------------------------------------------- */
-/* A call's launch: chunks of 8 nt rows in `slots` slots, N in n_blocks slices of block_rows, K
- * split over k_warps warps of k_per_warp. */
+/* A call's launch: chunks of 8 nt rows in `slots` slots, N in n_blocks slices of block_rows, K cut
+ * into `splits` ranges of k_per_split (one block each, blockIdx.z), each split over k_warps warps of
+ * k_per_warp. */
 struct ignis_grouped_skinny_plan {
-  int nt, slots, n_blocks, block_rows, k_warps, k_per_warp;
+  int nt, slots, n_blocks, block_rows, k_warps, k_per_warp, splits, k_per_split;
+};
+
+/* Room for split-K, which only a caller with a workspace offers (the dense GEMM: gemm_cublaslt.c):
+ * partials for partial_floats f32, counters_count counters that are zero (and left zero), and the
+ * most splits allowed. */
+struct ignis_grouped_skinny_split_room {
+  float *partials;
+  size_t partial_floats;
+  unsigned *counters;
+  int counters_count, max_splits;
 };
 
 /* The plan: nt 1 (8-row chunks) when the groups that may hold rows (min(G, M)) average at most 4
  * rows, else 2. k_warps: the fewest warps per K (the widest slices of N) that still give `per_sm`
  * blocks per SM when every group that may hold rows is busy, at most 8 and at most one batch of K
- * per warp. */
-static inline ignis_grouped_skinny_plan ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k,
-                                                                     int64_t groups, int row_tiles, int batch,
-                                                                     int sms, int per_sm) {
+ * per warp. splits (with room): enough blocks to fill one wave of `resident` blocks per SM, each
+ * warp at least one batch of each split, within the room; a split's batches a multiple of k_warps
+ * where K allows, so no warp idles. */
+static inline ignis_grouped_skinny_plan
+ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k, int64_t groups, int row_tiles, int batch, int sms,
+                             int per_sm, int resident = 1,
+                             const ignis_grouped_skinny_split_room *room = nullptr) {
   ignis_grouped_skinny_plan plan;
   const int64_t busy = groups < m ? groups : m;
   plan.nt = (m + busy - 1) / busy <= 4 ? 1 : 2;
@@ -427,7 +486,23 @@ static inline ignis_grouped_skinny_plan ignis_grouped_skinny_plan_of(int64_t m, 
   plan.k_warps = k_warps;
   plan.block_rows = 16 * row_tiles * (IGNIS_GROUPED_SKINNY_WARPS / k_warps);
   plan.n_blocks = (int)((n + plan.block_rows - 1) / plan.block_rows);
-  const int64_t per_warp = (k + k_warps - 1) / k_warps;
+  plan.splits = 1;
+  plan.k_per_split = (int)k;
+  const int64_t blocks = (int64_t)plan.slots * plan.n_blocks;
+  if (room && room->max_splits > 1 && room->partials && room->counters && blocks <= room->counters_count) {
+    int64_t splits = ((int64_t)sms * resident + blocks - 1) / blocks;
+    const int64_t most_by_k = batches / k_warps, most_by_room = (int64_t)(room->partial_floats / (size_t)(m * n));
+    splits = splits < room->max_splits ? splits : room->max_splits;
+    splits = splits < most_by_k ? splits : most_by_k;
+    splits = splits < most_by_room ? splits : most_by_room;
+    if (splits > 1) { /* the kernel relies on k_per_split == k_warps * k_per_warp here */
+      int64_t per = (batches + splits - 1) / splits;
+      per = (per + k_warps - 1) / k_warps * k_warps;
+      plan.k_per_split = (int)(per * batch);
+      plan.splits = (int)((k + plan.k_per_split - 1) / plan.k_per_split);
+    }
+  }
+  const int64_t per_warp = (plan.k_per_split + k_warps - 1) / k_warps;
   plan.k_per_warp = (int)((per_warp + batch - 1) / batch * batch);
   return plan;
 }
@@ -470,8 +545,14 @@ template <typename T, int NT, typename Cfg>
 static inline ignis_status ignis_grouped_skinny_launch_nt(const ignis_grouped_skinny_args &args,
                                                           const ignis_grouped_skinny_plan &plan,
                                                           cudaStream_t stream) {
-  const dim3 grid((unsigned)plan.slots, (unsigned)plan.n_blocks);
-  IGNIS_CUDA_CHECK(ignis_launch(ignis_grouped_skinny_kernel<T, NT, Cfg>, grid,
+  const dim3 grid((unsigned)plan.slots, (unsigned)plan.n_blocks, (unsigned)plan.splits);
+  if constexpr (sizeof(T) == 1) /* split-K: the dense block-scaled fp8 product only */
+    if (plan.splits > 1) {
+      IGNIS_CUDA_CHECK(ignis_launch(ignis_grouped_skinny_kernel<T, NT, Cfg, true>, grid,
+                                    dim3(IGNIS_GROUPED_SKINNY_THREADS), 0, stream, args));
+      return IGNIS_OK;
+    }
+  IGNIS_CUDA_CHECK(ignis_launch(ignis_grouped_skinny_kernel<T, NT, Cfg, false>, grid,
                                 dim3(IGNIS_GROUPED_SKINNY_THREADS), 0, stream, args));
   return IGNIS_OK;
 }
@@ -479,20 +560,36 @@ static inline ignis_status ignis_grouped_skinny_launch_nt(const ignis_grouped_sk
 /* Plan and launch one call on the current device (`sms` SMs, `per_sm` the blocks per SM the plan
  * aims at); T is __nv_bfloat16, __half or ignis_grouped_skinny_e4m3. plan_out (may be NULL)
  * receives the plan; nt (bench/micro/grouped_skinny.cu's variants), when not 0, replaces the
- * plan's 8-row tiles per chunk (1 or 2). */
+ * plan's 8-row tiles per chunk (1 or 2); room (may be NULL: no split-K) offers a workspace for
+ * split-K, which fp8 takes. */
 template <typename T, typename Cfg>
 static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args args, int sms, int per_sm,
                                                        cudaStream_t stream,
-                                                       ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0) {
+                                                       ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0,
+                                                       const ignis_grouped_skinny_split_room *room = nullptr) {
   constexpr int batch = Cfg::unroll * 4 * (16 / (int)sizeof(T));
-  ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(
-      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm);
-  if (nt) {
+  const int64_t chunk_rows = nt ? 8 * nt : 0;
+  if (sizeof(T) != 1) /* split-K is instantiated for fp8 only (the dense block-scaled product) */
+    room = nullptr;
+  ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(args.m, args.n, args.k, args.rows.groups,
+                                                                Cfg::row_tiles, batch, sms, per_sm,
+                                                                Cfg::min_blocks, room);
+  if (nt && 8 * plan.nt != chunk_rows) { /* re-plan the split for the forced chunks */
     plan.nt = nt;
-    plan.slots = (int)ignis_grouped_chunk_slots(args.m, args.rows.groups, 8 * nt);
+    plan.slots = (int)ignis_grouped_chunk_slots(args.m, args.rows.groups, (int)chunk_rows);
+    if (plan.splits > 1 && (int64_t)plan.slots * plan.n_blocks > room->counters_count) {
+      plan.splits = 1;
+      plan.k_per_split = args.k;
+      const int per_warp = (args.k + plan.k_warps - 1) / plan.k_warps;
+      plan.k_per_warp = (per_warp + batch - 1) / batch * batch;
+    }
   }
   args.k_warps = plan.k_warps;
   args.k_per_warp = plan.k_per_warp;
+  args.splits = plan.splits;
+  args.k_per_split = plan.k_per_split;
+  args.partials = plan.splits > 1 ? room->partials : nullptr;
+  args.counters = plan.splits > 1 ? room->counters : nullptr;
   if (plan_out)
     *plan_out = plan;
   return plan.nt == 1 ? ignis_grouped_skinny_launch_nt<T, 1, Cfg>(args, plan, stream)

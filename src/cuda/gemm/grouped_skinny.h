@@ -6,6 +6,8 @@
 #ifndef IGNIS_CUDA_GEMM_GROUPED_SKINNY_H
 #define IGNIS_CUDA_GEMM_GROUPED_SKINNY_H
 
+#include <stddef.h>
+
 #include "core/grouped_gemm_params.h"
 
 #ifdef __cplusplus
@@ -28,8 +30,13 @@ ignis_status ignis_cuda_grouped_skinny(const ignis_grouped_gemm_params *p, int32
  * environment rules above. gemm_cublaslt.c asks before anything else. */
 int ignis_cuda_gemm_grouped_skinny_takes(const ignis_gemm_params *p, int32_t device);
 
-/* Runs that call (the caller checked ignis_cuda_gemm_grouped_skinny_takes). */
-ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream);
+/* Runs that call (the caller checked ignis_cuda_gemm_grouped_skinny_takes), K split across blocks
+ * where one group gives too few: partials room for partial_floats f32 (split sums), counters
+ * counters_count unsigned, zero between calls (the kernel leaves them zero); gemm_cublaslt.c hands
+ * it the per-(device, stream) workspace it gives the 16-bit small-M kernel. */
+ignis_status ignis_cuda_gemm_grouped_skinny(const ignis_gemm_params *p, int32_t device, void *stream,
+                                            float *partials, size_t partial_floats, unsigned *counters,
+                                            int counters_count);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,10 @@
  * calls repeat and the epochs advance): per case it fills its inputs (its own input, the residual
  * and gamma every rank shares), calls ONESHOT, TWOSHOT and AUTO into poisoned outputs, checks that
  * all three (and repeated calls) give the same bytes, publishes them to the world, and checks they
- * equal rank 0's; rank 0 also checks them against the fp64 reference of every rank's inputs. Ranks
+ * equal rank 0's; rank 0 also checks them against the fp64 reference of every rank's inputs. Some
+ * cases start the odd ranks' tensors one element into their buffers, so that on CUDA those ranks
+ * take the kernels' element path beside the even ranks' vector path, and must still agree bit for
+ * bit. Ranks
  * record their checks in the world's shared reports, which the parent turns into test checks.
  *
  * Reference: a = sum over ranks of the rounded inputs; pattern 0 output = a; the fused patterns
@@ -67,6 +70,8 @@ typedef struct comm_case {
   int inplace;       /* pattern 0: output is input; patterns 1, 4: norm_out is input */
   int residual_mode; /* 0 residual_out NULL, 1 its own tensor, 2 residual_in itself, 3 input itself */
   int plain;         /* pattern 0 through ignis_allreduce */
+  int misalign;      /* odd ranks' tensors start one element into their buffers (no 16-byte
+                        alignment: the CUDA kernels' element path beside even ranks' vector path) */
   double weight_bias;
   float scale;
   int repeats;
@@ -211,11 +216,13 @@ static int has_quant(int pattern) {
 /* The tensors of one rank's call. */
 typedef struct rank_tensors {
   h_buf input, output, residual, residual_out, norm_out, quant_out, gamma, scale;
+  int64_t shift; /* elements before each tensor's first (comm_case.misalign), scale's aside */
 } rank_tensors;
 
-static void tensors_make(const comm_case *c, h_backend b, rank_tensors *t) {
-  const int64_t n = c->rows * c->hidden;
+static void tensors_make(const comm_case *c, h_backend b, int rank, rank_tensors *t) {
   memset(t, 0, sizeof *t);
+  t->shift = c->misalign && rank % 2 ? 1 : 0;
+  const int64_t n = c->rows * c->hidden + t->shift;
   t->input = h_buf_alloc(b, c->dtype, n);
   if (c->pattern == 0) {
     t->output = h_buf_alloc(b, c->dtype, n);
@@ -225,7 +232,7 @@ static void tensors_make(const comm_case *c, h_backend b, rank_tensors *t) {
   t->residual_out = h_buf_alloc(b, c->dtype, n);
   t->norm_out = h_buf_alloc(b, c->dtype, n);
   t->quant_out = h_buf_alloc(b, IGNIS_FP8_E4M3, n);
-  t->gamma = h_buf_alloc(b, c->gamma_dtype, c->hidden);
+  t->gamma = h_buf_alloc(b, c->gamma_dtype, c->hidden + t->shift);
   t->scale = h_buf_alloc(b, IGNIS_F32, 1);
 }
 
@@ -239,19 +246,22 @@ static void tensors_free(rank_tensors *t) {
 
 /* Inputs filled, outputs poisoned, all uploaded. */
 static void tensors_fill(const comm_case *c, int rank, rank_tensors *t) {
-  const int64_t n = c->rows * c->hidden;
+  const int64_t n = c->rows * c->hidden, at = t->shift;
+  h_buf_poison(&t->input);
   for (int64_t i = 0; i < n; ++i)
-    h_set(&t->input, i, input_value(c, rank, i));
+    h_set(&t->input, at + i, input_value(c, rank, i));
   h_buf_upload(&t->input);
   if (c->pattern == 0) {
     h_buf_poison(&t->output);
     h_buf_upload(&t->output);
     return;
   }
+  h_buf_poison(&t->residual);
+  h_buf_poison(&t->gamma);
   for (int64_t i = 0; i < n; ++i)
-    h_set(&t->residual, i, residual_value(c, i));
+    h_set(&t->residual, at + i, residual_value(c, i));
   for (int64_t h = 0; h < c->hidden; ++h)
-    h_set(&t->gamma, h, gamma_value(c, h));
+    h_set(&t->gamma, at + h, gamma_value(c, h));
   h_set(&t->scale, 0, c->scale);
   h_buf *outs[] = {&t->residual_out, &t->norm_out, &t->quant_out};
   for (int i = 0; i < 3; ++i)
@@ -261,16 +271,21 @@ static void tensors_fill(const comm_case *c, int rank, rank_tensors *t) {
     h_buf_upload(all[i]);
 }
 
-static ignis_tensor view2(const h_buf *b, int64_t rows, int64_t hidden) {
+static ignis_tensor view2_at(const h_buf *b, int64_t shift, int64_t rows, int64_t hidden) {
   const int64_t shape[2] = {rows, hidden};
-  return h_view(b, 0, 2, shape, NULL);
+  return h_view(b, shift, 2, shape, NULL);
+}
+
+static ignis_tensor view2(const h_buf *b, int64_t rows, int64_t hidden) {
+  return view2_at(b, 0, rows, hidden);
 }
 
 static ignis_status call_case(ignis_comm *comm, const comm_case *c, rank_tensors *t,
                               ignis_allreduce_algo algo) {
-  ignis_tensor input = view2(&t->input, c->rows, c->hidden);
+  const int64_t at = t->shift;
+  ignis_tensor input = view2_at(&t->input, at, c->rows, c->hidden);
   if (c->pattern == 0) {
-    ignis_tensor output = c->inplace ? input : view2(&t->output, c->rows, c->hidden);
+    ignis_tensor output = c->inplace ? input : view2_at(&t->output, at, c->rows, c->hidden);
     if (c->plain)
       return ignis_allreduce(comm, &input, &output, algo, NULL);
     ignis_allreduce_fusion_args a = IGNIS_ALLREDUCE_FUSION_ARGS_INIT;
@@ -279,14 +294,14 @@ static ignis_status call_case(ignis_comm *comm, const comm_case *c, rank_tensors
     a.output = &output;
     return ignis_allreduce_fusion(comm, &a, NULL);
   }
-  ignis_tensor residual = view2(&t->residual, c->rows, c->hidden);
+  ignis_tensor residual = view2_at(&t->residual, at, c->rows, c->hidden);
   ignis_tensor residual_out = c->residual_mode == 2   ? residual
                               : c->residual_mode == 3 ? input
-                                                      : view2(&t->residual_out, c->rows, c->hidden);
-  ignis_tensor norm_out = c->inplace ? input : view2(&t->norm_out, c->rows, c->hidden);
-  ignis_tensor quant_out = view2(&t->quant_out, c->rows, c->hidden);
+                                                      : view2_at(&t->residual_out, at, c->rows, c->hidden);
+  ignis_tensor norm_out = c->inplace ? input : view2_at(&t->norm_out, at, c->rows, c->hidden);
+  ignis_tensor quant_out = view2_at(&t->quant_out, at, c->rows, c->hidden);
   const int64_t hidden = c->hidden, one = 1;
-  ignis_tensor gamma = h_view(&t->gamma, 0, 1, &hidden, NULL);
+  ignis_tensor gamma = h_view(&t->gamma, at, 1, &hidden, NULL);
   ignis_tensor scale = h_view(&t->scale, 0, 1, &one, NULL);
   ignis_allreduce_fusion_args a = IGNIS_ALLREDUCE_FUSION_ARGS_INIT;
   a.pattern = (ignis_allreduce_fusion_pattern)c->pattern;
@@ -326,8 +341,9 @@ static size_t collect(const comm_case *c, rank_tensors *t, unsigned char *blob) 
   size_t at = 0;
   for (int i = 0; i < k; ++i) {
     h_buf_download(bufs[i]);
-    const size_t bytes = (size_t)bufs[i]->count * bufs[i]->elem_size;
-    memcpy(blob + at, bufs[i]->host, bytes);
+    const size_t skip = (size_t)t->shift * bufs[i]->elem_size,
+                 bytes = (size_t)bufs[i]->count * bufs[i]->elem_size - skip;
+    memcpy(blob + at, (const unsigned char *)bufs[i]->host + skip, bytes);
     at += bytes;
   }
   return at;
@@ -415,17 +431,17 @@ static void check_reference(rank_ctx *r, const comm_case *c, int world_size, con
 }
 
 static void case_name(const comm_case *c, int world_size, char *text, size_t size) {
-  snprintf(text, size, "W%d pattern %d %s gamma %s %lldx%lld%s res%d%s wb%g scale %g", world_size, c->pattern,
-           ignis_dtype_name(c->dtype), ignis_dtype_name(c->gamma_dtype), (long long)c->rows,
+  snprintf(text, size, "W%d pattern %d %s gamma %s %lldx%lld%s res%d%s%s wb%g scale %g", world_size,
+           c->pattern, ignis_dtype_name(c->dtype), ignis_dtype_name(c->gamma_dtype), (long long)c->rows,
            (long long)c->hidden, c->inplace ? " inplace" : "", c->residual_mode, c->plain ? " plain" : "",
-           c->weight_bias, c->scale);
+           c->misalign ? " misaligned odd ranks" : "", c->weight_bias, c->scale);
 }
 
 static void run_case(rank_ctx *r, ignis_comm *comm, const comm_case *c) {
   char name[200];
   case_name(c, r->w->size, name, sizeof name);
   rank_tensors t;
-  tensors_make(c, r->backend, &t);
+  tensors_make(c, r->backend, r->rank, &t);
   const size_t blob_bytes = (size_t)(c->rows * c->hidden) * 9 + 16;
   unsigned char *first = malloc(blob_bytes), *got = malloc(blob_bytes);
   size_t first_len = 0;
@@ -528,8 +544,21 @@ static int make_cases(int world_size, int quick, comm_case *out) {
       c.weight_bias = i % 4 == 3 ? 1.0 : 0.0;
       c.scale = i % 5 == 0 ? 0.01f : 0.75f;
       c.repeats = i % 4 == 1 ? 4 : 1;
+      c.misalign = i % 3 == 1;
       out[k++] = c;
     }
+  }
+  if (world_size == 2) { /* a row of whole 16-byte groups on rank 0's vector path, rank 1's element path */
+    comm_case c = {0};
+    c.pattern = IGNIS_AR_FUSION_RESIDUAL_RMSNORM;
+    c.dtype = c.gamma_dtype = IGNIS_BF16;
+    c.rows = 64;
+    c.hidden = 4096;
+    c.residual_mode = 1;
+    c.misalign = 1;
+    c.scale = 1.0f;
+    c.repeats = 1;
+    out[k++] = c;
   }
   return k;
 }
@@ -723,7 +752,7 @@ static void test_world1_matches_fused_quant(void) {
       h_case("world 1 pattern 2 %s gamma %s == ignis_fused_add_rmsnorm_quant", ignis_dtype_name(c.dtype),
              ignis_dtype_name(c.gamma_dtype));
       rank_tensors t;
-      tensors_make(&c, H_CPU, &t);
+      tensors_make(&c, H_CPU, 0, &t);
       tensors_fill(&c, 0, &t);
       CHECK_STATUS(call_case(comm, &c, &t, IGNIS_ALLREDUCE_AUTO), IGNIS_OK);
       h_buf res = h_buf_alloc(H_CPU, c.dtype, c.rows * c.hidden),
@@ -837,7 +866,7 @@ static void test_bad_input(void) {
                  .scale = 1.0f,
                  .repeats = 1};
   rank_tensors t;
-  tensors_make(&c, H_CPU, &t);
+  tensors_make(&c, H_CPU, 0, &t);
   tensors_fill(&c, 0, &t);
   h_buf f32 = h_buf_alloc(H_CPU, IGNIS_F32, 8 * 256), big = h_buf_alloc(H_CPU, IGNIS_BF16, 16 * 256);
   ignis_tensor input = view2(&t.input, 8, 256), residual = view2(&t.residual, 8, 256),

@@ -52,7 +52,9 @@
  * Arithmetic (every f32 operation spelled with its _rn intrinsic, so no contraction changes it;
  * the same operations as src/cpu/norm_common.h in the same order): a = rank 0's value + rank 1's
  * + ... in rank order; s = a + residual_in; residual_out = s rounded; sum_sq = the sum over the row
- * of (double)s * s (exact products, added in double: in another order than the CPU's sequential
+ * of (double)s * s (exact products, added in double: each thread over its groups of 16 bytes of
+ * elements, then the warp and block trees, in an order set by hidden and the dtype alone, so the
+ * same on every rank whichever path its pointers take; another order than the CPU's sequential
  * loop, so the f32 mean square can differ from the CPU's only where the double sum lies within a
  * few double ulps of an f32 rounding boundary); rstd = 1 / sqrtf((float)(sum_sq / hidden) + eps);
  * n = s * rstd * (gamma + weight_bias); norm_out = n rounded; quant_out = cvt.rn.satfinite e4m3 of
@@ -329,55 +331,78 @@ __device__ __forceinline__ double block_sum_double(double x, double *scratch) {
   return total;
 }
 
+/* Elements of a fused row per thread and step: the vector path's width whatever N, so that a thread
+ * owns the same elements, and the block (launch_fused) has the same size, on the vector and the
+ * element path; the sum of squares is then added in the same order on every rank even where one
+ * rank's pointers send it down the other path. */
+template <typename T> constexpr int fused_group() {
+  return 16 / (int)sizeof(T);
+}
+
 /* One row: the rank sum, the residual, the norm and the quantization (see the header), written to
  * the outputs the pattern has and, when `mirror`, to the own region's result areas too (TWOSHOT).
- * Each thread stages and re-reads only its own elements of row_sum. */
+ * Thread t takes groups t, t + blockDim.x, ... of fused_group<T>() elements, N at a time (a short
+ * last group only on the element path, where hidden need not be whole groups), and stages and
+ * re-reads only its own elements of row_sum. */
 template <typename T, typename G, int N>
 __device__ __forceinline__ void fused_row(const ar_args &a, int64_t row, bool mirror, float inv_scale,
                                           float *row_sum, double *scratch) {
-  const int64_t row_chunks = a.hidden / N;
+  constexpr int GROUP = fused_group<T>();
+  const int64_t groups = (a.hidden + GROUP - 1) / GROUP;
   char *own = a.region[a.rank];
   double sum_sq = 0.0;
-  for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) {
-    const int64_t e = row * a.hidden + c * N;
-    float s[N];
-    sum_ranks<T, N>(a, COMM_DATA_OFFSET + e * sizeof(T), s);
-    if (a.residual_in) {
-      float r[N];
-      ignis_load_floats<IGNIS_CACHE_STREAM>(static_cast<const T *>(a.residual_in) + e, r);
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
 #pragma unroll
-      for (int k = 0; k < N; ++k)
-        s[k] = __fadd_rn(s[k], r[k]);
-    }
-    if (a.residual_out)
-      ignis_store_floats(static_cast<T *>(a.residual_out) + e, s);
-    if (mirror) /* whether or not this rank keeps the sum: a peer that passed residual_out gathers it */
-      ignis_store_floats(reinterpret_cast<T *>(own + a.sum_offset) + e, s);
+    for (int v = 0; v < GROUP; v += N) {
+      const int64_t col = g * GROUP + v;
+      if (col >= a.hidden)
+        break;
+      const int64_t e = row * a.hidden + col;
+      float s[N];
+      sum_ranks<T, N>(a, COMM_DATA_OFFSET + e * sizeof(T), s);
+      if (a.residual_in) {
+        float r[N];
+        ignis_load_floats<IGNIS_CACHE_STREAM>(static_cast<const T *>(a.residual_in) + e, r);
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      row_sum[c * N + k] = s[k];
-      sum_sq = __dadd_rn(sum_sq, __dmul_rn((double)s[k], (double)s[k]));
+        for (int k = 0; k < N; ++k)
+          s[k] = __fadd_rn(s[k], r[k]);
+      }
+      if (a.residual_out)
+        ignis_store_floats(static_cast<T *>(a.residual_out) + e, s);
+      if (mirror) /* whether or not this rank keeps the sum: a peer that passed residual_out gathers it */
+        ignis_store_floats(reinterpret_cast<T *>(own + a.sum_offset) + e, s);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        row_sum[col + k] = s[k];
+        sum_sq = __dadd_rn(sum_sq, __dmul_rn((double)s[k], (double)s[k]));
+      }
     }
   }
   const double total = block_sum_double(sum_sq, scratch);
   const float mean_sq = __double2float_rn(__ddiv_rn(total, (double)a.hidden));
   const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
-  for (int64_t c = threadIdx.x; c < row_chunks; c += blockDim.x) {
-    const int64_t e = row * a.hidden + c * N;
-    float g[N], y[N];
-    ignis_load_floats<IGNIS_CACHE_READ_ONLY>(static_cast<const G *>(a.gamma) + c * N, g);
+  for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      y[k] = __fmul_rn(__fmul_rn(row_sum[c * N + k], rstd), __fadd_rn(g[k], a.weight_bias));
-    if (a.norm_out) {
-      ignis_store_floats(static_cast<T *>(a.norm_out) + e, y);
-      if (mirror)
-        ignis_store_floats(reinterpret_cast<T *>(own + a.norm_offset) + e, y);
-    }
-    if (a.quant_out) {
-      store_fp8<N>(a.quant_out + e, y, inv_scale);
-      if (mirror)
-        store_fp8<N>(reinterpret_cast<uint8_t *>(own + a.quant_offset) + e, y, inv_scale);
+    for (int v = 0; v < GROUP; v += N) {
+      const int64_t col = g * GROUP + v;
+      if (col >= a.hidden)
+        break;
+      const int64_t e = row * a.hidden + col;
+      float gm[N], y[N];
+      ignis_load_floats<IGNIS_CACHE_READ_ONLY>(static_cast<const G *>(a.gamma) + col, gm);
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        y[k] = __fmul_rn(__fmul_rn(row_sum[col + k], rstd), __fadd_rn(gm[k], a.weight_bias));
+      if (a.norm_out) {
+        ignis_store_floats(static_cast<T *>(a.norm_out) + e, y);
+        if (mirror)
+          ignis_store_floats(reinterpret_cast<T *>(own + a.norm_offset) + e, y);
+      }
+      if (a.quant_out) {
+        store_fp8<N>(a.quant_out + e, y, inv_scale);
+        if (mirror)
+          store_fp8<N>(reinterpret_cast<uint8_t *>(own + a.quant_offset) + e, y, inv_scale);
+      }
     }
   }
 }
@@ -486,7 +511,8 @@ static cudaError_t launch_fused(ar_args a, int max_blocks, cudaStream_t stream) 
   cudaError_t err = ignis_allow_dynamic_smem<allreduce_fused<T, G, N>>(smem);
   if (err != cudaSuccess)
     return err;
-  const int64_t threads = ceil_div(a.hidden / N, 32) * 32;
+  /* one thread per fused_group<T>() elements on either path (fused_row) */
+  const int64_t threads = ceil_div(ceil_div(a.hidden, fused_group<T>()), 32) * 32;
   const dim3 grid = split_units(&a, a.rows, 1, max_blocks);
   return ignis_launch(allreduce_fused<T, G, N>, grid,
                       dim3((unsigned)(threads < BLOCK_THREADS ? threads : BLOCK_THREADS)), smem, stream, a);

@@ -462,18 +462,18 @@ struct ignis_grouped_skinny_split_room {
 };
 
 /* The plan: nt 1 (8-row chunks) when the groups that may hold rows (min(G, M)) average at most 4
- * rows, else 2. k_warps: the fewest warps per K (the widest slices of N) that still give `per_sm`
- * blocks per SM when every group that may hold rows is busy, at most 8 and at most one batch of K
- * per warp. splits (with room): enough blocks to fill one wave of `resident` blocks per SM, each
+ * rows, else 2, or `nt` when not 0 (bench/micro/grouped_skinny.cu's forced variants). k_warps:
+ * the fewest warps per K (the widest slices of N) that still give `per_sm` blocks per SM when
+ * every group that may hold rows is busy, at most 8 and at most one batch of K per warp. splits (with room): enough blocks to fill one wave of `resident` blocks per SM, each
  * warp at least one batch of each split, within the room; a split's batches a multiple of k_warps
- * where K allows, so no warp idles. */
+ * where K allows, so no warp idles (planned for the chunks chosen). */
 static inline ignis_grouped_skinny_plan
 ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k, int64_t groups, int row_tiles, int batch, int sms,
                              int per_sm, int resident = 1,
-                             const ignis_grouped_skinny_split_room *room = nullptr) {
+                             const ignis_grouped_skinny_split_room *room = nullptr, int nt = 0) {
   ignis_grouped_skinny_plan plan;
   const int64_t busy = groups < m ? groups : m;
-  plan.nt = (m + busy - 1) / busy <= 4 ? 1 : 2;
+  plan.nt = nt ? nt : (m + busy - 1) / busy <= 4 ? 1 : 2;
   plan.slots = (int)ignis_grouped_chunk_slots(m, groups, 8 * plan.nt);
   const int64_t target = (int64_t)sms * per_sm, batches = (k + batch - 1) / batch;
   int k_warps = 1;
@@ -568,22 +568,10 @@ static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args
                                                        ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0,
                                                        const ignis_grouped_skinny_split_room *room = nullptr) {
   constexpr int batch = Cfg::unroll * 4 * (16 / (int)sizeof(T));
-  const int64_t chunk_rows = nt ? 8 * nt : 0;
   if (sizeof(T) != 1) /* split-K is instantiated for fp8 only (the dense block-scaled product) */
     room = nullptr;
-  ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(args.m, args.n, args.k, args.rows.groups,
-                                                                Cfg::row_tiles, batch, sms, per_sm,
-                                                                Cfg::min_blocks, room);
-  if (nt && 8 * plan.nt != chunk_rows) { /* re-plan the split for the forced chunks */
-    plan.nt = nt;
-    plan.slots = (int)ignis_grouped_chunk_slots(args.m, args.rows.groups, (int)chunk_rows);
-    if (plan.splits > 1 && (int64_t)plan.slots * plan.n_blocks > room->counters_count) {
-      plan.splits = 1;
-      plan.k_per_split = args.k;
-      const int per_warp = (args.k + plan.k_warps - 1) / plan.k_warps;
-      plan.k_per_warp = (per_warp + batch - 1) / batch * batch;
-    }
-  }
+  const ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(
+      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm, Cfg::min_blocks, room, nt);
   args.k_warps = plan.k_warps;
   args.k_per_warp = plan.k_per_warp;
   args.splits = plan.splits;

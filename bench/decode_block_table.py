@@ -6,9 +6,9 @@ Shapes: 32 query / 8 KV heads, head dim 128, page 16, NHD, pages in random order
 64x4096, 256x2048, 128x8192, 1x32768, 16x16384 with 64 query heads, and a batch of 64 with mixed
 lengths (uniform in 1..8192, max_seq_len the longest). Batches of two or more requests below one wave
 of the GPU (here B64 L4096, B16 L16384 and the mixed B64) are planned from their seq_lens on the device
-by one small kernel before the attention kernel, so they run the wrapper's split and their time
-includes that kernel; the others take the split of a uniform batch at max_seq_len (as the wrapper does
-for those lengths). Times are GPU time (gpu_timing.median_us:
+by the attention kernel's blocks, each for itself after its wait on the previous kernel, so they run
+the wrapper's split and their time includes that planning; the others take the split of a uniform
+batch at max_seq_len (as the wrapper does for those lengths). Times are GPU time (gpu_timing.median_us:
 bursts queued behind a GPU sleep); "host us" is the host time of one call (median, issued to an idle
 GPU: synchronized between calls, untimed; the wrapper's is plan + run, as an engine pays per step
 without CUDA graphs). The bar (the engines-switch issue's): block-table time / wrapper time <= 1.02 for every shape; the

@@ -57,7 +57,8 @@ typedef struct plan_bounds {
 /* Block-table batches planned from their lengths (fill_block_table_schedule): at most max_batch
  * requests and max_items items; a device plan's schedule of them lives in its own device memory,
  * after the implicit schedule's merge counters: header (16 bytes), request_partials
- * [max_batch + 1] padded to 16 bytes, work [max_items], then the merge counters the planner zeroes. */
+ * [max_batch + 1] padded to 16 bytes, work [max_items], then the merge counters (zero at creation;
+ * each merger leaves its counter zero, and a planner kernel zeroes those after its items). */
 typedef struct length_area {
   int64_t max_batch, max_items; /* 0: no batch is planned from its lengths */
   size_t offset;                /* from storage.device_counters */

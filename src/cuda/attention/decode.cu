@@ -19,10 +19,11 @@
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
  * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list
  * (single decode, block-table runs: core/params.h) the grid is the batch's requests x
- * implicit_splits items, captured or not. A block-table batch planned from its lengths first runs
- * decode_length_plan_kernel (decode_length_plan.cuh), which writes its schedule into the plan's
- * device memory; the attention grid is then the bound on its items (a wave), extra blocks exiting
- * at once, and the merge kernel's the batch.
+ * implicit_splits items, captured or not. A block-table batch planned from its lengths
+ * (decode_length_plan.cuh) is planned by each block of the transposed kernel for itself; for the
+ * m16 kernel decode_length_plan_kernel first writes the schedule into the plan's device memory,
+ * where its merge kernel reads it. The attention grid is then the bound on its items (a wave),
+ * extra blocks exiting once planned, and the merge kernel's the batch.
  *
  * The instances come from one list (decode_instances.cuh), compiled a head dim per translation unit
  * (decode_hd<d>.cu). */
@@ -62,7 +63,9 @@ static decode_config make_config(const ignis_decode_params &p, decode_family fam
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
   c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && family != DECODE_MMA;
-  c.device_schedule = p.length_plan.wave_items > 0;
+  /* a length plan: the transposed kernel's blocks plan it, else a planner kernel before them */
+  c.block_plan = p.length_plan.wave_items > 0 && family == DECODE_TRANSPOSED;
+  c.device_schedule = p.length_plan.wave_items > 0 && !c.block_plan;
   return c;
 }
 
@@ -147,11 +150,12 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     (void)cudaGetLastError();
     capture = cudaStreamCaptureStatusActive;
   }
-  if (c.device_schedule) { /* a block-table batch planned from its lengths, here (core/params.h) */
-    if (p.cache.batch_size > IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH || p.work == nullptr)
-      return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode: a length plan of %lld requests has no schedule room",
-                             (long long)p.cache.batch_size);
-    IGNIS_CUDA_CHECK(ignis_launch(decode_length_plan_kernel, dim3(1), dim3(LENGTH_PLAN_THREADS), 0, stream, p));
+  if (p.length_plan.wave_items > 0 && /* a block-table batch planned from its lengths, here (core/params.h) */
+      (p.cache.batch_size > IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH || p.work == nullptr))
+    return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode: a length plan of %lld requests has no schedule room",
+                           (long long)p.cache.batch_size);
+  if (c.device_schedule) {
+    IGNIS_CUDA_CHECK(ignis_launch(decode_length_plan_kernel<LENGTH_PLAN_THREADS>, dim3(1), dim3(LENGTH_PLAN_THREADS), 0, stream, p));
     const ignis_status status = ignis_check_launch("decode length plan");
     if (status != IGNIS_OK)
       return status;

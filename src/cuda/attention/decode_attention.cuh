@@ -70,8 +70,19 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
    * notes/PERF.md) */
   ignis_decode_work item;
   kv_range r;
-  const bool fetched = fetch_item(p, c, (int)work_index, &item);
-  ignis_pdl_wait();
+  __shared__ length_plan_found planned; /* c.block_plan: the item and its request's partial rows */
+  bool fetched = false, self_planned = false;
+  if constexpr (TRANSPOSED)
+    if (c.block_plan) { /* the block plans the batch itself (and waits on the previous kernel) */
+      fetched = decode_length_item<DECODE_THREADS>(p, (int)work_index, reinterpret_cast<int32_t *>(decode_smem),
+                                                   &planned);
+      item = planned.item;
+      self_planned = true;
+    }
+  if (!self_planned) {
+    fetched = fetch_item(p, c, (int)work_index, &item);
+    ignis_pdl_wait();
+  }
   if (!fetched || !item_range(p, item, &r))
     return;
   const int num_tiles = (r.end - r.start + KT - 1) / KT;
@@ -490,7 +501,7 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
    * block per SM (notes/PERF.md) */
   if constexpr (TRANSPOSED)
     if (c.fused_merge && item.partial >= 0)
-      merge_in_kernel<QT, HEAD_DIM, 1>(p, c, item, kvh);
+      merge_in_kernel<QT, HEAD_DIM, 1>(p, c, item, kvh, planned.rows);
 }
 
 #endif

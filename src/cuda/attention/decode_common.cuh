@@ -29,6 +29,7 @@
 #include <math.h>
 
 #include "cuda/attention/attention_tile.cuh"
+#include "cuda/attention/decode_length_plan.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
 
@@ -59,6 +60,8 @@ struct decode_config {
   int32_t fused_merge; /* split requests merge in the transposed kernel (planned schedules) */
   int32_t device_schedule; /* the schedule is the length planner's (core/params.h: length_plan), written
                               by the kernel before: read only after the wait on it */
+  int32_t block_plan; /* a length plan the transposed kernel's blocks make themselves
+                         (decode_length_plan.cuh: decode_length_item); no schedule in memory */
 };
 
 /* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
@@ -100,6 +103,8 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
   static_assert((size_t)DECODE_WARPS / DSPLIT * 16 * O_STRIDE * 4 + DECODE_WARPS * 16 * 8 <= SMEM_BYTES,
                 "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0 && KT % 32 == 0, "copy mapping, validity words");
+  static_assert(!TRANSPOSED || RING_BYTES >= 2 * sizeof(int32_t) * IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH,
+                "the ring holds a length plan's lengths and pages (decode_length_item)");
   static_assert(!TRANSPOSED || (KT / 16 == DECODE_WARPS && DSPLIT == 1),
                 "transposed: one 16-key sub-tile per warp");
 };
@@ -331,7 +336,8 @@ __device__ __forceinline__ void merge_block_rows(const ignis_decode_params &p, c
  * which measured faster than one block merging all 8 heads: notes/PERF.md). */
 template <typename QT, int HEAD_DIM, int ROWS_PER_WARP, bool ONE_WARP = false>
 __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, const decode_config &c,
-                                                const ignis_decode_work &item, int kvh) {
+                                                const ignis_decode_work &item, int kvh,
+                                                const int32_t *planned_rows = nullptr) {
   __shared__ uint32_t merger;
   const bool leader = ONE_WARP ? (threadIdx.x & 31) == 0 : threadIdx.x == 0;
   /* the leader's verdict to every merging thread (after a sync that orders their fenced writes) */
@@ -350,14 +356,17 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
     return merger;
   };
   const int64_t b = item.request;
-  /* a planned schedule's rows and counters, or the implicit one's (core/params.h) */
-  const int32_t first = p.work ? p.request_partials[b] : (int32_t)b * c.implicit_splits;
-  const int32_t n = p.work ? p.request_partials[b + 1] - first : c.implicit_splits;
+  /* the rows and counters of a batch the blocks planned (planned_rows: the request's first
+   * partial row and partial rows, decode_length_item), of a planned schedule, or of the implicit
+   * one (core/params.h) */
+  const int32_t first = c.block_plan ? planned_rows[0] : p.work ? p.request_partials[b] : (int32_t)b * c.implicit_splits;
+  const int32_t n = c.block_plan ? planned_rows[1] : p.work ? p.request_partials[b + 1] - first : c.implicit_splits;
   const int32_t g = (item.partial - first) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t groups = (n + IGNIS_DECODE_MERGE_GROUP - 1) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t members = min((int32_t)IGNIS_DECODE_MERGE_GROUP, n - g * IGNIS_DECODE_MERGE_GROUP);
-  uint32_t *counters = p.work ? reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work)
-                              : p.merge_counters;
+  uint32_t *counters = c.block_plan ? decode_block_plan_counters(p)
+                       : p.work     ? reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work)
+                                    : p.merge_counters;
   const int64_t group0 = first / IGNIS_DECODE_MERGE_GROUP + b;
   uint32_t *mine = counters + (group0 + g) * p.num_kv_heads + kvh,
            *level2 = counters + group0 * p.num_kv_heads + kvh;

@@ -1,24 +1,29 @@
-/* decode_length_plan_kernel: plans a block-table batch from its lengths on the device (core/params.h:
- * length_plan), one block, launched before the attention kernel of the same run, which then runs the
- * schedule as a planned one. It computes what the host planner computes for those lengths
- * (sched/decode_plan.c: ignis_decode_length_chunk_pages and ignis_decode_plan_lengths, the CPU
- * backend's), so a block-table run and a planned run of the same lengths attend the same items.
+/* Block-table batches planned from their lengths on the device (core/params.h: length_plan). Two
+ * forms compute what the host planner computes for those lengths (sched/decode_plan.c:
+ * ignis_decode_length_chunk_pages and ignis_decode_plan_lengths, the CPU backend's), so a
+ * block-table run and a planned run of the same lengths attend the same items:
+ *   - decode_length_item: every block of the transposed kernel plans the batch itself and keeps
+ *     its own item, so nothing runs between the attention grids of two calls (a planner kernel and
+ *     its hand-off cost 6-13 us a call, notes/PERF.md); it plans before its wait on the previous
+ *     kernel, from lengths it checks after the wait. Its split requests merge on counters at a
+ *     fixed place (decode_block_plan_counters);
+ *   - decode_length_plan_kernel: one block, launched before the m16 kernel (whose merge kernel
+ *     reads the schedule from memory), writes the schedule into the plan's device memory.
  *
- * Steps, every thread agreeing on each result through shared memory:
+ * Steps, every thread of the block agreeing on each result through shared memory:
  *   1. each request's length (ignis_block_table_request_len) and counted pages
- *      (ignis_decode_length_pages) into shared memory, and the longest;
+ *      (ignis_decode_length_pages) into shared memory, and the longest (length_plan_chunk);
  *   2. the chunk: none when no request is longer than min_chunk_pages, else the smallest chunk c in
  *      [min_chunk_pages, longest] whose items sum(ignis_decode_length_items(pages, c)) fit
  *      wave_items (the items fall as c grows, and c = longest fits: the batch is below a wave). A
- *      k-ary search: each round every warp counts the items of one candidate chunk, the candidates
- *      cutting the interval (known failing, known fitting] into LENGTH_PLAN_WARPS + 1 parts, so a
- *      range of 512 pages takes 3 rounds (the host bisects; both find the same smallest chunk);
+ *      k-ary search: each round LENGTH_PLAN_CANDIDATES groups of threads each count the items of
+ *      one candidate chunk, the candidates cutting the interval (known failing, known fitting]
+ *      into LENGTH_PLAN_CANDIDATES + 1 parts, so a range of 4096 pages takes 3 rounds (the host
+ *      bisects; both find the same smallest chunk);
  *   3. items and partial rows per request, their exclusive prefix sums over the batch (each thread
- *      a contiguous run of requests, then a block scan), and the schedule written: header,
- *      request_partials, work, and the merge counters after work[num_work] zeroed.
- * It waits on the previous kernel before reading anything (the previous run's attention kernel may
- * still read this schedule), and lets the attention grid launch at once: that grid waits for this
- * one to finish before it reads an item (decode_config.device_schedule, fetch_item). */
+ *      a contiguous run of requests, then a block scan: length_plan_scan); then the kernel writes
+ *      the schedule (header, request_partials, work, and the merge counters after work[num_work]
+ *      zeroed), an attention block finds its own item in the run of the thread that holds it. */
 #ifndef IGNIS_CUDA_DECODE_LENGTH_PLAN_CUH
 #define IGNIS_CUDA_DECODE_LENGTH_PLAN_CUH
 
@@ -26,27 +31,37 @@
 #include "ignis/decode.h"
 #include "sched/decode_plan.h"
 
-enum { LENGTH_PLAN_THREADS = 512, LENGTH_PLAN_WARPS = LENGTH_PLAN_THREADS / 32 };
+enum {
+  LENGTH_PLAN_THREADS = 512, /* decode_length_plan_kernel */
+  LENGTH_PLAN_CANDIDATES = 16 /* chunks counted per search round */
+};
 
-__global__ void __launch_bounds__(LENGTH_PLAN_THREADS) decode_length_plan_kernel(const ignis_decode_params p) {
-  __shared__ int32_t lens[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH], pages[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH];
-  __shared__ uint32_t fits[LENGTH_PLAN_WARPS];
-  __shared__ int32_t warp_sums[2][LENGTH_PLAN_WARPS];
+/* Request b's keys as a length plan reads them: from L2 (ld.global.cg), so that no SM's L1 keeps a
+ * copy read before the wait on the previous kernel (decode_length_item). */
+__device__ __forceinline__ int32_t length_plan_len(const ignis_decode_params &p, int32_t b) {
+  return (int32_t)ignis_block_table_request_len(__ldcg(p.cache.seq_lens + b), p.cache.pages_per_seq,
+                                                p.cache.page_size);
+}
+
+/* Steps 1 and 2 by the THREADS threads of a block: lens and pages of the batch's requests into
+ * shared memory (room for cache.batch_size each), and the chunk in pages (0: no split). */
+template <int THREADS>
+__device__ __forceinline__ int32_t length_plan_chunk(const ignis_decode_params &p, int32_t *lens, int32_t *pages) {
+  constexpr int LANES = THREADS / LENGTH_PLAN_CANDIDATES; /* threads counting one candidate */
+  static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "candidate groups within a warp");
+  __shared__ uint32_t fits[LENGTH_PLAN_CANDIDATES];
   __shared__ int32_t longest;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   const int32_t batch = (int32_t)p.cache.batch_size, page_size = (int32_t)p.cache.page_size;
   const ignis_decode_length_plan lp = p.length_plan;
-  ignis_pdl_wait();
-  ignis_pdl_launch_dependents();
 
   /* 1. lengths and counted pages */
   if (tid == 0)
     longest = 0;
   __syncthreads();
   int32_t mine = 0;
-  for (int32_t b = tid; b < batch; b += LENGTH_PLAN_THREADS) {
-    const int32_t len =
-        (int32_t)ignis_block_table_request_len(p.cache.seq_lens[b], p.cache.pages_per_seq, p.cache.page_size);
+  for (int32_t b = tid; b < batch; b += THREADS) {
+    const int32_t len = length_plan_len(p, b);
     lens[b] = len;
     pages[b] = ignis_decode_length_pages(len, page_size, lp.bound_pages);
     mine = max(mine, pages[b]);
@@ -57,40 +72,56 @@ __global__ void __launch_bounds__(LENGTH_PLAN_THREADS) decode_length_plan_kernel
   __syncthreads();
 
   /* 2. the chunk (0: no split) */
-  int32_t chunk = 0;
-  if (longest > lp.min_chunk_pages) {
-    int32_t fail = lp.min_chunk_pages - 1, fit = longest; /* chunks <= fail do not fit, fit fits */
-    while (fit - fail > 1) {
-      const int32_t c = fail + (int32_t)((int64_t)(fit - fail) * (warp + 1) / (LENGTH_PLAN_WARPS + 1));
-      uint32_t items = 0;
-      if (c > fail)
-        for (int32_t b = lane; b < batch; b += 32)
-          items += min((uint32_t)ignis_decode_length_items(pages[b], c), (uint32_t)lp.wave_items + 1u);
-      items = __reduce_add_sync(0xffffffffu, items);
-      if (lane == 0)
-        fits[warp] = c > fail && items <= (uint32_t)lp.wave_items;
-      __syncthreads();
-      /* the candidates rise with the warp: those that fit are a suffix */
-      int32_t new_fail = fail, new_fit = fit;
-      for (int k = LENGTH_PLAN_WARPS - 1; k >= 0; --k) {
-        const int32_t ck = fail + (int32_t)((int64_t)(fit - fail) * (k + 1) / (LENGTH_PLAN_WARPS + 1));
-        if (fits[k])
-          new_fit = ck;
-        else if (ck > new_fail)
-          new_fail = ck;
-      }
-      __syncthreads(); /* every thread has read fits before the next round writes it */
-      fail = new_fail;
-      fit = new_fit;
+  if (longest <= lp.min_chunk_pages)
+    return 0;
+  const int k = tid / LANES, member = tid % LANES;
+  int32_t fail = lp.min_chunk_pages - 1, fit = longest; /* chunks <= fail do not fit, fit fits */
+  while (fit - fail > 1) {
+    const int32_t c = fail + (int32_t)((int64_t)(fit - fail) * (k + 1) / (LENGTH_PLAN_CANDIDATES + 1));
+    uint32_t items = 0;
+    if (c > fail)
+      for (int32_t b = member; b < batch; b += LANES)
+        items += min((uint32_t)ignis_decode_length_items(pages[b], c), (uint32_t)lp.wave_items + 1u);
+#pragma unroll
+    for (int d = LANES / 2; d > 0; d /= 2) /* within the group: xor offsets below LANES */
+      items += __shfl_xor_sync(0xffffffffu, items, d);
+    if (member == 0)
+      fits[k] = c > fail && items <= (uint32_t)lp.wave_items;
+    __syncthreads();
+    /* the candidates rise with k: those that fit are a suffix */
+    int32_t new_fail = fail, new_fit = fit;
+    for (int j = LENGTH_PLAN_CANDIDATES - 1; j >= 0; --j) {
+      const int32_t cj = fail + (int32_t)((int64_t)(fit - fail) * (j + 1) / (LENGTH_PLAN_CANDIDATES + 1));
+      if (fits[j])
+        new_fit = cj;
+      else if (cj > new_fail)
+        new_fail = cj;
     }
-    chunk = fit;
+    __syncthreads(); /* every thread has read fits before the next round writes it */
+    fail = new_fail;
+    fit = new_fit;
   }
+  return fit;
+}
 
-  /* 3. items and partial rows per request, a contiguous run of requests per thread */
-  const int32_t per_thread = (batch + LENGTH_PLAN_THREADS - 1) / LENGTH_PLAN_THREADS;
-  const int32_t b0 = min(tid * per_thread, batch), b1 = min(b0 + per_thread, batch);
+/* Step 3's sums: thread tid's contiguous run of requests [b0, b1), the items and partial rows
+ * before it (item, partial) and the batch's (num_work, num_partials). */
+struct length_plan_run {
+  int32_t b0, b1, item, partial, num_work, num_partials;
+};
+template <int THREADS>
+__device__ __forceinline__ length_plan_run length_plan_scan(const ignis_decode_params &p, const int32_t *pages,
+                                                            int32_t chunk) {
+  constexpr int WARPS = THREADS / 32;
+  __shared__ int32_t warp_sums[2][WARPS];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t batch = (int32_t)p.cache.batch_size;
+  const int32_t per_thread = (batch + THREADS - 1) / THREADS;
+  length_plan_run r;
+  r.b0 = min(tid * per_thread, batch);
+  r.b1 = min(r.b0 + per_thread, batch);
   int32_t run_items = 0, run_partials = 0;
-  for (int32_t b = b0; b < b1; ++b) {
+  for (int32_t b = r.b0; b < r.b1; ++b) {
     const int32_t n = ignis_decode_length_items(pages[b], chunk);
     run_items += n;
     run_partials += n > 1 ? n : 0;
@@ -110,44 +141,137 @@ __global__ void __launch_bounds__(LENGTH_PLAN_THREADS) decode_length_plan_kernel
     warp_sums[1][warp] = scan_partials;
   }
   __syncthreads();
-  int32_t item = scan_items - run_items, partial = scan_partials - run_partials;
-  int32_t num_work = 0, num_partials = 0;
-  for (int w = 0; w < LENGTH_PLAN_WARPS; ++w) {
+  r.item = scan_items - run_items;
+  r.partial = scan_partials - run_partials;
+  r.num_work = r.num_partials = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
     if (w < warp) {
-      item += warp_sums[0][w];
-      partial += warp_sums[1][w];
+      r.item += warp_sums[0][w];
+      r.partial += warp_sums[1][w];
     }
-    num_work += warp_sums[0][w];
-    num_partials += warp_sums[1][w];
+    r.num_work += warp_sums[0][w];
+    r.num_partials += warp_sums[1][w];
   }
+  return r;
+}
+
+/* Item b's chunk i of a plan with chunk_tokens keys per chunk: the item of request b with n items
+ * whose first partial row is `first`. */
+__device__ __forceinline__ ignis_decode_work length_plan_item(int32_t b, int32_t i, int32_t n, int32_t len,
+                                                              int32_t first, int64_t chunk_tokens) {
+  const ignis_decode_work w = {b, (int32_t)(i * chunk_tokens), i == n - 1 ? len : (int32_t)((i + 1) * chunk_tokens),
+                               n > 1 ? first + i : -1};
+  return w;
+}
+
+/* The merge counters of a batch its blocks planned: after the length area's work room (max_work
+ * entries; op_decode.c: length_area), zero at the plan's creation, and left zero by every merger. */
+__device__ __forceinline__ uint32_t *decode_block_plan_counters(const ignis_decode_params &p) {
+  return reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + p.max_work);
+}
+
+/* What decode_length_item finds for a block (shared memory): its item, and the first partial row
+ * and the partial rows of the item's request (rows[0], rows[1]; merge_in_kernel's). */
+struct length_plan_found {
+  ignis_decode_work item;
+  int32_t rows[2];
+};
+
+/* Whether item w exists in the batch planned from the lengths in lens (step 3 after
+ * length_plan_chunk); if so, the thread whose run holds it writes it to *found. */
+template <int THREADS>
+__device__ __forceinline__ bool length_plan_find(const ignis_decode_params &p, int w, int32_t *lens, int32_t *pages,
+                                                 length_plan_found *found) {
+  const int32_t chunk = length_plan_chunk<THREADS>(p, lens, pages);
+  const length_plan_run r = length_plan_scan<THREADS>(p, pages, chunk);
+  if (w >= r.num_work)
+    return false; /* every thread: the sums are the block's */
+  if (w >= r.item) {
+    int32_t at = r.item, first = r.partial;
+    for (int32_t b = r.b0; b < r.b1; ++b) {
+      const int32_t n = ignis_decode_length_items(pages[b], chunk);
+      if (w < at + n) {
+        found->item = length_plan_item(b, w - at, n, lens[b], first, (int64_t)chunk * p.cache.page_size);
+        found->rows[0] = first;
+        found->rows[1] = n > 1 ? n : 0;
+        break;
+      }
+      at += n;
+      first += n > 1 ? n : 0;
+    }
+  }
+  return true;
+}
+
+/* Whether item w exists in the batch as the calling block plans it (all THREADS threads; scratch:
+ * shared memory for 2 x cache.batch_size int32 that nothing else uses until this returns); if so,
+ * *found (shared) holds it when this returns. It waits on the previous kernel (ignis_pdl_wait)
+ * itself. The plan is made from lengths read before that wait, so that it runs under the previous
+ * kernel's tail, and checked after it: every length is read again, and any that changed (a
+ * previous kernel that let this one launch early and wrote seq_lens) makes the block plan again
+ * from the lengths read after the wait. A plan from lengths that were not yet written is discarded
+ * that way; the planning is bounded for any lengths (they are clipped to the table and the bound). */
+template <int THREADS>
+__device__ __forceinline__ bool decode_length_item(const ignis_decode_params &p, int w, int32_t *scratch,
+                                                   length_plan_found *found) {
+  const int32_t batch = (int32_t)p.cache.batch_size;
+  int32_t *lens = scratch, *pages = scratch + batch;
+  bool fetched, waited = false;
+  for (;;) {
+    fetched = length_plan_find<THREADS>(p, w, lens, pages, found);
+    if (waited)
+      break;
+    ignis_pdl_wait();
+    waited = true;
+    int changed = 0;
+    for (int32_t b = threadIdx.x; b < batch; b += THREADS)
+      changed |= length_plan_len(p, b) != lens[b];
+    /* a barrier too: every read of lens and pages is done, and *found written, before a new plan
+     * writes them or the caller reuses the scratch */
+    if (!__syncthreads_or(changed))
+      break;
+  }
+  __syncthreads(); /* the last plan's *found is written, its lens and pages read */
+  return fetched;
+}
+
+/* The planner kernel (THREADS: LENGTH_PLAN_THREADS; a template, so only decode.cu, which launches
+ * it, compiles it). */
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) decode_length_plan_kernel(const ignis_decode_params p) {
+  __shared__ int32_t lens[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH], pages[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH];
+  const int tid = threadIdx.x;
+  const int32_t batch = (int32_t)p.cache.batch_size;
+  ignis_pdl_wait(); /* the previous run's attention kernel may still read this schedule */
+  ignis_pdl_launch_dependents();
+  const int32_t chunk = length_plan_chunk<THREADS>(p, lens, pages);
+  length_plan_run r = length_plan_scan<THREADS>(p, pages, chunk);
 
   ignis_decode_work *work = const_cast<ignis_decode_work *>(p.work);
   int32_t *request_partials = const_cast<int32_t *>(p.request_partials);
-  const int64_t chunk_tokens = (int64_t)chunk * page_size;
-  for (int32_t b = b0; b < b1; ++b) {
+  const int64_t chunk_tokens = (int64_t)chunk * p.cache.page_size;
+  for (int32_t b = r.b0; b < r.b1; ++b) {
     const int32_t n = ignis_decode_length_items(pages[b], chunk);
-    request_partials[b] = partial;
-    for (int32_t i = 0; i < n; ++i) {
-      const ignis_decode_work w = {b, (int32_t)(i * chunk_tokens), i == n - 1 ? lens[b] : (int32_t)((i + 1) * chunk_tokens),
-                                   n > 1 ? partial + i : -1};
-      work[item + i] = w;
-    }
-    item += n;
-    partial += n > 1 ? n : 0;
+    request_partials[b] = r.partial;
+    for (int32_t i = 0; i < n; ++i)
+      work[r.item + i] = length_plan_item(b, i, n, lens[b], r.partial, chunk_tokens);
+    r.item += n;
+    r.partial += n > 1 ? n : 0;
   }
   if (tid == 0) {
-    request_partials[batch] = num_partials;
+    request_partials[batch] = r.num_partials;
     ignis_decode_schedule_header *header =
         reinterpret_cast<ignis_decode_schedule_header *>(const_cast<int32_t *>(p.num_work));
-    header->num_work = num_work;
+    header->num_work = r.num_work;
     header->batch_size = batch;
-    header->num_partials = num_partials;
-    header->chunk_pages = num_partials > 0 ? chunk : 0;
+    header->num_partials = r.num_partials;
+    header->chunk_pages = r.num_partials > 0 ? chunk : 0;
   }
   /* the merge counters of this schedule, right after its items (core/params.h), zero */
-  uint32_t *counters = reinterpret_cast<uint32_t *>(work + num_work);
-  const int64_t num_counters = ignis_decode_merge_counter_count(num_partials, batch, p.num_kv_heads);
-  for (int64_t i = tid; i < num_counters; i += LENGTH_PLAN_THREADS)
+  uint32_t *counters = reinterpret_cast<uint32_t *>(work + r.num_work);
+  const int64_t num_counters = ignis_decode_merge_counter_count(r.num_partials, batch, p.num_kv_heads);
+  for (int64_t i = tid; i < num_counters; i += THREADS)
     counters[i] = 0;
 }
 

@@ -17,9 +17,10 @@
  * it in the stream is still running, so every kernel launched this way calls ignis_pdl_wait()
  * (griddepcontrol.wait: returns once the preceding grid has completed and its memory is visible;
  * a no-op when the launch had no programmatic dependency or below sm_90) before its first global
- * memory access, read or write (one exception: a plan's schedule, which an asynchronous copy
+ * memory access, read or write (two exceptions: a plan's schedule, which an asynchronous copy
  * wrote before any kernel this launch can overlap, e.g. decode's work items and the decode merge
- * kernel's partial counts). ignis_pdl_launch_dependents() (griddepcontrol.launch_dependents)
+ * kernel's partial counts; and reads from L2 that the kernel repeats after the wait and whose
+ * results it discards where they changed: decode_length_item's lengths). ignis_pdl_launch_dependents() (griddepcontrol.launch_dependents)
  * is only a scheduling hint: once every block of this grid has called it or exited, the next
  * PDL-launched kernel may begin launching and wait in its own ignis_pdl_wait(); kernels call it
  * after issuing their last loads so the next launch overlaps their tail. Correctness rests on the

@@ -55,10 +55,10 @@ typedef struct plan_bounds {
 } plan_bounds;
 
 /* Block-table batches planned from their lengths (fill_block_table_schedule): at most max_batch
- * requests and max_items items; a device plan's schedule of them lives in its own device memory,
- * after the implicit schedule's merge counters: header (16 bytes), request_partials
- * [max_batch + 1] padded to 16 bytes, work [max_items], then the merge counters (zero at creation;
- * each merger leaves its counter zero, and a planner kernel zeroes those after its items). */
+ * requests and max_items items. A device plan keeps for them, in its own device memory after the
+ * implicit schedule's merge counters, request_partials [max_batch + 1] padded to 16 bytes (the m16
+ * kernel's merge kernel reads them), then their merge counters (zero at creation; each merger
+ * leaves its counter zero). The attention kernel's blocks plan the batch (no work list). */
 typedef struct length_area {
   int64_t max_batch, max_items; /* 0: no batch is planned from its lengths */
   size_t offset;                /* from storage.device_counters */
@@ -424,8 +424,7 @@ static length_area length_area_of(const plan_bounds *b, const ignis_decode_plan_
   a.max_batch = min64(min64(c->max_batch_size, wave_items), IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH);
   a.max_items = min64(wave_items, b->max_work);
   const int64_t partials = min64(wave_items, b->max_partials);
-  a.bytes = sizeof(ignis_decode_schedule_header) + pad16(sizeof(int32_t) * (size_t)(a.max_batch + 1)) +
-            sizeof(ignis_decode_work) * (size_t)a.max_items +
+  a.bytes = pad16(sizeof(int32_t) * (size_t)(a.max_batch + 1)) +
             pad16(sizeof(uint32_t) * (size_t)ignis_decode_merge_counters(partials, a.max_batch, c->num_kv_heads));
   return a;
 }
@@ -926,12 +925,8 @@ static ignis_status fill_block_table_schedule(const char *fn, const ignis_decode
     p->max_batch = batch_size;
     if (ignis_plan_uses_workspace(&plan->storage)) { /* the plan's device memory (length_area) */
       char *area = (char *)plan->storage.device_counters + plan->length.offset;
-      ignis_decode_schedule_header *header = (ignis_decode_schedule_header *)area;
-      p->num_work = &header->num_work;
-      p->batch_size = &header->batch_size;
-      p->request_partials = (const int32_t *)(area + sizeof *header);
-      p->work = (const ignis_decode_work *)(area + sizeof *header +
-                                            pad16(sizeof(int32_t) * (size_t)(plan->length.max_batch + 1)));
+      p->request_partials = (const int32_t *)area;
+      p->merge_counters = (uint32_t *)(area + pad16(sizeof(int32_t) * (size_t)(plan->length.max_batch + 1)));
     }
     return IGNIS_OK;
   }

@@ -376,14 +376,15 @@ typedef struct ignis_decode_params {
    * On the CPU backend partial_out / partial_lse are NULL: it keeps its own scratch. */
   int64_t implicit_chunk_tokens;
   int64_t implicit_splits;
-  uint32_t *merge_counters; /* implicit schedule: zero before and after the run; NULL: merge kernel */
+  uint32_t *merge_counters; /* implicit schedule and length plans: zero before and after the run;
+                               NULL: merge kernel */
   /* Block-table runs planned from their lengths (sched/schedule.h: ignis_decode_length_plan;
    * wave_items 0: off). The backend plans the batch (cache.seq_lens) before attending it, then runs
-   * that schedule as a planned one. CUDA: the plan's device memory that work, num_work,
-   * request_partials and batch_size point at (max_work = wave_items, max_batch = cache.batch_size:
-   * the grids' bounds) holds the schedule a planner kernel writes (m16 kernel) or, where every
-   * attention block plans the batch for itself (transposed kernel), only the merge counters, after
-   * max_work work entries; the CPU plans on the host into its own memory (those pointers NULL). */
+   * that schedule as a planned one. CUDA: every block of the attention kernel plans the batch for
+   * itself (work, num_work and batch_size NULL; max_work = wave_items, max_batch =
+   * cache.batch_size: the grids' bounds), in the plan's device memory request_partials (written
+   * for the m16 kernel's merge kernel) and merge_counters (the transposed kernel's merges); the CPU
+   * plans on the host into its own memory (those pointers NULL). */
   ignis_decode_length_plan length_plan;
   /* q as the caller gave it: dtype (the kernels' compute dtype, out's), or fp8 e4m3. The CPU
    * reads an fp8 q itself; CUDA first converts it (exactly) into q_scratch [rows, num_qo_heads,

@@ -133,8 +133,8 @@ static void merge_rows(const ignis_decode_params *p, int64_t b, int64_t i, int64
   store_result(p, b, -1, i, h, out_row, lse2, scratch);
 }
 
-/* A length-planned block-table batch (core/params.h: length_plan), planned here as the CUDA planner
- * kernel plans it, into one allocation (work, then request_partials, then the lengths and page
+/* A length-planned block-table batch (core/params.h: length_plan), planned here as the CUDA
+ * attention blocks plan it, into one allocation (work, then request_partials, then the lengths and page
  * counts the planner reads). */
 typedef struct length_schedule {
   ignis_decode_work *work; /* [wave_items]; the allocation */

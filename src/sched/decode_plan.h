@@ -30,7 +30,7 @@
  * The bounds max_work / max_partials depend only on the configuration, so a workspace sized from
  * them holds every schedule the plan can produce. Planning allocates nothing and is deterministic.
  * Block-table batches below a wave are planned from their lengths where they run, by the same
- * search (ignis_decode_length_chunk_pages; the CUDA backend's planner kernel mirrors it). */
+ * search (ignis_decode_length_chunk_pages; the CUDA attention blocks mirror it). */
 #ifndef IGNIS_SCHED_DECODE_PLAN_H
 #define IGNIS_SCHED_DECODE_PLAN_H
 
@@ -95,7 +95,7 @@ int64_t ignis_decode_choose_chunk_pages(const ignis_decode_planner *planner, con
 int64_t ignis_decode_min_chunk_pages(int64_t page_size);
 
 /* Block-table batches planned from their lengths (sched/schedule.h: ignis_decode_length_plan), on
- * the host (the CPU backend; the CUDA planner kernel computes the same): the chunk of a batch whose
+ * the host (the CPU backend; the CUDA attention blocks compute the same): the chunk of a batch whose
  * requests count pages[b] pages (ignis_decode_length_pages), by the same search as
  * ignis_decode_choose_chunk_pages below a wave; and its schedule, requests of lens[b] keys:
  * request_partials [batch + 1] and the work items (at most wave_items), returning their number. */

@@ -52,14 +52,14 @@ IGNIS_SCHED_INLINE ignis_decode_work ignis_decode_implicit_item(int32_t w, int32
   return item;
 }
 
-/* A block-table batch planned from its lengths where it runs (core/params.h: length_plan; the CUDA
- * backend's planner kernel, the CPU backend on the host): the decode planner's policy for a batch
+/* A block-table batch planned from its lengths where it runs (core/params.h: length_plan; on CUDA
+ * each attention block plans it, the CPU backend on the host): the decode planner's policy for a batch
  * below one wave (decode_plan.h: the smallest chunk of at least min_chunk_pages pages whose items
  * fit wave_items; no split when no request is longer than min_chunk_pages) over the requests' own
  * page counts, each counted as at most bound_pages (the host's bound on the lengths, so the items
  * stay within the plan's bounds: a request past it gets its extra keys in its last chunk). The
- * schedule is the planned one (header, request_partials, work, zeroed merge counters): the item of
- * chunk i of a request of len keys ends at min((i + 1) * chunk_tokens, len), its last at len. */
+ * schedule is the planned one (request_partials, work): the item of chunk i of a request of len
+ * keys ends at min((i + 1) * chunk_tokens, len), its last at len. */
 #define IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH 2048 /* the largest batch planned from its lengths */
 typedef struct ignis_decode_length_plan {
   int32_t wave_items;      /* 0: off */

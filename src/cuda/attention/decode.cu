@@ -19,18 +19,16 @@
  * them, ignis_launch). Outside a CUDA-graph capture both grids fit the planned batch and an unsplit
  * batch launches no merge; a captured run is sized for the plan's maxima. Without a work list
  * (single decode, block-table runs: core/params.h) the grid is the batch's requests x
- * implicit_splits items, captured or not. A block-table batch planned from its lengths
- * (decode_length_plan.cuh) is planned by each block of the transposed kernel for itself; for the
- * m16 kernel decode_length_plan_kernel first writes the schedule into the plan's device memory,
- * where its merge kernel reads it. The attention grid is then the bound on its items (a wave),
- * extra blocks exiting once planned, and the merge kernel's the batch.
+ * implicit_splits items, captured or not. A block-table batch planned from its lengths is
+ * planned by each block of the attention kernel for itself (decode_length_plan.cuh); the attention
+ * grid is then the bound on its items (a wave), extra blocks exiting once planned, and the merge
+ * kernel's (m16) the batch.
  *
  * The instances come from one list (decode_instances.cuh), compiled a head dim per translation unit
  * (decode_hd<d>.cu). */
 #include <string.h>
 
 #include "cuda/attention/decode_instances.cuh"
-#include "cuda/attention/decode_length_plan.cuh"
 #include "cuda/attention/q_convert.cuh"
 #include "cuda/common/cuda_common.cuh"
 #include "ignis/decode.h"
@@ -63,9 +61,7 @@ static decode_config make_config(const ignis_decode_params &p, decode_family fam
   c.alibi_n = st.alibi_n;
   c.transform = p.logits_soft_cap > 0.0f || c.alibi_n > 0;
   c.fused_merge = (p.work != nullptr || p.merge_counters != nullptr) && family != DECODE_MMA;
-  /* a length plan: the transposed kernel's blocks plan it, else a planner kernel before them */
-  c.block_plan = p.length_plan.wave_items > 0 && family == DECODE_TRANSPOSED;
-  c.device_schedule = p.length_plan.wave_items > 0 && !c.block_plan;
+  c.block_plan = p.length_plan.wave_items > 0;
   return c;
 }
 
@@ -150,16 +146,11 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
     (void)cudaGetLastError();
     capture = cudaStreamCaptureStatusActive;
   }
-  if (p.length_plan.wave_items > 0 && /* a block-table batch planned from its lengths, here (core/params.h) */
-      (p.cache.batch_size > IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH || p.work == nullptr))
+  if (c.block_plan && /* a block-table batch planned from its lengths, by the attention blocks */
+      (p.cache.batch_size > IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH || p.request_partials == nullptr ||
+       p.merge_counters == nullptr))
     return ignis_set_error(IGNIS_ERROR_INTERNAL, "decode: a length plan of %lld requests has no schedule room",
                            (long long)p.cache.batch_size);
-  if (c.device_schedule) {
-    IGNIS_CUDA_CHECK(ignis_launch(decode_length_plan_kernel<LENGTH_PLAN_THREADS>, dim3(1), dim3(LENGTH_PLAN_THREADS), 0, stream, p));
-    const ignis_status status = ignis_check_launch("decode length plan");
-    if (status != IGNIS_OK)
-      return status;
-  }
   const bool exact = p.work != nullptr && p.launch_work > 0 && capture == cudaStreamCaptureStatusNone;
   const int64_t items = p.work == nullptr ? c.implicit_items : exact ? p.launch_work : p.max_work;
   if (items * p.num_kv_heads > INT32_MAX)
@@ -173,6 +164,7 @@ static ignis_status launch(const ignis_decode_params &p, cudaStream_t stream) {
       return status;
   }
   const int64_t merges = c.fused_merge     ? 0
+                         : c.block_plan      ? p.cache.batch_size
                          : p.work == nullptr ? (c.implicit_splits > 1 ? p.cache.batch_size : 0)
                          : exact           ? (p.launch_merge ? p.launch_batch : 0)
                                            : p.max_batch;

@@ -71,15 +71,14 @@ __global__ void __launch_bounds__(DECODE_THREADS, (decode_min_blocks<KIND, HEAD_
   ignis_decode_work item;
   kv_range r;
   __shared__ length_plan_found planned; /* c.block_plan: the item and its request's partial rows */
-  bool fetched = false, self_planned = false;
-  if constexpr (TRANSPOSED)
-    if (c.block_plan) { /* the block plans the batch itself (and waits on the previous kernel) */
-      fetched = decode_length_item<DECODE_THREADS>(p, (int)work_index, reinterpret_cast<int32_t *>(decode_smem),
-                                                   &planned);
-      item = planned.item;
-      self_planned = true;
-    }
-  if (!self_planned) {
+  bool fetched;
+  if (c.block_plan) { /* the block plans the batch itself (and waits on the previous kernel); block 0
+                         writes request_partials for the merge kernel (m16) */
+    fetched = decode_length_item<DECODE_THREADS>(
+        p, (int)work_index, reinterpret_cast<int32_t *>(decode_smem), &planned,
+        !c.fused_merge && blockIdx.x == 0 ? const_cast<int32_t *>(p.request_partials) : nullptr);
+    item = planned.item;
+  } else {
     fetched = fetch_item(p, c, (int)work_index, &item);
     ignis_pdl_wait();
   }

@@ -58,10 +58,8 @@ struct decode_config {
   float cap_out;
   int32_t alibi_n;     /* ALiBi: the largest power of two <= num_qo_heads; 0: off */
   int32_t fused_merge; /* split requests merge in the transposed kernel (planned schedules) */
-  int32_t device_schedule; /* the schedule is the length planner's (core/params.h: length_plan), written
-                              by the kernel before: read only after the wait on it */
-  int32_t block_plan; /* a length plan the transposed kernel's blocks make themselves
-                         (decode_length_plan.cuh: decode_length_item); no schedule in memory */
+  int32_t block_plan; /* a length plan the attention kernel's blocks make themselves (core/params.h:
+                         length_plan; decode_length_plan.cuh): no work list in memory */
 };
 
 /* Shape of the shared-memory ring for a head dim, K/V element size and kernel (TRANSPOSED: the
@@ -103,7 +101,7 @@ template <int HEAD_DIM, int KV_BYTES, bool TRANSPOSED> struct decode_tile {
   static_assert((size_t)DECODE_WARPS / DSPLIT * 16 * O_STRIDE * 4 + DECODE_WARPS * 16 * 8 <= SMEM_BYTES,
                 "merge space");
   static_assert(DECODE_THREADS % CHUNKS == 0 && KT % 32 == 0, "copy mapping, validity words");
-  static_assert(!TRANSPOSED || RING_BYTES >= 2 * sizeof(int32_t) * IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH,
+  static_assert(RING_BYTES >= 2 * sizeof(int32_t) * IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH,
                 "the ring holds a length plan's lengths and pages (decode_length_item)");
   static_assert(!TRANSPOSED || (KT / 16 == DECODE_WARPS && DSPLIT == 1),
                 "transposed: one 16-key sub-tile per warp");
@@ -134,12 +132,10 @@ __device__ __forceinline__ int32_t page_of_key(const ignis_decode_params &p, con
   return page >= 0 && page < p.cache.num_pages ? page : -1;
 }
 
-/* Item w of the schedule, or false when w is past the batch's items. A schedule the previous kernel
- * wrote is read after the wait on that kernel (the wait returns at once when repeated). */
+/* Item w of the schedule (not a length plan's: decode_length_item), or false when w is past the
+ * batch's items. */
 __device__ __forceinline__ bool fetch_item(const ignis_decode_params &p, const decode_config &c, int w,
                                            ignis_decode_work *item) {
-  if (c.device_schedule)
-    ignis_pdl_wait();
   if (p.work == nullptr) {
     if (w >= c.implicit_items)
       return false;
@@ -356,17 +352,16 @@ __device__ __forceinline__ void merge_in_kernel(const ignis_decode_params &p, co
     return merger;
   };
   const int64_t b = item.request;
-  /* the rows and counters of a batch the blocks planned (planned_rows: the request's first
-   * partial row and partial rows, decode_length_item), of a planned schedule, or of the implicit
-   * one (core/params.h) */
+  /* the rows of a batch the blocks planned (planned_rows: the request's first partial row and
+   * partial rows, decode_length_item), of a planned schedule, or of the implicit one; the counters
+   * of a planned schedule, or merge_counters (implicit schedules and length plans: core/params.h) */
   const int32_t first = c.block_plan ? planned_rows[0] : p.work ? p.request_partials[b] : (int32_t)b * c.implicit_splits;
   const int32_t n = c.block_plan ? planned_rows[1] : p.work ? p.request_partials[b + 1] - first : c.implicit_splits;
   const int32_t g = (item.partial - first) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t groups = (n + IGNIS_DECODE_MERGE_GROUP - 1) / IGNIS_DECODE_MERGE_GROUP;
   const int32_t members = min((int32_t)IGNIS_DECODE_MERGE_GROUP, n - g * IGNIS_DECODE_MERGE_GROUP);
-  uint32_t *counters = c.block_plan ? decode_block_plan_counters(p)
-                       : p.work     ? reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work)
-                                    : p.merge_counters;
+  uint32_t *counters = p.work ? reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + *p.num_work)
+                              : p.merge_counters;
   const int64_t group0 = first / IGNIS_DECODE_MERGE_GROUP + b;
   uint32_t *mine = counters + (group0 + g) * p.num_kv_heads + kvh,
            *level2 = counters + group0 * p.num_kv_heads + kvh;
@@ -609,7 +604,13 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
   __shared__ float warp_acc[MERGE_WARPS][HEAD_DIM];
   __shared__ float warp_sum[MERGE_WARPS], warp_max[MERGE_WARPS];
   int64_t first, last;
-  if (p.work == nullptr) {
+  if (c.block_plan) { /* block 0 of the attention grid wrote request_partials (decode_length_item) */
+    if ((int64_t)blockIdx.x >= p.cache.batch_size)
+      return;
+    ignis_pdl_wait();
+    first = p.request_partials[blockIdx.x];
+    last = p.request_partials[blockIdx.x + 1];
+  } else if (p.work == nullptr) {
     if (c.implicit_splits <= 1 || (int64_t)blockIdx.x >= p.cache.batch_size)
       return;
     first = (int64_t)blockIdx.x * c.implicit_splits;
@@ -623,7 +624,7 @@ __global__ void __launch_bounds__(MERGE_WARPS * 32)
   }
   if (last <= first)
     return;
-  ignis_pdl_wait();
+  ignis_pdl_wait(); /* (returns at once when repeated) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t heads = p.num_qo_heads, q_len = p.q_len, th = blockIdx.y;
   const int64_t tok = th / heads, h = th % heads;

@@ -1,14 +1,12 @@
-/* Block-table batches planned from their lengths on the device (core/params.h: length_plan). Two
- * forms compute what the host planner computes for those lengths (sched/decode_plan.c:
- * ignis_decode_length_chunk_pages and ignis_decode_plan_lengths, the CPU backend's), so a
- * block-table run and a planned run of the same lengths attend the same items:
- *   - decode_length_item: every block of the transposed kernel plans the batch itself and keeps
- *     its own item, so nothing runs between the attention grids of two calls (a planner kernel and
- *     its hand-off cost 6-13 us a call, notes/PERF.md); it plans before its wait on the previous
- *     kernel, from lengths it checks after the wait. Its split requests merge on counters at a
- *     fixed place (decode_block_plan_counters);
- *   - decode_length_plan_kernel: one block, launched before the m16 kernel (whose merge kernel
- *     reads the schedule from memory), writes the schedule into the plan's device memory.
+/* Block-table batches planned from their lengths on the device (core/params.h: length_plan): every
+ * block of the attention kernel plans the batch itself and keeps its own item (decode_length_item),
+ * so nothing runs between the attention grids of two calls (a planner kernel before the attention
+ * kernel and its hand-off cost 6-13 us a call, notes/PERF.md). It computes what the host planner
+ * computes for those lengths (sched/decode_plan.c: ignis_decode_length_chunk_pages and
+ * ignis_decode_plan_lengths, the CPU backend's), so a block-table run and a planned run of the same
+ * lengths attend the same items. Split requests merge in the transposed kernel on the merge counters
+ * of the plan's length area (merge_in_kernel, with the request's partial rows the block found), or
+ * in the m16 kernel's merge kernel, from the request_partials block 0 writes.
  *
  * Steps, every thread of the block agreeing on each result through shared memory:
  *   1. each request's length (ignis_block_table_request_len) and counted pages
@@ -21,9 +19,8 @@
  *      into LENGTH_PLAN_CANDIDATES + 1 parts, so a range of 4096 pages takes 3 rounds (the host
  *      bisects; both find the same smallest chunk);
  *   3. items and partial rows per request, their exclusive prefix sums over the batch (each thread
- *      a contiguous run of requests, then a block scan: length_plan_scan); then the kernel writes
- *      the schedule (header, request_partials, work, and the merge counters after work[num_work]
- *      zeroed), an attention block finds its own item in the run of the thread that holds it. */
+ *      a contiguous run of requests, then a block scan: length_plan_scan), and the block's item in
+ *      the run of the thread that holds it (length_plan_find). */
 #ifndef IGNIS_CUDA_DECODE_LENGTH_PLAN_CUH
 #define IGNIS_CUDA_DECODE_LENGTH_PLAN_CUH
 
@@ -31,10 +28,7 @@
 #include "ignis/decode.h"
 #include "sched/decode_plan.h"
 
-enum {
-  LENGTH_PLAN_THREADS = 512, /* decode_length_plan_kernel */
-  LENGTH_PLAN_CANDIDATES = 16 /* chunks counted per search round */
-};
+enum { LENGTH_PLAN_CANDIDATES = 16 /* chunks counted per search round */ };
 
 /* Request b's keys as a length plan reads them: from L2 (ld.global.cg), so that no SM's L1 keeps a
  * copy read before the wait on the previous kernel (decode_length_item). */
@@ -165,12 +159,6 @@ __device__ __forceinline__ ignis_decode_work length_plan_item(int32_t b, int32_t
   return w;
 }
 
-/* The merge counters of a batch its blocks planned: after the length area's work room (max_work
- * entries; op_decode.c: length_area), zero at the plan's creation, and left zero by every merger. */
-__device__ __forceinline__ uint32_t *decode_block_plan_counters(const ignis_decode_params &p) {
-  return reinterpret_cast<uint32_t *>(const_cast<ignis_decode_work *>(p.work) + p.max_work);
-}
-
 /* What decode_length_item finds for a block (shared memory): its item, and the first partial row
  * and the partial rows of the item's request (rows[0], rows[1]; merge_in_kernel's). */
 struct length_plan_found {
@@ -182,9 +170,9 @@ struct length_plan_found {
  * length_plan_chunk); if so, the thread whose run holds it writes it to *found. */
 template <int THREADS>
 __device__ __forceinline__ bool length_plan_find(const ignis_decode_params &p, int w, int32_t *lens, int32_t *pages,
-                                                 length_plan_found *found) {
-  const int32_t chunk = length_plan_chunk<THREADS>(p, lens, pages);
-  const length_plan_run r = length_plan_scan<THREADS>(p, pages, chunk);
+                                                 length_plan_found *found, length_plan_run &r, int32_t &chunk) {
+  chunk = length_plan_chunk<THREADS>(p, lens, pages);
+  r = length_plan_scan<THREADS>(p, pages, chunk);
   if (w >= r.num_work)
     return false; /* every thread: the sums are the block's */
   if (w >= r.item) {
@@ -206,20 +194,24 @@ __device__ __forceinline__ bool length_plan_find(const ignis_decode_params &p, i
 
 /* Whether item w exists in the batch as the calling block plans it (all THREADS threads; scratch:
  * shared memory for 2 x cache.batch_size int32 that nothing else uses until this returns); if so,
- * *found (shared) holds it when this returns. It waits on the previous kernel (ignis_pdl_wait)
- * itself. The plan is made from lengths read before that wait, so that it runs under the previous
- * kernel's tail, and checked after it: every length is read again, and any that changed (a
- * previous kernel that let this one launch early and wrote seq_lens) makes the block plan again
- * from the lengths read after the wait. A plan from lengths that were not yet written is discarded
- * that way; the planning is bounded for any lengths (they are clipped to the table and the bound). */
+ * *found (shared) holds it when this returns. request_partials, when not NULL, gets the batch's
+ * (first partial row of each request, and the total after them). It waits on the previous kernel
+ * (ignis_pdl_wait) itself. The plan is made from lengths read before that wait, so that it runs
+ * under the previous kernel's tail, and checked after it: every length is read again, and any that
+ * changed (a previous kernel that let this one launch early and wrote seq_lens) makes the block
+ * plan again from the lengths read after the wait. A plan from lengths that were not yet written is
+ * discarded that way; the planning is bounded for any lengths (they are clipped to the table and
+ * the bound). */
 template <int THREADS>
 __device__ __forceinline__ bool decode_length_item(const ignis_decode_params &p, int w, int32_t *scratch,
-                                                   length_plan_found *found) {
+                                                   length_plan_found *found, int32_t *request_partials) {
   const int32_t batch = (int32_t)p.cache.batch_size;
   int32_t *lens = scratch, *pages = scratch + batch;
   bool fetched, waited = false;
+  length_plan_run r;
+  int32_t chunk;
   for (;;) {
-    fetched = length_plan_find<THREADS>(p, w, lens, pages, found);
+    fetched = length_plan_find<THREADS>(p, w, lens, pages, found, r, chunk);
     if (waited)
       break;
     ignis_pdl_wait();
@@ -228,51 +220,23 @@ __device__ __forceinline__ bool decode_length_item(const ignis_decode_params &p,
     for (int32_t b = threadIdx.x; b < batch; b += THREADS)
       changed |= length_plan_len(p, b) != lens[b];
     /* a barrier too: every read of lens and pages is done, and *found written, before a new plan
-     * writes them or the caller reuses the scratch */
+     * writes them */
     if (!__syncthreads_or(changed))
       break;
   }
-  __syncthreads(); /* the last plan's *found is written, its lens and pages read */
+  if (request_partials != nullptr) { /* after the wait: the previous run's merge kernel is done */
+    int32_t partial = r.partial;
+    for (int32_t b = r.b0; b < r.b1; ++b) {
+      request_partials[b] = partial;
+      const int32_t n = ignis_decode_length_items(pages[b], chunk);
+      partial += n > 1 ? n : 0;
+    }
+    if (threadIdx.x == 0)
+      request_partials[batch] = r.num_partials;
+  }
+  __syncthreads(); /* the last plan's *found is written, its lens and pages read: the caller may
+                      reuse the scratch */
   return fetched;
-}
-
-/* The planner kernel (THREADS: LENGTH_PLAN_THREADS; a template, so only decode.cu, which launches
- * it, compiles it). */
-template <int THREADS>
-__global__ void __launch_bounds__(THREADS) decode_length_plan_kernel(const ignis_decode_params p) {
-  __shared__ int32_t lens[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH], pages[IGNIS_DECODE_LENGTH_PLAN_MAX_BATCH];
-  const int tid = threadIdx.x;
-  const int32_t batch = (int32_t)p.cache.batch_size;
-  ignis_pdl_wait(); /* the previous run's attention kernel may still read this schedule */
-  ignis_pdl_launch_dependents();
-  const int32_t chunk = length_plan_chunk<THREADS>(p, lens, pages);
-  length_plan_run r = length_plan_scan<THREADS>(p, pages, chunk);
-
-  ignis_decode_work *work = const_cast<ignis_decode_work *>(p.work);
-  int32_t *request_partials = const_cast<int32_t *>(p.request_partials);
-  const int64_t chunk_tokens = (int64_t)chunk * p.cache.page_size;
-  for (int32_t b = r.b0; b < r.b1; ++b) {
-    const int32_t n = ignis_decode_length_items(pages[b], chunk);
-    request_partials[b] = r.partial;
-    for (int32_t i = 0; i < n; ++i)
-      work[r.item + i] = length_plan_item(b, i, n, lens[b], r.partial, chunk_tokens);
-    r.item += n;
-    r.partial += n > 1 ? n : 0;
-  }
-  if (tid == 0) {
-    request_partials[batch] = r.num_partials;
-    ignis_decode_schedule_header *header =
-        reinterpret_cast<ignis_decode_schedule_header *>(const_cast<int32_t *>(p.num_work));
-    header->num_work = r.num_work;
-    header->batch_size = batch;
-    header->num_partials = r.num_partials;
-    header->chunk_pages = r.num_partials > 0 ? chunk : 0;
-  }
-  /* the merge counters of this schedule, right after its items (core/params.h), zero */
-  uint32_t *counters = reinterpret_cast<uint32_t *>(work + r.num_work);
-  const int64_t num_counters = ignis_decode_merge_counter_count(r.num_partials, batch, p.num_kv_heads);
-  for (int64_t i = tid; i < num_counters; i += THREADS)
-    counters[i] = 0;
 }
 
 #endif

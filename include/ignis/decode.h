@@ -240,8 +240,8 @@ IGNIS_API ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ign
  * num_qo_heads] f32 or NULL, extras as ignis_decode_run. max_seq_len (0..the plan's max_kv_len) is a
  * host-side bound on seq_lens. With automatic splits, a batch of two or more requests below one
  * wave of the GPU (batch x num_kv_heads under the resident blocks) whose bound passes one smallest
- * chunk is split by the plan's policy for its own lengths, planned on the device by one small kernel
- * before the attention kernel (the CPU plans it on the host): the split ignis_decode_plan_update
+ * chunk is split by the plan's policy for its own lengths, planned on the device by each block of
+ * the attention kernel for itself (the CPU plans it on the host): the split ignis_decode_plan_update
  * would choose for the same lengths (each counted as at most max_seq_len). Every other batch takes
  * the plan's policy for a batch whose every request has max_seq_len keys (fixed_split_size and
  * disable_split_kv as configured). Either way the last chunk of each request runs to its end, so a
@@ -249,7 +249,7 @@ IGNIS_API ignis_status ignis_decode_run(const ignis_decode_plan *plan, const ign
  * captured with one max_seq_len keeps that choice for every replay, and replays plan their lengths
  * anew. The plan's last update is neither needed nor changed; the workspace is the one
  * ignis_decode_workspace_size gives. Runs of one plan must not overlap (they share its merge
- * counters and its device schedule of planned lengths), as with ignis_decode_run. */
+ * counters and the device memory of planned lengths), as with ignis_decode_run. */
 IGNIS_API ignis_status ignis_decode_run_block_table(const ignis_decode_plan *plan, const ignis_tensor *q,
                                                     const ignis_block_table_kv_cache *cache, int64_t max_seq_len,
                                                     const ignis_attention_extras *extras, ignis_tensor *out,

@@ -37,7 +37,9 @@
  * padded and poisoned tables, lengths 0..8192 mixed; the bits of the planned run on uniform batches,
  * and on mixed ones below a wave (planned from their lengths where they run); CUDA only: one
  * captured graph replayed over new tables, lengths (some past the captured bound, padding rows of
- * length 0) and queries. ignis_decode_plan_copy_index_arrays: the planned arrays in caller buffers.
+ * length 0) and queries; runs right after a kernel that writes their seq_lens (ignis_get_seq_lens
+ * over stale values, the transposed and the m16 kernel). ignis_decode_plan_copy_index_arrays: the
+ * planned arrays in caller buffers.
  * Bad inputs: each returns the right status naming the parameter and writes nothing. */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <math.h>
@@ -1988,6 +1990,74 @@ static void test_block_table_graph(void) {
     kv_free(&c);
   }
 }
+
+/* Block-table runs right after the kernel that writes their seq_lens, on one stream, as an engine
+ * derives them (ignis_get_seq_lens from kv_indptr / kv_last_page_len), over stale lengths (zero)
+ * and with new lengths every round, in batches below a wave (planned from their lengths by the
+ * attention blocks, which read them before their wait on that kernel and must end up with the
+ * written ones: decode_length_item). cfg 0: 4 query rows a block (transposed kernel, merges in
+ * the kernel); cfg 1: q_len 2 x group 8 (m16 kernel, its merge kernel). */
+static void test_block_table_device_lengths(void) {
+  enum { B = 24 };
+  for (int cfg = 0; cfg < 2; ++cfg) {
+    if (!h_selected("block table device lengths"))
+      continue;
+    const int64_t P = 16, Hkv = 8, group = cfg ? 8 : 4, H = Hkv * group, D = 128, q_len = cfg ? 2 : 1;
+    const int64_t capacity = 4096;
+    attn_opts o = opts_for_kv(opts_variant(0), IGNIS_BF16);
+    h_case("block-table decode after ignis_get_seq_lens: batch=%d P=%lld Hkv=%lld group=%lld q_len=%lld D=%lld",
+           B, (long long)P, (long long)Hkv, (long long)group, (long long)q_len, (long long)D);
+    h_rng rng = h_rng_make(0x5e91 + (uint64_t)cfg);
+    int64_t lens[B];
+    for (int64_t b = 0; b < B; ++b)
+      lens[b] = capacity;
+    kv_batch c;
+    kv_make(&c, H_CUDA, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens, 0, &o, &rng);
+    block_table t;
+    bt_make(&t, H_CUDA, &c, capacity / P, 3);
+    qo_set s;
+    qo_make(&s, H_CUDA, IGNIS_BF16, 3, B * q_len, H, D, 0, &rng, 1.5);
+    extras_set x;
+    extras_make(&x, H_CUDA, &o, H, log((double)capacity) + 1.0, &rng);
+    double *ref_out = malloc(sizeof(double) * (size_t)(B * q_len * H * D)),
+           *ref_lse = malloc(sizeof(double) * (size_t)(B * q_len * H));
+    plan_spec sp = {H, Hkv, D, P, q_len, B, capacity, 0, IGNIS_BF16, IGNIS_BF16, SPLIT_AUTO, o};
+    plan_env e;
+    cudaStream_t stream = NULL;
+    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&stream) == cudaSuccess);
+    const ignis_tensor indptr = h_view(&c.indptr, 0, 1, (int64_t[]){B + 1}, NULL),
+                       last = h_view(&c.last, 0, 1, (int64_t[]){B}, NULL);
+    for (int rep = 0; ready && rep < 6; ++rep) {
+      for (int64_t b = 0; b < B; ++b) /* mixed, some long enough to split, a few empty */
+        lens[b] = b % 7 == 3 ? 0 : b % 5 == 1 ? capacity - (int64_t)rep : h_rng_int(&rng, 1, capacity);
+      kv_tables(&c, B, lens, &rng);
+      bt_fill(&t, &c, B);
+      for (int64_t i = 0; i < s.q.count; ++i)
+        h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
+      h_buf_upload(&s.q);
+      qo_poison(&s);
+      char what[64];
+      snprintf(what, sizeof what, "round %d", rep);
+      if (!CHECKF(cudaMemsetAsync(t.seq_lens.data, 0, sizeof(int32_t) * B, stream) == cudaSuccess, "%s", what) ||
+          !CHECK_STATUS(ignis_get_seq_lens(&indptr, &last, P, &t.cache.seq_lens, stream), IGNIS_OK) ||
+          !bt_run(&e, &t, capacity, &s, &x, o.with_lse, stream))
+        break;
+      ref_cache rc = kv_ref(&c);
+      ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
+      qo_check(&s, ref_out, ref_lse, o.with_lse, 1.0, what);
+    }
+    if (stream)
+      cudaStreamDestroy(stream);
+    if (e.plan)
+      plan_close(&e);
+    free(ref_out);
+    free(ref_lse);
+    extras_free(&x);
+    qo_free(&s);
+    bt_free(&t);
+    kv_free(&c);
+  }
+}
 #endif
 
 /* ---- bad inputs ----------------------------------------------------------------------------- */
@@ -2521,7 +2591,8 @@ static void test_kernel_choice(h_backend backend) {
 int main(void) {
   h_init("test_decode");
   /* IGNIS_TEST_ONLY picks case groups by name: "planner", "single", "batch", "invariance", "bad
-   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice", "block table", "index arrays"; "page shape" the page kernel's cases of the batch,
+   * input", "workspace bound", "graph replay", "workspace sharing", "kernel choice", "block table" (with
+   * "block table graph" and "block table device lengths"), "index arrays"; "page shape" the page kernel's cases of the batch,
    * invariance and graph-replay groups (e.g. for compute-sanitizer racecheck with
    * IGNIS_DECODE_PAGE_KERNEL=always) */
   if (h_selected("planner"))
@@ -2551,6 +2622,7 @@ int main(void) {
   if (h_backend_count() > 1) {
     test_graph_replay();
     test_block_table_graph();
+    test_block_table_device_lengths();
     if (h_selected("workspace sharing"))
       test_workspace_sharing();
   }

@@ -1633,6 +1633,50 @@ static void graph_capture_free(graph_capture *g) {
     cudaStreamDestroy(g->stream);
 }
 
+/* What a CUDA-only case holds beside its cache (c, made by the case): q / out / lse for
+ * max_batch * q_len rows, the extras, the reference's buffers, the plan of its spec and a stream
+ * (g.stream; the graph's when the case captures one). */
+typedef struct cuda_case {
+  kv_batch c;
+  qo_set s;
+  extras_set x;
+  double *ref_out, *ref_lse;
+  plan_env e;
+  graph_capture g;
+} cuda_case;
+
+/* Opens all but the cache (q strided or not; sinks up to sink_hi); whether the plan and the stream
+ * are ready. cuda_case_close frees it all, the cache too, either way. */
+static int cuda_case_open(cuda_case *k, const plan_spec *sp, int strided, double sink_hi, h_rng *rng) {
+  const int64_t rows = sp->max_batch * sp->q_len;
+  qo_make(&k->s, H_CUDA, sp->q_dtype, 3, rows, sp->H, sp->D, strided, rng, 1.5);
+  extras_make(&k->x, H_CUDA, &sp->o, sp->H, sink_hi, rng);
+  k->ref_out = malloc(sizeof(double) * (size_t)(rows * sp->H * sp->D));
+  k->ref_lse = malloc(sizeof(double) * (size_t)(rows * sp->H));
+  memset(&k->g, 0, sizeof k->g);
+  return plan_open(&k->e, H_CUDA, sp) && CHECK(cudaStreamCreate(&k->g.stream) == cudaSuccess);
+}
+
+/* A new round: page tables for the first B requests' lens, a new q, out and lse poisoned. */
+static void cuda_case_round(cuda_case *k, int64_t B, const int64_t *lens, h_rng *rng) {
+  kv_tables(&k->c, B, lens, rng);
+  for (int64_t i = 0; i < k->s.q.count; ++i)
+    h_set(&k->s.q, i, h_rng_normal(rng) * 1.5);
+  h_buf_upload(&k->s.q);
+  qo_poison(&k->s);
+}
+
+static void cuda_case_close(cuda_case *k) {
+  graph_capture_free(&k->g);
+  if (k->e.plan)
+    plan_close(&k->e);
+  free(k->ref_out);
+  free(k->ref_lse);
+  extras_free(&k->x);
+  qo_free(&k->s);
+  kv_free(&k->c);
+}
+
 /* One graph captured from ignis_decode_run at the largest batch; each replay follows a plan_update
  * (outside the graph) with new lengths, page tables, batch size and q, and must match the
  * reference for the rows of its batch and leave the rows past it unwritten. */
@@ -1659,32 +1703,26 @@ static void test_graph_replay(void) {
     int64_t full[MAX_B];
     for (int64_t b = 0; b < Bmax; ++b)
       full[b] = max_kv_len;
-    kv_batch c;
-    kv_make(&c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, full, 0, &o, &rng);
+    cuda_case k;
+    kv_make(&k.c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, full, 0, &o, &rng);
     if (page) { /* captured on requests of 256 keys (no split), the pages' room kept for the replays */
       int64_t capture_lens[MAX_B];
       for (int64_t b = 0; b < Bmax; ++b)
         capture_lens[b] = 256;
-      kv_tables(&c, Bmax, capture_lens, &rng);
+      kv_tables(&k.c, Bmax, capture_lens, &rng);
     }
-    qo_set s;
-    qo_make(&s, H_CUDA, q_dtype, 3, Bmax * q_len, H, D, 1, &rng, 1.5);
-    extras_set x;
-    extras_make(&x, H_CUDA, &o, H, log((double)max_kv_len) + 1.0, &rng);
-    double *ref_out = malloc(sizeof(double) * (size_t)(Bmax * q_len * H * D)),
-           *ref_lse = malloc(sizeof(double) * (size_t)(Bmax * q_len * H));
+    const double sink_hi = log((double)max_kv_len) + 1.0;
     plan_spec sp = {H, Hkv, D, P, q_len, Bmax, max_kv_len, 0, q_dtype, kv_dtype, SPLIT_AUTO, o};
-    plan_env e;
-    graph_capture g = {NULL, NULL, NULL};
-    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&g.stream) == cudaSuccess);
+    int ready = cuda_case_open(&k, &sp, 1, sink_hi, &rng);
     if (ready) {
       ready = CHECK_STATUS(
-          ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), Bmax, e.ws, e.ws_bytes, g.stream),
+          ignis_decode_plan_update(k.e.plan, i32(&k.c.indptr), i32(&k.c.last), Bmax, k.e.ws, k.e.ws_bytes,
+                                   k.g.stream),
           IGNIS_OK);
-      cudaError_t begin = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal);
-      ready &= graph_capture_end(&g, begin,
-                                 ignis_decode_run(e.plan, &s.tq, &c.cache, extras_of(&x), &s.tout,
-                                                  o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, g.stream));
+      cudaError_t begin = cudaStreamBeginCapture(k.g.stream, cudaStreamCaptureModeGlobal);
+      ready &= graph_capture_end(&k.g, begin,
+                                 ignis_decode_run(k.e.plan, &k.s.tq, &k.c.cache, extras_of(&k.x), &k.s.tout,
+                                                  o.with_lse ? &k.s.tlse : NULL, k.e.ws, k.e.ws_bytes, k.g.stream));
     }
     static const int64_t small_batches[6] = {8, 3, 1, 6, 0, 8}, page_batches[6] = {MAX_B, 3, 1, 100, 0, MAX_B};
     for (size_t rep = 0; ready && rep < 6; ++rep) {
@@ -1694,39 +1732,29 @@ static void test_graph_replay(void) {
         lens[i] = i == 0 && rep % 2 == 0 ? max_kv_len
                   : i % 4 == 1           ? (int64_t)(rep % 2)
                                          : h_rng_int(&rng, 1, max_kv_len);
-      kv_tables(&c, b, lens, &rng);
-      for (int64_t i = 0; i < s.q.count; ++i)
-        h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
-      h_buf_upload(&s.q);
-      qo_poison(&s);
+      cuda_case_round(&k, b, lens, &rng);
       if (!CHECK_STATUS(
-              ignis_decode_plan_update(e.plan, i32(&c.indptr), i32(&c.last), b, e.ws, e.ws_bytes, g.stream),
+              ignis_decode_plan_update(k.e.plan, i32(&k.c.indptr), i32(&k.c.last), b, k.e.ws, k.e.ws_bytes,
+                                       k.g.stream),
               IGNIS_OK))
         break;
-      cudaError_t launch = cudaGraphLaunch(g.exec, g.stream);
+      cudaError_t launch = cudaGraphLaunch(k.g.exec, k.g.stream);
       if (!CHECKF(launch == cudaSuccess, "replay %zu: %s", rep, cudaGetErrorString(launch)))
         break;
       /* the reference sees the batch the replay was planned for */
-      ignis_paged_kv_cache now = c.cache;
+      ignis_paged_kv_cache now = k.c.cache;
       now.indptr.shape[0] = b + 1;
       now.last_page_len.shape[0] = b;
-      ref_cache rc = kv_ref(&c); /* (a combined cache's V lies in c.k) */
+      ref_cache rc = kv_ref(&k.c); /* (a combined cache's V lies in c.k) */
       rc.cache = &now;
-      qo_set sub = qo_sub(&s, b * q_len);
-      ref_decode(&rc, &sub, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
+      qo_set sub = qo_sub(&k.s, b * q_len);
+      ref_decode(&rc, &sub, q_len, &o, extras_sinks(&k.x), k.ref_out, k.ref_lse);
       char what[64];
       snprintf(what, sizeof what, "replay %zu (batch %lld)", rep, (long long)b);
-      qo_check(&sub, ref_out, ref_lse, o.with_lse, 1.0, what);
+      qo_check(&sub, k.ref_out, k.ref_lse, o.with_lse, 1.0, what);
       qo_sub_free(&sub);
     }
-    graph_capture_free(&g);
-    if (e.plan)
-      plan_close(&e);
-    free(ref_out);
-    free(ref_lse);
-    extras_free(&x);
-    qo_free(&s);
-    kv_free(&c);
+    cuda_case_close(&k);
   }
 }
 #endif
@@ -1934,29 +1962,23 @@ static void test_block_table_graph(void) {
     int64_t lens[MAX_B];
     for (int64_t b = 0; b < Bmax; ++b)
       lens[b] = capacity;
-    kv_batch c;
-    kv_make(&c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, lens, 0, &o, &rng);
+    cuda_case k;
+    kv_make(&k.c, H_CUDA, kv_dtype, Bmax, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, page, lens, 0, &o, &rng);
     block_table t;
-    bt_make(&t, H_CUDA, &c, capacity / P, 5);
+    bt_make(&t, H_CUDA, &k.c, capacity / P, 5);
     for (int64_t b = 0; b < Bmax; ++b)
       lens[b] = bound;
-    kv_tables(&c, Bmax, lens, &rng);
-    bt_fill(&t, &c, Bmax);
-    qo_set s;
-    qo_make(&s, H_CUDA, q_dtype, 3, Bmax, H, D, 0, &rng, 1.5);
-    extras_set x;
-    extras_make(&x, H_CUDA, &o, H, log((double)capacity) + 1.0, &rng);
-    double *ref_out = malloc(sizeof(double) * (size_t)(Bmax * H * D)),
-           *ref_lse = malloc(sizeof(double) * (size_t)(Bmax * H));
+    kv_tables(&k.c, Bmax, lens, &rng);
+    bt_fill(&t, &k.c, Bmax);
+    const double sink_hi = log((double)capacity) + 1.0;
     plan_spec sp = {H, Hkv, D, P, 1, Bmax, capacity, 0, q_dtype, kv_dtype, SPLIT_AUTO, o};
-    plan_env e;
-    graph_capture g = {NULL, NULL, NULL};
-    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&g.stream) == cudaSuccess);
+    int ready = cuda_case_open(&k, &sp, 0, sink_hi, &rng);
     if (ready) {
-      cudaError_t begin = cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal);
-      ready = graph_capture_end(&g, begin,
-                                ignis_decode_run_block_table(e.plan, &s.tq, &t.cache, bound, extras_of(&x), &s.tout,
-                                                             o.with_lse ? &s.tlse : NULL, e.ws, e.ws_bytes, g.stream));
+      cudaError_t begin = cudaStreamBeginCapture(k.g.stream, cudaStreamCaptureModeGlobal);
+      ready = graph_capture_end(&k.g, begin,
+                                ignis_decode_run_block_table(k.e.plan, &k.s.tq, &t.cache, bound, extras_of(&k.x),
+                                                             &k.s.tout, o.with_lse ? &k.s.tlse : NULL, k.e.ws,
+                                                             k.e.ws_bytes, k.g.stream));
     }
     for (int rep = 0; ready && rep < 5; ++rep) {
       for (int64_t b = 0; b < Bmax; ++b) /* padding rows, short, at the bound, past it, the capacity */
@@ -1964,30 +1986,19 @@ static void test_block_table_graph(void) {
                   : rep == 0            ? bound
                   : b % 5 == 1          ? capacity
                                         : h_rng_int(&rng, 1, rep % 2 ? bound : capacity);
-      kv_tables(&c, Bmax, lens, &rng);
-      bt_fill(&t, &c, Bmax);
-      for (int64_t i = 0; i < s.q.count; ++i)
-        h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
-      h_buf_upload(&s.q);
-      qo_poison(&s);
-      cudaError_t launch = cudaGraphLaunch(g.exec, g.stream);
+      cuda_case_round(&k, Bmax, lens, &rng);
+      bt_fill(&t, &k.c, Bmax);
+      cudaError_t launch = cudaGraphLaunch(k.g.exec, k.g.stream);
       if (!CHECKF(launch == cudaSuccess, "replay %d: %s", rep, cudaGetErrorString(launch)))
         break;
-      ref_cache rc = kv_ref(&c);
-      ref_decode(&rc, &s, 1, &o, extras_sinks(&x), ref_out, ref_lse);
+      ref_cache rc = kv_ref(&k.c);
+      ref_decode(&rc, &k.s, 1, &o, extras_sinks(&k.x), k.ref_out, k.ref_lse);
       char what[64];
       snprintf(what, sizeof what, "replay %d", rep);
-      qo_check(&s, ref_out, ref_lse, o.with_lse, 1.0, what);
+      qo_check(&k.s, k.ref_out, k.ref_lse, o.with_lse, 1.0, what);
     }
-    graph_capture_free(&g);
-    if (e.plan)
-      plan_close(&e);
-    free(ref_out);
-    free(ref_lse);
-    extras_free(&x);
-    qo_free(&s);
     bt_free(&t);
-    kv_free(&c);
+    cuda_case_close(&k);
   }
 }
 
@@ -2011,51 +2022,33 @@ static void test_block_table_device_lengths(void) {
     int64_t lens[B];
     for (int64_t b = 0; b < B; ++b)
       lens[b] = capacity;
-    kv_batch c;
-    kv_make(&c, H_CUDA, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens, 0, &o, &rng);
+    cuda_case k;
+    kv_make(&k.c, H_CUDA, IGNIS_BF16, B, P, Hkv, D, IGNIS_KV_LAYOUT_NHD, 0, lens, 0, &o, &rng);
     block_table t;
-    bt_make(&t, H_CUDA, &c, capacity / P, 3);
-    qo_set s;
-    qo_make(&s, H_CUDA, IGNIS_BF16, 3, B * q_len, H, D, 0, &rng, 1.5);
-    extras_set x;
-    extras_make(&x, H_CUDA, &o, H, log((double)capacity) + 1.0, &rng);
-    double *ref_out = malloc(sizeof(double) * (size_t)(B * q_len * H * D)),
-           *ref_lse = malloc(sizeof(double) * (size_t)(B * q_len * H));
+    bt_make(&t, H_CUDA, &k.c, capacity / P, 3);
+    const double sink_hi = log((double)capacity) + 1.0;
     plan_spec sp = {H, Hkv, D, P, q_len, B, capacity, 0, IGNIS_BF16, IGNIS_BF16, SPLIT_AUTO, o};
-    plan_env e;
-    cudaStream_t stream = NULL;
-    int ready = plan_open(&e, H_CUDA, &sp) && CHECK(cudaStreamCreate(&stream) == cudaSuccess);
-    const ignis_tensor indptr = h_view(&c.indptr, 0, 1, (int64_t[]){B + 1}, NULL),
-                       last = h_view(&c.last, 0, 1, (int64_t[]){B}, NULL);
+    int ready = cuda_case_open(&k, &sp, 0, sink_hi, &rng);
+    const ignis_tensor indptr = h_view(&k.c.indptr, 0, 1, (int64_t[]){B + 1}, NULL),
+                       last = h_view(&k.c.last, 0, 1, (int64_t[]){B}, NULL);
     for (int rep = 0; ready && rep < 6; ++rep) {
       for (int64_t b = 0; b < B; ++b) /* mixed, some long enough to split, a few empty */
         lens[b] = b % 7 == 3 ? 0 : b % 5 == 1 ? capacity - (int64_t)rep : h_rng_int(&rng, 1, capacity);
-      kv_tables(&c, B, lens, &rng);
-      bt_fill(&t, &c, B);
-      for (int64_t i = 0; i < s.q.count; ++i)
-        h_set(&s.q, i, h_rng_normal(&rng) * 1.5);
-      h_buf_upload(&s.q);
-      qo_poison(&s);
+      cuda_case_round(&k, B, lens, &rng);
+      bt_fill(&t, &k.c, B);
       char what[64];
       snprintf(what, sizeof what, "round %d", rep);
-      if (!CHECKF(cudaMemsetAsync(t.seq_lens.data, 0, sizeof(int32_t) * B, stream) == cudaSuccess, "%s", what) ||
-          !CHECK_STATUS(ignis_get_seq_lens(&indptr, &last, P, &t.cache.seq_lens, stream), IGNIS_OK) ||
-          !bt_run(&e, &t, capacity, &s, &x, o.with_lse, stream))
+      const cudaError_t zeroed = cudaMemsetAsync(t.seq_lens.data, 0, sizeof(int32_t) * B, k.g.stream);
+      if (!CHECKF(zeroed == cudaSuccess, "%s: %s", what, cudaGetErrorString(zeroed)) ||
+          !CHECK_STATUS(ignis_get_seq_lens(&indptr, &last, P, &t.cache.seq_lens, k.g.stream), IGNIS_OK) ||
+          !bt_run(&k.e, &t, capacity, &k.s, &k.x, o.with_lse, k.g.stream))
         break;
-      ref_cache rc = kv_ref(&c);
-      ref_decode(&rc, &s, q_len, &o, extras_sinks(&x), ref_out, ref_lse);
-      qo_check(&s, ref_out, ref_lse, o.with_lse, 1.0, what);
+      ref_cache rc = kv_ref(&k.c);
+      ref_decode(&rc, &k.s, q_len, &o, extras_sinks(&k.x), k.ref_out, k.ref_lse);
+      qo_check(&k.s, k.ref_out, k.ref_lse, o.with_lse, 1.0, what);
     }
-    if (stream)
-      cudaStreamDestroy(stream);
-    if (e.plan)
-      plan_close(&e);
-    free(ref_out);
-    free(ref_lse);
-    extras_free(&x);
-    qo_free(&s);
     bt_free(&t);
-    kv_free(&c);
+    cuda_case_close(&k);
   }
 }
 #endif

@@ -591,8 +591,9 @@ static int scan_update(const int32_t *kv_indptr, const int32_t *kv_last_page_len
     /* exact once every entry is >= 0 (else it fails); unsigned, so that no input overflows */
     const int32_t end = kv_indptr[b + 1], pages = (int32_t)((uint32_t)end - (uint32_t)kv_indptr[b]);
     const int32_t last = kv_last_page_len[b];
+    /* (every term is evaluated: the difference is unsigned too, as pages may be any int32) */
     bad |= (end < 0) | (pages < 0) | (last < (pages > 0)) | (last > size) |
-           ((pages > max_pages) & ((pages - max_pages != 1) | (last > last_past)));
+           ((pages > max_pages) & (((uint32_t)pages - (uint32_t)max_pages != 1u) | (last > last_past)));
     longest = pages > longest ? pages : longest;
   }
   *longest_pages = longest;

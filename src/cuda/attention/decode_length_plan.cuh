@@ -121,15 +121,8 @@ __device__ __forceinline__ length_plan_run length_plan_scan(const ignis_decode_p
     run_partials += n > 1 ? n : 0;
   }
   /* exclusive prefix sums over the threads: within the warp, then over the warps' totals */
-  int32_t scan_items = run_items, scan_partials = run_partials;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int32_t ui = __shfl_up_sync(0xffffffffu, scan_items, d), up = __shfl_up_sync(0xffffffffu, scan_partials, d);
-    if (lane >= d) {
-      scan_items += ui;
-      scan_partials += up;
-    }
-  }
+  const int32_t scan_items = ignis_warp_inclusive_sum(run_items),
+                scan_partials = ignis_warp_inclusive_sum(run_partials);
   if (lane == 31) {
     warp_sums[0][warp] = scan_items;
     warp_sums[1][warp] = scan_partials;
@@ -148,15 +141,6 @@ __device__ __forceinline__ length_plan_run length_plan_scan(const ignis_decode_p
     r.num_partials += warp_sums[1][w];
   }
   return r;
-}
-
-/* Item b's chunk i of a plan with chunk_tokens keys per chunk: the item of request b with n items
- * whose first partial row is `first`. */
-__device__ __forceinline__ ignis_decode_work length_plan_item(int32_t b, int32_t i, int32_t n, int32_t len,
-                                                              int32_t first, int64_t chunk_tokens) {
-  const ignis_decode_work w = {b, (int32_t)(i * chunk_tokens), i == n - 1 ? len : (int32_t)((i + 1) * chunk_tokens),
-                               n > 1 ? first + i : -1};
-  return w;
 }
 
 /* What decode_length_item finds for a block (shared memory): its item, and the first partial row
@@ -179,8 +163,12 @@ __device__ __forceinline__ bool length_plan_find(const ignis_decode_params &p, i
     int32_t at = r.item, first = r.partial;
     for (int32_t b = r.b0; b < r.b1; ++b) {
       const int32_t n = ignis_decode_length_items(pages[b], chunk);
-      if (w < at + n) {
-        found->item = length_plan_item(b, w - at, n, lens[b], first, (int64_t)chunk * p.cache.page_size);
+      if (w < at + n) { /* chunk i of request b: keys to the chunk's end, the last to the request's */
+        const int32_t i = w - at;
+        const int64_t chunk_tokens = (int64_t)chunk * p.cache.page_size;
+        const ignis_decode_work item = {b, (int32_t)(i * chunk_tokens),
+                                        i == n - 1 ? lens[b] : (int32_t)((i + 1) * chunk_tokens), n > 1 ? first + i : -1};
+        found->item = item;
         found->rows[0] = first;
         found->rows[1] = n > 1 ? n : 0;
         break;

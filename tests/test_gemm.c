@@ -28,8 +28,8 @@
  * sum |terms| for f32 accumulation; for the fp8 products on CUDA 2^-8 * sum |terms| instead
  * (FP8_CUDA_ACCUM): Hopper's fp8 tensor cores add each k-block's products with a shorter mantissa
  * than f32, and cuBLASLt's default path keeps that (on an H100 its results equal
- * torch._scaled_mm's bit for bit and err up to 1.5e-3 of sum |terms| at K 128 to 256). Bad inputs: each returns the documented status, the message names the
- * parameter, and out is untouched. */
+ * torch._scaled_mm's bit for bit and err up to 1.5e-3 of sum |terms| at K 128 to 256). Bad inputs: each
+ * returns the documented status, the message names the parameter, and out is untouched. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,8 +112,7 @@ static void compare_out(operand *out, const double *ref, const double *abs_sum, 
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t r = (bt * m + i) * n + j;
-        double bound =
-            tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * accum;
+        double bound = tol.atol + tol.rtol * fabs(ref[r]) + abs_sum[r] * accum;
         h_cmp_add(&cmp, r, at(out, bt, i, j), ref[r], bound);
       }
   CHECK_CMP(&cmp, what);
@@ -396,9 +395,22 @@ static int small_m_block_path(void) {
   return value == NULL || strcmp(value, "0") != 0;
 }
 
-/* 1 if CUDA runs the block-scaled case: on the small-M kernel, or within cuBLASLt's rules. */
-static int cuda_runs_block(int64_t m, int64_t n, int64_t k, int per_row) {
+/* 1 if block-scaled products of 17 to 64 rows run on the Hopper small-M kernel on this CUDA backend
+ * (gemm_small_m_sm90.h): a build with sm_90a, a compute capability 9.0 device and IGNIS_GEMM_SM90
+ * not "0". It takes any N and K % 16. */
+static int hopper_small_m_block_path(h_backend be) {
+  const char *value = getenv("IGNIS_GEMM_SM90");
+  if ((value != NULL && strcmp(value, "0") == 0) || strstr(ignis_build_info(), "sm_90a") == NULL)
+    return 0;
+  ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
+  return ignis_get_device_info(h_backend_device(be), &info) == IGNIS_OK && info.compute_capability == 90;
+}
+
+/* 1 if CUDA runs the block-scaled case: on a small-M kernel, or within cuBLASLt's rules. */
+static int cuda_runs_block(h_backend be, int64_t m, int64_t n, int64_t k, int per_row) {
   if (small_m_block_path() && !per_row && m <= 16 && n % 8 == 0 && k % 16 == 0)
+    return 1;
+  if (!per_row && m >= 17 && m <= 64 && k % 16 == 0 && hopper_small_m_block_path(be))
     return 1;
   return m % 4 == 0 && n % 16 == 0 && k % 128 == 0;
 }
@@ -406,7 +418,7 @@ static int cuda_runs_block(int64_t m, int64_t n, int64_t k, int per_row) {
 static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_dtype scale_dtype,
                            scale_layout a_layout, scale_layout b_layout, int per_row, ignis_dtype out_dtype,
                            int big, h_rng *rng) {
-  if (skip_cuda(be) || (be == H_CUDA && !cuda_runs_block(m, n, k, per_row)) ||
+  if (skip_cuda(be) || (be == H_CUDA && !cuda_runs_block(be, m, n, k, per_row)) ||
       (big && (be != H_CUDA || h_quick())))
     return;
   static const char *const names[] = {"K-major", "MN-major", "padded"};
@@ -440,7 +452,8 @@ static void run_block_case(h_backend be, int64_t m, int64_t n, int64_t k, ignis_
       memcpy(first, out.buf.host, bytes);
       CHECK_STATUS(ignis_mm_fp8_blockscale(&a.t, &b.t, &sa.t, &sb.t, &out.t, NULL), IGNIS_OK);
       h_buf_download(&out.buf);
-      CHECKF(memcmp(first, out.buf.host, bytes) == 0, "a repeated ignis_mm_fp8_blockscale changed its output");
+      CHECKF(memcmp(first, out.buf.host, bytes) == 0,
+             "a repeated ignis_mm_fp8_blockscale changed its output");
       free(first);
     }
   }
@@ -478,6 +491,16 @@ static void test_blockscale(h_backend be) {
    * q_a / kv_a projection shape, 2 splits) */
   run_block_case(be, 3, 256, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 16, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
+  /* 17 to 64 rows: on an H100 / H200 the Hopper small-M kernel (gemm_small_m_sm90.cu; else
+   * cuBLASLt where its rules allow, as the 64-row case above): K split across blocks (the 64-row case
+   * above: 3 splits of one K block), N with a partial last 64-row tile and K with a partial last
+   * block (16 wide), 16-, 32- and 64-wide token tiles, one tile of 64 rows unsplit (7168 rows: 112
+   * tiles fill the SMs alone), DeepSeek-V3's q_a / kv_a projection (N2112 K7168, 4 splits) */
+  run_block_case(be, 17, 200, 400, IGNIS_F32, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 24, 136, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
+  run_block_case(be, 33, 520, 1024, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, 0, &rng);
+  run_block_case(be, 40, 7168, 2048, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 1, &rng);
+  run_block_case(be, 64, 2112, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_F16, 1, &rng);
   /* M >= 128: on an H100 / H200 these run on the Hopper kernel with IGNIS_GEMM_SM90=all (else on
    * cuBLASLt), the others on cuBLASLt; 160 rows leave the second 128-row tile 32 rows */
   run_block_case(be, 160, 256, 768, IGNIS_U8, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_BF16, 0, &rng);

@@ -37,9 +37,9 @@
  *
  * Timing (bench/micro/timing.cuh): each sample is a burst of calls queued behind a GPU spin (host
  * launch cost does not show), between two events; the median of the samples (TIMING).
- * Columns: µs per call, GB/s of the weights actually read (active experts x N x K x element size, over the time), "x floor" = the
- * time over those bytes / the read bandwidth measured here (a streaming read of 1 GiB; the issue's
- * bar is at most 1.5), "x copy floor" the same over the device-to-device copy bandwidth measured
+ * Columns: µs per call, GB/s of the weights actually read (active experts x N x K x element size, over the
+ * time), "x floor" = the time over those bytes / the read bandwidth measured here (a streaming read of 1 GiB;
+ * the issue's bar is at most 1.5), "x copy floor" the same over the device-to-device copy bandwidth measured
  * here (bytes read + written per second of a 512 MiB cudaMemcpy), and "vs base" the ratio to the
  * first row (the 128x128 kernel, or cuBLASLt for the dense shapes; above 1: faster). */
 #include <cuda_fp8.h>
@@ -51,10 +51,11 @@
 #include <vector>
 
 #include "check.h"
-#include "timing.cuh"
+#include "cuda/gemm/gemm_small_m_sm90.h"
 #include "cuda/gemm/grouped_skinny.cuh"
 #include "cuda/gemm/grouped_skinny.h"
 #include "ignis/ignis.h"
+#include "timing.cuh"
 
 typedef __nv_bfloat16 bf16;
 typedef ignis_grouped_skinny_e4m3 e4m3;
@@ -179,16 +180,16 @@ struct shape {
 };
 
 static const shape SHAPES[] = {
-    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},     {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
-    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},      {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
-    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1},    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
-    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1},    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
-    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},  {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
-    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
-    {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16}, {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
-    {"dense fp8", 1, SETS, 1, 2112, 7168, 4, 1},    {"dense fp8", 1, SETS, 1, 2112, 7168, 16, 1},
-    {"dense fp8", 1, SETS, 1, 2112, 7168, 32, 1},   {"dense fp8", 1, SETS, 1, 2112, 7168, 64, 1},
-    {"dense fp8", 1, SETS, 1, 7168, 2048, 16, 1},   {"dense fp8", 1, SETS, 1, 7168, 2048, 64, 1},
+    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},      {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
+    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},       {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
+    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1},     {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
+    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1},     {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
+    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},   {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
+    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64},  {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
+    {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16},  {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 4, 1},  {"dense fp8", 1, SETS, 1, 2112, 7168, 16, 1},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 32, 1}, {"dense fp8", 1, SETS, 1, 2112, 7168, 64, 1},
+    {"dense fp8", 1, SETS, 1, 7168, 2048, 16, 1}, {"dense fp8", 1, SETS, 1, 7168, 2048, 64, 1},
 };
 
 /* Token t picks top_k distinct experts; returns the offsets and the rows' experts. */
@@ -440,12 +441,22 @@ int main() {
       else
         IK(ignis_grouped_mm(&ta, &tw, &tind[s], nullptr, &to, stream));
     });
-    if (sh.dense)
+    if (sh.dense) {
       measure("library", "-", [&](int s) {
         IK(ignis_cuda_gemm_grouped_skinny(&dense[s], 0, stream, partials, partial_floats, counters,
                                           counters_count));
       });
-    else
+      if (ignis_cuda_gemm_small_m_sm90_fits(&dense[0], 0)) /* the Hopper small-M kernel */
+        for (int v = 0; v < 4; ++v) {
+          static const char *const names[4] = {"sm90 swap-AB split<=8", "sm90 swap-AB split<=4",
+                                               "sm90 swap-AB split<=2", "sm90 swap-AB unsplit"};
+          const int max_splits = 8 >> v;
+          measure(names[v], "-", [&](int s) {
+            IK(ignis_cuda_gemm_small_m_sm90(&dense[s], 0, stream, partials, partial_floats, counters,
+                                            counters_count, max_splits));
+          });
+        }
+    } else
       measure("library", "-", [&](int s) { IK(ignis_cuda_grouped_skinny(&params[s], 0, stream)); });
     const variant *variants = sh.fp8 ? VARIANTS_FP8 : VARIANTS_16;
     const size_t count =

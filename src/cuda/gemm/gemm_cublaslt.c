@@ -1,7 +1,8 @@
 /* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products on ignis' own
  * kernel (gemm_skinny.h says which), the block-scaled fp8 products of up to 16 rows on the small-M
- * grouped kernel run as one group (grouped_skinny.h), those of at least 128 rows on ignis' Hopper
- * kernel where it takes them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
+ * grouped kernel run as one group (grouped_skinny.h), those of 17 to 64 rows on the Hopper small-M
+ * kernel (gemm_small_m_sm90.h), those of at least 128 rows on ignis' Hopper kernel where it takes
+ * them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
  * so that nothing else in the library depends on it. cublasLt.h supplies the types and enums only;
  * no symbol of it is linked.
@@ -24,12 +25,13 @@
  * stream), one workspace (cuBLASLt's WORKSPACE_BYTES, then SCALE_BYTES of repacked scales, then
  * SKINNY_COUNTER_BYTES of the small-M kernels' split-K counters, zeroed once; their f32 partial
  * sums use the scales' room, which a call only fills for its own cuBLASLt launch, stream ordered
- * after any earlier kernel; the 16-bit small-M kernel and the dense block-scaled small-M grouped
- * kernel share both), allocated at the first call on that stream and kept, so later calls never allocate (CUDA-graph
- * capture safe once warm; a first call inside a capture is refused with that reason). A cache of
- * CACHE_SIZE entries keeps, per call shape (sizes, strides, dtypes, layout, bias, alignments), the
- * descriptors and the algorithm the heuristic chose; the pointers are set on the cached descriptor
- * per call. One mutex guards the state and each cached call (the host side of a call is a few µs). */
+ * after any earlier kernel; the 16-bit small-M kernel, the dense block-scaled small-M grouped
+ * kernel and the Hopper small-M kernel share both), allocated at the first call on that stream and kept, so
+ * later calls never allocate (CUDA-graph capture safe once warm; a first call inside a capture is refused
+ * with that reason). A cache of CACHE_SIZE entries keeps, per call shape (sizes, strides, dtypes, layout,
+ * bias, alignments), the descriptors and the algorithm the heuristic chose; the pointers are set on the
+ * cached descriptor per call. One mutex guards the state and each cached call (the host side of a call is a
+ * few µs). */
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -46,13 +48,15 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/gemm_scales.h"
 #include "cuda/gemm/gemm_skinny.h"
-#include "cuda/gemm/grouped_skinny.h"
+#include "cuda/gemm/gemm_small_m_sm90.h"
 #include "cuda/gemm/grouped_gemm_sm90.h"
+#include "cuda/gemm/grouped_skinny.h"
 
 enum {
   WORKSPACE_BYTES = 32 << 20,
   SCALE_BYTES = 16 << 20,
   SKINNY_COUNTER_BYTES = 64 << 10,
+  SMALL_M_SM90_MAX_SPLITS = 8, /* K splits of the Hopper small-M kernel */
   MAX_DEVICES = 64,
   MAX_STREAMS = 256,
   CACHE_SIZE = 512
@@ -617,15 +621,26 @@ static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_
                                         SKINNY_COUNTER_BYTES / sizeof(unsigned));
 }
 
-/* The whole call: the small-M grouped kernel (with the workspace, for split-K) or the Hopper
- * kernel (no cuBLASLt, no workspace and no lock) for the block-scaled fp8 shapes they take
- * (routed), else the shape rules, the device, the lock, then the small-M
+/* Caller holds state_lock; device is current. The Hopper small-M kernel with the same split-K room. */
+static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  void *workspace = NULL;
+  IGNIS_TRY(workspace_for(device, stream, &workspace));
+  char *scales = (char *)workspace + WORKSPACE_BYTES;
+  return ignis_cuda_gemm_small_m_sm90(p, device, stream, (float *)scales, SCALE_BYTES / sizeof(float),
+                                      (unsigned *)(scales + SCALE_BYTES),
+                                      SKINNY_COUNTER_BYTES / sizeof(unsigned), SMALL_M_SM90_MAX_SPLITS);
+}
+
+/* The whole call: the small-M grouped kernel or the Hopper small-M kernel (with the workspace, for
+ * split-K), or the Hopper kernel (no cuBLASLt, no workspace and no lock) for the block-scaled fp8
+ * shapes they take (routed), else the shape rules, the device, the lock, then the small-M
  * kernel where it applies (routed) or cuBLASLt. */
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
   const int small_block = routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
-  if (!small_block && routed && ignis_cuda_gemm_sm90_takes(p, device))
+  const int small_sm90 = !small_block && routed && ignis_cuda_gemm_small_m_sm90_takes(p, device);
+  if (!small_block && !small_sm90 && routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);
-  if (!small_block)
+  if (!small_block && !small_sm90)
     IGNIS_TRY(check_cuda_rules(p));
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess ||
@@ -640,7 +655,8 @@ static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *
      * takes no batch: the batches run as single products (one cached descriptor serves them). */
     ignis_gemm_params one = *p;
     one.batch = 1;
-    const int64_t a_elem = (int64_t)ignis_dtype_size(p->a_dtype), b_elem = (int64_t)ignis_dtype_size(p->b_dtype),
+    const int64_t a_elem = (int64_t)ignis_dtype_size(p->a_dtype),
+                  b_elem = (int64_t)ignis_dtype_size(p->b_dtype),
                   out_elem = (int64_t)ignis_dtype_size(p->out_dtype);
     for (int64_t bt = 0; bt < p->batch && s == IGNIS_OK; ++bt) {
       one.a = (const char *)p->a + bt * p->a_batch_stride * a_elem;
@@ -651,6 +667,8 @@ static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *
     }
   } else if (small_block) {
     s = run_grouped_skinny_locked(p, device, stream);
+  } else if (small_sm90) {
+    s = run_small_m_sm90_locked(p, device, stream);
   } else {
     s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
                                                      : run_locked(p, device, stream);

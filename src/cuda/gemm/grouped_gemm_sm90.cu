@@ -44,6 +44,7 @@
 #include "core/env.h"
 #include "core/validate.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fp8_convert.cuh"
 #include "cuda/common/hopper.cuh"
 #include "cuda/gemm/grouped_gemm_sm90.h"
 
@@ -99,14 +100,12 @@ __device__ __forceinline__ int64_t load_index(const void *base, bool i64, int64_
 }
 
 /* A scale's bits (f32, or the UE8M0 byte), loaded now and decoded once used, so the load's latency
- * hides under the wgmma it is issued before. */
+ * hides under the wgmma it is issued before (common/fp8_convert.cuh). */
 __device__ __forceinline__ uint32_t load_scale(const void *base, bool u8, int64_t i) {
-  return u8 ? static_cast<const unsigned char *>(base)[i] : static_cast<const uint32_t *>(base)[i];
+  return ignis_block_scale_raw(base, u8, i);
 }
 __device__ __forceinline__ float decode_scale(uint32_t bits, bool u8) {
-  if (!u8)
-    return __uint_as_float(bits);
-  return bits == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(bits == 0u ? 0x00400000u : bits << 23);
+  return ignis_block_scale_value(bits, u8);
 }
 
 /* ---- scheduler ------------------------------------------------------------------------------------ */

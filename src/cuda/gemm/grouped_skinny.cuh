@@ -48,6 +48,7 @@
 
 #include "core/grouped_gemm_params.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fp8_convert.cuh"
 #include "cuda/gemm/grouped_rows.cuh"
 #include "cuda/gemm/skinny.cuh"
 
@@ -112,12 +113,10 @@ __device__ __forceinline__ void ignis_grouped_skinny_mma(float (&c)[4], uint32_t
 
 /* A scale as stored (f32 bits, or a UE8M0 byte), and its value: 2^(e - 127), 255 NaN. */
 __device__ __forceinline__ uint32_t ignis_grouped_skinny_scale_raw(const unsigned char *ptr, int u8) {
-  return u8 ? (uint32_t)*ptr : *reinterpret_cast<const uint32_t *>(ptr);
+  return ignis_block_scale_raw(ptr, u8 != 0, 0);
 }
 __device__ __forceinline__ float ignis_grouped_skinny_scale(uint32_t raw, int u8) {
-  if (!u8)
-    return __uint_as_float(raw);
-  return raw == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(raw == 0u ? 0x00400000u : raw << 23);
+  return ignis_block_scale_value(raw, u8 != 0);
 }
 
 /* A 16-byte load through L1 (a's rows, shared by the warps of a block). */
@@ -464,12 +463,13 @@ struct ignis_grouped_skinny_split_room {
 /* The plan: nt 1 (8-row chunks) when the groups that may hold rows (min(G, M)) average at most 4
  * rows, else 2, or `nt` when not 0 (bench/micro/grouped_skinny.cu's forced variants). k_warps:
  * the fewest warps per K (the widest slices of N) that still give `per_sm` blocks per SM when
- * every group that may hold rows is busy, at most 8 and at most one batch of K per warp. splits (with room): enough blocks to fill one wave of `resident` blocks per SM, each
- * warp at least one batch of each split, within the room; a split's batches a multiple of k_warps
- * where K allows, so no warp idles (planned for the chunks chosen). */
+ * every group that may hold rows is busy, at most 8 and at most one batch of K per warp. splits (with room):
+ * enough blocks to fill one wave of `resident` blocks per SM, each warp at least one batch of each split,
+ * within the room; a split's batches a multiple of k_warps where K allows, so no warp idles (planned for the
+ * chunks chosen). */
 static inline ignis_grouped_skinny_plan
-ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k, int64_t groups, int row_tiles, int batch, int sms,
-                             int per_sm, int resident = 1,
+ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k, int64_t groups, int row_tiles, int batch,
+                             int sms, int per_sm, int resident = 1,
                              const ignis_grouped_skinny_split_room *room = nullptr, int nt = 0) {
   ignis_grouped_skinny_plan plan;
   const int64_t busy = groups < m ? groups : m;
@@ -491,7 +491,8 @@ ignis_grouped_skinny_plan_of(int64_t m, int64_t n, int64_t k, int64_t groups, in
   const int64_t blocks = (int64_t)plan.slots * plan.n_blocks;
   if (room && room->max_splits > 1 && room->partials && room->counters && blocks <= room->counters_count) {
     int64_t splits = ((int64_t)sms * resident + blocks - 1) / blocks;
-    const int64_t most_by_k = batches / k_warps, most_by_room = (int64_t)(room->partial_floats / (size_t)(m * n));
+    const int64_t most_by_k = batches / k_warps,
+                  most_by_room = (int64_t)(room->partial_floats / (size_t)(m * n));
     splits = splits < room->max_splits ? splits : room->max_splits;
     splits = splits < most_by_k ? splits : most_by_k;
     splits = splits < most_by_room ? splits : most_by_room;
@@ -563,15 +564,16 @@ static inline ignis_status ignis_grouped_skinny_launch_nt(const ignis_grouped_sk
  * plan's 8-row tiles per chunk (1 or 2); room (may be NULL: no split-K) offers a workspace for
  * split-K, which fp8 takes. */
 template <typename T, typename Cfg>
-static inline ignis_status ignis_grouped_skinny_launch(ignis_grouped_skinny_args args, int sms, int per_sm,
-                                                       cudaStream_t stream,
-                                                       ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0,
-                                                       const ignis_grouped_skinny_split_room *room = nullptr) {
+static inline ignis_status
+ignis_grouped_skinny_launch(ignis_grouped_skinny_args args, int sms, int per_sm, cudaStream_t stream,
+                            ignis_grouped_skinny_plan *plan_out = nullptr, int nt = 0,
+                            const ignis_grouped_skinny_split_room *room = nullptr) {
   constexpr int batch = Cfg::unroll * 4 * (16 / (int)sizeof(T));
   if (sizeof(T) != 1) /* split-K is instantiated for fp8 only (the dense block-scaled product) */
     room = nullptr;
-  const ignis_grouped_skinny_plan plan = ignis_grouped_skinny_plan_of(
-      args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms, per_sm, Cfg::min_blocks, room, nt);
+  const ignis_grouped_skinny_plan plan =
+      ignis_grouped_skinny_plan_of(args.m, args.n, args.k, args.rows.groups, Cfg::row_tiles, batch, sms,
+                                   per_sm, Cfg::min_blocks, room, nt);
   args.k_warps = plan.k_warps;
   args.k_per_warp = plan.k_per_warp;
   args.splits = plan.splits;

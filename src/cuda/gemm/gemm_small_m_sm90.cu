@@ -1,0 +1,327 @@
+/* The Hopper (sm_90a) small-M block-scaled fp8 GEMM (gemm_small_m_sm90.h): out[m, :] = sum over K
+ * blocks kb of (a[m, kb] . b[:, kb]) * a_scale[m, kb] * b_scale[n / 128, kb] for a few rows m
+ * (decode, M <= 64), where the time is the weight's bytes: each weight element must be read once,
+ * by one block, and the whole GPU must be reading.
+ *
+ * Swap AB: a block owns 64 weight rows (n0 .. n0 + 63) and one range of K blocks. wgmma computes
+ * out^T tiles, D[64 weight rows, BN tokens] = W[64, 128-byte K block] A[BN, K block]^T with
+ * m64nBNk32 e4m3 (BN = 16, 32 or 64: the smallest that holds M), both operands read from shared
+ * memory where TMA wrote them in the 128-byte swizzle layout (common/hopper.cuh); rows of A past M
+ * and K past the end arrive as zeros. So the weight tile, not the activation, sits on the 64-row
+ * side, and the few activation rows pad only up to 16, not 64.
+ *
+ * Block: 160 threads. Warps 0-3 are the consumer warpgroup, warp 4's lane 0 the producer: it
+ * issues the TMA loads of every K block of the block's range into a ring of STAGES stages (the
+ * whole range is in flight at once when it fits: 12 to 16 stages of 10 to 16 KB), each stage
+ * guarded by a full mbarrier (the producer's arrival with the byte count) and an empty one (one
+ * arrival per consumer warp). Per K block the consumers issue 4 wgmma into a zeroed partial tile,
+ * wait for them, release the stage and add the partial to the f32 tile scaled by
+ * b_scale[n0 / 128, kb] (one per block: 64 rows sit inside a 128-row scale block) times
+ * a_scale[token, kb] (one per column; the next block's scales load while this one multiplies).
+ *
+ * Split K (blockIdx.y): when the weight tiles alone (N / 64 blocks) leave SMs idle, K is cut into
+ * `splits` ranges. Each block writes its f32 tile to partials[split, m, n]; the last block of a
+ * weight tile to finish (a counter per tile, reset by that block) adds the splits in order
+ * 0 .. splits - 1 and writes out, so every call gives the same bits. Unsplit, the consumers write
+ * out straight from the accumulators.
+ *
+ * Launched with PDL (ignis_launch): every thread waits (griddepcontrol.wait) before its first
+ * global access. */
+#include <limits.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "core/validate.h"
+#include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fp8_convert.cuh"
+#include "cuda/common/hopper.cuh"
+#include "cuda/gemm/gemm_small_m_sm90.h"
+
+namespace {
+
+constexpr int BM = 64, THREADS = 160, ROW_BYTES = 128, K_STEP_BYTES = 32;
+constexpr int SMEM_BUDGET = 200 * 1024; /* stages; barriers and alignment slack come on top */
+constexpr int MAX_STAGES = 16;
+
+template <int BN> struct Config {
+  static constexpr int W_BYTES = BM * ROW_BYTES; /* 8 KB */
+  static constexpr int A_BYTES = BN * ROW_BYTES;
+  static constexpr int STAGE_BYTES = W_BYTES + A_BYTES;
+  static constexpr int STAGES =
+      SMEM_BUDGET / STAGE_BYTES > MAX_STAGES ? MAX_STAGES : SMEM_BUDGET / STAGE_BYTES;
+  static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
+  static constexpr int SMEM_BYTES = BAR_OFFSET + 2 * STAGES * 8 + 1024; /* + alignment slack */
+  static constexpr int ACC = BN / 2;                                    /* f32 accumulators per thread */
+  static constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
+  static_assert(BN == 16 || BN == 32 || BN == 64, "BN 16, 32 or 64");
+};
+
+struct Params {
+  CUtensorMap map_w, map_a;
+  void *out;
+  int64_t out_row_stride; /* elements */
+  int out_f16;
+  int m, n, k_blocks, kb_per_split, splits;
+  const void *a_scale, *b_scale;
+  bool scale_u8;
+  int64_t a_scale_sm, a_scale_sk, b_scale_sn, b_scale_sk;
+  float *partials;
+  unsigned *counters;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* the device code below: sm_90a only */
+__device__ __forceinline__ void store_out(const Params &p, int64_t token, int64_t col, float v) {
+  if (p.out_f16)
+    static_cast<__half *>(p.out)[token * p.out_row_stride + col] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16 *>(p.out)[token * p.out_row_stride + col] = __float2bfloat16_rn(v);
+}
+#endif
+
+template <int BN>
+__global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  typedef Config<BN> C;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t base = (ignis_smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t full = base + C::BAR_OFFSET, empty = full + 8 * C::STAGES;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n0 = blockIdx.x * BM, split = blockIdx.y;
+  const int kb0 = split * p.kb_per_split;
+  const int kb_end = min(p.k_blocks, kb0 + p.kb_per_split);
+
+  if (tid == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      ignis_mbar_init(full + 8 * s, 1);
+      ignis_mbar_init(empty + 8 * s, 4); /* lane 0 of each consumer warp */
+    }
+    ignis_mbar_init_fence();
+  }
+  __syncthreads();
+  ignis_pdl_wait();
+
+  if (warp == 4) { /* ---- producer ---- */
+    if (lane == 0) {
+      ignis_tma_prefetch(&p.map_w);
+      ignis_tma_prefetch(&p.map_a);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int kb = kb0; kb < kb_end; ++kb) {
+        ignis_mbar_wait(empty + 8 * stage, phase ^ 1u);
+        const uint32_t dst = base + stage * C::STAGE_BYTES, bar = full + 8 * stage;
+        ignis_tma_load_2d(dst, &p.map_w, bar, kb * ROW_BYTES, n0);
+        ignis_tma_load_2d(dst + C::W_BYTES, &p.map_a, bar, kb * ROW_BYTES, 0);
+        ignis_mbar_arrive_expect_tx(bar, C::STAGE_BYTES);
+        if (++stage == C::STAGES) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+  } else {                                     /* ---- consumers ---- */
+    const int row_a = 16 * warp + (lane >> 2); /* the thread's tile rows row_a, row_a + 8 */
+    const int col0 = 2 * (lane & 3);           /* its tokens col0 + 8 j + e */
+    const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
+    int64_t a_sc[C::COLUMNS];
+#pragma unroll
+    for (int c = 0; c < C::COLUMNS; ++c)
+      a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
+    uint32_t next_a[C::COLUMNS], next_b;
+    auto load_scales = [&](int kb) {
+#pragma unroll
+      for (int c = 0; c < C::COLUMNS; ++c)
+        next_a[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
+      next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
+    };
+    float acc[C::ACC], part[C::ACC];
+#pragma unroll
+    for (int i = 0; i < C::ACC; ++i)
+      acc[i] = 0.0f;
+    load_scales(kb0);
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int kb = kb0; kb < kb_end; ++kb) {
+      uint32_t cur_a[C::COLUMNS];
+#pragma unroll
+      for (int c = 0; c < C::COLUMNS; ++c)
+        cur_a[c] = next_a[c];
+      const uint32_t cur_b = next_b;
+      if (kb + 1 < kb_end)
+        load_scales(kb + 1);
+      ignis_mbar_wait(full + 8 * stage, phase);
+      const uint32_t w_tile = base + stage * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
+      ignis_wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+        ignis_wgmma_m64n_small<IGNIS_WGMMA_E4M3, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                                     ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
+      ignis_wgmma_commit();
+      ignis_wgmma_wait<0>();
+      ignis_wgmma_pin(part);
+      if (lane == 0)
+        ignis_mbar_arrive(empty + 8 * stage);
+      if (++stage == C::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+      const float b_scale = ignis_block_scale_value(cur_b, p.scale_u8);
+#pragma unroll
+      for (int c = 0; c < C::COLUMNS; ++c) {
+        const float s = ignis_block_scale_value(cur_a[c], p.scale_u8) * b_scale;
+        const int j = c >> 1, e = c & 1;
+        acc[4 * j + e] = fmaf(part[4 * j + e], s, acc[4 * j + e]);
+        acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], s, acc[4 * j + 2 + e]);
+      }
+    }
+    /* acc[4 j + 2 h + e]: tile row row_a + 8 h, token col0 + 8 j + e */
+    float *part_out = p.splits > 1 ? p.partials + (int64_t)split * p.m * p.n : nullptr;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int token = col0 + 8 * j + e, col = n0 + row_a + 8 * h;
+          if (token >= p.m || col >= p.n)
+            continue;
+          if (part_out)
+            __stcg(part_out + (int64_t)token * p.n + col, acc[4 * j + 2 * h + e]);
+          else
+            store_out(p, token, col, acc[4 * j + 2 * h + e]);
+        }
+  }
+  if (p.splits == 1)
+    return;
+
+  /* split K: the last block of this weight tile to arrive adds the splits in order 0 .. S-1 */
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  unsigned *counter = p.counters + blockIdx.x;
+  if (tid == 0)
+    is_last = atomicAdd(counter, 1u) == (unsigned)p.splits - 1;
+  __syncthreads();
+  if (!is_last)
+    return;
+  __threadfence();
+  const int cols = min(BM, p.n - n0);
+  const int64_t split_stride = (int64_t)p.m * p.n;
+  for (int i = tid; i < p.m * cols; i += THREADS) {
+    const int token = i / cols, col = n0 + (i - token * cols);
+    const float *src = p.partials + (int64_t)token * p.n + col;
+    float sum = 0.0f;
+    for (int s = 0; s < p.splits; ++s)
+      sum += __ldcg(src + s * split_stride);
+    store_out(p, token, col, sum);
+  }
+  if (tid == 0)
+    *counter = 0u;
+#endif
+}
+
+/* ---- host --------------------------------------------------------------------------------------- */
+bool device_runs(int32_t device) {
+  static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
+  static const bool allowed = [] {
+    const char *value = ignis_env(IGNIS_ENV_GEMM_SM90);
+    return !(value && strcmp(value, "0") == 0);
+  }();
+  return compiled && allowed && ignis_compute_capability(device) == 90 &&
+         ignis_tensor_map_encoder() != nullptr;
+}
+
+bool aligned16(const void *ptr) {
+  return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
+}
+
+template <int BN> ignis_status launch(const Params &p, int n_tiles, cudaStream_t stream) {
+  typedef Config<BN> C;
+  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<BN>>(C::SMEM_BYTES);
+  if (err != cudaSuccess)
+    return ignis_set_error(IGNIS_ERROR_CUDA,
+                           "ignis small-M GEMM (sm90): cannot allow %d bytes of shared memory: %s",
+                           C::SMEM_BYTES, cudaGetErrorString(err));
+  err =
+      ignis_launch(small_m_sm90_kernel<BN>, dim3(n_tiles, p.splits), dim3(THREADS), C::SMEM_BYTES, stream, p);
+  if (err != cudaSuccess)
+    return ignis_set_error(IGNIS_ERROR_CUDA, "ignis small-M GEMM (sm90): launch failed: %s",
+                           cudaGetErrorString(err));
+  return IGNIS_OK;
+}
+
+} // namespace
+
+extern "C" int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device) {
+  const int64_t limit = (int64_t)1 << 30;
+  if (p->kind != IGNIS_GEMM_FP8_BLOCK || p->batch != 1 || p->b_scale_block_n != IGNIS_GEMM_SCALE_BLOCK ||
+      p->a_dtype != IGNIS_FP8_E4M3 || p->b_dtype != IGNIS_FP8_E4M3 ||
+      (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16) || p->b_stride_k != 1)
+    return 0;
+  if (p->m < 1 || p->m > IGNIS_GEMM_SMALL_M_SM90_MAX_M || p->n < 1 || p->n >= limit || p->k <= 0 ||
+      p->k >= limit || p->k % 16 != 0)
+    return 0;
+  if (!aligned16(p->a) || !aligned16(p->b) || (p->m > 1 && p->a_row_stride % 16 != 0) ||
+      p->b_stride_n % 16 != 0 || p->b_stride_n * p->n >= ((int64_t)1 << 40) ||
+      (p->m > 1 && p->a_row_stride * p->m >= ((int64_t)1 << 40)))
+    return 0;
+  return device_runs(device);
+}
+
+extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device) {
+  return p->m >= IGNIS_GEMM_SMALL_M_SM90_MIN_M && ignis_cuda_gemm_small_m_sm90_fits(p, device);
+}
+
+extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp, int32_t device,
+                                                     void *stream, float *partials, size_t partial_floats,
+                                                     unsigned *counters, int counters_count, int max_splits) {
+  IGNIS_CUDA_ON_DEVICE(device);
+  const int sms = ignis_cuda_sm_count(device);
+  const int m = (int)gp->m, n = (int)gp->n;
+  const int n_tiles = (n + BM - 1) / BM, k_blocks = (int)((gp->k + ROW_BYTES - 1) / ROW_BYTES);
+  /* splits: as many as fill the SMs with one block each, if the room holds their partials */
+  int splits = n_tiles < sms ? sms / n_tiles : 1;
+  splits = splits < max_splits ? splits : max_splits;
+  splits = splits < k_blocks ? splits : k_blocks;
+  if (splits < 1 || !partials || !counters || (size_t)splits * m * n > partial_floats ||
+      n_tiles > counters_count)
+    splits = 1;
+  const int kb_per_split = (k_blocks + splits - 1) / splits;
+  splits = (k_blocks + kb_per_split - 1) / kb_per_split; /* no empty split */
+  const int bn = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+
+  Params p;
+  memset(&p, 0, sizeof p);
+  const cuuint64_t w_dims[2] = {(cuuint64_t)gp->k, (cuuint64_t)n};
+  const cuuint64_t w_strides[1] = {(cuuint64_t)gp->b_stride_n};
+  const cuuint32_t w_box[2] = {ROW_BYTES, BM};
+  IGNIS_TRY(ignis_tensor_map_encode(&p.map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, gp->b, w_dims, w_strides,
+                                    w_box, "ignis small-M GEMM (sm90): b"));
+  const cuuint64_t a_dims[2] = {(cuuint64_t)gp->k, (cuuint64_t)m};
+  const cuuint64_t a_strides[1] = {(cuuint64_t)(m > 1 ? gp->a_row_stride : gp->k)};
+  const cuuint32_t a_box[2] = {ROW_BYTES, (cuuint32_t)bn};
+  IGNIS_TRY(ignis_tensor_map_encode(&p.map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, gp->a, a_dims, a_strides,
+                                    a_box, "ignis small-M GEMM (sm90): a"));
+  p.out = gp->out;
+  p.out_row_stride = gp->out_row_stride;
+  p.out_f16 = gp->out_dtype == IGNIS_F16;
+  p.m = m;
+  p.n = n;
+  p.k_blocks = k_blocks;
+  p.kb_per_split = kb_per_split;
+  p.splits = splits;
+  p.a_scale = gp->a_scale;
+  p.b_scale = gp->b_scale;
+  p.scale_u8 = gp->scale_dtype == IGNIS_U8;
+  p.a_scale_sm = gp->a_scale_stride_m;
+  p.a_scale_sk = gp->a_scale_stride_k;
+  p.b_scale_sn = gp->b_scale_stride_n;
+  p.b_scale_sk = gp->b_scale_stride_k;
+  p.partials = splits > 1 ? partials : nullptr;
+  p.counters = splits > 1 ? counters : nullptr;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (bn == 16)
+    return launch<16>(p, n_tiles, s);
+  if (bn == 32)
+    return launch<32>(p, n_tiles, s);
+  return launch<64>(p, n_tiles, s);
+}

@@ -8,7 +8,10 @@
  * dense block-scaled fp8 products of decode that ignis_mm_fp8_blockscale sends to this kernel as one
  * group up to M 16 ("dense fp8": M 4 to 64 rows, to show where cuBLASLt wins, N2112 K7168 and
  * N7168 K2048; the calls rotate over 16 copies of the weight, picked by weight_indices, so it comes
- * from HBM). Built by
+ * from HBM), and the dense 16-bit products of decode (bf16 N7168 K2048 and N4096 K4096 at M 1 to
+ * 64: ignis_mm's shapes, issue 18's 1.5x-floor bar; baseline cuBLASLt, "library" the routed
+ * ignis_mm call). For every dense shape the rows "sm90 swap-AB" are the Hopper small-M kernel
+ * (src/cuda/gemm/gemm_small_m_sm90.cu) with K split across at most 8, 4, 2 blocks or none. Built by
  * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
@@ -51,6 +54,7 @@
 #include <vector>
 
 #include "check.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/gemm/gemm_small_m_sm90.h"
 #include "cuda/gemm/grouped_skinny.cuh"
 #include "cuda/gemm/grouped_skinny.h"
@@ -180,16 +184,20 @@ struct shape {
 };
 
 static const shape SHAPES[] = {
-    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},      {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
-    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},       {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
-    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1},     {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
-    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1},     {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
-    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},   {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
-    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64},  {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
-    {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16},  {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
-    {"dense fp8", 1, SETS, 1, 2112, 7168, 4, 1},  {"dense fp8", 1, SETS, 1, 2112, 7168, 16, 1},
-    {"dense fp8", 1, SETS, 1, 2112, 7168, 32, 1}, {"dense fp8", 1, SETS, 1, 2112, 7168, 64, 1},
-    {"dense fp8", 1, SETS, 1, 7168, 2048, 16, 1}, {"dense fp8", 1, SETS, 1, 7168, 2048, 64, 1},
+    {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 1},       {"Qwen3 fc1", 0, 128, 8, 1536, 2048, 16},
+    {"Qwen3 fc2", 0, 128, 8, 2048, 768, 1},        {"Qwen3 fc2", 0, 128, 8, 2048, 768, 16},
+    {"Mixtral fc1", 0, 8, 2, 28672, 4096, 1},      {"Mixtral fc1", 0, 8, 2, 28672, 4096, 16},
+    {"Mixtral fc2", 0, 8, 2, 4096, 14336, 1},      {"Mixtral fc2", 0, 8, 2, 4096, 14336, 16},
+    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 1},    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 16},
+    {"DeepSeek fc1", 1, 256, 8, 4096, 7168, 64},   {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 1},
+    {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 16},   {"DeepSeek fc2", 1, 256, 8, 7168, 2048, 64},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 4, 1},   {"dense fp8", 1, SETS, 1, 2112, 7168, 16, 1},
+    {"dense fp8", 1, SETS, 1, 2112, 7168, 32, 1},  {"dense fp8", 1, SETS, 1, 2112, 7168, 64, 1},
+    {"dense fp8", 1, SETS, 1, 7168, 2048, 16, 1},  {"dense fp8", 1, SETS, 1, 7168, 2048, 64, 1},
+    {"dense bf16", 0, SETS, 1, 7168, 2048, 1, 1},  {"dense bf16", 0, SETS, 1, 7168, 2048, 4, 1},
+    {"dense bf16", 0, SETS, 1, 7168, 2048, 16, 1}, {"dense bf16", 0, SETS, 1, 7168, 2048, 64, 1},
+    {"dense bf16", 0, SETS, 1, 4096, 4096, 1, 1},  {"dense bf16", 0, SETS, 1, 4096, 4096, 16, 1},
+    {"dense bf16", 0, SETS, 1, 4096, 4096, 64, 1},
 };
 
 /* Token t picks top_k distinct experts; returns the offsets and the rows' experts. */
@@ -371,9 +379,10 @@ int main() {
         p.weight_indices = indptr_dev[s];
         p.weight_index_dtype = IGNIS_I32;
         tw_dense[s] = tensor(static_cast<unsigned char *>(w) + (size_t)s * n * k, in_dtype, 2, w2_shape);
-        tsb_dense[s] = tensor(b_scale + (size_t)s * nbs * kbs, IGNIS_F32, 2, sb2_shape);
+        if (sh.fp8)
+          tsb_dense[s] = tensor(b_scale + (size_t)s * nbs * kbs, IGNIS_F32, 2, sb2_shape);
         ignis_gemm_params d = {};
-        d.kind = IGNIS_GEMM_FP8_BLOCK;
+        d.kind = sh.fp8 ? IGNIS_GEMM_FP8_BLOCK : IGNIS_GEMM_PLAIN;
         d.batch = 1;
         d.m = m;
         d.n = n;
@@ -389,7 +398,7 @@ int main() {
         d.out = out;
         d.out_row_stride = n;
         d.a_scale = a_scale;
-        d.b_scale = b_scale + (size_t)s * nbs * kbs;
+        d.b_scale = sh.fp8 ? b_scale + (size_t)s * nbs * kbs : nullptr;
         d.a_scale_stride_m = kbs;
         d.a_scale_stride_k = 1;
         d.b_scale_stride_n = kbs;
@@ -434,7 +443,9 @@ int main() {
       rows.push_back(r);
     };
     measure(sh.dense ? "cuBLASLt (SKINNY=0)" : "128x128 (SKINNY=0)", "-", [&](int s) {
-      if (sh.dense)
+      if (sh.dense && !sh.fp8)
+        IK(ignis_cuda_gemm_cublaslt(&dense[s], 0, stream));
+      else if (sh.dense)
         IK(ignis_mm_fp8_blockscale(&ta, &tw_dense[s], &tsa, &tsb_dense[s], &to, stream));
       else if (sh.fp8)
         IK(ignis_grouped_mm_fp8_blockscale(&ta, &tw, &tsa, &tsb, &tind[s], &to, stream));
@@ -443,8 +454,11 @@ int main() {
     });
     if (sh.dense) {
       measure("library", "-", [&](int s) {
-        IK(ignis_cuda_gemm_grouped_skinny(&dense[s], 0, stream, partials, partial_floats, counters,
-                                          counters_count));
+        if (sh.fp8)
+          IK(ignis_cuda_gemm_grouped_skinny(&dense[s], 0, stream, partials, partial_floats, counters,
+                                            counters_count));
+        else
+          IK(ignis_cuda_gemm(&dense[s], 0, stream));
       });
       if (ignis_cuda_gemm_small_m_sm90_fits(&dense[0], 0)) /* the Hopper small-M kernel */
         for (int v = 0; v < 4; ++v) {

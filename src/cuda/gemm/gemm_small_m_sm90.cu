@@ -1,12 +1,13 @@
-/* The Hopper (sm_90a) small-M block-scaled fp8 GEMM (gemm_small_m_sm90.h): out[m, :] = sum over K
- * blocks kb of (a[m, kb] . b[:, kb]) * a_scale[m, kb] * b_scale[n / 128, kb] for a few rows m
- * (decode, M <= 64), where the time is the weight's bytes: each weight element must be read once,
- * by one block, and the whole GPU must be reading.
+/* The Hopper (sm_90a) small-M GEMM (gemm_small_m_sm90.h): block-scaled fp8, out[m, :] = sum over
+ * K blocks kb of (a[m, kb] . b[:, kb]) * a_scale[m, kb] * b_scale[n / 128, kb], or 16-bit,
+ * out = a b^T, for a few rows m (decode, M <= 64), where the time is the weight's bytes: each
+ * weight element must be read once, by one block, and the whole GPU must be reading.
  *
  * Swap AB: a block owns 64 weight rows (n0 .. n0 + 63) and one range of K blocks. wgmma computes
  * out^T tiles, D[64 weight rows, BN tokens] = W[64, 128-byte K block] A[BN, K block]^T with
- * m64nBNk32 e4m3 (BN = 16, 32 or 64: the smallest that holds M), both operands read from shared
- * memory where TMA wrote them in the 128-byte swizzle layout (common/hopper.cuh); rows of A past M
+ * m64nBNk32 e4m3 or m64nBNk16 bf16 / f16 (BN = 16, 32 or 64: the smallest that holds M; a K step
+ * is 32 bytes either way, a stage 128 bytes of K), both operands read from shared memory where TMA
+ * wrote them in the 128-byte swizzle layout (common/hopper.cuh); rows of A past M
  * and K past the end arrive as zeros. So the weight tile, not the activation, sits on the 64-row
  * side, and the few activation rows pad only up to 16, not 64.
  *
@@ -18,6 +19,7 @@
  * wait for them, release the stage and add the partial to the f32 tile scaled by
  * b_scale[n0 / 128, kb] (one per block: 64 rows sit inside a 128-row scale block) times
  * a_scale[token, kb] (one per column; the next block's scales load while this one multiplies).
+ * 16-bit: the wgmma accumulate into the f32 tile directly.
  *
  * Split K (blockIdx.y): when the weight tiles alone (N / 64 blocks) leave SMs idle, K is cut into
  * `splits` ranges. Each block writes its f32 tile to partials[split, m, n]; the last block of a
@@ -43,7 +45,12 @@ constexpr int BM = 64, THREADS = 160, ROW_BYTES = 128, K_STEP_BYTES = 32;
 constexpr int SMEM_BUDGET = 200 * 1024; /* stages; barriers and alignment slack come on top */
 constexpr int MAX_STAGES = 16;
 
-template <int BN> struct Config {
+enum class Elem { E4M3, BF16, F16 };
+
+template <Elem E, int BN> struct Config {
+  static constexpr bool FP8 = E == Elem::E4M3;
+  static constexpr ignis_wgmma_type TYPE =
+      E == Elem::BF16 ? IGNIS_WGMMA_BF16 : (E == Elem::F16 ? IGNIS_WGMMA_F16 : IGNIS_WGMMA_E4M3);
   static constexpr int W_BYTES = BM * ROW_BYTES; /* 8 KB */
   static constexpr int A_BYTES = BN * ROW_BYTES;
   static constexpr int STAGE_BYTES = W_BYTES + A_BYTES;
@@ -52,7 +59,6 @@ template <int BN> struct Config {
   static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
   static constexpr int SMEM_BYTES = BAR_OFFSET + 2 * STAGES * 8 + 1024; /* + alignment slack */
   static constexpr int ACC = BN / 2;                                    /* f32 accumulators per thread */
-  static constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
   static_assert(BN == 16 || BN == 32 || BN == 64, "BN 16, 32 or 64");
 };
 
@@ -60,7 +66,7 @@ struct Params {
   CUtensorMap map_w, map_a;
   void *out;
   int64_t out_row_stride; /* elements */
-  int out_f16;
+  ignis_dtype out_dtype;
   int m, n, k_blocks, kb_per_split, splits;
   const void *a_scale, *b_scale;
   bool scale_u8;
@@ -71,17 +77,20 @@ struct Params {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* the device code below: sm_90a only */
 __device__ __forceinline__ void store_out(const Params &p, int64_t token, int64_t col, float v) {
-  if (p.out_f16)
-    static_cast<__half *>(p.out)[token * p.out_row_stride + col] = __float2half_rn(v);
+  const int64_t i = token * p.out_row_stride + col;
+  if (p.out_dtype == IGNIS_F16)
+    static_cast<__half *>(p.out)[i] = __float2half_rn(v);
+  else if (p.out_dtype == IGNIS_BF16)
+    static_cast<__nv_bfloat16 *>(p.out)[i] = __float2bfloat16_rn(v);
   else
-    static_cast<__nv_bfloat16 *>(p.out)[token * p.out_row_stride + col] = __float2bfloat16_rn(v);
+    static_cast<float *>(p.out)[i] = v;
 }
 #endif
 
-template <int BN>
+template <Elem E, int BN>
 __global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef Config<BN> C;
+  typedef Config<E, BN> C;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (ignis_smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t full = base + C::BAR_OFFSET, empty = full + 8 * C::STAGES;
@@ -121,56 +130,79 @@ __global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_c
   } else {                                     /* ---- consumers ---- */
     const int row_a = 16 * warp + (lane >> 2); /* the thread's tile rows row_a, row_a + 8 */
     const int col0 = 2 * (lane & 3);           /* its tokens col0 + 8 j + e */
-    const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
-    int64_t a_sc[C::COLUMNS];
-#pragma unroll
-    for (int c = 0; c < C::COLUMNS; ++c)
-      a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
-    uint32_t next_a[C::COLUMNS], next_b;
-    auto load_scales = [&](int kb) {
-#pragma unroll
-      for (int c = 0; c < C::COLUMNS; ++c)
-        next_a[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
-      next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
-    };
-    float acc[C::ACC], part[C::ACC];
+    float acc[C::ACC];
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i)
       acc[i] = 0.0f;
-    load_scales(kb0);
     int stage = 0;
     uint32_t phase = 0;
-    for (int kb = kb0; kb < kb_end; ++kb) {
-      uint32_t cur_a[C::COLUMNS];
-#pragma unroll
-      for (int c = 0; c < C::COLUMNS; ++c)
-        cur_a[c] = next_a[c];
-      const uint32_t cur_b = next_b;
-      if (kb + 1 < kb_end)
-        load_scales(kb + 1);
+    auto wait_full = [&]() -> uint32_t {
       ignis_mbar_wait(full + 8 * stage, phase);
-      const uint32_t w_tile = base + stage * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
-      ignis_wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
-        ignis_wgmma_m64n_small<IGNIS_WGMMA_E4M3, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
-                                                     ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
-      ignis_wgmma_commit();
-      ignis_wgmma_wait<0>();
-      ignis_wgmma_pin(part);
+      return base + stage * C::STAGE_BYTES;
+    };
+    auto release = [&] {
       if (lane == 0)
         ignis_mbar_arrive(empty + 8 * stage);
       if (++stage == C::STAGES) {
         stage = 0;
         phase ^= 1u;
       }
-      const float b_scale = ignis_block_scale_value(cur_b, p.scale_u8);
+    };
+    if constexpr (C::FP8) {
+      constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
+      const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
+      int64_t a_sc[COLUMNS];
 #pragma unroll
-      for (int c = 0; c < C::COLUMNS; ++c) {
-        const float s = ignis_block_scale_value(cur_a[c], p.scale_u8) * b_scale;
-        const int j = c >> 1, e = c & 1;
-        acc[4 * j + e] = fmaf(part[4 * j + e], s, acc[4 * j + e]);
-        acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], s, acc[4 * j + 2 + e]);
+      for (int c = 0; c < COLUMNS; ++c)
+        a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
+      uint32_t next_a[COLUMNS], next_b;
+      auto load_scales = [&](int kb) {
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c)
+          next_a[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
+        next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
+      };
+      float part[C::ACC];
+      load_scales(kb0);
+      for (int kb = kb0; kb < kb_end; ++kb) {
+        uint32_t cur_a[COLUMNS];
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c)
+          cur_a[c] = next_a[c];
+        const uint32_t cur_b = next_b;
+        if (kb + 1 < kb_end)
+          load_scales(kb + 1);
+        const uint32_t w_tile = wait_full(), a_tile = w_tile + C::W_BYTES;
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+          ignis_wgmma_m64n_small<C::TYPE, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
+        ignis_wgmma_commit();
+        ignis_wgmma_wait<0>();
+        ignis_wgmma_pin(part);
+        release();
+        const float b_scale = ignis_block_scale_value(cur_b, p.scale_u8);
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c) {
+          const float sc = ignis_block_scale_value(cur_a[c], p.scale_u8) * b_scale;
+          const int j = c >> 1, e = c & 1;
+          acc[4 * j + e] = fmaf(part[4 * j + e], sc, acc[4 * j + e]);
+          acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], sc, acc[4 * j + 2 + e]);
+        }
+      }
+    } else { /* 16-bit: the wgmma accumulate into the f32 tile */
+      for (int kb = kb0; kb < kb_end; ++kb) {
+        const uint32_t w_tile = wait_full(), a_tile = w_tile + C::W_BYTES;
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+          ignis_wgmma_m64n_small<C::TYPE, BN>(acc, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), (kb > kb0) | ks);
+        ignis_wgmma_commit();
+        ignis_wgmma_wait<0>();
+        ignis_wgmma_pin(acc);
+        release();
       }
     }
     /* acc[4 j + 2 h + e]: tile row row_a + 8 h, token col0 + 8 j + e */
@@ -234,41 +266,59 @@ bool aligned16(const void *ptr) {
   return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
 }
 
-template <int BN> ignis_status launch(const Params &p, int n_tiles, cudaStream_t stream) {
-  typedef Config<BN> C;
-  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<BN>>(C::SMEM_BYTES);
+template <Elem E, int BN> ignis_status launch(const Params &p, int n_tiles, cudaStream_t stream) {
+  typedef Config<E, BN> C;
+  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<E, BN>>(C::SMEM_BYTES);
   if (err != cudaSuccess)
     return ignis_set_error(IGNIS_ERROR_CUDA,
                            "ignis small-M GEMM (sm90): cannot allow %d bytes of shared memory: %s",
                            C::SMEM_BYTES, cudaGetErrorString(err));
-  err =
-      ignis_launch(small_m_sm90_kernel<BN>, dim3(n_tiles, p.splits), dim3(THREADS), C::SMEM_BYTES, stream, p);
+  err = ignis_launch(small_m_sm90_kernel<E, BN>, dim3(n_tiles, p.splits), dim3(THREADS), C::SMEM_BYTES,
+                     stream, p);
   if (err != cudaSuccess)
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis small-M GEMM (sm90): launch failed: %s",
                            cudaGetErrorString(err));
   return IGNIS_OK;
 }
 
+template <Elem E> ignis_status launch_for_rows(const Params &p, int n_tiles, cudaStream_t stream) {
+  if (p.m <= 16)
+    return launch<E, 16>(p, n_tiles, stream);
+  if (p.m <= 32)
+    return launch<E, 32>(p, n_tiles, stream);
+  return launch<E, 64>(p, n_tiles, stream);
+}
+
 } // namespace
 
 extern "C" int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device) {
   const int64_t limit = (int64_t)1 << 30;
-  if (p->kind != IGNIS_GEMM_FP8_BLOCK || p->batch != 1 || p->b_scale_block_n != IGNIS_GEMM_SCALE_BLOCK ||
-      p->a_dtype != IGNIS_FP8_E4M3 || p->b_dtype != IGNIS_FP8_E4M3 ||
-      (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16) || p->b_stride_k != 1)
+  if (p->batch != 1 || p->b_stride_k != 1 || p->m < 1 || p->m > IGNIS_GEMM_SMALL_M_SM90_MAX_M || p->n < 1 ||
+      p->n >= limit || p->k <= 0 || p->k >= limit)
     return 0;
-  if (p->m < 1 || p->m > IGNIS_GEMM_SMALL_M_SM90_MAX_M || p->n < 1 || p->n >= limit || p->k <= 0 ||
-      p->k >= limit || p->k % 16 != 0)
+  if (p->kind == IGNIS_GEMM_FP8_BLOCK) {
+    if (p->b_scale_block_n != IGNIS_GEMM_SCALE_BLOCK || p->a_dtype != IGNIS_FP8_E4M3 ||
+        p->b_dtype != IGNIS_FP8_E4M3 || (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16))
+      return 0;
+  } else if (p->kind == IGNIS_GEMM_PLAIN) {
+    if (p->a_dtype != p->b_dtype || (p->a_dtype != IGNIS_BF16 && p->a_dtype != IGNIS_F16) || p->bias ||
+        (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16 && p->out_dtype != IGNIS_F32))
+      return 0;
+  } else {
     return 0;
-  if (!aligned16(p->a) || !aligned16(p->b) || (p->m > 1 && p->a_row_stride % 16 != 0) ||
-      p->b_stride_n % 16 != 0 || p->b_stride_n * p->n >= ((int64_t)1 << 40) ||
-      (p->m > 1 && p->a_row_stride * p->m >= ((int64_t)1 << 40)))
+  }
+  const int64_t es = (int64_t)ignis_dtype_size(p->a_dtype);
+  const int64_t a_row = p->a_row_stride * es, b_row = p->b_stride_n * es;
+  if ((p->k * es) % 16 != 0 || !aligned16(p->a) || !aligned16(p->b) || (p->m > 1 && a_row % 16 != 0) ||
+      b_row % 16 != 0 || b_row * p->n >= ((int64_t)1 << 40) ||
+      (p->m > 1 && a_row * p->m >= ((int64_t)1 << 40)))
     return 0;
   return device_runs(device);
 }
 
 extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device) {
-  return p->m >= IGNIS_GEMM_SMALL_M_SM90_MIN_M && ignis_cuda_gemm_small_m_sm90_fits(p, device);
+  return p->kind == IGNIS_GEMM_FP8_BLOCK && p->m >= IGNIS_GEMM_SMALL_M_SM90_MIN_M &&
+         ignis_cuda_gemm_small_m_sm90_fits(p, device);
 }
 
 extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp, int32_t device,
@@ -276,8 +326,10 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
                                                      unsigned *counters, int counters_count, int max_splits) {
   IGNIS_CUDA_ON_DEVICE(device);
   const int sms = ignis_cuda_sm_count(device);
+  const bool fp8 = gp->kind == IGNIS_GEMM_FP8_BLOCK;
+  const int64_t es = fp8 ? 1 : 2;
   const int m = (int)gp->m, n = (int)gp->n;
-  const int n_tiles = (n + BM - 1) / BM, k_blocks = (int)((gp->k + ROW_BYTES - 1) / ROW_BYTES);
+  const int n_tiles = (n + BM - 1) / BM, k_blocks = (int)((gp->k * es + ROW_BYTES - 1) / ROW_BYTES);
   /* splits: as many as fill the SMs with one block each, if the room holds their partials */
   int splits = n_tiles < sms ? sms / n_tiles : 1;
   splits = splits < max_splits ? splits : max_splits;
@@ -287,23 +339,27 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
     splits = 1;
   const int kb_per_split = (k_blocks + splits - 1) / splits;
   splits = (k_blocks + kb_per_split - 1) / kb_per_split; /* no empty split */
-  const int bn = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
 
   Params p;
   memset(&p, 0, sizeof p);
+  const CUtensorMapDataType type =
+      fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+          : (gp->a_dtype == IGNIS_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+  const cuuint32_t k_box = (cuuint32_t)(ROW_BYTES / es);
+  const int bn = m <= 16 ? 16 : (m <= 32 ? 32 : 64);
   const cuuint64_t w_dims[2] = {(cuuint64_t)gp->k, (cuuint64_t)n};
-  const cuuint64_t w_strides[1] = {(cuuint64_t)gp->b_stride_n};
-  const cuuint32_t w_box[2] = {ROW_BYTES, BM};
-  IGNIS_TRY(ignis_tensor_map_encode(&p.map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, gp->b, w_dims, w_strides,
-                                    w_box, "ignis small-M GEMM (sm90): b"));
+  const cuuint64_t w_strides[1] = {(cuuint64_t)(gp->b_stride_n * es)};
+  const cuuint32_t w_box[2] = {k_box, BM};
+  IGNIS_TRY(ignis_tensor_map_encode(&p.map_w, type, 2, gp->b, w_dims, w_strides, w_box,
+                                    "ignis small-M GEMM (sm90): b"));
   const cuuint64_t a_dims[2] = {(cuuint64_t)gp->k, (cuuint64_t)m};
-  const cuuint64_t a_strides[1] = {(cuuint64_t)(m > 1 ? gp->a_row_stride : gp->k)};
-  const cuuint32_t a_box[2] = {ROW_BYTES, (cuuint32_t)bn};
-  IGNIS_TRY(ignis_tensor_map_encode(&p.map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, gp->a, a_dims, a_strides,
-                                    a_box, "ignis small-M GEMM (sm90): a"));
+  const cuuint64_t a_strides[1] = {(cuuint64_t)((m > 1 ? gp->a_row_stride : gp->k) * es)};
+  const cuuint32_t a_box[2] = {k_box, (cuuint32_t)bn};
+  IGNIS_TRY(ignis_tensor_map_encode(&p.map_a, type, 2, gp->a, a_dims, a_strides, a_box,
+                                    "ignis small-M GEMM (sm90): a"));
   p.out = gp->out;
   p.out_row_stride = gp->out_row_stride;
-  p.out_f16 = gp->out_dtype == IGNIS_F16;
+  p.out_dtype = gp->out_dtype;
   p.m = m;
   p.n = n;
   p.k_blocks = k_blocks;
@@ -319,9 +375,9 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
   p.partials = splits > 1 ? partials : nullptr;
   p.counters = splits > 1 ? counters : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (bn == 16)
-    return launch<16>(p, n_tiles, s);
-  if (bn == 32)
-    return launch<32>(p, n_tiles, s);
-  return launch<64>(p, n_tiles, s);
+  if (fp8)
+    return launch_for_rows<Elem::E4M3>(p, n_tiles, s);
+  if (gp->a_dtype == IGNIS_BF16)
+    return launch_for_rows<Elem::BF16>(p, n_tiles, s);
+  return launch_for_rows<Elem::F16>(p, n_tiles, s);
 }

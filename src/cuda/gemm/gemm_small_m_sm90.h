@@ -1,5 +1,5 @@
-/* The Hopper small-M block-scaled fp8 GEMM (gemm_small_m_sm90.cu): a dense ignis_mm_fp8_blockscale
- * call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel,
+/* The Hopper small-M GEMM (gemm_small_m_sm90.cu): a dense ignis_mm_fp8_blockscale (or 16-bit
+ * ignis_mm) call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel,
  * the weight on the 64-row side of wgmma and the activation rows on its narrow side, K split across
  * blocks. gemm_cublaslt.c asks ignis_cuda_gemm_small_m_sm90_takes after the small-M grouped kernel
  * (grouped_skinny.h) and before the other paths, and hands it the split-K room of its per-(device,
@@ -21,14 +21,17 @@ extern "C" {
 #define IGNIS_GEMM_SMALL_M_SM90_MIN_M 17
 #define IGNIS_GEMM_SMALL_M_SM90_MAX_M 64
 
-/* 1 if the kernel can run the call: IGNIS_GEMM_FP8_BLOCK, e4m3 x e4m3, no batch, 128x128
- * weight-scale blocks (b_scale_block_n == 128), b in the NT form (b_stride_k == 1), 1 <= M <=
- * IGNIS_GEMM_SMALL_M_SM90_MAX_M, out bf16 or f16, K a multiple of 16, a and b 16-byte aligned with
- * row strides of whole 16-byte units, sizes below 2^30, a build with sm_90a on a compute
- * capability 9.0 device whose driver has cuTensorMapEncodeTiled, and IGNIS_GEMM_SM90 not "0". */
+/* 1 if the kernel can run the call: no batch, b in the NT form (b_stride_k == 1), 1 <= M <=
+ * IGNIS_GEMM_SMALL_M_SM90_MAX_M, and either IGNIS_GEMM_FP8_BLOCK (e4m3 x e4m3, 128x128 weight-scale
+ * blocks, out bf16 or f16) or IGNIS_GEMM_PLAIN (bf16 x bf16 or f16 x f16, no bias, out bf16, f16 or
+ * f32); K a multiple of 16 bytes, a and b 16-byte aligned with row strides of whole 16-byte units,
+ * sizes below 2^30, a build with sm_90a on a compute capability 9.0 device whose driver has
+ * cuTensorMapEncodeTiled, and IGNIS_GEMM_SM90 not "0". */
 int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device);
 
-/* 1 if the library routes the call here: it fits and M >= IGNIS_GEMM_SMALL_M_SM90_MIN_M. */
+/* 1 if the library routes the call here: a block-scaled one that fits with M >=
+ * IGNIS_GEMM_SMALL_M_SM90_MIN_M (the 16-bit form is not routed: it is timed against cuBLASLt by
+ * bench/micro/grouped_skinny.cu first). */
 int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device);
 
 /* Runs the call on `stream` (makes `device` current for the launch). K is split across up to

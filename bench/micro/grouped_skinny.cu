@@ -11,7 +11,8 @@
  * from HBM), and the dense 16-bit products of decode (bf16 N7168 K2048 and N4096 K4096 at M 1 to
  * 64: ignis_mm's shapes, issue 18's 1.5x-floor bar; baseline cuBLASLt, "library" the routed
  * ignis_mm call). For every dense shape the rows "sm90 swap-AB" are the Hopper small-M kernel
- * (src/cuda/gemm/gemm_small_m_sm90.cu) with K split across at most 8, 4, 2 blocks or none. Built by
+ * (src/cuda/gemm/gemm_small_m_sm90.cu) with K split across at most 8, 4, 2 blocks or none, planned
+ * for one block per SM, and "2/SM" for two (half the ring each). Built by
  * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
@@ -461,13 +462,14 @@ int main() {
           IK(ignis_cuda_gemm(&dense[s], 0, stream));
       });
       if (ignis_cuda_gemm_small_m_sm90_fits(&dense[0], 0)) /* the Hopper small-M kernel */
-        for (int v = 0; v < 4; ++v) {
-          static const char *const names[4] = {"sm90 swap-AB split<=8", "sm90 swap-AB split<=4",
-                                               "sm90 swap-AB split<=2", "sm90 swap-AB unsplit"};
-          const int max_splits = 8 >> v;
+        for (int v = 0; v < 6; ++v) {
+          static const char *const names[6] = {"sm90 swap-AB split<=8",      "sm90 swap-AB split<=4",
+                                               "sm90 swap-AB split<=2",      "sm90 swap-AB unsplit",
+                                               "sm90 swap-AB 2/SM split<=8", "sm90 swap-AB 2/SM split<=2"};
+          static const int max_splits[6] = {8, 4, 2, 1, 8, 2}, per_sm[6] = {1, 1, 1, 1, 2, 2};
           measure(names[v], "-", [&](int s) {
             IK(ignis_cuda_gemm_small_m_sm90(&dense[s], 0, stream, partials, partial_floats, counters,
-                                            counters_count, max_splits));
+                                            counters_count, max_splits[v], per_sm[v]));
           });
         }
     } else

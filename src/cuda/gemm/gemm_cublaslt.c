@@ -628,7 +628,7 @@ static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t 
   char *scales = (char *)workspace + WORKSPACE_BYTES;
   return ignis_cuda_gemm_small_m_sm90(p, device, stream, (float *)scales, SCALE_BYTES / sizeof(float),
                                       (unsigned *)(scales + SCALE_BYTES),
-                                      SKINNY_COUNTER_BYTES / sizeof(unsigned), SMALL_M_SM90_MAX_SPLITS);
+                                      SKINNY_COUNTER_BYTES / sizeof(unsigned), SMALL_M_SM90_MAX_SPLITS, 1);
 }
 
 /* The whole call: the small-M grouped kernel or the Hopper small-M kernel (with the workspace, for

@@ -12,8 +12,9 @@
  * side, and the few activation rows pad only up to 16, not 64.
  *
  * Block: 160 threads. Warps 0-3 are the consumer warpgroup, warp 4's lane 0 the producer: it
- * issues the TMA loads of every K block of the block's range into a ring of STAGES stages (the
- * whole range is in flight at once when it fits: 12 to 16 stages of 10 to 16 KB), each stage
+ * issues the TMA loads of every K block of the block's range into a ring of stages (with one block
+ * per SM the whole range is in flight at once when it fits: 12 to 16 stages of 10 to 16 KB; half
+ * that with two), each stage
  * guarded by a full mbarrier (the producer's arrival with the byte count) and an empty one (one
  * arrival per consumer warp). Per K block the consumers issue 4 wgmma into a zeroed partial tile,
  * wait for them, release the stage and add the partial to the f32 tile scaled by
@@ -54,11 +55,14 @@ template <Elem E, int BN> struct Config {
   static constexpr int W_BYTES = BM * ROW_BYTES; /* 8 KB */
   static constexpr int A_BYTES = BN * ROW_BYTES;
   static constexpr int STAGE_BYTES = W_BYTES + A_BYTES;
-  static constexpr int STAGES =
-      SMEM_BUDGET / STAGE_BYTES > MAX_STAGES ? MAX_STAGES : SMEM_BUDGET / STAGE_BYTES;
-  static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
-  static constexpr int SMEM_BYTES = BAR_OFFSET + 2 * STAGES * 8 + 1024; /* + alignment slack */
-  static constexpr int ACC = BN / 2;                                    /* f32 accumulators per thread */
+  /* the ring's stages for `per_sm` resident blocks per SM, and its shared memory */
+  static constexpr int stages(int per_sm) {
+    return SMEM_BUDGET / per_sm / STAGE_BYTES > MAX_STAGES ? MAX_STAGES : SMEM_BUDGET / per_sm / STAGE_BYTES;
+  }
+  static constexpr int smem_bytes(int stages) {
+    return stages * STAGE_BYTES + 2 * stages * 8 + 1024;
+  }
+  static constexpr int ACC = BN / 2; /* f32 accumulators per thread */
   static_assert(BN == 16 || BN == 32 || BN == 64, "BN 16, 32 or 64");
 };
 
@@ -67,7 +71,7 @@ struct Params {
   void *out;
   int64_t out_row_stride; /* elements */
   ignis_dtype out_dtype;
-  int m, n, k_blocks, kb_per_split, splits;
+  int m, n, k_blocks, kb_per_split, splits, stages;
   const void *a_scale, *b_scale;
   bool scale_u8;
   int64_t a_scale_sm, a_scale_sk, b_scale_sn, b_scale_sk;
@@ -93,14 +97,15 @@ __global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_c
   typedef Config<E, BN> C;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (ignis_smem_addr(smem) + 1023u) & ~1023u;
-  const uint32_t full = base + C::BAR_OFFSET, empty = full + 8 * C::STAGES;
+  const int stages = p.stages;
+  const uint32_t full = base + stages * C::STAGE_BYTES, empty = full + 8 * stages;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int n0 = blockIdx.x * BM, split = blockIdx.y;
   const int kb0 = split * p.kb_per_split;
   const int kb_end = min(p.k_blocks, kb0 + p.kb_per_split);
 
   if (tid == 0) {
-    for (int s = 0; s < C::STAGES; ++s) {
+    for (int s = 0; s < stages; ++s) {
       ignis_mbar_init(full + 8 * s, 1);
       ignis_mbar_init(empty + 8 * s, 4); /* lane 0 of each consumer warp */
     }
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_c
         ignis_tma_load_2d(dst, &p.map_w, bar, kb * ROW_BYTES, n0);
         ignis_tma_load_2d(dst + C::W_BYTES, &p.map_a, bar, kb * ROW_BYTES, 0);
         ignis_mbar_arrive_expect_tx(bar, C::STAGE_BYTES);
-        if (++stage == C::STAGES) {
+        if (++stage == stages) {
           stage = 0;
           phase ^= 1u;
         }
@@ -143,7 +148,7 @@ __global__ void __launch_bounds__(THREADS, 1) small_m_sm90_kernel(const __grid_c
     auto release = [&] {
       if (lane == 0)
         ignis_mbar_arrive(empty + 8 * stage);
-      if (++stage == C::STAGES) {
+      if (++stage == stages) {
         stage = 0;
         phase ^= 1u;
       }
@@ -266,27 +271,29 @@ bool aligned16(const void *ptr) {
   return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
 }
 
-template <Elem E, int BN> ignis_status launch(const Params &p, int n_tiles, cudaStream_t stream) {
+template <Elem E, int BN> ignis_status launch(Params p, int n_tiles, int per_sm, cudaStream_t stream) {
   typedef Config<E, BN> C;
-  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<E, BN>>(C::SMEM_BYTES);
+  p.stages = C::stages(per_sm);
+  const int smem = C::smem_bytes(p.stages);
+  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<E, BN>>(C::smem_bytes(C::stages(1)));
   if (err != cudaSuccess)
     return ignis_set_error(IGNIS_ERROR_CUDA,
                            "ignis small-M GEMM (sm90): cannot allow %d bytes of shared memory: %s",
-                           C::SMEM_BYTES, cudaGetErrorString(err));
-  err = ignis_launch(small_m_sm90_kernel<E, BN>, dim3(n_tiles, p.splits), dim3(THREADS), C::SMEM_BYTES,
-                     stream, p);
+                           C::smem_bytes(C::stages(1)), cudaGetErrorString(err));
+  err = ignis_launch(small_m_sm90_kernel<E, BN>, dim3(n_tiles, p.splits), dim3(THREADS), smem, stream, p);
   if (err != cudaSuccess)
     return ignis_set_error(IGNIS_ERROR_CUDA, "ignis small-M GEMM (sm90): launch failed: %s",
                            cudaGetErrorString(err));
   return IGNIS_OK;
 }
 
-template <Elem E> ignis_status launch_for_rows(const Params &p, int n_tiles, cudaStream_t stream) {
+template <Elem E>
+ignis_status launch_for_rows(const Params &p, int n_tiles, int per_sm, cudaStream_t stream) {
   if (p.m <= 16)
-    return launch<E, 16>(p, n_tiles, stream);
+    return launch<E, 16>(p, n_tiles, per_sm, stream);
   if (p.m <= 32)
-    return launch<E, 32>(p, n_tiles, stream);
-  return launch<E, 64>(p, n_tiles, stream);
+    return launch<E, 32>(p, n_tiles, per_sm, stream);
+  return launch<E, 64>(p, n_tiles, per_sm, stream);
 }
 
 } // namespace
@@ -323,15 +330,17 @@ extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, in
 
 extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp, int32_t device,
                                                      void *stream, float *partials, size_t partial_floats,
-                                                     unsigned *counters, int counters_count, int max_splits) {
+                                                     unsigned *counters, int counters_count, int max_splits,
+                                                     int per_sm) {
   IGNIS_CUDA_ON_DEVICE(device);
   const int sms = ignis_cuda_sm_count(device);
   const bool fp8 = gp->kind == IGNIS_GEMM_FP8_BLOCK;
   const int64_t es = fp8 ? 1 : 2;
   const int m = (int)gp->m, n = (int)gp->n;
   const int n_tiles = (n + BM - 1) / BM, k_blocks = (int)((gp->k * es + ROW_BYTES - 1) / ROW_BYTES);
-  /* splits: as many as fill the SMs with one block each, if the room holds their partials */
-  int splits = n_tiles < sms ? sms / n_tiles : 1;
+  /* splits: as many as fill the SMs with per_sm blocks each, if the room holds their partials */
+  per_sm = per_sm == 2 ? 2 : 1;
+  int splits = n_tiles < sms * per_sm ? sms * per_sm / n_tiles : 1;
   splits = splits < max_splits ? splits : max_splits;
   splits = splits < k_blocks ? splits : k_blocks;
   if (splits < 1 || !partials || !counters || (size_t)splits * m * n > partial_floats ||
@@ -376,8 +385,8 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
   p.counters = splits > 1 ? counters : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (fp8)
-    return launch_for_rows<Elem::E4M3>(p, n_tiles, s);
+    return launch_for_rows<Elem::E4M3>(p, n_tiles, per_sm, s);
   if (gp->a_dtype == IGNIS_BF16)
-    return launch_for_rows<Elem::BF16>(p, n_tiles, s);
-  return launch_for_rows<Elem::F16>(p, n_tiles, s);
+    return launch_for_rows<Elem::BF16>(p, n_tiles, per_sm, s);
+  return launch_for_rows<Elem::F16>(p, n_tiles, per_sm, s);
 }

@@ -22,16 +22,14 @@ extern "C" {
 #define IGNIS_GEMM_SMALL_M_SM90_MAX_M 64
 
 /* 1 if the kernel can run the call: no batch, b in the NT form (b_stride_k == 1), 1 <= M <=
- * IGNIS_GEMM_SMALL_M_SM90_MAX_M, and either IGNIS_GEMM_FP8_BLOCK (e4m3 x e4m3, 128x128 weight-scale
- * blocks, out bf16 or f16) or IGNIS_GEMM_PLAIN (bf16 x bf16 or f16 x f16, no bias, out bf16, f16 or
- * f32); K a multiple of 16 bytes, a and b 16-byte aligned with row strides of whole 16-byte units,
- * sizes below 2^30, a build with sm_90a on a compute capability 9.0 device whose driver has
- * cuTensorMapEncodeTiled, and IGNIS_GEMM_SM90 not "0". */
+ * IGNIS_GEMM_SMALL_M_SM90_MAX_M, IGNIS_GEMM_FP8_BLOCK (e4m3 x e4m3, 128x128 weight-scale blocks, out
+ * bf16 or f16; the kernel's 16-bit form is refused: see gemm_small_m_sm90.cu), K a multiple of 16
+ * bytes, a and b 16-byte aligned with row strides of whole 16-byte units, sizes below 2^30, a build
+ * with sm_90a on a compute capability 9.0 device whose driver has cuTensorMapEncodeTiled, and
+ * IGNIS_GEMM_SM90 not "0". */
 int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device);
 
-/* 1 if the library routes the call here: a block-scaled one that fits with M >=
- * IGNIS_GEMM_SMALL_M_SM90_MIN_M (the 16-bit form is not routed: it is timed against cuBLASLt by
- * bench/micro/grouped_skinny.cu first). */
+/* 1 if the library routes the call here: it fits and M >= IGNIS_GEMM_SMALL_M_SM90_MIN_M. */
 int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device);
 
 /* Runs the call on `stream` (makes `device` current for the launch), planned for per_sm (1 or 2)

@@ -19,7 +19,8 @@
  * 64, K 2048 and 4096 and ragged K, N not a multiple of the kernel's 128-row blocks, bias, padded
  * strides, f16 and bf16, one split-K and one unsplit plan, and the neighbours that stay on cuBLASLt
  * (M 65, K % 8 != 0); a split-K call repeated must give the same bits. Block-scaled cases of 128 rows
- * and more run on the Hopper kernel on an H100 / H200 (include/ignis/gemm.h), two of them at
+ * and more run on the Hopper kernel on an H100 / H200 with IGNIS_GEMM_SM90=all (include/ignis/gemm.h),
+ * as do those of 17 to 64 rows on the Hopper small-M kernel (gpu-check reruns this test so), two at
  * DeepSeek-V3's sizes (M 4096 N 7168 K 2048, M 1000 N 2112 K 7168) on the GPU only, checked on
  * sampled rows and columns plus a written-everywhere check. Outputs are poisoned (NaN) so an
  * unwritten element shows; the padding around out must keep its bytes.
@@ -396,11 +397,11 @@ static int small_m_block_path(void) {
 }
 
 /* 1 if block-scaled products of 17 to 64 rows run on the Hopper small-M kernel on this CUDA backend
- * (gemm_small_m_sm90.h): a build with sm_90a, a compute capability 9.0 device and IGNIS_GEMM_SM90
- * not "0". It takes any N and K % 16. */
+ * (gemm_small_m_sm90.h): IGNIS_GEMM_SM90=all (tools/gpu-check reruns this test so), a build with
+ * sm_90a and a compute capability 9.0 device. It takes any N and K % 16. */
 static int hopper_small_m_block_path(h_backend be) {
   const char *value = getenv("IGNIS_GEMM_SM90");
-  if ((value != NULL && strcmp(value, "0") == 0) || strstr(ignis_build_info(), "sm_90a") == NULL)
+  if (value == NULL || strcmp(value, "all") != 0 || strstr(ignis_build_info(), "sm_90a") == NULL)
     return 0;
   ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
   return ignis_get_device_info(h_backend_device(be), &info) == IGNIS_OK && info.compute_capability == 90;
@@ -491,8 +492,8 @@ static void test_blockscale(h_backend be) {
    * q_a / kv_a projection shape, 2 splits) */
   run_block_case(be, 3, 256, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 16, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
-  /* 17 to 64 rows: on an H100 / H200 the Hopper small-M kernel (gemm_small_m_sm90.cu; else
-   * cuBLASLt where its rules allow, as the 64-row case above): K split across blocks (the 64-row case
+  /* 17 to 64 rows: on an H100 / H200 with IGNIS_GEMM_SM90=all the Hopper small-M kernel
+   * (gemm_small_m_sm90.cu; else cuBLASLt where its rules allow, as the 64-row case above): K split across blocks (the 64-row case
    * above: 3 splits of one K block), N with a partial last 64-row tile and K with a partial last
    * block (16 wide), 16-, 32- and 64-wide token tiles, one tile of 64 rows unsplit (7168 rows: 112
    * tiles fill the SMs alone), DeepSeek-V3's q_a / kv_a projection (N2112 K7168, 4 splits) */

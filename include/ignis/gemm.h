@@ -38,18 +38,17 @@
  *     N2112 K7168 at M 4 / 16 in 11.1 / 13.3 us where cuBLASLt took 18.5 / 18.7 (N7168 K2048 M16:
  *     12.6 against 13.1); past M 16 cuBLASLt was faster (one group gives too few blocks). M need
  *     not be a multiple of 4 on this path, nor K of 128.
- *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with 17 <= M <= 64 on an H100 / H200: ignis'
- *     Hopper small-M kernel (src/cuda/gemm/gemm_small_m_sm90.cu: 64 weight rows per block on
- *     wgmma's 64-row side, the activation rows on its 16- to 64-wide side, TMA loads of the block's
- *     whole K range in flight, K split across blocks when the weight tiles leave SMs idle, the
- *     split sums in the workspace described below and added in a fixed order, so the same bits on
- *     every call) when all of these hold: e4m3 x e4m3, weight scales in 128x128 blocks (not per
- *     row), K a positive multiple of 16, a and b 16-byte aligned with row strides of whole 16-byte
- *     units, a device of compute capability 9.0, a build with sm_90a, and IGNIS_GEMM_SM90 not "0".
- *     M need not be a multiple of 4 on this path, nor N of 16 or K of 128. On the H100 (13b8ac1)
- *     it ran as fast as cuBLASLt there (N2112 K7168 at M 32 / 64: 20.5 / 31.7 us against 20.4 /
- *     31.9; N7168 K2048 at M 64: 20.7 against 20.7) and N7168 K2048 at M 16 in 10.0 us (cuBLASLt
- *     13.4, the small-M grouped kernel 12.6), which the small-M grouped kernel keeps for now.
+ *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with 17 <= M <= 64 on an H100 / H200 and
+ *     IGNIS_GEMM_SM90 set to "all": ignis' Hopper small-M kernel (src/cuda/gemm/gemm_small_m_sm90.cu:
+ *     64 weight rows per block on wgmma's 64-row side, the activation rows on its 16- to 64-wide
+ *     side, TMA loads of the block's whole K range in flight, K split across blocks when the weight
+ *     tiles leave SMs idle, the split sums in the workspace described below and added in a fixed
+ *     order, so the same bits on every call) when all of these hold: e4m3 x e4m3, weight scales in
+ *     128x128 blocks (not per row), K a positive multiple of 16, a and b 16-byte aligned with row
+ *     strides of whole 16-byte units, a device of compute capability 9.0 and a build with sm_90a.
+ *     M need not be a multiple of 4 on this path, nor N of 16 or K of 128. By default these calls
+ *     stay on cuBLASLt: on the H100 (13b8ac1) this kernel ran N2112 K7168 at M 64 in 31.7-33.3 us
+ *     and N7168 K2048 at M 64 in 20.7, where cuBLASLt took 19-20 and 13.4 in earlier runs.
  *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with M >= 128 on an H100 / H200: ignis' own
  *     Hopper kernel (src/cuda/gemm/grouped_gemm_sm90.cu, the grouped kernel below run as one group)
  *     when all of these hold: weight scales in 128x128 blocks (not per row), K a positive multiple
@@ -112,9 +111,9 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
  * [ceil(N/128), ceil(K/128)] (128x128 blocks), any strides; or [N, ceil(K/128)], one 1x128 scale per
  * weight row (FlashInfer's "per-token" weight scales; b_scale[n, kb] replaces b_scale[n / 128, kb]). Scales are f32, or u8 holding UE8M0 exponents (the
  * value 2^(e - 127); e == 255 is NaN), both tensors the same dtype. out [M, N] bf16 or f16.
- * CUDA: M <= 16 on the small-M grouped kernel (sm_89 or later), 17 <= M <= 64 on the Hopper small-M
- * kernel (sm_90a) and M >= 128 on ignis' Hopper kernel with IGNIS_GEMM_SM90=all, for the shapes
- * listed above (128x128 weight blocks, K % 16 == 0,
+ * CUDA: M <= 16 on the small-M grouped kernel (sm_89 or later), and with IGNIS_GEMM_SM90=all
+ * 17 <= M <= 64 on the Hopper small-M kernel and M >= 128 on ignis' Hopper kernel (sm_90a), for the
+ * shapes listed above (128x128 weight blocks, K % 16 == 0,
  * N % 8 == 0; scales read in place, any strides), else cuBLASLt 12.9 or later
  * (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b; the scales are repacked, UE8M0 decoded,
  * into the workspace in cuBLASLt's layout, so any layout works), which needs M a multiple of 4, N a

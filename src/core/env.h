@@ -27,10 +27,10 @@ extern "C" {
     "0 sends the small-M (MoE decode) grouped GEMMs to the 128x128 grouped kernel instead of the "  \
     "weight-streaming one")                                                                         \
   X(IGNIS_ENV_GEMM_SM90, "IGNIS_GEMM_SM90", "0, all",                                               \
-    "Hopper GEMM kernels for the grouped ops and block-scaled fp8 at M 17-64",                         \
-    "0 runs the grouped GEMMs on the mma.sync kernel instead of the Hopper (wgmma, TMA) kernel and "   \
-    "the block-scaled fp8 GEMM of 17-64 rows on cuBLASLt instead of the Hopper small-M kernel; all "   \
-    "also sends the dense block-scaled fp8 GEMM (M >= 128) to the Hopper kernel instead of cuBLASLt")
+    "Hopper GEMM kernel for the grouped ops",                                                         \
+    "0 runs the grouped GEMMs on the mma.sync kernel instead of the Hopper (wgmma, TMA) kernel; all "   \
+    "also sends the dense block-scaled fp8 GEMM of 17-64 rows to the Hopper small-M kernel and of "    \
+    "M >= 128 to the Hopper kernel instead of cuBLASLt")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

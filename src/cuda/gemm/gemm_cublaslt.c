@@ -1,8 +1,8 @@
 /* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products on ignis' own
  * kernel (gemm_skinny.h says which), the block-scaled fp8 products of up to 16 rows on the small-M
- * grouped kernel run as one group (grouped_skinny.h), those of 17 to 64 rows on the Hopper small-M
- * kernel (gemm_small_m_sm90.h), those of at least 128 rows on ignis' Hopper kernel where it takes
- * them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
+ * grouped kernel run as one group (grouped_skinny.h), with IGNIS_GEMM_SM90=all those of 17 to 64
+ * rows on the Hopper small-M kernel (gemm_small_m_sm90.h) and those of at least 128 rows on ignis'
+ * Hopper kernel where they take them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
  * so that nothing else in the library depends on it. cublasLt.h supplies the types and enums only;
  * no symbol of it is linked.

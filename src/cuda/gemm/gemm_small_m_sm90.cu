@@ -322,8 +322,15 @@ extern "C" int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int
   return device_runs(device);
 }
 
+/* Routed only with IGNIS_GEMM_SM90=all: on the H100 (13b8ac1) it ran N2112 K7168 at M 64 in
+ * 31.7-33.3 us and N7168 K2048 at M 64 in 20.7, where cuBLASLt took 19-20 and 13.4 in earlier runs
+ * (notes/PERF.md), so by default these calls stay on cuBLASLt. */
 extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device) {
-  return p->kind == IGNIS_GEMM_FP8_BLOCK && p->m >= IGNIS_GEMM_SMALL_M_SM90_MIN_M &&
+  static const bool all = [] {
+    const char *value = ignis_env(IGNIS_ENV_GEMM_SM90);
+    return value && strcmp(value, "all") == 0;
+  }();
+  return all && p->kind == IGNIS_GEMM_FP8_BLOCK && p->m >= IGNIS_GEMM_SMALL_M_SM90_MIN_M &&
          ignis_cuda_gemm_small_m_sm90_fits(p, device);
 }
 

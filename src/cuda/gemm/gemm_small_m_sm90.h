@@ -2,7 +2,7 @@
  * ignis_mm) call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel,
  * the weight on the 64-row side of wgmma and the activation rows on its narrow side, K split across
  * blocks. gemm_cublaslt.c asks ignis_cuda_gemm_small_m_sm90_takes after the small-M grouped kernel
- * (grouped_skinny.h) and before the other paths, and hands it the split-K room of its per-(device,
+ * (grouped_skinny.h) and before the other paths (it says yes only with IGNIS_GEMM_SM90=all), and hands it the split-K room of its per-(device,
  * stream) workspace. The entry points are public here for bench/micro/grouped_skinny.cu, which
  * times this kernel against the others on the dense decode shapes. */
 #ifndef IGNIS_CUDA_GEMM_GEMM_SMALL_M_SM90_H
@@ -16,8 +16,8 @@
 extern "C" {
 #endif
 
-/* The rows (M) from which the library routes a dense block-scaled product here rather than to the
- * small-M grouped kernel, and the most it takes. */
+/* The rows (M) from which the library routes a dense block-scaled product here (with
+ * IGNIS_GEMM_SM90=all) rather than to the small-M grouped kernel, and the most it takes. */
 #define IGNIS_GEMM_SMALL_M_SM90_MIN_M 17
 #define IGNIS_GEMM_SMALL_M_SM90_MAX_M 64
 
@@ -29,7 +29,8 @@ extern "C" {
  * IGNIS_GEMM_SM90 not "0". */
 int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device);
 
-/* 1 if the library routes the call here: it fits and M >= IGNIS_GEMM_SMALL_M_SM90_MIN_M. */
+/* 1 if the library routes the call here: it fits, M >= IGNIS_GEMM_SMALL_M_SM90_MIN_M and
+ * IGNIS_GEMM_SM90 is "all" (by default cuBLASLt, faster on the H100, keeps these calls). */
 int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device);
 
 /* Runs the call on `stream` (makes `device` current for the launch), planned for per_sm (1 or 2)

@@ -10,7 +10,7 @@
  * N7168 K2048; the calls rotate over 16 copies of the weight, picked by weight_indices, so it comes
  * from HBM), and the dense 16-bit products of decode (bf16 N7168 K2048 and N4096 K4096 at M 1 to
  * 64: ignis_mm's shapes, issue 18's 1.5x-floor bar; baseline cuBLASLt, "library" the routed
- * ignis_mm call). For every dense shape the rows "sm90 swap-AB" are the Hopper small-M kernel
+ * ignis_mm call). For every dense fp8 shape the rows "sm90 swap-AB" are the Hopper small-M kernel
  * (src/cuda/gemm/gemm_small_m_sm90.cu) with K split across at most 8, 4, 2 blocks or none, planned
  * for one block per SM, and "2/SM" for two (half the ring each). Built by
  * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.

@@ -600,35 +600,48 @@ static ignis_status run_locked(const ignis_gemm_params *p, int32_t device, void 
   return IGNIS_OK;
 }
 
-/* Caller holds state_lock; device is current. */
-static ignis_status run_skinny_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+/* The split-K room the small-M kernels share in the (device, stream) workspace: f32 partials in the
+ * scales' room (a call only fills that for its own cuBLASLt launch), then the counters. Each kernel
+ * leaves the counters zero, and the calls on one stream are ordered. Caller holds state_lock;
+ * device is current. */
+typedef struct split_room {
+  float *partials;
+  size_t partial_floats;
+  unsigned *counters;
+  int counters_count;
+} split_room;
+
+static ignis_status split_room_for(int32_t device, void *stream, split_room *room) {
   void *workspace = NULL;
   IGNIS_TRY(workspace_for(device, stream, &workspace));
   char *scales = (char *)workspace + WORKSPACE_BYTES;
-  return ignis_cuda_skinny_gemm(p, device, (float *)scales, SCALE_BYTES / sizeof(float),
-                                (unsigned *)(scales + SCALE_BYTES), SKINNY_COUNTER_BYTES / sizeof(unsigned),
+  room->partials = (float *)scales;
+  room->partial_floats = SCALE_BYTES / sizeof(float);
+  room->counters = (unsigned *)(scales + SCALE_BYTES);
+  room->counters_count = SKINNY_COUNTER_BYTES / sizeof(unsigned);
+  return IGNIS_OK;
+}
+
+/* The small-M kernels with that room; caller holds state_lock, device is current. */
+static ignis_status run_skinny_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
+  split_room r;
+  IGNIS_TRY(split_room_for(device, stream, &r));
+  return ignis_cuda_skinny_gemm(p, device, r.partials, r.partial_floats, r.counters, r.counters_count,
                                 stream);
 }
 
-/* Caller holds state_lock; device is current. The split-K room is the one the small-M kernel uses:
- * both leave the counters zero, and the calls on one stream are ordered. */
 static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
-  void *workspace = NULL;
-  IGNIS_TRY(workspace_for(device, stream, &workspace));
-  char *scales = (char *)workspace + WORKSPACE_BYTES;
-  return ignis_cuda_gemm_grouped_skinny(p, device, stream, (float *)scales, SCALE_BYTES / sizeof(float),
-                                        (unsigned *)(scales + SCALE_BYTES),
-                                        SKINNY_COUNTER_BYTES / sizeof(unsigned));
+  split_room r;
+  IGNIS_TRY(split_room_for(device, stream, &r));
+  return ignis_cuda_gemm_grouped_skinny(p, device, stream, r.partials, r.partial_floats, r.counters,
+                                        r.counters_count);
 }
 
-/* Caller holds state_lock; device is current. The Hopper small-M kernel with the same split-K room. */
 static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
-  void *workspace = NULL;
-  IGNIS_TRY(workspace_for(device, stream, &workspace));
-  char *scales = (char *)workspace + WORKSPACE_BYTES;
-  return ignis_cuda_gemm_small_m_sm90(p, device, stream, (float *)scales, SCALE_BYTES / sizeof(float),
-                                      (unsigned *)(scales + SCALE_BYTES),
-                                      SKINNY_COUNTER_BYTES / sizeof(unsigned), SMALL_M_SM90_MAX_SPLITS, 1);
+  split_room r;
+  IGNIS_TRY(split_room_for(device, stream, &r));
+  return ignis_cuda_gemm_small_m_sm90(p, device, stream, r.partials, r.partial_floats, r.counters,
+                                      r.counters_count, SMALL_M_SM90_MAX_SPLITS, 1);
 }
 
 /* The whole call: the small-M grouped kernel or the Hopper small-M kernel (with the workspace, for

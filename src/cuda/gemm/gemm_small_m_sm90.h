@@ -1,10 +1,11 @@
-/* The Hopper small-M GEMM (gemm_small_m_sm90.cu): a dense ignis_mm_fp8_blockscale (or 16-bit
- * ignis_mm) call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel,
- * the weight on the 64-row side of wgmma and the activation rows on its narrow side, K split across
+/* The Hopper small-M block-scaled fp8 GEMM (gemm_small_m_sm90.cu): a dense ignis_mm_fp8_blockscale
+ * call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel, the
+ * weight on the 64-row side of wgmma and the activation rows on its narrow side, K split across
  * blocks. gemm_cublaslt.c asks ignis_cuda_gemm_small_m_sm90_takes after the small-M grouped kernel
- * (grouped_skinny.h) and before the other paths (it says yes only with IGNIS_GEMM_SM90=all), and hands it the split-K room of its per-(device,
- * stream) workspace. The entry points are public here for bench/micro/grouped_skinny.cu, which
- * times this kernel against the others on the dense decode shapes. */
+ * (grouped_skinny.h) and before the other paths (it says yes only with IGNIS_GEMM_SM90=all), and
+ * hands it the split-K room of its per-(device, stream) workspace. The entry points are public here
+ * for bench/micro/grouped_skinny.cu, which times this kernel against the others on the dense decode
+ * shapes. */
 #ifndef IGNIS_CUDA_GEMM_GEMM_SMALL_M_SM90_H
 #define IGNIS_CUDA_GEMM_GEMM_SMALL_M_SM90_H
 
@@ -21,12 +22,11 @@ extern "C" {
 #define IGNIS_GEMM_SMALL_M_SM90_MIN_M 17
 #define IGNIS_GEMM_SMALL_M_SM90_MAX_M 64
 
-/* 1 if the kernel can run the call: no batch, b in the NT form (b_stride_k == 1), 1 <= M <=
- * IGNIS_GEMM_SMALL_M_SM90_MAX_M, IGNIS_GEMM_FP8_BLOCK (e4m3 x e4m3, 128x128 weight-scale blocks, out
- * bf16 or f16; the kernel's 16-bit form is refused: see gemm_small_m_sm90.cu), K a multiple of 16
- * bytes, a and b 16-byte aligned with row strides of whole 16-byte units, sizes below 2^30, a build
- * with sm_90a on a compute capability 9.0 device whose driver has cuTensorMapEncodeTiled, and
- * IGNIS_GEMM_SM90 not "0". */
+/* 1 if the kernel can run the call: IGNIS_GEMM_FP8_BLOCK (e4m3 x e4m3, 128x128 weight-scale blocks,
+ * out bf16 or f16), no batch, b in the NT form (b_stride_k == 1), 1 <= M <=
+ * IGNIS_GEMM_SMALL_M_SM90_MAX_M, K a multiple of 16, a and b 16-byte aligned with row strides of whole
+ * 16-byte units, sizes below 2^30, a build with sm_90a on a compute capability 9.0 device whose driver has
+ * cuTensorMapEncodeTiled, and IGNIS_GEMM_SM90 not "0". */
 int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device);
 
 /* 1 if the library routes the call here: it fits, M >= IGNIS_GEMM_SMALL_M_SM90_MIN_M and

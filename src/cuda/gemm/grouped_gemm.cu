@@ -31,6 +31,7 @@
 
 #include "core/error.h"
 #include "cuda/common/cuda_common.cuh"
+#include "cuda/common/fp8_convert.cuh"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm/grouped_skinny.h"
 #include "cuda/gemm/grouped_gemm_sm90.h"
@@ -115,10 +116,7 @@ __device__ __forceinline__ int64_t load_index(const void *base, bool i64, int64_
 }
 
 __device__ __forceinline__ float load_scale(const void *base, bool u8, int64_t i) {
-  if (!u8)
-    return static_cast<const float *>(base)[i];
-  unsigned e = static_cast<const unsigned char *>(base)[i];
-  return e == 255u ? __int_as_float(0x7fc00000) : __int_as_float(e == 0u ? 0x00400000 : (int)(e << 23));
+  return ignis_block_scale_value(ignis_block_scale_raw(base, u8, i), u8);
 }
 
 /* 64-byte rows: byte offset of 16-byte chunk c (0..3) of row r. */

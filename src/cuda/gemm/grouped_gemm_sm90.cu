@@ -99,15 +99,6 @@ __device__ __forceinline__ int64_t load_index(const void *base, bool i64, int64_
   return i64 ? static_cast<const int64_t *>(base)[i] : static_cast<const int32_t *>(base)[i];
 }
 
-/* A scale's bits (f32, or the UE8M0 byte), loaded now and decoded once used, so the load's latency
- * hides under the wgmma it is issued before (common/fp8_convert.cuh). */
-__device__ __forceinline__ uint32_t load_scale(const void *base, bool u8, int64_t i) {
-  return ignis_block_scale_raw(base, u8, i);
-}
-__device__ __forceinline__ float decode_scale(uint32_t bits, bool u8) {
-  return ignis_block_scale_value(bits, u8);
-}
-
 /* ---- scheduler ------------------------------------------------------------------------------------ */
 /* A warp's window of 32 groups (lane l: group g_base + l) and its place in the tile order. */
 struct Sched {
@@ -296,9 +287,9 @@ __global__ void __launch_bounds__(THREADS, 1) grouped_gemm_sm90_kernel(const __g
                   b_sc = (int64_t)tile.weight * p.b_scale_sg + (int64_t)tile.n_tile * p.b_scale_sn;
     uint32_t next_a0 = 0, next_a1 = 0, next_b = 0;
     if constexpr (FP8) {
-      next_a0 = load_scale(p.a_scale, p.scale_u8, a_sc0);
-      next_a1 = load_scale(p.a_scale, p.scale_u8, a_sc1);
-      next_b = load_scale(p.b_scale, p.scale_u8, b_sc);
+      next_a0 = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc0);
+      next_a1 = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc1);
+      next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc);
 #pragma unroll
       for (int i = 0; i < W::ACC; ++i)
         acc[i] = 0.0f;
@@ -307,9 +298,9 @@ __global__ void __launch_bounds__(THREADS, 1) grouped_gemm_sm90_kernel(const __g
       const uint32_t sa0 = next_a0, sa1 = next_a1, sb = next_b;
       if constexpr (FP8) {
         if (kb + 1 < p.k_blocks) {
-          next_a0 = load_scale(p.a_scale, p.scale_u8, a_sc0 + (int64_t)(kb + 1) * p.a_scale_sk);
-          next_a1 = load_scale(p.a_scale, p.scale_u8, a_sc1 + (int64_t)(kb + 1) * p.a_scale_sk);
-          next_b = load_scale(p.b_scale, p.scale_u8, b_sc + (int64_t)(kb + 1) * p.b_scale_sk);
+          next_a0 = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc0 + (int64_t)(kb + 1) * p.a_scale_sk);
+          next_a1 = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc1 + (int64_t)(kb + 1) * p.a_scale_sk);
+          next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)(kb + 1) * p.b_scale_sk);
         }
       }
       ignis_mbar_wait(full + 8 * stage, phase);
@@ -341,8 +332,8 @@ __global__ void __launch_bounds__(THREADS, 1) grouped_gemm_sm90_kernel(const __g
         ignis_mbar_arrive(empty + 8 * stage);
       advance();
       if constexpr (FP8) { /* promotion: the block's partial sums, scaled, into the f32 tile */
-        const float b_scale = decode_scale(sb, p.scale_u8), s0 = decode_scale(sa0, p.scale_u8) * b_scale,
-                    s1 = decode_scale(sa1, p.scale_u8) * b_scale;
+        const float b_scale = ignis_block_scale_value(sb, p.scale_u8), s0 = ignis_block_scale_value(sa0, p.scale_u8) * b_scale,
+                    s1 = ignis_block_scale_value(sa1, p.scale_u8) * b_scale;
 #pragma unroll
         for (int j = 0; j < W::ACC / 4; ++j) {
           acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
@@ -364,27 +355,6 @@ __global__ void __launch_bounds__(THREADS, 1) grouped_gemm_sm90_kernel(const __g
 }
 
 /* ---- host --------------------------------------------------------------------------------------- */
-enum { MODE_OFF = 0, MODE_GROUPED = 1, MODE_ALL = 2 };
-
-/* IGNIS_GEMM_SM90, read once: "0" off, "all" the grouped ops and the dense block-scaled GEMM, else
- * (the default) the grouped ops only: cuBLASLt was faster on the dense one (include/ignis/gemm.h). */
-int sm90_mode(void) {
-  static const int mode = [] {
-    const char *value = ignis_env(IGNIS_ENV_GEMM_SM90);
-    if (value && strcmp(value, "0") == 0)
-      return (int)MODE_OFF;
-    if (value && strcmp(value, "all") == 0)
-      return (int)MODE_ALL;
-    return (int)MODE_GROUPED;
-  }();
-  return mode;
-}
-
-bool sm90_runs(int32_t device) {
-  static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
-  return compiled && ignis_compute_capability(device) == 90 && ignis_tensor_map_encoder() != nullptr;
-}
-
 bool aligned16(const void *ptr) {
   return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
 }
@@ -495,8 +465,28 @@ ignis_status run(const ignis_grouped_gemm_params *gp, int32_t device, void *stre
 
 } // namespace
 
+/* IGNIS_GEMM_SM90, read once: "0" off, "all" the grouped ops and the dense block-scaled GEMMs, else
+ * (the default) the grouped ops only: cuBLASLt was faster on the dense ones (include/ignis/gemm.h). */
+extern "C" ignis_gemm_sm90_mode ignis_cuda_gemm_sm90_mode(void) {
+  static const ignis_gemm_sm90_mode mode = [] {
+    const char *value = ignis_env(IGNIS_ENV_GEMM_SM90);
+    if (value && strcmp(value, "0") == 0)
+      return IGNIS_GEMM_SM90_OFF;
+    if (value && strcmp(value, "all") == 0)
+      return IGNIS_GEMM_SM90_ALL;
+    return IGNIS_GEMM_SM90_GROUPED;
+  }();
+  return mode;
+}
+
+extern "C" int ignis_cuda_gemm_sm90_device(int32_t device) {
+  static const bool compiled = strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
+  return compiled && ignis_compute_capability(device) == 90 && ignis_tensor_map_encoder() != nullptr;
+}
+
 extern "C" int ignis_cuda_grouped_gemm_sm90_takes(const ignis_grouped_gemm_params *p, int32_t device) {
-  return sm90_mode() != MODE_OFF && shape_fits(p) && sm90_runs(device);
+  return ignis_cuda_gemm_sm90_mode() != IGNIS_GEMM_SM90_OFF && shape_fits(p) &&
+         ignis_cuda_gemm_sm90_device(device);
 }
 
 extern "C" ignis_status ignis_cuda_grouped_gemm_sm90(const ignis_grouped_gemm_params *p, int32_t device,
@@ -507,10 +497,11 @@ extern "C" ignis_status ignis_cuda_grouped_gemm_sm90(const ignis_grouped_gemm_pa
 extern "C" int ignis_cuda_gemm_sm90_takes(const ignis_gemm_params *p, int32_t device) {
   if (p->kind != IGNIS_GEMM_FP8_BLOCK || p->batch != 1 || p->b_scale_block_n != IGNIS_GEMM_SCALE_BLOCK ||
       p->m < BM || p->a_dtype != IGNIS_FP8_E4M3 || p->b_dtype != IGNIS_FP8_E4M3 ||
-      (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16) || sm90_mode() != MODE_ALL)
+      (p->out_dtype != IGNIS_BF16 && p->out_dtype != IGNIS_F16) ||
+      ignis_cuda_gemm_sm90_mode() != IGNIS_GEMM_SM90_ALL)
     return 0;
   const ignis_grouped_gemm_params g = ignis_grouped_params_of_dense(p);
-  return shape_fits(&g) && sm90_runs(device);
+  return shape_fits(&g) && ignis_cuda_gemm_sm90_device(device);
 }
 
 extern "C" ignis_status ignis_cuda_gemm_sm90(const ignis_gemm_params *p, int32_t device, void *stream) {

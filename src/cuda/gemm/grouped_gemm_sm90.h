@@ -16,6 +16,20 @@
 extern "C" {
 #endif
 
+/* IGNIS_GEMM_SM90, read once: "0" off, "all" the grouped ops and the dense block-scaled GEMMs
+ * (this file's kernel from M 128, gemm_small_m_sm90.h's at M 17-64), anything else the grouped ops
+ * only. */
+typedef enum ignis_gemm_sm90_mode {
+  IGNIS_GEMM_SM90_OFF = 0,
+  IGNIS_GEMM_SM90_GROUPED = 1,
+  IGNIS_GEMM_SM90_ALL = 2
+} ignis_gemm_sm90_mode;
+ignis_gemm_sm90_mode ignis_cuda_gemm_sm90_mode(void);
+
+/* 1 if ignis' Hopper GEMM kernels can run on CUDA device `device`: the build compiled sm_90a, the
+ * device is compute capability 9.0 and the driver provides cuTensorMapEncodeTiled. */
+int ignis_cuda_gemm_sm90_device(int32_t device);
+
 /* 1 if the Hopper kernel takes the grouped call on CUDA device `device`: the build compiled sm_90a,
  * the device is compute capability 9.0, IGNIS_GEMM_SM90 is not "0", the driver provides
  * cuTensorMapEncodeTiled, b in the NT form (b_stride_k == 1), K > 0 a multiple of 8 (16-bit) or 16

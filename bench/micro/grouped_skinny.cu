@@ -14,7 +14,8 @@
  * (src/cuda/gemm/gemm_small_m_sm90.cu): K split across at most 8 or 4 blocks or none, with the
  * library's consumer warpgroups (2) or 1 or 4, planned for one block per SM or "2/SM" (half the
  * ring each). Built by
- * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
+ * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny [model] (only the
+ * shapes whose model name contains `model`, e.g. "dense").
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
  * IGNIS_GEMM_GROUPED_SKINNY=0 (set by this program before the library reads it), for the dense
@@ -53,6 +54,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "check.h"
@@ -252,7 +254,8 @@ static double check(const bf16 *out_dev, const std::vector<double> &ref, const s
   return worst;
 }
 
-int main() {
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : nullptr;
   setenv("IGNIS_GEMM_GROUPED_SKINNY", "0", 1); /* the library's call: the 128x128 kernel */
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -281,6 +284,8 @@ int main() {
   int failures = 0;
   uint64_t state = 12345;
   for (const shape &sh : SHAPES) {
+    if (only && !strstr(sh.model, only))
+      continue;
     const int g_count = sh.experts, n = sh.n, k = sh.k, m = sh.tokens * (sh.dense ? 1 : sh.top_k),
               es = sh.fp8 ? 1 : 2;
     const int kbs = (k + 127) / 128, nbs = (n + 127) / 128;

@@ -468,16 +468,21 @@ int main(int argc, char **argv) {
           IK(ignis_cuda_gemm(&dense[s], 0, stream));
       });
       if (ignis_cuda_gemm_small_m_sm90_fits(&dense[0], 0)) /* the Hopper small-M kernel */
-        for (int v = 0; v < 7; ++v) {
-          static const char *const names[7] = {"sm90 swap-AB split<=8",    "sm90 swap-AB split<=4",
-                                               "sm90 swap-AB unsplit",     "sm90 swap-AB 1 consumer",
-                                               "sm90 swap-AB 4 consumers", "sm90 swap-AB 2/SM",
-                                               "sm90 swap-AB 2/SM 1 cons"};
-          static const int max_splits[7] = {8, 4, 1, 8, 8, 8, 8}, per_sm[7] = {1, 1, 1, 1, 1, 2, 2},
-                           consumers[7] = {0, 0, 0, 1, 4, 0, 1};
+        for (int v = 0; v < 10; ++v) {
+          static const char *const names[10] = {
+              "sm90 swap-AB split<=8",    "sm90 swap-AB split<=4",  "sm90 swap-AB unsplit",
+              "sm90 swap-AB 1 consumer",  "sm90 swap-AB 4 consumers", "sm90 swap-AB 2/SM",
+              "sm90 swap-AB 2/SM 1 cons", "sm90 swap-AB depth 2",   "sm90 swap-AB 1 cons depth 2",
+              "sm90 swap-AB 4 cons depth 2"};
+          static const int max_splits[10] = {8, 4, 1, 8, 8, 8, 8, 8, 8, 8},
+                           per_sm[10] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1},
+                           consumers[10] = {0, 0, 0, 1, 4, 0, 1, 0, 1, 4},
+                           depth[10] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2};
+          if (depth[v] == 2 && !sh.fp8)
+            continue;
           measure(names[v], "-", [&](int s) {
             IK(ignis_cuda_gemm_small_m_sm90(&dense[s], 0, stream, partials, partial_floats, counters,
-                                            counters_count, max_splits[v], per_sm[v], consumers[v]));
+                                            counters_count, max_splits[v], per_sm[v], consumers[v], depth[v]));
           });
         }
     } else

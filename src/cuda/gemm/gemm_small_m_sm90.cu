@@ -97,7 +97,7 @@ __device__ __forceinline__ void store_out(const Params &p, int64_t token, int64_
 #endif
 
 /* WG consumer warpgroups (warps 0 .. 4 WG - 1), then the producer warp. */
-template <Elem E, int BN, int WG>
+template <Elem E, int BN, int WG, int DEPTH>
 __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef Config<E, BN> C;
@@ -162,7 +162,82 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
         phase ^= 1u;
       }
     };
-    if constexpr (C::FP8) {
+    if constexpr (C::FP8 && DEPTH == 2) {
+      /* Two K blocks in flight per warpgroup: block i + WG's wgmma is issued before block i's are
+       * waited for, into the other partial tile, so the wait and the promotion of one run under the
+       * other's wgmma. `issue_at` is the stage the next issue waits for, `stage` the next release. */
+      constexpr int COLUMNS = BN / 4;
+      const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
+      int64_t a_sc[COLUMNS];
+#pragma unroll
+      for (int c = 0; c < COLUMNS; ++c)
+        a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
+      int issue_at = stage;
+      uint32_t issue_phase = phase;
+      float part_x[C::ACC], part_y[C::ACC];
+      uint32_t sa_x[COLUMNS], sa_y[COLUMNS], sb_x = 0, sb_y = 0;
+      auto load_scales = [&](uint32_t(&sa)[COLUMNS], uint32_t &sb, int kb) {
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c)
+          sa[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
+        sb = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
+      };
+      auto issue = [&](float(&part)[C::ACC]) {
+        ignis_mbar_wait(full + 8 * issue_at, issue_phase);
+        const uint32_t w_tile = base + issue_at * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
+        issue_at += WG;
+        if (issue_at >= stages) {
+          issue_at -= stages;
+          issue_phase ^= 1u;
+        }
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+          ignis_wgmma_m64n_small<C::TYPE, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
+        ignis_wgmma_commit();
+      };
+      auto promote = [&](float(&part)[C::ACC], const uint32_t(&sa)[COLUMNS], uint32_t sb) {
+        ignis_wgmma_pin(part);
+        release();
+        const float b_scale = ignis_block_scale_value(sb, p.scale_u8);
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c) {
+          const float sc = ignis_block_scale_value(sa[c], p.scale_u8) * b_scale;
+          const int j = c >> 1, e = c & 1;
+          acc[4 * j + e] = fmaf(part[4 * j + e], sc, acc[4 * j + e]);
+          acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], sc, acc[4 * j + 2 + e]);
+        }
+      };
+      int kb = kb0 + wg;
+      if (kb < kb_end) {
+        load_scales(sa_x, sb_x, kb);
+        issue(part_x);
+      }
+      while (kb < kb_end) {
+        if (kb + WG < kb_end) {
+          load_scales(sa_y, sb_y, kb + WG);
+          issue(part_y);
+          ignis_wgmma_wait<1>();
+        } else {
+          ignis_wgmma_wait<0>();
+        }
+        promote(part_x, sa_x, sb_x);
+        kb += WG;
+        if (kb >= kb_end)
+          break;
+        if (kb + WG < kb_end) {
+          load_scales(sa_x, sb_x, kb + WG);
+          issue(part_x);
+          ignis_wgmma_wait<1>();
+        } else {
+          ignis_wgmma_wait<0>();
+        }
+        promote(part_y, sa_y, sb_y);
+        kb += WG;
+      }
+      ignis_wgmma_wait<0>(); /* nothing is in flight here; said on every path, ptxas needs no wait of its own */
+    } else if constexpr (C::FP8) {
       constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
       const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
       int64_t a_sc[COLUMNS];
@@ -299,14 +374,14 @@ bool aligned16(const void *ptr) {
   return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
 }
 
-template <Elem E, int BN, int WG>
+template <Elem E, int BN, int WG, int DEPTH>
 ignis_status launch(Params p, int n_tiles, int per_sm, cudaStream_t stream) {
   typedef Config<E, BN> C;
   constexpr int threads = 128 * WG + 32;
   p.stages = C::stages(per_sm);
   const int smem = C::smem_bytes(p.stages);
-  auto kernel = small_m_sm90_kernel<E, BN, WG>;
-  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<E, BN, WG>>(C::smem_bytes(C::stages(1)));
+  auto kernel = small_m_sm90_kernel<E, BN, WG, DEPTH>;
+  cudaError_t err = ignis_allow_dynamic_smem<small_m_sm90_kernel<E, BN, WG, DEPTH>>(C::smem_bytes(C::stages(1)));
   if (err != cudaSuccess)
     return ignis_set_error(IGNIS_ERROR_CUDA,
                            "ignis small-M GEMM (sm90): cannot allow %d bytes of shared memory: %s",
@@ -318,26 +393,36 @@ ignis_status launch(Params p, int n_tiles, int per_sm, cudaStream_t stream) {
   return IGNIS_OK;
 }
 
-/* The token tile (BN) from M and the consumer warpgroups (1, 2, or 4 where BN <= 32: at BN 64 a
- * thread holds 167 registers, too many for 544 threads). */
-template <Elem E, int BN>
-ignis_status launch_for_consumers(const Params &p, int n_tiles, int per_sm, int consumers,
-                                  cudaStream_t stream) {
-  if (consumers == 1)
-    return launch<E, BN, 1>(p, n_tiles, per_sm, stream);
-  if constexpr (BN <= 32)
-    if (consumers == 4)
-      return launch<E, BN, 4>(p, n_tiles, per_sm, stream);
-  return launch<E, BN, 2>(p, n_tiles, per_sm, stream);
+/* The consumer warpgroups (1, 2, or 4 where BN <= 32: at BN 64 a thread holds 167 registers, too
+ * many for 544 threads) and the K blocks in flight per warpgroup (2 for fp8 where asked, else 1). */
+template <Elem E, int BN, int WG>
+ignis_status launch_for_depth(const Params &p, int n_tiles, int per_sm, int depth, cudaStream_t stream) {
+  if constexpr (E == Elem::E4M3)
+    if (depth == 2)
+      return launch<E, BN, WG, 2>(p, n_tiles, per_sm, stream);
+  return launch<E, BN, WG, 1>(p, n_tiles, per_sm, stream);
 }
 
+template <Elem E, int BN>
+ignis_status launch_for_consumers(const Params &p, int n_tiles, int per_sm, int consumers, int depth,
+                                  cudaStream_t stream) {
+  if (consumers == 1)
+    return launch_for_depth<E, BN, 1>(p, n_tiles, per_sm, depth, stream);
+  if constexpr (BN <= 32)
+    if (consumers == 4)
+      return launch_for_depth<E, BN, 4>(p, n_tiles, per_sm, depth, stream);
+  return launch_for_depth<E, BN, 2>(p, n_tiles, per_sm, depth, stream);
+}
+
+/* The token tile (BN): the smallest of 16, 32, 64 that holds M. */
 template <Elem E>
-ignis_status launch_for_rows(const Params &p, int n_tiles, int per_sm, int consumers, cudaStream_t stream) {
+ignis_status launch_for_rows(const Params &p, int n_tiles, int per_sm, int consumers, int depth,
+                             cudaStream_t stream) {
   if (p.m <= 16)
-    return launch_for_consumers<E, 16>(p, n_tiles, per_sm, consumers, stream);
+    return launch_for_consumers<E, 16>(p, n_tiles, per_sm, consumers, depth, stream);
   if (p.m <= 32)
-    return launch_for_consumers<E, 32>(p, n_tiles, per_sm, consumers, stream);
-  return launch_for_consumers<E, 64>(p, n_tiles, per_sm, consumers, stream);
+    return launch_for_consumers<E, 32>(p, n_tiles, per_sm, consumers, depth, stream);
+  return launch_for_consumers<E, 64>(p, n_tiles, per_sm, consumers, depth, stream);
 }
 
 } // namespace
@@ -378,7 +463,7 @@ extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, in
 extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp, int32_t device,
                                                      void *stream, float *partials, size_t partial_floats,
                                                      unsigned *counters, int counters_count, int max_splits,
-                                                     int per_sm, int consumers) {
+                                                     int per_sm, int consumers, int depth) {
   IGNIS_CUDA_ON_DEVICE(device);
   const int sms = ignis_cuda_sm_count(device);
   const bool fp8 = gp->kind == IGNIS_GEMM_FP8_BLOCK;
@@ -433,8 +518,8 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
   p.counters = splits > 1 ? counters : nullptr;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (fp8)
-    return launch_for_rows<Elem::E4M3>(p, n_tiles, per_sm, consumers, s);
+    return launch_for_rows<Elem::E4M3>(p, n_tiles, per_sm, consumers, depth, s);
   if (gp->a_dtype == IGNIS_BF16)
-    return launch_for_rows<Elem::BF16>(p, n_tiles, per_sm, consumers, s);
-  return launch_for_rows<Elem::F16>(p, n_tiles, per_sm, consumers, s);
+    return launch_for_rows<Elem::BF16>(p, n_tiles, per_sm, consumers, depth, s);
+  return launch_for_rows<Elem::F16>(p, n_tiles, per_sm, consumers, depth, s);
 }

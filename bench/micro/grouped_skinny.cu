@@ -478,8 +478,6 @@ int main(int argc, char **argv) {
                            per_sm[10] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1},
                            consumers[10] = {0, 0, 0, 1, 4, 0, 1, 0, 1, 4},
                            depth[10] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2};
-          if (depth[v] == 2 && !sh.fp8)
-            continue;
           measure(names[v], "-", [&](int s) {
             IK(ignis_cuda_gemm_small_m_sm90(&dense[s], 0, stream, partials, partial_floats, counters,
                                             counters_count, max_splits[v], per_sm[v], consumers[v], depth[v]));

@@ -24,6 +24,9 @@
  * At the end warpgroups 1 .. WG-1 hand their tiles to warpgroup 0 through the idle ring, which
  * adds them in warpgroup order.
  * 16-bit: the wgmma accumulate into the f32 tile directly.
+ * DEPTH 2 keeps two K blocks in flight per warpgroup: fp8 issues the next block's wgmma into a second
+ * partial tile before waiting for this one's; 16-bit leaves one wgmma group in flight and releases
+ * each stage one block late.
  *
  * Split K (blockIdx.y): when the weight tiles alone (N / 64 blocks) leave SMs idle, K is cut into
  * `splits` ranges. Each block writes its f32 tile to partials[split, m, n]; the last block of a
@@ -281,6 +284,40 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
           acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], sc, acc[4 * j + 2 + e]);
         }
       }
+    } else if constexpr (DEPTH == 2) {
+      /* 16-bit, one wgmma group left in flight: K block i + WG's wgmma are issued into the tile
+       * before block i's are waited for, and block i's stage is released after that wait.
+       * `issue_at` is the stage the next issue waits for, `stage` the next release. */
+      int issue_at = stage;
+      uint32_t issue_phase = phase;
+      auto issue = [&](int accumulate) {
+        ignis_mbar_wait(full + 8 * issue_at, issue_phase);
+        const uint32_t w_tile = base + issue_at * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
+        issue_at += WG;
+        if (issue_at >= stages) {
+          issue_at -= stages;
+          issue_phase ^= 1u;
+        }
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+          ignis_wgmma_m64n_small<C::TYPE, BN>(acc, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), accumulate | ks);
+        ignis_wgmma_commit();
+      };
+      int kb = kb0 + wg;
+      if (kb < kb_end) {
+        issue(0);
+        for (kb += WG; kb < kb_end; kb += WG) {
+          issue(1);
+          ignis_wgmma_wait<1>();
+          release();
+        }
+        ignis_wgmma_wait<0>();
+        release();
+      }
+      ignis_wgmma_wait<0>(); /* said on every path (see the fp8 form) */
+      ignis_wgmma_pin(acc);
     } else { /* 16-bit: the wgmma accumulate into the f32 tile */
       for (int kb = kb0 + wg; kb < kb_end; kb += WG) {
         const uint32_t w_tile = wait_full(), a_tile = w_tile + C::W_BYTES;
@@ -394,12 +431,11 @@ ignis_status launch(Params p, int n_tiles, int per_sm, cudaStream_t stream) {
 }
 
 /* The consumer warpgroups (1, 2, or 4 where BN <= 32: at BN 64 a thread holds 167 registers, too
- * many for 544 threads) and the K blocks in flight per warpgroup (2 for fp8 where asked, else 1). */
+ * many for 544 threads) and the K blocks in flight per warpgroup (1 or 2). */
 template <Elem E, int BN, int WG>
 ignis_status launch_for_depth(const Params &p, int n_tiles, int per_sm, int depth, cudaStream_t stream) {
-  if constexpr (E == Elem::E4M3)
-    if (depth == 2)
-      return launch<E, BN, WG, 2>(p, n_tiles, per_sm, stream);
+  if (depth == 2)
+    return launch<E, BN, WG, 2>(p, n_tiles, per_sm, stream);
   return launch<E, BN, WG, 1>(p, n_tiles, per_sm, stream);
 }
 

@@ -10,10 +10,12 @@
  * N7168 K2048; the calls rotate over 16 copies of the weight, picked by weight_indices, so it comes
  * from HBM), and the dense 16-bit products of decode (bf16 N7168 K2048 and N4096 K4096 at M 1 to
  * 64: ignis_mm's shapes, issue 18's 1.5x-floor bar; baseline cuBLASLt, "library" the routed
- * ignis_mm call). For every dense fp8 shape the rows "sm90 swap-AB" are the Hopper small-M kernel
- * (src/cuda/gemm/gemm_small_m_sm90.cu) with K split across at most 8, 4, 2 blocks or none, planned
- * for one block per SM, and "2/SM" for two (half the ring each). Built by
- * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny.
+ * ignis_mm call). For every dense shape the rows "sm90 swap-AB" are the Hopper small-M kernel
+ * (src/cuda/gemm/gemm_small_m_sm90.cu): K split across at most 8 or 4 blocks or none, with the
+ * library's consumer warpgroups (2) or 1 or 4, planned for one block per SM or "2/SM" (half the
+ * ring each). Built by
+ * CMake as build/ignis_grouped_skinny when CUDA is on. Usage: ignis_grouped_skinny [model] (only the
+ * shapes whose model name contains `model`, e.g. "dense").
  *
  * Rows: "128x128 (SKINNY=0)" is ignis_grouped_mm / ignis_grouped_mm_fp8_blockscale with
  * IGNIS_GEMM_GROUPED_SKINNY=0 (set by this program before the library reads it), for the dense
@@ -52,6 +54,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "check.h"
@@ -251,7 +254,8 @@ static double check(const bf16 *out_dev, const std::vector<double> &ref, const s
   return worst;
 }
 
-int main() {
+int main(int argc, char **argv) {
+  const char *only = argc > 1 ? argv[1] : nullptr;
   setenv("IGNIS_GEMM_GROUPED_SKINNY", "0", 1); /* the library's call: the 128x128 kernel */
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -280,6 +284,8 @@ int main() {
   int failures = 0;
   uint64_t state = 12345;
   for (const shape &sh : SHAPES) {
+    if (only && !strstr(sh.model, only))
+      continue;
     const int g_count = sh.experts, n = sh.n, k = sh.k, m = sh.tokens * (sh.dense ? 1 : sh.top_k),
               es = sh.fp8 ? 1 : 2;
     const int kbs = (k + 127) / 128, nbs = (n + 127) / 128;
@@ -462,14 +468,19 @@ int main() {
           IK(ignis_cuda_gemm(&dense[s], 0, stream));
       });
       if (ignis_cuda_gemm_small_m_sm90_fits(&dense[0], 0)) /* the Hopper small-M kernel */
-        for (int v = 0; v < 6; ++v) {
-          static const char *const names[6] = {"sm90 swap-AB split<=8",      "sm90 swap-AB split<=4",
-                                               "sm90 swap-AB split<=2",      "sm90 swap-AB unsplit",
-                                               "sm90 swap-AB 2/SM split<=8", "sm90 swap-AB 2/SM split<=2"};
-          static const int max_splits[6] = {8, 4, 2, 1, 8, 2}, per_sm[6] = {1, 1, 1, 1, 2, 2};
+        for (int v = 0; v < 10; ++v) {
+          static const char *const names[10] = {
+              "sm90 swap-AB split<=8",    "sm90 swap-AB split<=4",  "sm90 swap-AB unsplit",
+              "sm90 swap-AB 1 consumer",  "sm90 swap-AB 4 consumers", "sm90 swap-AB 2/SM",
+              "sm90 swap-AB 2/SM 1 cons", "sm90 swap-AB depth 2",   "sm90 swap-AB 1 cons depth 2",
+              "sm90 swap-AB 4 cons depth 2"};
+          static const int max_splits[10] = {8, 4, 1, 8, 8, 8, 8, 8, 8, 8},
+                           per_sm[10] = {1, 1, 1, 1, 1, 2, 2, 1, 1, 1},
+                           consumers[10] = {0, 0, 0, 1, 4, 0, 1, 0, 1, 4},
+                           depth[10] = {1, 1, 1, 1, 1, 1, 1, 2, 2, 2};
           measure(names[v], "-", [&](int s) {
             IK(ignis_cuda_gemm_small_m_sm90(&dense[s], 0, stream, partials, partial_floats, counters,
-                                            counters_count, max_splits[v], per_sm[v]));
+                                            counters_count, max_splits[v], per_sm[v], consumers[v], depth[v]));
           });
         }
     } else

@@ -213,7 +213,7 @@ static __device__ __forceinline__ void ignis_wgmma_m64n256(float (&d)[128], uint
 
 /* d (+)= A B for a 64 x N tile with N = 16, 32 or 64 (N / 2 accumulators per thread), both operands
  * K-major in shared memory (the small-M GEMM's forms: A the weight rows, B the few activation rows),
- * e4m3 with K = 32; d = A B when accumulate is 0. */
+ * K = 16 (16-bit) or 32 (e4m3); d = A B when accumulate is 0. */
 #define IGNIS_WGMMA_N16_D "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define IGNIS_WGMMA_N16_OPERANDS                                                                             \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
@@ -234,25 +234,64 @@ template <ignis_wgmma_type T, int N>
 static __device__ __forceinline__ void ignis_wgmma_m64n_small(float (&d)[N / 2], uint64_t a, uint64_t b,
                                                               int accumulate) {
   static_assert(N == 16 || N == 32 || N == 64, "N 16, 32 or 64");
-  static_assert(T == IGNIS_WGMMA_E4M3, "e4m3 only: the one form a kernel uses so far");
-  if constexpr (N == 16)
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N16_D
-                 ", %8, %9, p, 1, 1;\n}"
-                 : IGNIS_WGMMA_N16_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else if constexpr (N == 32)
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N32_D
-                 ", %16, %17, p, 1, 1;\n}"
-                 : IGNIS_WGMMA_N32_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else if constexpr (N == 64)
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N64_D
-                 ", %32, %33, p, 1, 1;\n}"
-                 : IGNIS_WGMMA_N64_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
+  if constexpr (N == 16) {
+    if constexpr (T == IGNIS_WGMMA_BF16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " IGNIS_WGMMA_N16_D
+                   ", %8, %9, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N16_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else if constexpr (T == IGNIS_WGMMA_F16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " IGNIS_WGMMA_N16_D
+                   ", %8, %9, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N16_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N16_D
+                   ", %8, %9, p, 1, 1;\n}"
+                   : IGNIS_WGMMA_N16_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+  } else if constexpr (N == 32) {
+    if constexpr (T == IGNIS_WGMMA_BF16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " IGNIS_WGMMA_N32_D
+                   ", %16, %17, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N32_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else if constexpr (T == IGNIS_WGMMA_F16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " IGNIS_WGMMA_N32_D
+                   ", %16, %17, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N32_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N32_D
+                   ", %16, %17, p, 1, 1;\n}"
+                   : IGNIS_WGMMA_N32_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+  } else if constexpr (N == 64) {
+    if constexpr (T == IGNIS_WGMMA_BF16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " IGNIS_WGMMA_N64_D
+                   ", %32, %33, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N64_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else if constexpr (T == IGNIS_WGMMA_F16)
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " IGNIS_WGMMA_N64_D
+                   ", %32, %33, p, 1, 1, 0, 0;\n}"
+                   : IGNIS_WGMMA_N64_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+    else
+      asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+                   " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N64_D
+                   ", %32, %33, p, 1, 1;\n}"
+                   : IGNIS_WGMMA_N64_OPERANDS
+                   : "l"(a), "l"(b), "r"(accumulate));
+  }
 }
 #undef IGNIS_WGMMA_N16_D
 #undef IGNIS_WGMMA_N16_OPERANDS

@@ -641,7 +641,7 @@ static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t 
   split_room r;
   IGNIS_TRY(split_room_for(device, stream, &r));
   return ignis_cuda_gemm_small_m_sm90(p, device, stream, r.partials, r.partial_floats, r.counters,
-                                      r.counters_count, SMALL_M_SM90_MAX_SPLITS, 1);
+                                      r.counters_count, SMALL_M_SM90_MAX_SPLITS, 1, 0, 1);
 }
 
 /* The whole call: the small-M grouped kernel or the Hopper small-M kernel (with the workspace, for

@@ -20,7 +20,8 @@
  * strides, f16 and bf16, one split-K and one unsplit plan, and the neighbours that stay on cuBLASLt
  * (M 65, K % 8 != 0); a split-K call repeated must give the same bits. Block-scaled cases of 128 rows
  * and more run on the Hopper kernel on an H100 / H200 with IGNIS_GEMM_SM90=all (include/ignis/gemm.h),
- * as do those of 17 to 64 rows on the Hopper small-M kernel (gpu-check reruns this test so), two at
+ * as do those of 1 to 32 rows and the 16-bit ones of 1 to 16 rows on the Hopper small-M kernel
+ * (gpu-check reruns this test so), two at
  * DeepSeek-V3's sizes (M 4096 N 7168 K 2048, M 1000 N 2112 K 7168) on the GPU only, checked on
  * sampled rows and columns plus a written-everywhere check. Outputs are poisoned (NaN) so an
  * unwritten element shows; the padding around out must keep its bytes.
@@ -396,9 +397,10 @@ static int small_m_block_path(void) {
   return value == NULL || strcmp(value, "0") != 0;
 }
 
-/* 1 if block-scaled products of 17 to 64 rows run on the Hopper small-M kernel on this CUDA backend
- * (gemm_small_m_sm90.h): IGNIS_GEMM_SM90=all (tools/gpu-check reruns this test so), a build with
- * sm_90a and a compute capability 9.0 device. It takes any N and K % 16. */
+/* 1 if block-scaled products of 1 to 32 rows run on the Hopper small-M kernel on this CUDA backend
+ * (gemm_small_m_sm90.h; so do 16-bit ones of 1 to 16 rows): IGNIS_GEMM_SM90=all (tools/gpu-check
+ * reruns this test so), a build with sm_90a and a compute capability 9.0 device. It takes any N and
+ * K % 16. */
 static int hopper_small_m_block_path(h_backend be) {
   const char *value = getenv("IGNIS_GEMM_SM90");
   if (value == NULL || strcmp(value, "all") != 0 || strstr(ignis_build_info(), "sm_90a") == NULL)
@@ -409,9 +411,9 @@ static int hopper_small_m_block_path(h_backend be) {
 
 /* 1 if CUDA runs the block-scaled case: on a small-M kernel, or within cuBLASLt's rules. */
 static int cuda_runs_block(h_backend be, int64_t m, int64_t n, int64_t k, int per_row) {
-  if (small_m_block_path() && !per_row && m <= 16 && n % 8 == 0 && k % 16 == 0)
+  if (!per_row && m <= 32 && k % 16 == 0 && hopper_small_m_block_path(be))
     return 1;
-  if (!per_row && m >= 17 && m <= 64 && k % 16 == 0 && hopper_small_m_block_path(be))
+  if (small_m_block_path() && !per_row && m <= 16 && n % 8 == 0 && k % 16 == 0)
     return 1;
   return m % 4 == 0 && n % 16 == 0 && k % 128 == 0;
 }
@@ -492,11 +494,11 @@ static void test_blockscale(h_backend be) {
    * q_a / kv_a projection shape, 2 splits) */
   run_block_case(be, 3, 256, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 16, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
-  /* 17 to 64 rows: on an H100 / H200 with IGNIS_GEMM_SM90=all the Hopper small-M kernel
-   * (gemm_small_m_sm90.cu; else cuBLASLt where its rules allow, as the 64-row case above): K split across blocks (the 64-row case
-   * above: 3 splits of one K block), N with a partial last 64-row tile and K with a partial last
-   * block (16 wide), 16-, 32- and 64-wide token tiles, one tile of 64 rows unsplit (7168 rows: 112
-   * tiles fill the SMs alone), DeepSeek-V3's q_a / kv_a projection (N2112 K7168, 4 splits) */
+  /* 17 to 64 rows: on an H100 / H200 with IGNIS_GEMM_SM90=all the Hopper small-M kernel up to 32
+   * rows (gemm_small_m_sm90.cu), else cuBLASLt where its rules allow: K split across blocks, N with
+   * a partial last 64-row tile and K with a partial last block (16 wide), 16- and 32-wide token
+   * tiles; from 33 rows cuBLASLt (40: 7168 rows; 64: DeepSeek-V3's q_a / kv_a projection, N2112
+   * K7168). With that setting the cases of 16 rows and fewer above run on the Hopper kernel too. */
   run_block_case(be, 17, 200, 400, IGNIS_F32, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 24, 136, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 33, 520, 1024, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, 0, &rng);

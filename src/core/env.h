@@ -29,8 +29,8 @@ extern "C" {
   X(IGNIS_ENV_GEMM_SM90, "IGNIS_GEMM_SM90", "0, all",                                               \
     "Hopper GEMM kernel for the grouped ops",                                                         \
     "0 runs the grouped GEMMs on the mma.sync kernel instead of the Hopper (wgmma, TMA) kernel; all "   \
-    "also sends the dense block-scaled fp8 GEMM of 17-64 rows to the Hopper small-M kernel and of "    \
-    "M >= 128 to the Hopper kernel instead of cuBLASLt")
+    "also sends the dense block-scaled fp8 GEMM of 1-32 rows and the 16-bit GEMM of 1-16 rows to the " \
+    "Hopper small-M kernel and the block-scaled one of M >= 128 to the Hopper kernel")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

@@ -1,8 +1,9 @@
-/* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products on ignis' own
- * kernel (gemm_skinny.h says which), the block-scaled fp8 products of up to 16 rows on the small-M
- * grouped kernel run as one group (grouped_skinny.h), with IGNIS_GEMM_SM90=all those of 17 to 64
- * rows on the Hopper small-M kernel (gemm_small_m_sm90.h) and those of at least 128 rows on ignis'
- * Hopper kernel where they take them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
+/* CUDA backend of the GEMM ops (include/ignis/gemm.h): with IGNIS_GEMM_SM90=all the block-scaled
+ * fp8 products of up to 32 rows and the 16-bit ones of up to 16 on the Hopper small-M kernel
+ * (gemm_small_m_sm90.h) first; the small-M 16-bit products on ignis' own kernel (gemm_skinny.h says
+ * which), the block-scaled fp8 products of up to 16 rows on the small-M grouped kernel run as one
+ * group (grouped_skinny.h), with IGNIS_GEMM_SM90=all those of at least 128 rows on ignis' Hopper
+ * kernel where they take them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
  * so that nothing else in the library depends on it. cublasLt.h supplies the types and enums only;
  * no symbol of it is linked.
@@ -640,17 +641,19 @@ static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_
 static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
   split_room r;
   IGNIS_TRY(split_room_for(device, stream, &r));
+  /* 16-bit products run unsplit: splitting N4096 K4096 in two was slower on the H100 (notes/PERF.md) */
+  const int max_splits = p->kind == IGNIS_GEMM_PLAIN ? 1 : SMALL_M_SM90_MAX_SPLITS;
   return ignis_cuda_gemm_small_m_sm90(p, device, stream, r.partials, r.partial_floats, r.counters,
-                                      r.counters_count, SMALL_M_SM90_MAX_SPLITS, 1, 0, 1);
+                                      r.counters_count, max_splits, 1, 0, 1);
 }
 
-/* The whole call: the small-M grouped kernel or the Hopper small-M kernel (with the workspace, for
+/* The whole call: the Hopper small-M kernel or the small-M grouped kernel (with the workspace, for
  * split-K), or the Hopper kernel (no cuBLASLt, no workspace and no lock) for the block-scaled fp8
  * shapes they take (routed), else the shape rules, the device, the lock, then the small-M
  * kernel where it applies (routed) or cuBLASLt. */
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
-  const int small_block = routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
-  const int small_sm90 = !small_block && routed && ignis_cuda_gemm_small_m_sm90_takes(p, device);
+  const int small_sm90 = routed && ignis_cuda_gemm_small_m_sm90_takes(p, device);
+  const int small_block = !small_sm90 && routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
   if (!small_block && !small_sm90 && routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);
   if (!small_block && !small_sm90)

@@ -165,18 +165,36 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
         phase ^= 1u;
       }
     };
+    /* DEPTH 2: `issue_at` is the stage the next issue waits for (`stage` stays the next release);
+     * issue() waits for it and issues its K block's wgmma into d (d = the block's products when
+     * accumulate is 0, d += them when 1) as one commit group. */
+    int issue_at = stage;
+    uint32_t issue_phase = phase;
+    auto issue = [&](float(&d)[C::ACC], int accumulate) {
+      ignis_mbar_wait(full + 8 * issue_at, issue_phase);
+      const uint32_t w_tile = base + issue_at * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
+      issue_at += WG;
+      if (issue_at >= stages) {
+        issue_at -= stages;
+        issue_phase ^= 1u;
+      }
+      ignis_wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+        ignis_wgmma_m64n_small<C::TYPE, BN>(d, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                            ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), accumulate | ks);
+      ignis_wgmma_commit();
+    };
     if constexpr (C::FP8 && DEPTH == 2) {
       /* Two K blocks in flight per warpgroup: block i + WG's wgmma is issued before block i's are
        * waited for, into the other partial tile, so the wait and the promotion of one run under the
-       * other's wgmma. `issue_at` is the stage the next issue waits for, `stage` the next release. */
+       * other's wgmma. */
       constexpr int COLUMNS = BN / 4;
       const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
       int64_t a_sc[COLUMNS];
 #pragma unroll
       for (int c = 0; c < COLUMNS; ++c)
         a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
-      int issue_at = stage;
-      uint32_t issue_phase = phase;
       float part_x[C::ACC], part_y[C::ACC];
       uint32_t sa_x[COLUMNS], sa_y[COLUMNS], sb_x = 0, sb_y = 0;
       auto load_scales = [&](uint32_t(&sa)[COLUMNS], uint32_t &sb, int kb) {
@@ -184,21 +202,6 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
         for (int c = 0; c < COLUMNS; ++c)
           sa[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
         sb = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
-      };
-      auto issue = [&](float(&part)[C::ACC]) {
-        ignis_mbar_wait(full + 8 * issue_at, issue_phase);
-        const uint32_t w_tile = base + issue_at * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
-        issue_at += WG;
-        if (issue_at >= stages) {
-          issue_at -= stages;
-          issue_phase ^= 1u;
-        }
-        ignis_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
-          ignis_wgmma_m64n_small<C::TYPE, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
-                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
-        ignis_wgmma_commit();
       };
       auto promote = [&](float(&part)[C::ACC], const uint32_t(&sa)[COLUMNS], uint32_t sb) {
         ignis_wgmma_pin(part);
@@ -215,12 +218,12 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
       int kb = kb0 + wg;
       if (kb < kb_end) {
         load_scales(sa_x, sb_x, kb);
-        issue(part_x);
+        issue(part_x, 0);
       }
       while (kb < kb_end) {
         if (kb + WG < kb_end) {
           load_scales(sa_y, sb_y, kb + WG);
-          issue(part_y);
+          issue(part_y, 0);
           ignis_wgmma_wait<1>();
         } else {
           ignis_wgmma_wait<0>();
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
           break;
         if (kb + WG < kb_end) {
           load_scales(sa_x, sb_x, kb + WG);
-          issue(part_x);
+          issue(part_x, 0);
           ignis_wgmma_wait<1>();
         } else {
           ignis_wgmma_wait<0>();
@@ -286,30 +289,12 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
       }
     } else if constexpr (DEPTH == 2) {
       /* 16-bit, one wgmma group left in flight: K block i + WG's wgmma are issued into the tile
-       * before block i's are waited for, and block i's stage is released after that wait.
-       * `issue_at` is the stage the next issue waits for, `stage` the next release. */
-      int issue_at = stage;
-      uint32_t issue_phase = phase;
-      auto issue = [&](int accumulate) {
-        ignis_mbar_wait(full + 8 * issue_at, issue_phase);
-        const uint32_t w_tile = base + issue_at * C::STAGE_BYTES, a_tile = w_tile + C::W_BYTES;
-        issue_at += WG;
-        if (issue_at >= stages) {
-          issue_at -= stages;
-          issue_phase ^= 1u;
-        }
-        ignis_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
-          ignis_wgmma_m64n_small<C::TYPE, BN>(acc, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
-                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), accumulate | ks);
-        ignis_wgmma_commit();
-      };
+       * before block i's are waited for, and block i's stage is released after that wait. */
       int kb = kb0 + wg;
       if (kb < kb_end) {
-        issue(0);
+        issue(acc, 0);
         for (kb += WG; kb < kb_end; kb += WG) {
-          issue(1);
+          issue(acc, 1);
           ignis_wgmma_wait<1>();
           release();
         }

@@ -57,7 +57,6 @@ enum {
   WORKSPACE_BYTES = 32 << 20,
   SCALE_BYTES = 16 << 20,
   SKINNY_COUNTER_BYTES = 64 << 10,
-  SMALL_M_SM90_MAX_SPLITS = 8, /* K splits of the Hopper small-M kernel */
   MAX_DEVICES = 64,
   MAX_STREAMS = 256,
   CACHE_SIZE = 512
@@ -641,10 +640,8 @@ static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_
 static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
   split_room r;
   IGNIS_TRY(split_room_for(device, stream, &r));
-  /* 16-bit products run unsplit: splitting N4096 K4096 in two was slower on the H100 (notes/PERF.md) */
-  const int max_splits = p->kind == IGNIS_GEMM_PLAIN ? 1 : SMALL_M_SM90_MAX_SPLITS;
   return ignis_cuda_gemm_small_m_sm90(p, device, stream, r.partials, r.partial_floats, r.counters,
-                                      r.counters_count, max_splits, 1, 0, 1);
+                                      r.counters_count, 0, 1, 0, 1);
 }
 
 /* The whole call: the Hopper small-M kernel or the small-M grouped kernel (with the workspace, for

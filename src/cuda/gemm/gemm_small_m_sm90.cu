@@ -185,24 +185,21 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
                                             ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), accumulate | ks);
       ignis_wgmma_commit();
     };
-    if constexpr (C::FP8 && DEPTH == 2) {
-      /* Two K blocks in flight per warpgroup: block i + WG's wgmma is issued before block i's are
-       * waited for, into the other partial tile, so the wait and the promotion of one run under the
-       * other's wgmma. */
-      constexpr int COLUMNS = BN / 4;
+    if constexpr (C::FP8) {
+      constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
       const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
       int64_t a_sc[COLUMNS];
 #pragma unroll
       for (int c = 0; c < COLUMNS; ++c)
         a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
-      float part_x[C::ACC], part_y[C::ACC];
-      uint32_t sa_x[COLUMNS], sa_y[COLUMNS], sb_x = 0, sb_y = 0;
+      /* K block kb's raw scales: the thread's tokens' (sa) and the weight tile's (sb) */
       auto load_scales = [&](uint32_t(&sa)[COLUMNS], uint32_t &sb, int kb) {
 #pragma unroll
         for (int c = 0; c < COLUMNS; ++c)
           sa[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
         sb = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
       };
+      /* once a K block's wgmma into part are waited for: release its stage, acc += part scaled */
       auto promote = [&](float(&part)[C::ACC], const uint32_t(&sa)[COLUMNS], uint32_t sb) {
         ignis_wgmma_pin(part);
         release();
@@ -215,76 +212,62 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
           acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], sc, acc[4 * j + 2 + e]);
         }
       };
-      int kb = kb0 + wg;
-      if (kb < kb_end) {
-        load_scales(sa_x, sb_x, kb);
-        issue(part_x, 0);
-      }
-      while (kb < kb_end) {
-        if (kb + WG < kb_end) {
-          load_scales(sa_y, sb_y, kb + WG);
-          issue(part_y, 0);
-          ignis_wgmma_wait<1>();
-        } else {
-          ignis_wgmma_wait<0>();
-        }
-        promote(part_x, sa_x, sb_x);
-        kb += WG;
-        if (kb >= kb_end)
-          break;
-        if (kb + WG < kb_end) {
-          load_scales(sa_x, sb_x, kb + WG);
+      if constexpr (DEPTH == 2) {
+        /* Two K blocks in flight per warpgroup: block i + WG's wgmma is issued before block i's are
+         * waited for, into the other partial tile, so the wait and the promotion of one run under
+         * the other's wgmma. */
+        float part_x[C::ACC], part_y[C::ACC];
+        uint32_t sa_x[COLUMNS], sa_y[COLUMNS], sb_x = 0, sb_y = 0;
+        int kb = kb0 + wg;
+        if (kb < kb_end) {
+          load_scales(sa_x, sb_x, kb);
           issue(part_x, 0);
-          ignis_wgmma_wait<1>();
-        } else {
-          ignis_wgmma_wait<0>();
         }
-        promote(part_y, sa_y, sb_y);
-        kb += WG;
-      }
-      ignis_wgmma_wait<0>(); /* nothing is in flight here; said on every path, ptxas needs no wait of its own */
-    } else if constexpr (C::FP8) {
-      constexpr int COLUMNS = BN / 4; /* distinct tokens per thread (scales) */
-      const int64_t b_sc = (int64_t)(n0 / 128) * p.b_scale_sn;
-      int64_t a_sc[COLUMNS];
+        while (kb < kb_end) {
+          if (kb + WG < kb_end) {
+            load_scales(sa_y, sb_y, kb + WG);
+            issue(part_y, 0);
+            ignis_wgmma_wait<1>();
+          } else {
+            ignis_wgmma_wait<0>();
+          }
+          promote(part_x, sa_x, sb_x);
+          kb += WG;
+          if (kb >= kb_end)
+            break;
+          if (kb + WG < kb_end) {
+            load_scales(sa_x, sb_x, kb + WG);
+            issue(part_x, 0);
+            ignis_wgmma_wait<1>();
+          } else {
+            ignis_wgmma_wait<0>();
+          }
+          promote(part_y, sa_y, sb_y);
+          kb += WG;
+        }
+        ignis_wgmma_wait<0>(); /* nothing is in flight here; said on every path, ptxas needs no wait of its own */
+      } else { /* one K block at a time; the next block's scales load while this one multiplies */
+        uint32_t next_a[COLUMNS], next_b = 0;
+        float part[C::ACC];
+        if (kb0 + wg < kb_end)
+          load_scales(next_a, next_b, kb0 + wg);
+        for (int kb = kb0 + wg; kb < kb_end; kb += WG) {
+          uint32_t cur_a[COLUMNS];
 #pragma unroll
-      for (int c = 0; c < COLUMNS; ++c)
-        a_sc[c] = (int64_t)min(col0 + 8 * (c >> 1) + (c & 1), p.m - 1) * p.a_scale_sm;
-      uint32_t next_a[COLUMNS], next_b = 0;
-      auto load_scales = [&](int kb) {
+          for (int c = 0; c < COLUMNS; ++c)
+            cur_a[c] = next_a[c];
+          const uint32_t cur_b = next_b;
+          if (kb + WG < kb_end)
+            load_scales(next_a, next_b, kb + WG);
+          const uint32_t w_tile = wait_full(), a_tile = w_tile + C::W_BYTES;
+          ignis_wgmma_fence();
 #pragma unroll
-        for (int c = 0; c < COLUMNS; ++c)
-          next_a[c] = ignis_block_scale_raw(p.a_scale, p.scale_u8, a_sc[c] + (int64_t)kb * p.a_scale_sk);
-        next_b = ignis_block_scale_raw(p.b_scale, p.scale_u8, b_sc + (int64_t)kb * p.b_scale_sk);
-      };
-      float part[C::ACC];
-      if (kb0 + wg < kb_end)
-        load_scales(kb0 + wg);
-      for (int kb = kb0 + wg; kb < kb_end; kb += WG) {
-        uint32_t cur_a[COLUMNS];
-#pragma unroll
-        for (int c = 0; c < COLUMNS; ++c)
-          cur_a[c] = next_a[c];
-        const uint32_t cur_b = next_b;
-        if (kb + WG < kb_end)
-          load_scales(kb + WG);
-        const uint32_t w_tile = wait_full(), a_tile = w_tile + C::W_BYTES;
-        ignis_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
-          ignis_wgmma_m64n_small<C::TYPE, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
-                                              ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
-        ignis_wgmma_commit();
-        ignis_wgmma_wait<0>();
-        ignis_wgmma_pin(part);
-        release();
-        const float b_scale = ignis_block_scale_value(cur_b, p.scale_u8);
-#pragma unroll
-        for (int c = 0; c < COLUMNS; ++c) {
-          const float sc = ignis_block_scale_value(cur_a[c], p.scale_u8) * b_scale;
-          const int j = c >> 1, e = c & 1;
-          acc[4 * j + e] = fmaf(part[4 * j + e], sc, acc[4 * j + e]);
-          acc[4 * j + 2 + e] = fmaf(part[4 * j + 2 + e], sc, acc[4 * j + 2 + e]);
+          for (int ks = 0; ks < ROW_BYTES / K_STEP_BYTES; ++ks)
+            ignis_wgmma_m64n_small<C::TYPE, BN>(part, ignis_wgmma_desc(w_tile + ks * K_STEP_BYTES),
+                                                ignis_wgmma_desc(a_tile + ks * K_STEP_BYTES), ks);
+          ignis_wgmma_commit();
+          ignis_wgmma_wait<0>();
+          promote(part, cur_a, cur_b);
         }
       }
     } else if constexpr (DEPTH == 2) {
@@ -499,6 +482,8 @@ extern "C" ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *gp
   /* splits: as many as fill the SMs with per_sm blocks each, if the room holds their partials */
   per_sm = per_sm == 2 ? 2 : 1;
   int splits = n_tiles < sms * per_sm ? sms * per_sm / n_tiles : 1;
+  if (max_splits == 0) /* the library's choice: 16-bit unsplit (splitting N4096 K4096 in two was slower) */
+    max_splits = fp8 ? MAX_SPLITS : 1;
   max_splits = max_splits < MAX_SPLITS ? max_splits : MAX_SPLITS;
   splits = splits < max_splits ? splits : max_splits;
   splits = splits < k_blocks ? splits : k_blocks;

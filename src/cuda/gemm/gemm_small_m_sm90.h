@@ -41,13 +41,13 @@ int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t devic
 /* Runs the call on `stream` (makes `device` current for the launch), planned for per_sm (1 or 2)
  * resident blocks per SM (2: half the ring of stages each), with `consumers` warpgroups per block
  * taking turns over the K blocks (1, 2 or 4; 4 only up to 32 rows; 0: the library's choice, 4 for
- * block-scaled fp8 up to 32 rows, else 2), each with
- * `depth` K blocks in flight (2: the next block's wgmma issued before this one's are waited for;
- * otherwise 1). K is split
- * across up to max_splits blocks (at most 8) per 64 weight rows where the weight tiles alone leave room for
- * more blocks; the splits' f32 sums go to partials (room for partial_floats), and the last block of each tile
- * to finish (counters: counters_count unsigned, zero between calls, left zero) adds them in split order, so
- * every call writes the same bits. With no room (partials or counters NULL) K is not split. */
+ * block-scaled fp8 up to 32 rows, else 2), each with `depth` K blocks in flight (2: the next block's
+ * wgmma issued before this one's are waited for; otherwise 1). K is split across up to max_splits
+ * blocks (at most 8; 0: the library's choice, 8 for fp8, 1 for 16-bit) per 64 weight rows where the
+ * weight tiles alone leave room for more blocks; the splits' f32 sums go to partials (room for
+ * partial_floats), and the last block of each tile to finish (counters: counters_count unsigned,
+ * zero between calls, left zero) adds them in split order, so every call writes the same bits. With
+ * no room (partials or counters NULL) K is not split. */
 ignis_status ignis_cuda_gemm_small_m_sm90(const ignis_gemm_params *p, int32_t device, void *stream,
                                           float *partials, size_t partial_floats, unsigned *counters,
                                           int counters_count, int max_splits, int per_sm, int consumers,

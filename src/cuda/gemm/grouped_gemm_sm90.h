@@ -18,8 +18,7 @@ extern "C" {
 
 /* IGNIS_GEMM_SM90, read once: "0" off, "all" the grouped ops and the dense block-scaled GEMMs
  * (this file's kernel from M 128, gemm_small_m_sm90.h's up to M 32, and its 16-bit form up to M
- * 16), anything else the grouped ops
- * only. */
+ * 16), anything else the grouped ops only. */
 typedef enum ignis_gemm_sm90_mode {
   IGNIS_GEMM_SM90_OFF = 0,
   IGNIS_GEMM_SM90_GROUPED = 1,

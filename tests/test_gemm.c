@@ -398,12 +398,12 @@ static int small_m_block_path(void) {
 }
 
 /* 1 if block-scaled products of 1 to 32 rows run on the Hopper small-M kernel on this CUDA backend
- * (gemm_small_m_sm90.h; so do 16-bit ones of 1 to 16 rows): IGNIS_GEMM_SM90=all (tools/gpu-check
- * reruns this test so), a build with sm_90a and a compute capability 9.0 device. It takes any N and
- * K % 16. */
+ * (gemm_small_m_sm90.h; so do 16-bit ones of 1 to 16 rows): IGNIS_GEMM_SM90 not "0" (tools/gpu-check
+ * reruns this test with "0"), a build with sm_90a and a compute capability 9.0 device. It takes any
+ * N and K % 16. */
 static int hopper_small_m_block_path(h_backend be) {
   const char *value = getenv("IGNIS_GEMM_SM90");
-  if (value == NULL || strcmp(value, "all") != 0 || strstr(ignis_build_info(), "sm_90a") == NULL)
+  if ((value != NULL && strcmp(value, "0") == 0) || strstr(ignis_build_info(), "sm_90a") == NULL)
     return 0;
   ignis_device_info info = IGNIS_DEVICE_INFO_INIT;
   return ignis_get_device_info(h_backend_device(be), &info) == IGNIS_OK && info.compute_capability == 90;
@@ -494,11 +494,11 @@ static void test_blockscale(h_backend be) {
    * q_a / kv_a projection shape, 2 splits) */
   run_block_case(be, 3, 256, 7168, IGNIS_F32, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 16, 2112, 7168, IGNIS_U8, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
-  /* 17 to 64 rows: on an H100 / H200 with IGNIS_GEMM_SM90=all the Hopper small-M kernel up to 32
+  /* 17 to 64 rows: on an H100 / H200 (unless IGNIS_GEMM_SM90=0) the Hopper small-M kernel up to 32
    * rows (gemm_small_m_sm90.cu), else cuBLASLt where its rules allow: K split across blocks, N with
    * a partial last 64-row tile and K with a partial last block (16 wide), 16- and 32-wide token
    * tiles; from 33 rows cuBLASLt (40: 7168 rows; 64: DeepSeek-V3's q_a / kv_a projection, N2112
-   * K7168). With that setting the cases of 16 rows and fewer above run on the Hopper kernel too. */
+   * K7168). There the cases of 16 rows and fewer above run on the Hopper kernel too. */
   run_block_case(be, 17, 200, 400, IGNIS_F32, SCALE_MN_MAJOR, SCALE_PADDED, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 24, 136, 2064, IGNIS_U8, SCALE_K_MAJOR, SCALE_K_MAJOR, 0, IGNIS_BF16, 0, &rng);
   run_block_case(be, 33, 520, 1024, IGNIS_F32, SCALE_PADDED, SCALE_MN_MAJOR, 0, IGNIS_F16, 0, &rng);

@@ -38,7 +38,7 @@
  *     N2112 K7168 at M 4 / 16 in 11.1 / 13.3 us where cuBLASLt took 18.5 / 18.7 (N7168 K2048 M16:
  *     12.6 against 13.1); past M 16 cuBLASLt was faster (one group gives too few blocks). M need
  *     not be a multiple of 4 on this path, nor K of 128.
- *   - CUDA, with IGNIS_GEMM_SM90 set to "all" on an H100 / H200, block-scaled fp8
+ *   - CUDA, on an H100 / H200 unless IGNIS_GEMM_SM90 is "0", block-scaled fp8
  *     (ignis_mm_fp8_blockscale) with 1 <= M <= 32, and 16-bit ignis_mm with 1 <= M <= 16 and no
  *     bias: ignis' Hopper small-M kernel (src/cuda/gemm/gemm_small_m_sm90.cu: 64 weight rows per
  *     block on wgmma's 64-row side, the activation rows on its 16- or 32-wide side, TMA loads of the
@@ -49,12 +49,13 @@
  *     row), or bf16 x bf16 / f16 x f16 with out bf16, f16 or f32; b in the NT form; K a positive
  *     multiple of 16 bytes; a and b 16-byte aligned with row strides of whole 16-byte units; a
  *     device of compute capability 9.0 and a build with sm_90a. M need not be a multiple of 4 on
- *     this path, nor N of 16 or K of 128. It comes before the small-M grouped kernel above. By
- *     default these calls stay where the other items send them: on the H100 (375420d) it beat the
+ *     this path, nor N of 16 or K of 128. It comes before the small-M grouped kernel above, and
+ *     after the 16-bit small-M kernel where that is asked for (IGNIS_GEMM_SKINNY=1) or alone can
+ *     do the call (a 16-bit out of the other 16-bit dtype). On the H100 (375420d) it beat the
  *     small-M grouped kernel and cuBLASLt at these sizes (fp8 N2112 K7168 M 4 / 16 / 32: 10.1 /
  *     10.9 / 13.5 us against 11.1 / 12.6 / -, cuBLASLt 19.0 / 19.0 / 18.8; bf16 N7168 K2048 M 4 /
- *     16: 9.2 / 9.6 against cuBLASLt 10.0 / 10.3) and lost to cuBLASLt at 64 rows, but the routed
- *     forms have not yet passed test_gemm on a GPU.
+ *     16: 9.2 / 9.6 against cuBLASLt 10.0 / 10.3; weights warm in the L2) and lost to cuBLASLt at
+ *     64 rows.
  *   - CUDA, block-scaled fp8 (ignis_mm_fp8_blockscale) with M >= 128 on an H100 / H200: ignis' own
  *     Hopper kernel (src/cuda/gemm/grouped_gemm_sm90.cu, the grouped kernel below run as one group)
  *     when all of these hold: weight scales in 128x128 blocks (not per row), K a positive multiple
@@ -117,8 +118,9 @@ IGNIS_API ignis_status ignis_mm_fp8(const ignis_tensor *a, const ignis_tensor *b
  * [ceil(N/128), ceil(K/128)] (128x128 blocks), any strides; or [N, ceil(K/128)], one 1x128 scale per
  * weight row (FlashInfer's "per-token" weight scales; b_scale[n, kb] replaces b_scale[n / 128, kb]). Scales are f32, or u8 holding UE8M0 exponents (the
  * value 2^(e - 127); e == 255 is NaN), both tensors the same dtype. out [M, N] bf16 or f16.
- * CUDA: M <= 16 on the small-M grouped kernel (sm_89 or later), and with IGNIS_GEMM_SM90=all
- * M <= 32 on the Hopper small-M kernel and M >= 128 on ignis' Hopper kernel (sm_90a), for the
+ * CUDA: M <= 32 on the Hopper small-M kernel (sm_90a, unless IGNIS_GEMM_SM90=0), else M <= 16 on
+ * the small-M grouped kernel (sm_89 or later), and with IGNIS_GEMM_SM90=all M >= 128 on ignis'
+ * Hopper kernel (sm_90a), for the
  * shapes listed above (128x128 weight blocks, K % 16 == 0,
  * N % 8 == 0; scales read in place, any strides), else cuBLASLt 12.9 or later
  * (VEC128_32F for a, BLK128x128_32F or VEC128_32F for b; the scales are repacked, UE8M0 decoded,

@@ -27,10 +27,10 @@ extern "C" {
     "0 sends the small-M (MoE decode) grouped GEMMs to the 128x128 grouped kernel instead of the "  \
     "weight-streaming one")                                                                         \
   X(IGNIS_ENV_GEMM_SM90, "IGNIS_GEMM_SM90", "0, all",                                               \
-    "Hopper GEMM kernel for the grouped ops",                                                         \
-    "0 runs the grouped GEMMs on the mma.sync kernel instead of the Hopper (wgmma, TMA) kernel; all "   \
-    "also sends the dense block-scaled fp8 GEMM of 1-32 rows and the 16-bit GEMM of 1-16 rows to the " \
-    "Hopper small-M kernel and the block-scaled one of M >= 128 to the Hopper kernel")
+    "Hopper kernels for the grouped ops and the small-M dense GEMMs",                                 \
+    "0 runs the grouped GEMMs on the mma.sync kernel instead of the Hopper (wgmma, TMA) kernel and "    \
+    "the dense block-scaled fp8 GEMM of 1-32 rows and 16-bit GEMM of 1-16 rows off the Hopper small-M " \
+    "kernel; all also sends the block-scaled one of M >= 128 to the Hopper kernel")
 
 typedef enum ignis_env_id {
 #define IGNIS_ENV_ID(id, name, values, unset, meaning) id,

@@ -1,7 +1,7 @@
-/* CUDA backend of the GEMM ops (include/ignis/gemm.h): with IGNIS_GEMM_SM90=all the block-scaled
- * fp8 products of up to 32 rows and the 16-bit ones of up to 16 on the Hopper small-M kernel
- * (gemm_small_m_sm90.h) first; the small-M 16-bit products on ignis' own kernel (gemm_skinny.h says
- * which), the block-scaled fp8 products of up to 16 rows on the small-M grouped kernel run as one
+/* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products ignis' own
+ * kernel is asked for or alone can do on it (gemm_skinny.h says which), then, unless
+ * IGNIS_GEMM_SM90=0, the block-scaled fp8 products of up to 32 rows and the 16-bit ones of up to 16
+ * on the Hopper small-M kernel (gemm_small_m_sm90.h); the block-scaled fp8 products of up to 16 rows on the small-M grouped kernel run as one
  * group (grouped_skinny.h), with IGNIS_GEMM_SM90=all those of at least 128 rows on ignis' Hopper
  * kernel where they take them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
@@ -649,7 +649,10 @@ static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t 
  * shapes they take (routed), else the shape rules, the device, the lock, then the small-M
  * kernel where it applies (routed) or cuBLASLt. */
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
-  const int small_sm90 = routed && ignis_cuda_gemm_small_m_sm90_takes(p, device);
+  /* the 16-bit small-M kernel keeps what it is asked for (IGNIS_GEMM_SKINNY=1) or the only kernel
+   * for (a 16-bit out of the other 16-bit dtype) */
+  const int skinny_first = routed && p->batch == 1 && ignis_cuda_skinny_takes(p, device);
+  const int small_sm90 = routed && !skinny_first && ignis_cuda_gemm_small_m_sm90_takes(p, device);
   const int small_block = !small_sm90 && routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
   if (!small_block && !small_sm90 && routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);

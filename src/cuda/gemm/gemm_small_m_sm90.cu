@@ -456,14 +456,12 @@ extern "C" int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int
   return device_runs(device);
 }
 
-/* Routed only with IGNIS_GEMM_SM90=all. On the H100 (375420d, notes/PERF.md) the block-scaled form
- * with 4 consumer warpgroups beat the small-M grouped kernel at 4 and 16 rows (N2112 K7168 10.1 /
- * 10.9 us against 11.1 / 12.6; N7168 K2048 M16 8.5 against 12.4) and cuBLASLt at 32 (13.5 against
- * 18.8 in earlier runs), but not cuBLASLt at 64 (21.2 against 19.4; 15.0 against 13.7); the 16-bit
- * form, unsplit, beat cuBLASLt by 3-9% at 1 to 16 rows and lost at 64. */
+/* Routed by default (IGNIS_GEMM_SM90=0 turns it off). On the H100 (375420d, notes/PERF.md) the
+ * block-scaled form with 4 consumer warpgroups beat the small-M grouped kernel at 4 and 16 rows
+ * (N2112 K7168 10.1 / 10.9 us against 11.1 / 12.6; N7168 K2048 M16 8.5 against 12.4) and cuBLASLt at
+ * 32 (13.5 against 18.8 in earlier runs), but not cuBLASLt at 64 (21.2 against 19.4; 15.0 against
+ * 13.7); the 16-bit form, unsplit, beat cuBLASLt by 3-9% at 1 to 16 rows and lost at 64. */
 extern "C" int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device) {
-  if (ignis_cuda_gemm_sm90_mode() != IGNIS_GEMM_SM90_ALL)
-    return 0;
   const int64_t most = p->kind == IGNIS_GEMM_FP8_BLOCK ? IGNIS_GEMM_SMALL_M_SM90_ROUTED_FP8_MAX_M
                                                        : IGNIS_GEMM_SMALL_M_SM90_ROUTED_PLAIN_MAX_M;
   return p->m <= most && ignis_cuda_gemm_small_m_sm90_fits(p, device);

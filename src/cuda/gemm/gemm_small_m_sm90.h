@@ -1,8 +1,8 @@
 /* The Hopper small-M GEMM (gemm_small_m_sm90.cu): a dense ignis_mm_fp8_blockscale (or 16-bit
  * ignis_mm) call with a few rows of activations (decode: M up to 64) as one weight-streaming wgmma kernel,
  * the weight on the 64-row side of wgmma and the activation rows on its narrow side, K split across
- * blocks. gemm_cublaslt.c asks ignis_cuda_gemm_small_m_sm90_takes before the other paths (it says yes
- * only with IGNIS_GEMM_SM90=all), and hands it the split-K room of its per-(device, stream) workspace.
+ * blocks. gemm_cublaslt.c asks ignis_cuda_gemm_small_m_sm90_takes before the other paths but the
+ * 16-bit small-M kernel's (gemm_skinny.h), and hands it the split-K room of its per-(device, stream) workspace.
  * The entry points are public here for bench/micro/grouped_skinny.cu, which times this kernel against
  * the others on the dense decode shapes. */
 #ifndef IGNIS_CUDA_GEMM_GEMM_SMALL_M_SM90_H
@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /* The most rows (M) the kernel takes, and the most for which the library routes a dense
- * block-scaled product (FP8) or a 16-bit one (PLAIN) here with IGNIS_GEMM_SM90=all: where it beat
+ * block-scaled product (FP8) or a 16-bit one (PLAIN) here: where it beat
  * cuBLASLt and the small-M grouped kernel on the H100 (notes/PERF.md, "Hopper small-M GEMM"). */
 #define IGNIS_GEMM_SMALL_M_SM90_MAX_M 64
 #define IGNIS_GEMM_SMALL_M_SM90_ROUTED_FP8_MAX_M 32
@@ -32,10 +32,8 @@ extern "C" {
  * IGNIS_GEMM_SM90 not "0". */
 int ignis_cuda_gemm_small_m_sm90_fits(const ignis_gemm_params *p, int32_t device);
 
-/* 1 if the library routes the call here: IGNIS_GEMM_SM90 is "all", it fits, and M is at most
- * IGNIS_GEMM_SMALL_M_SM90_ROUTED_FP8_MAX_M (block-scaled) or _PLAIN_MAX_M (16-bit). By default
- * cuBLASLt and the small-M grouped kernel keep these calls until the routed forms have passed
- * test_gemm on a GPU (notes/VERIFY.md). */
+/* 1 if the library routes the call here: it fits (so IGNIS_GEMM_SM90 is not "0") and M is at most
+ * IGNIS_GEMM_SMALL_M_SM90_ROUTED_FP8_MAX_M (block-scaled) or _PLAIN_MAX_M (16-bit). */
 int ignis_cuda_gemm_small_m_sm90_takes(const ignis_gemm_params *p, int32_t device);
 
 /* Runs the call on `stream` (makes `device` current for the launch), planned for per_sm (1 or 2)

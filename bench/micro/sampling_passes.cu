@@ -1,0 +1,255 @@
+/* Micro benchmark of the sampling kernel's passes (issue 22: top-p at batch 1 within 40 us): where
+ * the time of one row goes. A kernel here runs the same device functions as the library's
+ * filter_rows (src/cuda/sampling/filter.cu, passes in search.cuh) for top-p and for plain sampling
+ * from probabilities, and stamps clock64 after every phase (thread 0, after a barrier); a third
+ * kernel only reads the row (for_each_chunk with an empty visit), the cost of the loads alone.
+ * Built by CMake as build/ignis_sampling_passes when CUDA is on. Usage: ignis_sampling_passes.
+ *
+ * Data: batch rows of vocabulary 128256, probabilities softmax(N(0, 1) logits) in fp32, as in
+ * bench/sampling_compare.py. Check: the kernel's samples must equal the library's
+ * (ignis_top_p_sampling_from_probs, ignis_sampling_from_probs) for the same seed and offset, so the
+ * stamps time the path the library runs; the program exits 1 otherwise.
+ *
+ * Columns: batch; the library call's µs (bench/micro/timing.cuh: bursts behind a GPU spin, median);
+ * this kernel's µs the same way; then each phase in µs, the median over rows and runs of the
+ * stamps' differences at the SM clock measured here against %globaltimer:
+ *   top-p   hist  level-1 histogram pass (reads the row)
+ *           search pick over the histogram, the gather pass (reads the row), the window's select,
+ *                  the list's masses into the tiles
+ *           tiles a tile pass when the search left the tile masses unknown (reads the row)
+ *           draw  the inverse transform: a scan over the tiles, then over one tile's elements
+ *   plain   max   the largest weight (reads the row); tiles (reads the row); draw
+ *   read          one pass of loads only. */
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "check.h"
+#include "timing.cuh"
+#include "cuda/sampling/search.cuh"
+#include "ignis/ignis.h"
+
+using namespace ignis_sampling;
+
+namespace {
+
+constexpr int64_t VOCAB = 128256;
+constexpr double TOP_P = 0.9;
+constexpr uint64_t SEED = 1234, OFFSET = 77;
+constexpr int STAMPS = 5;
+
+enum mode { MODE_TOP_P = 0, MODE_PLAIN = 1, MODE_READ = 2 };
+
+__device__ __forceinline__ void stamp(long long *out, int i) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    out[i] = clock64();
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(THREADS, 1)
+    timed_rows(const float *probs, int64_t n, bool vec, int64_t *samples, long long *stamps) {
+  const int64_t b = blockIdx.x;
+  row_view<float> r;
+  r.row = probs + b * n;
+  r.minus = nullptr;
+  r.n = n;
+  r.vec = vec;
+  r.x_max = 0.0f;
+  const int tile_shift = tile_shift_of(n);
+  long long *out = stamps + b * STAMPS;
+  stamp(out, 0);
+  int64_t token = -1;
+  if constexpr (MODE == MODE_TOP_P) {
+    const pass_sums level1 =
+        histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, 1, false, false, 0, false);
+    stamp(out, 1);
+    if (level1.max_key != 0) {
+      const int e_max = ignis_mass_exponent(level1.max_key & 0x7FFFFFFFu);
+      const targets tg = {false, 0, true, TOP_P, false, 0};
+      const search_result res = search<float, ROW_PROBS>(r, tg, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max,
+                                                          level1.max_key, false, true, tile_shift);
+      stamp(out, 2);
+      if (!res.tiles)
+        tile_pass<float, ROW_PROBS>(r, res.thr, e_max, tile_shift);
+      stamp(out, 3);
+      token = sample_tiles<float, ROW_PROBS>(r, res.thr, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
+    }
+  } else if constexpr (MODE == MODE_PLAIN) {
+    const uint32_t max_key = max_key_pass<float, ROW_PROBS>(r);
+    stamp(out, 1);
+    stamp(out, 2);
+    if (max_key != 0) {
+      const int e_max = ignis_mass_exponent(max_key & 0x7FFFFFFFu);
+      tile_pass<float, ROW_PROBS>(r, WEIGHT_FLOOR, e_max, tile_shift);
+      stamp(out, 3);
+      token = sample_tiles<float, ROW_PROBS>(r, WEIGHT_FLOOR, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
+    }
+  } else {
+    float sum = 0.0f;
+    for_each_chunk<float, ROW_PROBS>(r, [&](int, int64_t, const float(&v)[4], const float(&)[4], int valid) {
+      sum += valid > 0 ? v[0] + v[1] + v[2] + v[3] : 0.0f;
+    });
+    stamp(out, 1);
+    stamp(out, 2);
+    stamp(out, 3);
+    token = sum == -1.0f ? 0 : -1; /* keeps the loads; never 0 for probabilities */
+  }
+  stamp(out, 4);
+  if (threadIdx.x == 0)
+    samples[b] = token < 0 ? 0 : token;
+}
+
+/* Cycles of the SM clock per nanosecond of %globaltimer, over a spin of ~20 ms. */
+__global__ void clock_rate(long long cycles, double *per_ns) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  while (clock64() - c0 < cycles) {
+  }
+  const long long c1 = clock64();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  *per_ns = (double)(c1 - c0) / (double)(t1 - t0);
+}
+
+/* probabilities: softmax of N(0, 1) logits, row by row */
+std::vector<float> make_probs(int64_t rows, int64_t n) {
+  std::vector<float> p((size_t)(rows * n));
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return ((state >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  std::vector<double> x((size_t)n);
+  for (int64_t r = 0; r < rows; ++r) {
+    double top = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = sqrt(-2.0 * log(uniform())) * cos(2.0 * M_PI * uniform());
+      top = x[i] > top ? x[i] : top;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      sum += exp(x[i] - top);
+    for (int64_t i = 0; i < n; ++i)
+      p[(size_t)(r * n + i)] = (float)(exp(x[i] - top) / sum);
+  }
+  return p;
+}
+
+template <int MODE> void set_smem() {
+  CK(cudaFuncSetAttribute(timed_rows<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(search_smem)));
+}
+
+} // namespace
+
+int main() {
+  int device = 0;
+  CK(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, device));
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  const micro_timing timing = {3, 15, 10, 2000000};
+  const int64_t max_rows = 128;
+  const std::vector<float> host = make_probs(max_rows, VOCAB);
+  float *probs = nullptr;
+  int64_t *samples = nullptr, *lib_samples = nullptr;
+  long long *stamps = nullptr;
+  double *per_ns_dev = nullptr;
+  CK(cudaMalloc(&probs, host.size() * sizeof(float)));
+  CK(cudaMemcpy(probs, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&samples, max_rows * sizeof(int64_t)));
+  CK(cudaMalloc(&lib_samples, max_rows * sizeof(int64_t)));
+  CK(cudaMalloc(&stamps, max_rows * STAMPS * sizeof(long long)));
+  CK(cudaMalloc(&per_ns_dev, sizeof(double)));
+  set_smem<MODE_TOP_P>();
+  set_smem<MODE_PLAIN>();
+  set_smem<MODE_READ>();
+  clock_rate<<<1, 1, 0, stream>>>(40000000, per_ns_dev);
+  double per_ns = 0;
+  CK(cudaMemcpyAsync(&per_ns, per_ns_dev, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  CK(cudaStreamSynchronize(stream));
+  printf("# sampling passes: %s, %d SMs, SM clock %.0f MHz (measured), vocabulary %lld fp32, %s\n", prop.name,
+         prop.multiProcessorCount, per_ns * 1e3, (long long)VOCAB, ignis_build_info());
+  printf("| op | batch | library us | kernel us | phase us (median over rows and runs) |\n|---|---|---|---|---|\n");
+
+  ignis_sampling_options options = IGNIS_SAMPLING_OPTIONS_INIT;
+  options.seed = SEED;
+  options.offset = OFFSET;
+  bool all_same = true;
+  const int64_t batches[] = {1, 16, 128};
+  for (int64_t rows : batches) {
+    ignis_tensor t_probs, t_samples;
+    const int64_t shape[2] = {rows, VOCAB};
+    IK(ignis_tensor_init(&t_probs, probs, IGNIS_F32, 2, shape, ignis_device{IGNIS_DEVICE_CUDA, 0}));
+    IK(ignis_tensor_init(&t_samples, lib_samples, IGNIS_I64, 1, &rows, ignis_device{IGNIS_DEVICE_CUDA, 0}));
+    for (int mode = 0; mode < 3; ++mode) {
+      auto launch = [&](int) {
+        const size_t smem = sizeof(search_smem);
+        if (mode == MODE_TOP_P)
+          timed_rows<MODE_TOP_P><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
+        else if (mode == MODE_PLAIN)
+          timed_rows<MODE_PLAIN><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
+        else
+          timed_rows<MODE_READ><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
+      };
+      auto library = [&](int) {
+        if (mode == MODE_TOP_P)
+          IK(ignis_top_p_sampling_from_probs(&t_probs, nullptr, TOP_P, &t_samples, &options, stream));
+        else
+          IK(ignis_sampling_from_probs(&t_probs, &t_samples, &options, stream));
+      };
+      const double lib_us = mode == MODE_READ ? 0.0 : micro_time_us(stream, timing, 1, library);
+      const double kernel_us = micro_time_us(stream, timing, 1, launch);
+      /* the phases: 20 single launches, every row's stamps */
+      std::vector<std::vector<double>> phase(4);
+      std::vector<long long> st((size_t)(rows * STAMPS));
+      for (int run = 0; run < 20; ++run) {
+        launch(0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpyAsync(st.data(), stamps, st.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
+        CK(cudaStreamSynchronize(stream));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int i = 0; i < 4; ++i)
+            phase[i].push_back((double)(st[(size_t)(r * STAMPS + i + 1)] - st[(size_t)(r * STAMPS + i)]) /
+                               per_ns * 1e-3);
+      }
+      const char *names[3][4] = {{"hist", "search", "tiles", "draw"}, {"max", "-", "tiles", "draw"},
+                                 {"read", "-", "-", "-"}};
+      char text[256];
+      int len = 0;
+      for (int i = 0; i < 4; ++i)
+        if (names[mode][i][0] != '-')
+          len += snprintf(text + len, sizeof text - (size_t)len, "%s%s %.1f", len ? ", " : "", names[mode][i],
+                          micro_median(phase[i]));
+      const char *op = mode == MODE_TOP_P ? "top-p 0.9" : mode == MODE_PLAIN ? "plain" : "read only";
+      if (mode == MODE_READ)
+        printf("| %s | %lld | - | %.1f | %s |\n", op, (long long)rows, kernel_us, text);
+      else
+        printf("| %s | %lld | %.1f | %.1f | %s |\n", op, (long long)rows, lib_us, kernel_us, text);
+      if (mode != MODE_READ) {
+        std::vector<int64_t> mine((size_t)rows), lib((size_t)rows);
+        library(0);
+        launch(0);
+        CK(cudaMemcpyAsync(mine.data(), samples, rows * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+        CK(cudaMemcpyAsync(lib.data(), lib_samples, rows * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+        CK(cudaStreamSynchronize(stream));
+        for (int64_t r = 0; r < rows; ++r)
+          if (mine[(size_t)r] != lib[(size_t)r]) {
+            if (all_same)
+              fprintf(stderr, "%s batch %lld row %lld: kernel %lld, library %lld\n", op, (long long)rows,
+                      (long long)r, (long long)mine[(size_t)r], (long long)lib[(size_t)r]);
+            all_same = false;
+          }
+      }
+    }
+  }
+  printf("\nsamples equal to the library's: %s\n", all_same ? "yes" : "NO");
+  CK(cudaFree(probs));
+  CK(cudaFree(samples));
+  CK(cudaFree(lib_samples));
+  CK(cudaFree(stamps));
+  CK(cudaFree(per_ns_dev));
+  CK(cudaStreamDestroy(stream));
+  return all_same ? 0 : 1;
+}

@@ -136,10 +136,6 @@ std::vector<float> make_probs(int64_t rows, int64_t n) {
   return p;
 }
 
-template <int MODE> void set_smem() {
-  CK(cudaFuncSetAttribute(timed_rows<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(search_smem)));
-}
-
 } // namespace
 
 int main() {
@@ -162,9 +158,9 @@ int main() {
   CK(cudaMalloc(&lib_samples, max_rows * sizeof(int64_t)));
   CK(cudaMalloc(&stamps, max_rows * STAMPS * sizeof(long long)));
   CK(cudaMalloc(&per_ns_dev, sizeof(double)));
-  set_smem<MODE_TOP_P>();
-  set_smem<MODE_PLAIN>();
-  set_smem<MODE_READ>();
+  CK(ignis_allow_dynamic_smem<timed_rows<MODE_TOP_P>>(sizeof(search_smem)));
+  CK(ignis_allow_dynamic_smem<timed_rows<MODE_PLAIN>>(sizeof(search_smem)));
+  CK(ignis_allow_dynamic_smem<timed_rows<MODE_READ>>(sizeof(search_smem)));
   clock_rate<<<1, 1, 0, stream>>>(40000000, per_ns_dev);
   double per_ns = 0;
   CK(cudaMemcpyAsync(&per_ns, per_ns_dev, sizeof(double), cudaMemcpyDeviceToHost, stream));
@@ -184,14 +180,11 @@ int main() {
     IK(ignis_tensor_init(&t_probs, probs, IGNIS_F32, 2, shape, ignis_device{IGNIS_DEVICE_CUDA, 0}));
     IK(ignis_tensor_init(&t_samples, lib_samples, IGNIS_I64, 1, &rows, ignis_device{IGNIS_DEVICE_CUDA, 0}));
     for (int mode = 0; mode < 3; ++mode) {
+      const auto kernel = mode == MODE_TOP_P ? timed_rows<MODE_TOP_P>
+                          : mode == MODE_PLAIN ? timed_rows<MODE_PLAIN>
+                                               : timed_rows<MODE_READ>;
       auto launch = [&](int) {
-        const size_t smem = sizeof(search_smem);
-        if (mode == MODE_TOP_P)
-          timed_rows<MODE_TOP_P><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
-        else if (mode == MODE_PLAIN)
-          timed_rows<MODE_PLAIN><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
-        else
-          timed_rows<MODE_READ><<<(unsigned)rows, THREADS, smem, stream>>>(probs, VOCAB, true, samples, stamps);
+        kernel<<<(unsigned)rows, THREADS, sizeof(search_smem), stream>>>(probs, VOCAB, true, samples, stamps);
       };
       auto library = [&](int) {
         if (mode == MODE_TOP_P)

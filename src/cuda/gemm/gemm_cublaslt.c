@@ -1,9 +1,10 @@
 /* CUDA backend of the GEMM ops (include/ignis/gemm.h): the small-M 16-bit products ignis' own
  * kernel is asked for or alone can do on it (gemm_skinny.h says which), then, unless
  * IGNIS_GEMM_SM90=0, the block-scaled fp8 products of up to 32 rows and the 16-bit ones of up to 16
- * on the Hopper small-M kernel (gemm_small_m_sm90.h); the block-scaled fp8 products of up to 16 rows on the small-M grouped kernel run as one
- * group (grouped_skinny.h), with IGNIS_GEMM_SM90=all those of at least 128 rows on ignis' Hopper
- * kernel where they take them (grouped_gemm_sm90.h), everything else through cuBLASLt, which
+ * on the Hopper small-M kernel (gemm_small_m_sm90.h); the other block-scaled fp8 products of up to
+ * 16 rows on the small-M grouped kernel run as one group (grouped_skinny.h), with
+ * IGNIS_GEMM_SM90=all those of at least 128 rows on ignis' Hopper kernel where they take them
+ * (grouped_gemm_sm90.h), everything else through cuBLASLt, which
  * ignis loads itself (dlopen at the first GEMM call that needs it, functions resolved with dlsym)
  * so that nothing else in the library depends on it. cublasLt.h supplies the types and enums only;
  * no symbol of it is linked.
@@ -640,6 +641,7 @@ static ignis_status run_grouped_skinny_locked(const ignis_gemm_params *p, int32_
 static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t device, void *stream) {
   split_room r;
   IGNIS_TRY(split_room_for(device, stream, &r));
+  /* the library's splits and consumer warpgroups (0), one block per SM, one K block in flight */
   return ignis_cuda_gemm_small_m_sm90(p, device, stream, r.partials, r.partial_floats, r.counters,
                                       r.counters_count, 0, 1, 0, 1);
 }
@@ -651,8 +653,8 @@ static ignis_status run_small_m_sm90_locked(const ignis_gemm_params *p, int32_t 
 static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *stream, int routed) {
   /* the 16-bit small-M kernel keeps what it is asked for (IGNIS_GEMM_SKINNY=1) or the only kernel
    * for (a 16-bit out of the other 16-bit dtype) */
-  const int skinny_first = routed && p->batch == 1 && ignis_cuda_skinny_takes(p, device);
-  const int small_sm90 = routed && !skinny_first && ignis_cuda_gemm_small_m_sm90_takes(p, device);
+  const int skinny = routed && ignis_cuda_skinny_takes(p, device);
+  const int small_sm90 = routed && !skinny && ignis_cuda_gemm_small_m_sm90_takes(p, device);
   const int small_block = !small_sm90 && routed && ignis_cuda_gemm_grouped_skinny_takes(p, device);
   if (!small_block && !small_sm90 && routed && ignis_cuda_gemm_sm90_takes(p, device))
     return ignis_cuda_gemm_sm90(p, device, stream);
@@ -686,8 +688,7 @@ static ignis_status gemm_call(const ignis_gemm_params *p, int32_t device, void *
   } else if (small_sm90) {
     s = run_small_m_sm90_locked(p, device, stream);
   } else {
-    s = routed && ignis_cuda_skinny_takes(p, device) ? run_skinny_locked(p, device, stream)
-                                                     : run_locked(p, device, stream);
+    s = skinny ? run_skinny_locked(p, device, stream) : run_locked(p, device, stream);
   }
   pthread_mutex_unlock(&state_lock);
   if (previous != device)

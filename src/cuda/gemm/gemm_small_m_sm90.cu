@@ -223,27 +223,23 @@ __global__ void __launch_bounds__(128 * WG + 32, 1) small_m_sm90_kernel(const __
           load_scales(sa_x, sb_x, kb);
           issue(part_x, 0);
         }
-        while (kb < kb_end) {
+        /* block kb is in flight in `cur`: issue block kb + WG into `next`, then promote kb; false
+         * once no block is left */
+        auto step = [&](float(&cur)[C::ACC], const uint32_t(&sa_cur)[COLUMNS], const uint32_t &sb_cur,
+                        float(&next)[C::ACC], uint32_t(&sa_next)[COLUMNS], uint32_t &sb_next) {
           if (kb + WG < kb_end) {
-            load_scales(sa_y, sb_y, kb + WG);
-            issue(part_y, 0);
+            load_scales(sa_next, sb_next, kb + WG);
+            issue(next, 0);
             ignis_wgmma_wait<1>();
           } else {
             ignis_wgmma_wait<0>();
           }
-          promote(part_x, sa_x, sb_x);
+          promote(cur, sa_cur, sb_cur);
           kb += WG;
-          if (kb >= kb_end)
-            break;
-          if (kb + WG < kb_end) {
-            load_scales(sa_x, sb_x, kb + WG);
-            issue(part_x, 0);
-            ignis_wgmma_wait<1>();
-          } else {
-            ignis_wgmma_wait<0>();
-          }
-          promote(part_y, sa_y, sb_y);
-          kb += WG;
+          return kb < kb_end;
+        };
+        while (kb < kb_end && step(part_x, sa_x, sb_x, part_y, sa_y, sb_y) &&
+               step(part_y, sa_y, sb_y, part_x, sa_x, sb_x)) {
         }
         ignis_wgmma_wait<0>(); /* nothing is in flight here; said on every path, ptxas needs no wait of its own */
       } else { /* one K block at a time; the next block's scales load while this one multiplies */

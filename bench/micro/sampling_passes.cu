@@ -19,7 +19,16 @@
  *           tiles a tile pass when the search left the tile masses unknown (reads the row)
  *           draw  the inverse transform: a scan over the tiles, then over one tile's elements
  *   plain   max   the largest weight (reads the row); tiles (reads the row); draw
- *   read          one pass of loads only. */
+ *   read          one pass of loads only (a store that depends on every load keeps them).
+ * The top-p row adds the search's own steps (search.cuh's IGNIS_SAMPLING_MARK, a barrier and a
+ * clock read each): the pick over the level-1 histogram (its runs, its block scan, the walk to the
+ * bins), the gather pass, the select over the list, the list's masses, and any refine or bisect
+ * pass. The "gather parts" row splits the cost of a pass: after top-p's search it runs the draw,
+ * the gather
+ * pass over a window of ten level-1 bins in its variants (no masses; masses; with the tiles; with
+ * the total; an empty window), a tile pass, the level-1 histogram with masses, and the level-1
+ * histogram plain and with every element counted in one slot, each followed by a read of the bins
+ * ("drain": what the pass's shared-memory reductions still owe after its barrier). */
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +36,26 @@
 
 #include "check.h"
 #include "timing.cuh"
+
+/* The search's own steps (search.cuh's IGNIS_SAMPLING_MARK): thread 0 appends (step, clock64) to
+ * its row's slots in mark_rows after a barrier; slot 0 holds the count. */
+constexpr int MARK_SLOTS = 24;
+__device__ long long *mark_rows;
+__device__ __forceinline__ void sampling_mark(int step) {
+  __shared__ int count; /* marks so far: step 0 starts the row's list (stores only, no load) */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long *m = mark_rows + (size_t)blockIdx.x * (1 + 2 * MARK_SLOTS);
+    const int n = step == 0 ? 0 : count;
+    if (n < MARK_SLOTS) {
+      m[1 + 2 * n] = step;
+      m[2 + 2 * n] = clock64();
+      m[0] = n + 1;
+      count = n + 1;
+    }
+  }
+}
+#define IGNIS_SAMPLING_MARK(step) sampling_mark(step)
 #include "cuda/sampling/search.cuh"
 #include "ignis/ignis.h"
 
@@ -39,7 +68,24 @@ constexpr double TOP_P = 0.9;
 constexpr uint64_t SEED = 1234, OFFSET = 77;
 constexpr int STAMPS = 5;
 
-enum mode { MODE_TOP_P = 0, MODE_PLAIN = 1, MODE_READ = 2 };
+enum mode { MODE_TOP_P = 0, MODE_PLAIN = 1, MODE_READ = 2, MODE_PARTS = 3 };
+/* MODE_PARTS: after top-p's search, the gather pass again over a window of ten level-1 bins from the
+ * threshold, in the variants below (marks PART_FIRST + i), to split its cost. */
+constexpr int PART_FIRST = 20;
+const char *const part_names[] = {"gather plain",
+                                  "gather +masses",
+                                  "gather +masses+tiles",
+                                  "gather +masses+tiles+total",
+                                  "gather empty window +all",
+                                  "tile pass",
+                                  "hist +masses+total",
+                                  "drain",
+                                  "hist level 1",
+                                  "drain",
+                                  "hist one slot",
+                                  "drain",
+                                  "draw"};
+constexpr int PARTS = 13;
 
 __device__ __forceinline__ void stamp(long long *out, int i) {
   __syncthreads();
@@ -62,19 +108,67 @@ __global__ void __launch_bounds__(THREADS, 1)
   stamp(out, 0);
   int64_t token = -1;
   if constexpr (MODE == MODE_TOP_P) {
-    const pass_sums level1 =
-        histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, 1, false, false, 0, false);
+    const pass_sums level1 = histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_FLOOR, WEIGHT_TOP,
+                                                                     WEIGHT_SHIFT, 1, false, false, 0, false);
     stamp(out, 1);
+    sampling_mark(0);
     if (level1.max_key != 0) {
       const int e_max = ignis_mass_exponent(level1.max_key & 0x7FFFFFFFu);
       const targets tg = {false, 0, true, TOP_P, false, 0};
       const search_result res = search<float, ROW_PROBS>(r, tg, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max,
-                                                          level1.max_key, false, true, tile_shift);
+                                                         level1.max_key, false, true, tile_shift);
       stamp(out, 2);
       if (!res.tiles)
         tile_pass<float, ROW_PROBS>(r, res.thr, e_max, tile_shift);
       stamp(out, 3);
       token = sample_tiles<float, ROW_PROBS>(r, res.thr, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
+    }
+  } else if constexpr (MODE == MODE_PARTS) {
+    const pass_sums level1 = histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_FLOOR, WEIGHT_TOP,
+                                                                     WEIGHT_SHIFT, 1, false, false, 0, false);
+    if (level1.max_key != 0) {
+      const int e_max = ignis_mass_exponent(level1.max_key & 0x7FFFFFFFu);
+      const targets tg = {false, 0, true, TOP_P, false, 0};
+      const search_result res = search<float, ROW_PROBS>(r, tg, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT, e_max,
+                                                         level1.max_key, false, true, tile_shift);
+      const uint32_t lo = res.thr, hi = res.thr + (10u << WEIGHT_SHIFT);
+      sampling_mark(0);
+      const int64_t drawn =
+          sample_tiles<float, ROW_PROBS>(r, res.thr, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
+      sampling_mark(PART_FIRST + 12);
+      pass_sums g = gather_pass<float, ROW_PROBS, false>(r, lo, hi, e_max, false, false, tile_shift);
+      sampling_mark(PART_FIRST + 0);
+      g = gather_pass<float, ROW_PROBS, true>(r, lo, hi, e_max, false, false, tile_shift);
+      sampling_mark(PART_FIRST + 1);
+      g = gather_pass<float, ROW_PROBS, true>(r, lo, hi, e_max, true, false, tile_shift);
+      sampling_mark(PART_FIRST + 2);
+      g = gather_pass<float, ROW_PROBS, true>(r, lo, hi, e_max, true, true, tile_shift);
+      sampling_mark(PART_FIRST + 3);
+      g = gather_pass<float, ROW_PROBS, true>(r, WEIGHT_TOP, WEIGHT_TOP, e_max, true, true, tile_shift);
+      sampling_mark(PART_FIRST + 4);
+      const uint64_t t = tile_pass<float, ROW_PROBS>(r, lo, e_max, tile_shift);
+      sampling_mark(PART_FIRST + 5);
+      const pass_sums h = histogram_pass<float, ROW_PROBS, true>(r, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT,
+                                                                 e_max, true, false, 0, true);
+      sampling_mark(PART_FIRST + 6);
+      /* a read of every bin after the barrier: waits for the pass's shared reductions to land */
+      uint32_t drained = 0;
+      for (int i = threadIdx.x; i < BINS; i += THREADS)
+        drained += search_mem().u.hist[i];
+      sampling_mark(PART_FIRST + 7);
+      const pass_sums h1 = histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_FLOOR, WEIGHT_TOP, WEIGHT_SHIFT,
+                                                                   1, false, false, 0, false);
+      sampling_mark(PART_FIRST + 8);
+      for (int i = threadIdx.x; i < BINS; i += THREADS)
+        drained += search_mem().u.hist[i];
+      sampling_mark(PART_FIRST + 9);
+      const pass_sums h2 = histogram_pass<float, ROW_PROBS, false>(r, WEIGHT_TOP, WEIGHT_TOP, WEIGHT_SHIFT, 1,
+                                                                   false, false, 0, false);
+      sampling_mark(PART_FIRST + 10);
+      drained += search_mem().u.hist[COUNT_TRASH];
+      sampling_mark(PART_FIRST + 11);
+      token = (int64_t)((g.mass_above ^ t ^ h.total ^ h1.max_key ^ h2.max_key ^ drained ^ (uint64_t)drawn) &
+                        1); /* keeps the passes */
     }
   } else if constexpr (MODE == MODE_PLAIN) {
     const uint32_t max_key = max_key_pass<float, ROW_PROBS>(r);
@@ -84,7 +178,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       const int e_max = ignis_mass_exponent(max_key & 0x7FFFFFFFu);
       tile_pass<float, ROW_PROBS>(r, WEIGHT_FLOOR, e_max, tile_shift);
       stamp(out, 3);
-      token = sample_tiles<float, ROW_PROBS>(r, WEIGHT_FLOOR, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
+      token =
+          sample_tiles<float, ROW_PROBS>(r, WEIGHT_FLOOR, e_max, tile_shift, row_uniform(SEED, OFFSET, 0, b));
     }
   } else {
     float sum = 0.0f;
@@ -94,10 +189,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     stamp(out, 1);
     stamp(out, 2);
     stamp(out, 3);
-    token = sum == -1.0f ? 0 : -1; /* keeps the loads; never 0 for probabilities */
+    if (sum == -1.0f) /* never, for probabilities; a store that depends on every load keeps them */
+      samples[b] = 1;
   }
   stamp(out, 4);
-  if (threadIdx.x == 0)
+  if (MODE != MODE_READ && threadIdx.x == 0)
     samples[b] = token < 0 ? 0 : token;
 }
 
@@ -158,16 +254,23 @@ int main() {
   CK(cudaMalloc(&lib_samples, max_rows * sizeof(int64_t)));
   CK(cudaMalloc(&stamps, max_rows * STAMPS * sizeof(long long)));
   CK(cudaMalloc(&per_ns_dev, sizeof(double)));
+  long long *marks = nullptr;
+  const size_t mark_row = 1 + 2 * MARK_SLOTS;
+  CK(cudaMalloc(&marks, max_rows * mark_row * sizeof(long long)));
+  CK(cudaMemset(marks, 0, max_rows * mark_row * sizeof(long long)));
+  CK(cudaMemcpyToSymbol(mark_rows, &marks, sizeof marks));
   CK(ignis_allow_dynamic_smem<timed_rows<MODE_TOP_P>>(sizeof(search_smem)));
   CK(ignis_allow_dynamic_smem<timed_rows<MODE_PLAIN>>(sizeof(search_smem)));
   CK(ignis_allow_dynamic_smem<timed_rows<MODE_READ>>(sizeof(search_smem)));
+  CK(ignis_allow_dynamic_smem<timed_rows<MODE_PARTS>>(sizeof(search_smem)));
   clock_rate<<<1, 1, 0, stream>>>(40000000, per_ns_dev);
   double per_ns = 0;
   CK(cudaMemcpyAsync(&per_ns, per_ns_dev, sizeof(double), cudaMemcpyDeviceToHost, stream));
   CK(cudaStreamSynchronize(stream));
   printf("# sampling passes: %s, %d SMs, SM clock %.0f MHz (measured), vocabulary %lld fp32, %s\n", prop.name,
          prop.multiProcessorCount, per_ns * 1e3, (long long)VOCAB, ignis_build_info());
-  printf("| op | batch | library us | kernel us | phase us (median over rows and runs) |\n|---|---|---|---|---|\n");
+  printf("| op | batch | library us | kernel us | phase us (median over rows and runs) "
+         "|\n|---|---|---|---|---|\n");
 
   ignis_sampling_options options = IGNIS_SAMPLING_OPTIONS_INIT;
   options.seed = SEED;
@@ -179,10 +282,11 @@ int main() {
     const int64_t shape[2] = {rows, VOCAB};
     IK(ignis_tensor_init(&t_probs, probs, IGNIS_F32, 2, shape, ignis_device{IGNIS_DEVICE_CUDA, 0}));
     IK(ignis_tensor_init(&t_samples, lib_samples, IGNIS_I64, 1, &rows, ignis_device{IGNIS_DEVICE_CUDA, 0}));
-    for (int mode = 0; mode < 3; ++mode) {
-      const auto kernel = mode == MODE_TOP_P ? timed_rows<MODE_TOP_P>
+    for (int mode = 0; mode < 4; ++mode) {
+      const auto kernel = mode == MODE_TOP_P   ? timed_rows<MODE_TOP_P>
                           : mode == MODE_PLAIN ? timed_rows<MODE_PLAIN>
-                                               : timed_rows<MODE_READ>;
+                          : mode == MODE_READ  ? timed_rows<MODE_READ>
+                                               : timed_rows<MODE_PARTS>;
       auto launch = [&](int) {
         kernel<<<(unsigned)rows, THREADS, sizeof(search_smem), stream>>>(probs, VOCAB, true, samples, stamps);
       };
@@ -192,35 +296,73 @@ int main() {
         else
           IK(ignis_sampling_from_probs(&t_probs, &t_samples, &options, stream));
       };
-      const double lib_us = mode == MODE_READ ? 0.0 : micro_time_us(stream, timing, 1, library);
+      const double lib_us = mode >= MODE_READ ? 0.0 : micro_time_us(stream, timing, 1, library);
       const double kernel_us = micro_time_us(stream, timing, 1, launch);
       /* the phases: 20 single launches, every row's stamps */
       std::vector<std::vector<double>> phase(4);
-      std::vector<long long> st((size_t)(rows * STAMPS));
+      std::vector<long long> st((size_t)(rows * STAMPS)), mk((size_t)rows * mark_row);
+      std::vector<long long> steps; /* the search's steps in row 0 (the rows whose steps match it count) */
+      std::vector<std::vector<double>> step_us;
       for (int run = 0; run < 20; ++run) {
         launch(0);
         CK(cudaGetLastError());
         CK(cudaMemcpyAsync(st.data(), stamps, st.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
+        CK(cudaMemcpyAsync(mk.data(), marks, mk.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
         CK(cudaStreamSynchronize(stream));
+        if (mode == MODE_TOP_P || mode == MODE_PARTS)
+          for (int64_t r = 0; r < rows; ++r) {
+            const long long *m = mk.data() + (size_t)r * mark_row;
+            const int n = (int)m[0];
+            std::vector<long long> seq;
+            for (int i = 0; i < n; ++i)
+              seq.push_back(m[1 + 2 * i]);
+            if (steps.empty() && r == 0) {
+              steps = seq;
+              step_us.assign(seq.size(), {});
+            }
+            if (seq != steps)
+              continue;
+            for (int i = 1; i < n; ++i)
+              step_us[(size_t)i].push_back((double)(m[2 + 2 * i] - m[2 * i]) / per_ns * 1e-3);
+          }
         for (int64_t r = 0; r < rows; ++r)
           for (int i = 0; i < 4; ++i)
             phase[i].push_back((double)(st[(size_t)(r * STAMPS + i + 1)] - st[(size_t)(r * STAMPS + i)]) /
                                per_ns * 1e-3);
       }
-      const char *names[3][4] = {{"hist", "search", "tiles", "draw"}, {"max", "-", "tiles", "draw"},
-                                 {"read", "-", "-", "-"}};
-      char text[256];
+      const char *names[4][4] = {{"hist", "search", "tiles", "draw"},
+                                 {"max", "-", "tiles", "draw"},
+                                 {"read", "-", "-", "-"},
+                                 {"-", "-", "-", "-"}};
+      char text[1024];
       int len = 0;
       for (int i = 0; i < 4; ++i)
         if (names[mode][i][0] != '-')
           len += snprintf(text + len, sizeof text - (size_t)len, "%s%s %.1f", len ? ", " : "", names[mode][i],
                           micro_median(phase[i]));
-      const char *op = mode == MODE_TOP_P ? "top-p 0.9" : mode == MODE_PLAIN ? "plain" : "read only";
-      if (mode == MODE_READ)
+      const char *op = mode == MODE_TOP_P   ? "top-p 0.9"
+                       : mode == MODE_PLAIN ? "plain"
+                       : mode == MODE_READ  ? "read only"
+                                            : "gather parts";
+      if ((mode == MODE_TOP_P || mode == MODE_PARTS) && steps.size() > 1) {
+        static const char *step_names[] = {"start",  "pick (walk)", "gather",    "select",   "list mass",
+                                           "bisect", "refine",      "pick runs", "pick scan"};
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s",
+                        mode == MODE_TOP_P ? "; search steps:" : "");
+        for (size_t i = 1; i < steps.size(); ++i) {
+          const long long id = steps[i];
+          const char *name = id >= 0 && id <= 8                            ? step_names[id]
+                             : id >= PART_FIRST && id < PART_FIRST + PARTS ? part_names[id - PART_FIRST]
+                                                                           : "?";
+          len += snprintf(text + len, sizeof text - (size_t)len, "%s %s %.1f",
+                          mode == MODE_PARTS && i > 1 ? "," : "", name, micro_median(step_us[i]));
+        }
+      }
+      if (mode >= MODE_READ)
         printf("| %s | %lld | - | %.1f | %s |\n", op, (long long)rows, kernel_us, text);
       else
         printf("| %s | %lld | %.1f | %.1f | %s |\n", op, (long long)rows, lib_us, kernel_us, text);
-      if (mode != MODE_READ) {
+      if (mode < MODE_READ) {
         std::vector<int64_t> mine((size_t)rows), lib((size_t)rows);
         library(0);
         launch(0);
@@ -243,6 +385,7 @@ int main() {
   CK(cudaFree(lib_samples));
   CK(cudaFree(stamps));
   CK(cudaFree(per_ns_dev));
+  CK(cudaFree(marks));
   CK(cudaStreamDestroy(stream));
   return all_same ? 0 : 1;
 }

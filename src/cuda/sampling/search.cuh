@@ -57,6 +57,12 @@
 
 #include "cuda/sampling/sampling_common.cuh"
 
+/* A hook for bench/micro/sampling_passes.cu, which defines it before including this file to stamp
+ * the steps of a search (a barrier and a clock read each); nothing in the library. */
+#ifndef IGNIS_SAMPLING_MARK
+#define IGNIS_SAMPLING_MARK(step) ((void)0)
+#endif
+
 namespace ignis_sampling {
 
 constexpr int THREADS = 1024;
@@ -155,6 +161,18 @@ __device__ __forceinline__ search_smem &search_mem() {
 __device__ __forceinline__ tile_smem &tile_mem() {
   return *reinterpret_cast<tile_smem *>(ignis_sampling_smem);
 }
+
+/* The steps IGNIS_SAMPLING_MARK names. */
+enum search_mark {
+  MARK_PICK = 1,
+  MARK_GATHER,
+  MARK_SELECT,
+  MARK_LIST_MASS,
+  MARK_BISECT,
+  MARK_REFINE,
+  MARK_PICK_RUNS,
+  MARK_PICK_SCAN
+};
 
 /* ---- elements ---------------------------------------------------------------------------------------- */
 /* Key and weight of an element of value raw (sub: the same element of the subtracted row); false
@@ -797,6 +815,7 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
       local[2] += high;
     }
   }
+  IGNIS_SAMPLING_MARK(MARK_PICK_RUNS);
   if (threadIdx.x == 0) {
     sm.t.st.hit_k.bin = -1;
     sm.t.st.hit_lo.bin = -1;
@@ -804,6 +823,7 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
   }
   uint64_t above[3], total[3];
   block_suffix3(local, above, total, sm.t.red);
+  IGNIS_SAMPLING_MARK(MARK_PICK_SCAN);
   if (tg.use_p && !tg.base_known) {
     t_lo = IGNIS_DMUL(tg.p, __ull2double_rn(mass_above + total[1]));
     t_hi = IGNIS_DMUL(tg.p, __ull2double_rn(mass_above + total[2]));
@@ -886,6 +906,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
     uint64_t win_above = count_above, win_count = count_in;
     if (have_hist) {
       pick(lo, hi, shift, e_max, max_key, count_above, mass_above, tg, t_lo, t_hi);
+      IGNIS_SAMPLING_MARK(MARK_PICK);
       const pick_hit hk = sm.t.st.hit_k, hl = sm.t.st.hit_lo, hh = sm.t.st.hit_hi;
       if (tg.use_k && hk.bin < 0)
         tg.use_k = false; /* fewer keys than k: k does not filter */
@@ -923,6 +944,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       } else {
         g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift);
       }
+      IGNIS_SAMPLING_MARK(MARK_GATHER);
       if (with_total) {
         tg.base = g.total;
         tg.base_known = true;
@@ -933,6 +955,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       res.filtered = true;
       res.list_all = all;
       res.list_len = len;
+      IGNIS_SAMPLING_MARK(MARK_SELECT);
       uint64_t above_in_list = 0;
       for (uint32_t i = threadIdx.x; i < len; i += THREADS)
         above_in_list += entry_key(sm.u.list[i]) > res.thr;
@@ -947,6 +970,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
         res.have_mass = true;
         res.tiles = want_tiles;
       }
+      IGNIS_SAMPLING_MARK(MARK_LIST_MASS);
       return res;
     }
     if (win_lo == win_hi && t_exact) {
@@ -964,6 +988,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       const uint32_t cut = win_lo + (1u << half);
       const pass_sums s = histogram_pass<T, KIND, weight_kind(KIND)>(r, win_lo, win_hi, half, e_max, true,
                                                                      true, cut, with_total);
+      IGNIS_SAMPLING_MARK(MARK_BISECT);
       const uint64_t c0 = sm.u.hist[0], c1 = sm.u.hist[1];
       if (with_total) {
         tg.base = s.total;
@@ -996,6 +1021,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
     /* Refine: the window alone at a finer digit, with the exact mass above it. */
     const pass_sums s = histogram_pass<T, KIND, weight_kind(KIND)>(r, win_lo, win_hi, need, e_max, true,
                                                                    false, 0, with_total);
+    IGNIS_SAMPLING_MARK(MARK_REFINE);
     if (with_total) {
       tg.base = s.total;
       tg.base_known = true;

@@ -272,10 +272,8 @@ int main() {
   CK(cudaMalloc(&per_ns_dev, sizeof(double)));
   void (*const kernels[MODES])(const float *, int64_t, bool, int64_t *) = {
       timed_rows<MODE_TOP_P>, timed_rows<MODE_PLAIN>, timed_rows<MODE_READ>, timed_rows<MODE_PARTS>};
-  CK(ignis_allow_dynamic_smem<timed_rows<MODE_TOP_P>>(sizeof(search_smem)));
-  CK(ignis_allow_dynamic_smem<timed_rows<MODE_PLAIN>>(sizeof(search_smem)));
-  CK(ignis_allow_dynamic_smem<timed_rows<MODE_READ>>(sizeof(search_smem)));
-  CK(ignis_allow_dynamic_smem<timed_rows<MODE_PARTS>>(sizeof(search_smem)));
+  for (const auto kernel : kernels)
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(search_smem)));
   clock_rate<<<1, 1, 0, stream>>>(40000000, per_ns_dev);
   double per_ns = 0;
   CK(cudaMemcpyAsync(&per_ns, per_ns_dev, sizeof(double), cudaMemcpyDeviceToHost, stream));

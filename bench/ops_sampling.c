@@ -17,6 +17,7 @@
  * page-table entries or offsets it maps (k per row, or one per row). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bench.h"
 
@@ -28,6 +29,58 @@
 static ignis_sampling_options sampling_options(void) {
   ignis_sampling_options options = IGNIS_SAMPLING_OPTIONS_INIT;
   options.seed = 1234;
+  return options;
+}
+
+/* The workspace of the multi-block path (include/ignis/sampling.h), zero-filled once, as an engine
+ * would keep it: the sampling calls that can take it get it on CUDA (IGNIS_SAMPLING_SPLIT=0 in the
+ * environment times them without it). */
+typedef struct sampling_state {
+  void *workspace;
+  size_t workspace_bytes;
+} sampling_state;
+
+static int prepare_workspace(const bench_case *c, void *stream, void **state) {
+  (void)stream;
+  sampling_state *s = calloc(1, sizeof *s);
+  if (!s)
+    return bench_fail("out of host memory for a sampling state");
+  size_t bytes = 0;
+  if (c->device.type != IGNIS_DEVICE_CPU &&
+      bench_check_status(ignis_sampling_workspace_size(c->batch, c->vocab, &bytes),
+                         "ignis_sampling_workspace_size") != 0) {
+    free(s);
+    return -1;
+  }
+  if (bytes > 0) {
+    void *zeros = calloc(1, bytes);
+    if (!zeros || bench_device_alloc(c->device, bytes, &s->workspace) != 0 ||
+        bench_device_upload(c->device, s->workspace, zeros, bytes) != 0) {
+      free(zeros);
+      if (s->workspace)
+        bench_device_free(c->device, s->workspace);
+      free(s);
+      return zeros ? -1 : bench_fail("out of host memory for a workspace image");
+    }
+    free(zeros);
+    s->workspace_bytes = bytes;
+  }
+  *state = s;
+  return 0;
+}
+
+static void release_workspace(const bench_case *c, void *state) {
+  sampling_state *s = state;
+  if (s->workspace)
+    bench_device_free(c->device, s->workspace);
+  free(s);
+}
+
+static ignis_sampling_options workspace_options(void *state) {
+  ignis_sampling_options options = sampling_options();
+  const sampling_state *s = state;
+  options.workspace = s->workspace;
+  options.workspace_bytes = s->workspace_bytes;
   return options;
 }
 
@@ -75,28 +128,28 @@ static ignis_status call_softmax(const bench_case *c, ignis_tensor *t, void *sta
 
 static ignis_status call_sampling_from_probs(const bench_case *c, ignis_tensor *t, void *state,
                                              void *stream) {
-  ignis_sampling_options options = sampling_options();
+  ignis_sampling_options options = workspace_options(state);
   return ignis_sampling_from_probs(&t[0], &t[1], &options, stream);
 }
 
 static ignis_status call_sampling_from_logits(const bench_case *c, ignis_tensor *t, void *state,
                                               void *stream) {
-  ignis_sampling_options options = sampling_options();
+  ignis_sampling_options options = workspace_options(state);
   return ignis_sampling_from_logits(&t[0], &t[1], &options, stream);
 }
 
 static ignis_status call_top_p_sampling(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
-  ignis_sampling_options options = sampling_options();
+  ignis_sampling_options options = workspace_options(state);
   return ignis_top_p_sampling_from_probs(&t[0], NULL, TOP_P, &t[1], &options, stream);
 }
 
 static ignis_status call_top_k_sampling(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
-  ignis_sampling_options options = sampling_options();
+  ignis_sampling_options options = workspace_options(state);
   return ignis_top_k_sampling_from_probs(&t[0], NULL, TOP_K, &t[1], &options, stream);
 }
 
 static ignis_status call_min_p_sampling(const bench_case *c, ignis_tensor *t, void *state, void *stream) {
-  ignis_sampling_options options = sampling_options();
+  ignis_sampling_options options = workspace_options(state);
   return ignis_min_p_sampling_from_probs(&t[0], NULL, MIN_P, &t[1], &options, stream);
 }
 
@@ -252,24 +305,29 @@ static const bench_routine sampling_routines[] = {
      .functions = "ignis_softmax", .dims = SAMPLING_DIMS, .bytes_rule = MAP_BYTES, .gpu_suite = GPU_SAMPLING,
      .host_suite = HOST_SAMPLING, .describe = describe_logits_map, .call = call_softmax},
     {SAMPLING_ENTRY, .name = "sampling_from_probs", .summary = "sample a token per row, no filter",
-     .functions = "ignis_sampling_from_probs", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
-     .gpu_suite = GPU_SAMPLING, .host_suite = HOST_SAMPLING, .describe = describe_from_probs,
+     .functions = "ignis_sampling_from_probs ignis_sampling_workspace_size", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
+     .gpu_suite = BENCH_SUITE(SAMPLING_SHAPE(4, 128, 0), SAMPLING_SHAPE(4, 1, 0)), .host_suite = HOST_SAMPLING, .describe = describe_from_probs,
+     .prepare = prepare_workspace, .release = release_workspace,
      .call = call_sampling_from_probs},
     {SAMPLING_ENTRY, .name = "sampling_from_logits", .summary = "sample from softmax(logits), no filter",
-     .functions = "ignis_sampling_from_logits", .dims = SAMPLING_DIMS, .bytes_rule = LOGITS_SAMPLE_BYTES,
+     .functions = "ignis_sampling_from_logits ignis_sampling_workspace_size", .dims = SAMPLING_DIMS, .bytes_rule = LOGITS_SAMPLE_BYTES,
      .gpu_suite = GPU_SAMPLING, .host_suite = HOST_SAMPLING, .describe = describe_from_logits,
+     .prepare = prepare_workspace, .release = release_workspace,
      .call = call_sampling_from_logits},
     {SAMPLING_ENTRY, .name = "top_p_sampling", .summary = "top-p 0.9 sampling from probabilities",
-     .functions = "ignis_top_p_sampling_from_probs", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
+     .functions = "ignis_top_p_sampling_from_probs ignis_sampling_workspace_size", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
      .gpu_suite = BENCH_SUITE(SAMPLING_SHAPE(4, 128, 0), SAMPLING_SHAPE(4, 1, 0)),
-     .host_suite = HOST_SAMPLING, .describe = describe_from_probs, .call = call_top_p_sampling},
+     .host_suite = HOST_SAMPLING, .describe = describe_from_probs, .prepare = prepare_workspace, .release = release_workspace,
+     .call = call_top_p_sampling},
     {SAMPLING_ENTRY, .name = "top_k_sampling", .summary = "top-k 50 sampling from probabilities",
-     .functions = "ignis_top_k_sampling_from_probs", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
-     .gpu_suite = GPU_SAMPLING, .host_suite = HOST_SAMPLING, .describe = describe_from_probs,
+     .functions = "ignis_top_k_sampling_from_probs ignis_sampling_workspace_size", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
+     .gpu_suite = BENCH_SUITE(SAMPLING_SHAPE(4, 128, 0), SAMPLING_SHAPE(4, 1, 0)), .host_suite = HOST_SAMPLING, .describe = describe_from_probs,
+     .prepare = prepare_workspace, .release = release_workspace,
      .call = call_top_k_sampling},
     {SAMPLING_ENTRY, .name = "min_p_sampling", .summary = "min-p 0.1 sampling from probabilities",
-     .functions = "ignis_min_p_sampling_from_probs", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
+     .functions = "ignis_min_p_sampling_from_probs ignis_sampling_workspace_size", .dims = SAMPLING_DIMS, .bytes_rule = SAMPLE_BYTES,
      .gpu_suite = GPU_SAMPLING, .host_suite = HOST_SAMPLING, .describe = describe_from_probs,
+     .prepare = prepare_workspace, .release = release_workspace,
      .call = call_min_p_sampling},
     {SAMPLING_ENTRY, .name = "top_k_top_p_sampling",
      .summary = "top-k 50 then top-p 0.9 sampling from probabilities",

@@ -506,7 +506,7 @@ typedef struct batch_case {
 
 /* Runs op over `rows` distinct rows on `backend`; writes the samples to tokens. Checks membership. */
 static void run_batch(h_backend backend, op_kind op, const batch_case *bc, uint64_t seed, uint64_t offset,
-                      int64_t *tokens) {
+                      const h_buf *workspace, int64_t *tokens) {
   const int64_t rows = bc->rows, n = bc->n;
   h_rng rng = h_rng_make(4242 + (uint64_t)op * 7 + (uint64_t)n);
   h_buf in = h_buf_alloc(backend, bc->dtype, rows * n), out = h_buf_alloc(backend, IGNIS_I32, rows);
@@ -554,6 +554,10 @@ static void run_batch(h_backend backend, op_kind op, const batch_case *bc, uint6
     o.seed_tensor = &st;
     o.offset_tensor = &ot;
   }
+  if (workspace) {
+    o.workspace = workspace->data;
+    o.workspace_bytes = (size_t)workspace->count * workspace->elem_size;
+  }
   CHECK_STATUS(call_op(op, &input, &t, &samples, &o), IGNIS_OK);
   h_buf_download(&out);
   int64_t outside = 0;
@@ -586,11 +590,22 @@ static void run_batch(h_backend backend, op_kind op, const batch_case *bc, uint6
   free(allowed);
 }
 
+/* A zero-filled CUDA workspace for the multi-block path of `rows` rows of n (NULL buffer: none). */
+static h_buf split_workspace(int64_t rows, int64_t n) {
+  size_t bytes = 0;
+  CHECK_STATUS(ignis_sampling_workspace_size(rows, n, &bytes), IGNIS_OK);
+  return h_buf_alloc(H_CUDA, IGNIS_I64, bytes ? (int64_t)((bytes + 7) / 8) : 1);
+}
+
 static void test_batches(int backends) {
+  /* the multi-block path (rows <= IGNIS_SAMPLING_SPLIT_MAX_ROWS, vocab >= 4096, a workspace) runs
+     for the cases of few rows; the CUDA samples of both paths must equal the CPU's */
   static const batch_case cases[] = {
       {37, 1000, IGNIS_F32, 1, 2, 0},   {16, 32000, IGNIS_BF16, 1, 1, 0}, {9, 4097, IGNIS_F16, 0, 0, 0},
       {5, 1, IGNIS_F32, 1, 0, 0},       {6, 2, IGNIS_F32, 0, 2, 0},       {3, 128256, IGNIS_F32, 1, 0, 0},
-      {2, 151936, IGNIS_BF16, 0, 2, 0}, {6, 128256, IGNIS_F32, 1, 2, 1},  {6, 151936, IGNIS_F32, 1, 0, 1}};
+      {2, 151936, IGNIS_BF16, 0, 2, 0}, {6, 128256, IGNIS_F32, 1, 2, 1},  {6, 151936, IGNIS_F32, 1, 0, 1},
+      {1, 128256, IGNIS_F32, 0, 0, 0},  {1, 4096, IGNIS_F16, 1, 0, 1},    {4, 65536, IGNIS_BF16, 1, 2, 0},
+      {8, 16384, IGNIS_F32, 1, 1, 0},   {2, 262144, IGNIS_F32, 1, 0, 0},  {1, 200003, IGNIS_BF16, 1, 2, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
     for (int op = 0; op < OP_COUNT; ++op) {
       const batch_case *bc = &cases[c];
@@ -600,14 +615,14 @@ static void test_batches(int backends) {
       h_case("batch %s on cpu: rows=%lld vocab=%lld dtype=%s per_row=%d seed_tensor=%d flat_near_one=%d",
              op_names[op], (long long)bc->rows, (long long)bc->n, ignis_dtype_name(bc->dtype), bc->per_row,
              bc->seed_tensor, bc->flat_near_one);
-      run_batch(H_CPU, (op_kind)op, bc, 99, 5, a);
-      run_batch(H_CPU, (op_kind)op, bc, 99, 5, b);
+      run_batch(H_CPU, (op_kind)op, bc, 99, 5, NULL, a);
+      run_batch(H_CPU, (op_kind)op, bc, 99, 5, NULL, b);
       int same = 1;
       for (int64_t r = 0; r < bc->rows; ++r)
         same &= a[r] == b[r];
       CHECKF(same, "the same seed and offset gave different samples");
       if (bc->n >= 1000) {
-        run_batch(H_CPU, (op_kind)op, bc, 99, 6, b);
+        run_batch(H_CPU, (op_kind)op, bc, 99, 6, NULL, b);
         int64_t differ = 0;
         for (int64_t r = 0; r < bc->rows; ++r)
           differ += a[r] != b[r];
@@ -618,19 +633,129 @@ static void test_batches(int backends) {
                "flat_near_one=%d",
                op_names[op], (long long)bc->rows, (long long)bc->n, ignis_dtype_name(bc->dtype), bc->per_row,
                bc->seed_tensor, bc->flat_near_one);
-        run_batch(H_CUDA, (op_kind)op, bc, 99, 5, cuda);
-        int64_t mismatches = 0;
-        for (int64_t r = 0; r < bc->rows; ++r)
-          if (cuda[r] != a[r] && mismatches++ < 5)
-            CHECKF(0, "row %lld: cuda sampled %lld, cpu %lld", (long long)r, (long long)cuda[r],
-                   (long long)a[r]);
-        CHECKF(mismatches == 0, "%lld of %lld rows differ between cuda and cpu", (long long)mismatches,
-               (long long)bc->rows);
+        h_buf ws = split_workspace(bc->rows, bc->n);
+        /* one block per row; then the multi-block path twice on one workspace (the second call
+           finds the counters the first left zero) */
+        for (int pass = 0; pass < 3; ++pass) {
+          run_batch(H_CUDA, (op_kind)op, bc, 99, 5, pass ? &ws : NULL, cuda);
+          int64_t mismatches = 0;
+          for (int64_t r = 0; r < bc->rows; ++r)
+            if (cuda[r] != a[r] && mismatches++ < 5)
+              CHECKF(0, "%s: row %lld: cuda sampled %lld, cpu %lld", pass ? "workspace" : "one block",
+                     (long long)r, (long long)cuda[r], (long long)a[r]);
+          CHECKF(mismatches == 0, "%s: %lld of %lld rows differ between cuda and cpu",
+                 pass ? "workspace" : "one block", (long long)mismatches, (long long)bc->rows);
+        }
+        h_buf_free(&ws);
       }
       free(a);
       free(b);
       free(cuda);
     }
+}
+
+/* ---- the multi-block path on edge rows: CUDA with a workspace against the CPU ----------------------- */
+static void split_edge_rows(int64_t n, double *x) {
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      double v = 0.0;
+      switch (r) {
+      case 0: /* all zero */
+        break;
+      case 1: /* NaN / Inf / negative everywhere, one valid entry */
+        v = i == 4321 ? 0.25 : (i % 3 == 0 ? NAN : (i % 3 == 1 ? INFINITY : -1.0));
+        break;
+      case 2: /* negatives, two positives */
+        v = i == n - 1 ? 0.125 : (i == 17 ? 0.5 : -0.5);
+        break;
+      case 3: /* flat: one level-1 bin holds the whole row */
+        v = 1.0;
+        break;
+      case 4: /* one large weight over a floor of tiny ones (masses truncated to 0) */
+        v = i == 2500 ? 1.0 : 1e-30;
+        break;
+      default: /* 60 binades: masses shifted far right */
+        v = ldexp(1.0 + (double)(i % 7) / 8.0, -(int)(i % 60));
+        break;
+      }
+      x[r * n + i] = v;
+    }
+}
+
+static void test_split_edges(int backends) {
+  if (backends < 2)
+    return;
+  const int64_t n = 5000, rows = 6, batch = 8;
+  static const double idx_values[8] = {5, -1, 0, 3, 2, 4, 1, 6};
+  double *x = malloc(sizeof(double) * (size_t)(rows * n));
+  split_edge_rows(n, x);
+  h_buf in[2], idx[2], out[2];
+  for (int b = 0; b < 2; ++b) {
+    in[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_F32, rows * n);
+    idx[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
+    out[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
+    for (int64_t i = 0; i < rows * n; ++i)
+      h_set(&in[b], i, x[i]);
+    for (int i = 0; i < batch; ++i)
+      h_set(&idx[b], i, idx_values[i]);
+    h_buf_upload(&in[b]);
+    h_buf_upload(&idx[b]);
+  }
+  h_buf ws = split_workspace(batch, n);
+  static const int64_t ks[] = {1, 3, 4999, 100000};
+  static const double ps[] = {1e-9, 0.5, 0.999999, 1.0};
+  int64_t shape[2] = {rows, n};
+  for (int op = 0; op < OP_COUNT; ++op)
+    for (int v = 0; v < 4; ++v) {
+      h_case("multi-block edge rows %s: k=%lld p=%g", op_names[op], (long long)ks[v], ps[v]);
+      int64_t got[2][8];
+      for (int b = 0; b < 2; ++b) {
+        ignis_tensor input = h_view(&in[b], 0, 2, shape, NULL);
+        ignis_tensor samples = h_view(&out[b], 0, 1, &batch, NULL);
+        ignis_tensor indices = h_view(&idx[b], 0, 1, &batch, NULL);
+        ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
+        o.indices = &indices;
+        o.seed = 7;
+        o.offset = (uint64_t)v;
+        if (b) {
+          o.workspace = ws.data;
+          o.workspace_bytes = (size_t)ws.count * ws.elem_size;
+        }
+        thresholds t = {ks[v], ps[v], ps[v], NULL, NULL, NULL};
+        h_buf_poison(&out[b]);
+        h_buf_upload(&out[b]);
+        CHECK_STATUS(call_op((op_kind)op, &input, &t, &samples, &o), IGNIS_OK);
+        h_buf_download(&out[b]);
+        for (int i = 0; i < batch; ++i)
+          got[b][i] = get_index(&out[b], i);
+      }
+      for (int i = 0; i < batch; ++i)
+        CHECKF(got[0][i] == got[1][i], "output row %d (row %g): cuda sampled %lld, cpu %lld", i, idx_values[i],
+               (long long)got[1][i], (long long)got[0][i]);
+      CHECKF(got[1][1] == 0 && got[1][7] == 0, "rows outside [0, rows) must give token 0");
+    }
+  for (int b = 0; b < 2; ++b) {
+    h_buf_free(&in[b]);
+    h_buf_free(&idx[b]);
+    h_buf_free(&out[b]);
+  }
+  h_buf_free(&ws);
+  free(x);
+}
+
+static void test_split_workspace_size(void) {
+  h_case("ignis_sampling_workspace_size");
+  size_t a = 1, b = 0, c = 0;
+  CHECK_STATUS(ignis_sampling_workspace_size(9, 128256, &a), IGNIS_OK);
+  CHECKF(a == 0, "batch 9 exceeds IGNIS_SAMPLING_SPLIT_MAX_ROWS: %zu bytes", a);
+  CHECK_STATUS(ignis_sampling_workspace_size(1, 4095, &a), IGNIS_OK);
+  CHECKF(a == 0, "vocab 4095 is below the multi-block path's: %zu bytes", a);
+  CHECK_STATUS(ignis_sampling_workspace_size(1, 128256, &b), IGNIS_OK);
+  CHECK_STATUS(ignis_sampling_workspace_size(8, 128256, &c), IGNIS_OK);
+  CHECKF(b >= (size_t)128256 * 8 && c > b, "sizes %zu (1 row) and %zu (8 rows)", b, c);
+  CHECK_STATUS(ignis_sampling_workspace_size(1, 128256, NULL), IGNIS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(ignis_sampling_workspace_size(-1, 128256, &a), IGNIS_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(ignis_sampling_workspace_size(1, ((int64_t)1 << 24) + 1, &a), IGNIS_ERROR_INVALID_ARGUMENT);
 }
 
 /* ---- edge rows ----------------------------------------------------------------------------------------- */
@@ -1180,6 +1305,13 @@ static void test_bad_inputs(h_backend backend) {
                                              &samples, NULL, NULL),
       INV, "filter_apply_order");
   BAD(ignis_sampling_from_probs(&probs, NULL, NULL, NULL), INV, "samples is NULL");
+  {
+    ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
+    o.workspace_bytes = 4096;
+    BAD(ignis_sampling_from_probs(&probs, &samples, &o, NULL), INV, "options.workspace is NULL");
+    o.workspace = (char *)fr.data + 4;
+    BAD(ignis_top_p_sampling_from_probs(&probs, NULL, 0.5, &samples, &o, NULL), INV, "options.workspace");
+  }
   BAD(ignis_sampling_from_probs(NULL, &samples, NULL, NULL), INV, "probs is NULL");
   t = samples;
   t.dtype = IGNIS_F32;
@@ -1296,6 +1428,8 @@ int main(void) {
     test_rule(backend);
     test_statistics(backend);
   }
+  test_split_workspace_size();
+  test_split_edges(backends);
   test_batches(backends);
   return h_finish();
 }

@@ -87,9 +87,34 @@ typedef struct ignis_sampling_options {
   const ignis_tensor *seed_tensor;   /* NULL, or i64 with 1 or batch elements, contiguous */
   const ignis_tensor *offset_tensor; /* NULL, or i64 with 1 or batch elements, contiguous */
   int32_t deterministic;             /* accepted; results are always deterministic */
+  /* Added after the first release (older callers' options end above and read as NULL / 0): */
+  void *workspace;        /* NULL, or device memory on the op's device (16-byte aligned) for the
+                             multi-block path below; zero-filled before its first use */
+  size_t workspace_bytes; /* its size; ignis_sampling_workspace_size gives what a call can use */
 } ignis_sampling_options;
 #define IGNIS_SAMPLING_OPTIONS_INIT                                                                          \
-  { sizeof(ignis_sampling_options), NULL, 0, 0, NULL, NULL, 1 }
+  { sizeof(ignis_sampling_options), NULL, 0, 0, NULL, NULL, 1, NULL, 0 }
+
+/* Workspace of the multi-block path (CUDA). Without a workspace every output row is sampled by one
+ * block of threads, which at small batches leaves most of the GPU idle. With one, a sampling call
+ * of few rows (at most IGNIS_SAMPLING_SPLIT_MAX_ROWS, and as many as fit the GPU at once) over a
+ * vocabulary of at least 4096 may share each row among many blocks that meet through the
+ * workspace: sampling_from_probs/logits, top-k, top-p and min-p sampling (the top_k_top_p calls,
+ * the renorm and mask ops and chain speculative sampling always take the one-block path). The
+ * results are the same either way (thresholds and samples are exact). Rules:
+ *   - the workspace holds a few counters that must be zero before its first use; every call leaves
+ *     them zero again, so allocate it zero-filled once and reuse it;
+ *   - calls that may run at the same time (other streams) need workspaces of their own;
+ *   - a workspace smaller than ignis_sampling_workspace_size(batch, vocab) is not an error: the call
+ *     then takes the one-block path. The CPU backend ignores it.
+ * IGNIS_SAMPLING_SPLIT=0 in the environment turns the multi-block path off (comparisons). */
+#define IGNIS_SAMPLING_SPLIT_MAX_ROWS 8
+
+/* Bytes of workspace that let a call of `batch` output rows over `vocab_size` take the
+ * multi-block path wherever the GPU allows it (0 when it never applies: batch above
+ * IGNIS_SAMPLING_SPLIT_MAX_ROWS or vocab_size below 4096). The bound holds for every smaller batch
+ * and vocabulary. */
+IGNIS_API ignis_status ignis_sampling_workspace_size(int64_t batch, int64_t vocab_size, size_t *bytes);
 
 /* Order of the filters of the top_k_top_p calls (FlashInfer's filter_apply_order). */
 typedef enum ignis_filter_apply_order {

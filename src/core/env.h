@@ -19,6 +19,8 @@ extern "C" {
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \
     "0 never plans decode's page kernel; always plans it for every batch of a shape it takes, "    \
     "split or not (tests of its merge path)")                                                     \
+  X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
+    "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \
     "the cuBLASLt library the CUDA GEMM ops load (dlopen) at their first call")                     \
   X(IGNIS_ENV_GEMM_SKINNY, "IGNIS_GEMM_SKINNY", "0, 1", "small-M kernel only for what cuBLASLt lacks", \

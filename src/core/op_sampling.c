@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/config.h"
+#include "core/sampling_split.h"
 #include "core/validate.h"
 #include "ignis/sampling.h"
 
@@ -74,12 +75,16 @@ typedef struct sampling_call {
   const ignis_tensor *seed_tensor;
   const ignis_tensor *offset_tensor;
   ignis_philox_source rng;
+  void *workspace;
+  size_t workspace_bytes;
 } sampling_call;
 
 static ignis_status read_options(const char *fn, const ignis_sampling_options *options, sampling_call *call) {
   ignis_philox_source rng = {0};
   call->indices = call->seed_tensor = call->offset_tensor = NULL;
   call->rng = rng;
+  call->workspace = NULL;
+  call->workspace_bytes = 0;
   if (!options)
     return IGNIS_OK;
   static const ignis_sampling_options defaults = IGNIS_SAMPLING_OPTIONS_INIT;
@@ -92,6 +97,15 @@ static ignis_status read_options(const char *fn, const ignis_sampling_options *o
   call->offset_tensor = options->offset_tensor;
   call->rng.seed = options->seed;
   call->rng.offset = options->offset;
+  if (options->workspace_bytes > 0 && !options->workspace)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: options.workspace is NULL but options.workspace_bytes is %zu", fn,
+                           options->workspace_bytes);
+  if ((uintptr_t)options->workspace % 16 != 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: options.workspace is not 16-byte aligned", fn);
+  call->workspace = options->workspace_bytes > 0 ? options->workspace : NULL;
+  call->workspace_bytes = call->workspace ? options->workspace_bytes : 0;
   return IGNIS_OK;
 }
 
@@ -215,9 +229,28 @@ static ignis_status run_sampling(const sampling_args *a) {
   p.rng = call.rng;
   p.samples = a->samples->data;
   p.samples_dtype = a->samples->dtype;
+  p.workspace = call.workspace;
+  p.workspace_bytes = call.workspace_bytes;
   if (batch == 0)
     return IGNIS_OK;
   return target.backend->sampling(&p, target.device.id, a->stream);
+}
+
+ignis_status ignis_sampling_workspace_size(int64_t batch, int64_t vocab_size, size_t *bytes) {
+  const char *fn = "ignis_sampling_workspace_size";
+  ignis_clear_error();
+  if (!bytes)
+    return invalid(fn, "bytes is NULL");
+  if (batch < 0)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT, "%s: batch=%" PRId64 " but it must be >= 0", fn, batch);
+  if (vocab_size < 0 || vocab_size > MAX_MASS_VOCAB)
+    return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
+                           "%s: vocab_size=%" PRId64 " but it must be in [0, %" PRId64 "]", fn, vocab_size,
+                           MAX_MASS_VOCAB);
+  *bytes = batch > 0 && batch <= IGNIS_SAMPLING_SPLIT_MAX_ROWS && vocab_size >= IGNIS_SPLIT_MIN_VOCAB
+               ? ignis_split_layout_of(batch, vocab_size).bytes
+               : 0;
+  return IGNIS_OK;
 }
 
 static sampling_args sampling_base(const char *fn, const char *input_name, const ignis_tensor *input,

@@ -437,6 +437,7 @@ typedef struct ignis_sampling_params {
   ignis_philox_source rng;
   void *samples; ignis_dtype samples_dtype; /* OUT_SAMPLE: [batch] i32/i64 */
   void *out; int64_t out_row_stride;        /* OUT_RENORM / OUT_MASK: [rows, vocab], dtype */
+  void *workspace; size_t workspace_bytes;  /* the multi-block path's (include/ignis/sampling.h) */
 } ignis_sampling_params;
 
 typedef struct ignis_softmax_params {

@@ -2,7 +2,8 @@
  * (include/ignis/sampling.h). Thresholds and samples are the exact quantities the header defines,
  * so they equal the CPU backend's (src/cpu/sampling.c).
  *
- * One block of 1024 threads per output row. No sorting of the row: the allowed set is {w > 0,
+ * Calls of few rows that bring a workspace take the multi-block path of split.cu instead (the
+ * sampling calls only); everything else runs here, one block of 1024 threads per output row. No sorting of the row: the allowed set is {w > 0,
  * key(w) >= thr} for a threshold key found by the search of search.cuh (a count histogram, then
  * the candidate window gathered into shared memory and resolved exactly), and the sample is the
  * inverse transform over the allowed set in index order: one 64-bit uniform per row, the allowed
@@ -53,20 +54,6 @@ template <typename T> __device__ __noinline__ float logit_max(const row_view<T> 
         m = fmaxf(m, sanitize_logit(v[j]));
   });
   return block_max(m, tile_mem().red);
-}
-
-__device__ __forceinline__ int64_t row_top_k(const ignis_sampling_params &p, int64_t b) {
-  return p.top_k_arr ? load_index(p.top_k_arr, p.top_k_dtype, b) : p.top_k_val;
-}
-
-__device__ __forceinline__ double row_top_p(const ignis_sampling_params &p, int64_t b) {
-  const double v = p.top_p_arr ? (double)p.top_p_arr[b] : p.top_p_val;
-  return v > 0.0 ? v : DBL_MIN;
-}
-
-__device__ __forceinline__ float row_min_p(const ignis_sampling_params &p, int64_t b) {
-  const float v = p.min_p_arr ? p.min_p_arr[b] : p.min_p_val;
-  return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
 }
 
 /* Write pass of the renorm (w * inv on the allowed set, else 0) and mask (x on the allowed set,
@@ -256,6 +243,9 @@ template <typename T> static cudaError_t launch(const ignis_sampling_params *p, 
 extern "C" ignis_status ignis_cuda_sampling(const ignis_sampling_params *params, int32_t device,
                                             void *stream) {
   IGNIS_CUDA_ON_DEVICE(device);
+  ignis_status split_status;
+  if (ignis_cuda_sampling_split(params, device, stream, &split_status))
+    return split_status;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return launch_rows("ignis_cuda_sampling", params->batch_size, params->dtype,
                      [&](auto t) { return launch<decltype(t)>(params, s); });

@@ -69,6 +69,21 @@ __device__ __forceinline__ uint64_t rng_offset(const ignis_philox_source &rng, i
   return rng.offset_arr ? (uint64_t)rng.offset_arr[rng.offset_len == 1 ? 0 : row] : rng.offset;
 }
 
+/* Per-row thresholds of a sampling call, clamped as include/ignis/sampling.h says. */
+__device__ __forceinline__ int64_t row_top_k(const ignis_sampling_params &p, int64_t b) {
+  return p.top_k_arr ? load_index(p.top_k_arr, p.top_k_dtype, b) : p.top_k_val;
+}
+
+__device__ __forceinline__ double row_top_p(const ignis_sampling_params &p, int64_t b) {
+  const double v = p.top_p_arr ? (double)p.top_p_arr[b] : p.top_p_val;
+  return v > 0.0 ? v : DBL_MIN;
+}
+
+__device__ __forceinline__ float row_min_p(const ignis_sampling_params &p, int64_t b) {
+  const float v = p.min_p_arr ? p.min_p_arr[b] : p.min_p_val;
+  return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
+}
+
 /* ---- block reductions ------------------------------------------------------------------------------ */
 /* Shared scratch of the reductions: one slot per warp. */
 struct reduce_scratch {
@@ -230,6 +245,10 @@ static inline bool rows_chunk_aligned(const void *data, int64_t row_stride, int6
   const size_t chunk = 4 * elem;
   return (uintptr_t)data % chunk == 0 && (rows <= 1 || (row_stride * (int64_t)elem) % (int64_t)chunk == 0);
 }
+
+/* Host: the multi-block path of small batches (split.cu): true when it took the call (launched, or
+ * failed to: *status), false when the call belongs to the one-block kernel. The device is current. */
+bool ignis_cuda_sampling_split(const ignis_sampling_params *p, int32_t device, void *stream, ignis_status *status);
 
 /* Host: the end of every sampling entry point. `rows` blocks must fit a grid; launch(T()) launches
  * the kernels for row dtype T (f32, f16 or bf16) and returns the launch's error; the result is the

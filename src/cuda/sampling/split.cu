@@ -1,0 +1,615 @@
+/* CUDA backend of the sampling ops at small batches: each output row shared among many blocks that
+ * meet through the caller's workspace (the multi-block path of include/ignis/sampling.h; layout in
+ * core/sampling_split.h). The results are the exact quantities the header defines, the same as the
+ * one-block kernel's (filter.cu) and the CPU backend's: only the way there differs.
+ *
+ * Why: one block per row (filter.cu) is bound by one SM's instruction rate, ~80 us for a top-p row
+ * of 128K at batch 1 while the rest of the GPU idles. Here a row of n elements is cut into S slices
+ * of at most 2048 elements (one 4-element chunk per thread of a 512-thread block), one block each,
+ * and the blocks of a row run three phases separated by grid barriers (a cooperative launch, so
+ * every block is resident; the barrier is a counter per row in the workspace):
+ *   A  the row's largest key (atomicMax): its exponent scales every fixed-point mass;
+ *   B  top-k / top-p: a level-1 histogram of the slice in shared memory (key bits 30..20: 2048
+ *      bins, count and exact mass; the mass per bin comes from two 32-bit sums, see bin_mass), added
+ *      into the row's histogram in the workspace. Other filters: the slice's allowed mass.
+ *   C  top-k / top-p: every block scans the row's histogram for the level-1 bin where the suffix
+ *      count or mass reaches the target (the first level of the CPU backend's radix search), sums
+ *      the mass of its elements above that bin and appends the elements inside it to the row's
+ *      candidate list.
+ *   D  the last block of the row to finish C (a counter, no barrier) resolves the threshold over
+ *      the list (levels 2 and 3 of the radix search: 11 and 9 bits, in shared memory), adds the
+ *      list's allowed masses to their slices, draws the one 64-bit uniform, finds the slice that
+ *      holds the target by a prefix over the slices' masses and the element by a prefix over that
+ *      slice: the inverse transform in index order. It then zeroes the row's counters for the next
+ *      call.
+ * Every sum is an integer sum, so no order matters and the samples equal the CPU backend's. */
+#include "core/sampling_split.h"
+#include "cuda/sampling/search.cuh"
+
+namespace {
+using namespace ignis_sampling;
+
+constexpr int SPLIT_THREADS = 512;
+constexpr int SPLIT_SLICE_MAX = 4 * SPLIT_THREADS; /* one chunk per thread */
+constexpr int64_t SPLIT_SLICE_TARGET = 1024;
+constexpr int L2_BINS = 2048; /* key bits 19..9 */
+constexpr int L3_BINS = 512;  /* key bits 8..0 */
+constexpr int BINS_PER_THREAD = IGNIS_SPLIT_BINS / SPLIT_THREADS;
+static_assert(L2_BINS == IGNIS_SPLIT_BINS && L3_BINS == SPLIT_THREADS, "one scan shape per level");
+static_assert(IGNIS_SPLIT_MAX_BLOCKS <= SPLIT_THREADS, "one slice per thread in the final prefix");
+
+enum split_state_word { ST_ARRIVE = 0, ST_DONE = 1, ST_MAX_KEY = 2, ST_LIST_LEN = 3 };
+enum split_mode { MODE_ALL = 0, MODE_TOP_K = 1, MODE_TOP_P = 2 };
+
+/* The workspace regions of the launch (core/sampling_split.h) and the cut of the rows. */
+struct split_args {
+  uint32_t *state;      /* [MAX_ROWS][4] */
+  uint32_t *hist_count; /* [rows][2048] */
+  uint64_t *hist_mass;  /* [rows][2048] */
+  uint64_t *blk_mass;   /* [rows][MAX_BLOCKS] */
+  uint64_t *list;       /* [rows][n] */
+  int blocks;           /* S */
+  int slice;            /* elements per block, a multiple of 4 */
+  bool vec;
+};
+
+struct split_smem {
+  union {
+    struct {
+      uint32_t count[IGNIS_SPLIT_BINS];
+      uint32_t q[IGNIS_SPLIT_BINS]; /* sums of the elements' reduced low bits (bin_mass) */
+    } l1;
+    struct {
+      uint32_t count[L2_BINS];
+      uint32_t lo[L2_BINS], hi[L2_BINS]; /* exact masses: low word, high word with the carries */
+    } fine;
+  } h;
+  uint32_t slice_lo[IGNIS_SPLIT_MAX_BLOCKS], slice_hi[IGNIS_SPLIT_MAX_BLOCKS];
+  reduce_scratch red;
+  uint32_t list_local, list_base, last;
+  int32_t digit, slice_hit;
+  uint64_t above, rest;
+  int64_t token;
+};
+
+/* ---- the grid barrier of a row --------------------------------------------------------------------- */
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/* Every block of the row arrives; returns once `target` arrivals (S per barrier so far) are in. */
+__device__ __forceinline__ void row_barrier(uint32_t *arrive, uint32_t target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(arrive, 1u);
+    while (load_acquire(arrive) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+/* ---- masses ------------------------------------------------------------------------------------------- */
+/* Level-1 bins hold the keys of one exponent and the top 3 significand bits, so an element's mass
+ * weight_mass(key) = (sig << 15) >> s (s = e_max - max(e, 1), sig = base + r, base = the bin's
+ * significand bits above bit 20, r the low 20 bits) is base- and r-separable:
+ *   s <= 15: (base + r) << (15 - s);
+ *   s > 15:  (base >> k) + (r >> k) with k = s - 15 (base has 20 low zero bits, so no carry of the
+ *            r part is lost; for k > 20 both sides are base >> k).
+ * A block adds q = (s <= 15 ? r : r >> k) per element in 32 bits (2048 elements of < 2^20), and
+ * bin_mass rebuilds the bin's exact mass from the count and that sum. */
+__device__ __forceinline__ uint32_t mass_low_part(uint32_t key, int e_max) {
+  const uint32_t bits = key & 0x7FFFFFFFu, e = bits >> 23, r = bits & 0xFFFFFu;
+  const int s = e_max - (int)max(e, 1u);
+  return s <= 15 ? r : (s - 15 >= 20 ? 0u : r >> (s - 15));
+}
+
+__device__ __forceinline__ uint64_t bin_mass(int bin, uint32_t count, uint32_t low_sum, int e_max) {
+  const uint32_t e = (uint32_t)bin >> 3;
+  const uint64_t base = (uint64_t)((e ? 8u : 0u) | ((uint32_t)bin & 7u)) << 20;
+  const int s = e_max - (int)max(e, 1u);
+  if (s <= 15)
+    return ((uint64_t)count * base + low_sum) << (15 - s);
+  const int k = s - 15;
+  return (k >= 24 ? 0ull : (uint64_t)count * (base >> k)) + low_sum;
+}
+
+/* Adds a 64-bit mass to a (lo, hi) pair of 32-bit shared words, the carry explicitly. */
+__device__ __forceinline__ void add_mass(uint32_t *lo, uint32_t *hi, uint64_t m) {
+  const uint32_t l = (uint32_t)m;
+  uint32_t h = (uint32_t)(m >> 32);
+  if (l) {
+    const uint32_t old = atomicAdd(lo, l);
+    h += old + l < old;
+  }
+  if (h)
+    atomicAdd(hi, h);
+}
+
+/* ---- scans over bins --------------------------------------------------------------------------------- */
+/* The search condition of one bin: the suffix through it (above + own) reaches the target. */
+__device__ __forceinline__ bool reaches(int mode, uint64_t suffix, uint64_t count_target,
+                                        double mass_target) {
+  return mode == MODE_TOP_K ? suffix >= count_target : __ull2double_rn(suffix) >= mass_target;
+}
+
+/* The highest bin among this thread's N consecutive bins (first = its lowest) whose suffix reaches
+ * the target, given `base` (everything above all bins of the scan); the block's answer (the highest
+ * bin of any thread, -1 when none) lands in sm.digit and the suffix above it in sm.above. Values in
+ * the mode's unit: counts or masses. */
+template <int N>
+__device__ __forceinline__ void scan_bins(int mode, const uint64_t (&val)[N], int first, uint64_t base,
+                                          uint64_t count_target, double mass_target, split_smem &sm) {
+  uint64_t mine[3] = {0, 0, 0}, above[3], total[3];
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    mine[0] += val[i];
+  block_suffix3(mine, above, total, sm.red);
+  uint64_t acc = base + above[0];
+  int hit = -1;
+  uint64_t hit_above = 0;
+#pragma unroll
+  for (int i = N - 1; i >= 0; --i) {
+    if (hit < 0 && reaches(mode, acc + val[i], count_target, mass_target)) {
+      hit = first + i;
+      hit_above = acc;
+    }
+    acc += val[i];
+  }
+  uint32_t best = (uint32_t)(hit + 1);
+  uint64_t unused_a = 0, unused_b = 0, unused_c = 0;
+  block_sums(best, unused_a, unused_b, unused_c, sm.red);
+  if (hit >= 0 && (uint32_t)(hit + 1) == best) {
+    sm.digit = hit;
+    sm.above = hit_above;
+  }
+  if (best == 0 && threadIdx.x == 0)
+    sm.digit = -1;
+  __syncthreads();
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------------- */
+template <typename T, int KIND>
+__global__ void __launch_bounds__(SPLIT_THREADS)
+    split_rows(const __grid_constant__ ignis_sampling_params p, const __grid_constant__ split_args a) {
+  __shared__ split_smem sm;
+  const int j = blockIdx.x, tid = threadIdx.x;
+  const int64_t b = blockIdx.y;
+  const int S = a.blocks;
+  const int64_t src = p.indices ? load_index(p.indices, p.indices_dtype, b) : b;
+  if (src < 0 || src >= p.num_rows) {
+    if (j == 0 && tid == 0)
+      store_index(p.samples, p.samples_dtype, b, 0);
+    return; /* every block of the row leaves before touching the row's state */
+  }
+  uint32_t *state = a.state + b * IGNIS_SPLIT_STATE_WORDS;
+  uint32_t *hist_count = a.hist_count + b * IGNIS_SPLIT_BINS;
+  uint64_t *hist_mass = a.hist_mass + b * IGNIS_SPLIT_BINS;
+  uint64_t *blk_mass = a.blk_mass + b * IGNIS_SPLIT_MAX_BLOCKS;
+  uint64_t *list = a.list + b * p.vocab_size;
+
+  row_view<T> r;
+  r.row = static_cast<const T *>(p.input) + src * p.input_row_stride;
+  r.minus = nullptr;
+  r.n = p.vocab_size;
+  r.vec = a.vec;
+  r.x_max = 0.0f;
+
+  int mode = MODE_ALL;
+  int64_t k = 0;
+  double top_p = 1.0;
+  if (p.filter == IGNIS_SAMPLING_TOP_K) {
+    k = row_top_k(p, b);
+    mode = k > 0 && k < r.n ? MODE_TOP_K : MODE_ALL;
+  } else if (p.filter == IGNIS_SAMPLING_TOP_P) {
+    top_p = row_top_p(p, b);
+    mode = top_p < 1.0 ? MODE_TOP_P : MODE_ALL;
+  }
+
+  /* A: this thread's chunk and the row's largest key. */
+  const int64_t chunk = (int64_t)j * (a.slice / 4) + tid;
+  const bool has_chunk = tid < a.slice / 4 && chunk * 4 < r.n;
+  const int valid_count = has_chunk ? chunk_valid(r.n, chunk) : 0;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (has_chunk)
+    load_chunk(r.row, chunk, r.n, r.vec, v);
+  uint32_t max_key = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (e >= valid_count)
+      continue;
+    uint32_t key;
+    if constexpr (KIND == ROW_LOGITS) {
+      key = ignis_order_key(sanitize_logit(v[e]));
+    } else {
+      float w;
+      decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key, w);
+    }
+    max_key = key > max_key ? key : max_key;
+  }
+  {
+    uint64_t unused_a = 0, unused_b = 0, unused_c = 0;
+    block_sums(max_key, unused_a, unused_b, unused_c, sm.red);
+  }
+  if (tid == 0) {
+    atomicMax(state + ST_MAX_KEY, max_key);
+    sm.list_local = 0;
+  }
+  if (mode != MODE_ALL) {
+    const int per = (IGNIS_SPLIT_BINS + S - 1) / S;
+    for (int g = j * per + tid; g < (j + 1) * per && g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
+      hist_count[g] = 0;
+      hist_mass[g] = 0;
+    }
+    for (int g = tid; g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
+      sm.h.l1.count[g] = 0;
+      sm.h.l1.q[g] = 0;
+    }
+  }
+  row_barrier(state + ST_ARRIVE, (uint32_t)S);
+
+  /* B: weights, keys and masses at the row's scale. */
+  const uint32_t row_max = __ldcg(state + ST_MAX_KEY);
+  bool empty;
+  uint32_t weight_max_key;
+  if constexpr (KIND == ROW_LOGITS) {
+    r.x_max = ignis_key_float(row_max);
+    empty = r.x_max == -INFINITY;
+    weight_max_key = empty ? 0u : ignis_order_key(1.0f);
+  } else {
+    empty = row_max <= WEIGHT_FLOOR;
+    weight_max_key = row_max;
+  }
+  const int e_max = ignis_mass_exponent(weight_max_key & 0x7FFFFFFFu);
+  uint32_t thr = WEIGHT_FLOOR;
+  if (p.filter == IGNIS_SAMPLING_MIN_P && !empty)
+    thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), ignis_key_float(weight_max_key)));
+  uint32_t key[4];
+  bool valid[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float w;
+    valid[e] = e < valid_count && !empty && decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key[e], w);
+  }
+
+  uint64_t slice_mass = 0; /* allowed mass of the slice (MODE_ALL), or above the level-1 bin */
+  int d1 = -1;
+  uint64_t above1 = 0;
+  double mass_target = 0.0; /* top-p: p * the row's exact mass, in f64 as the header says */
+  if (mode == MODE_ALL) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (valid[e] && key[e] >= thr)
+        slice_mass += weight_mass(key[e], e_max);
+  } else if (!empty) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (valid[e]) {
+        const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
+        atomicAdd(&sm.h.l1.count[g], 1u);
+        if (mode == MODE_TOP_P)
+          atomicAdd(&sm.h.l1.q[g], mass_low_part(key[e], e_max));
+      }
+    __syncthreads();
+    for (int g = tid; g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
+      const uint32_t c = sm.h.l1.count[g];
+      if (c) {
+        atomicAdd(hist_count + g, c);
+        if (mode == MODE_TOP_P)
+          atomicAdd(reinterpret_cast<unsigned long long *>(hist_mass + g),
+                    (unsigned long long)bin_mass(g, c, sm.h.l1.q[g], e_max));
+      }
+    }
+  }
+  if (mode != MODE_ALL) {
+    row_barrier(state + ST_ARRIVE, 2u * (uint32_t)S);
+
+    /* C: the level-1 bin of the target, then this slice's share. */
+    if (!empty) {
+      const int first = tid * BINS_PER_THREAD;
+      uint64_t val[BINS_PER_THREAD];
+      uint64_t bins_total = 0;
+#pragma unroll
+      for (int i = 0; i < BINS_PER_THREAD; ++i) {
+        val[i] = mode == MODE_TOP_K
+                     ? (uint64_t)__ldcg(hist_count + first + i)
+                     : (uint64_t)__ldcg(reinterpret_cast<const unsigned long long *>(hist_mass) + first + i);
+        bins_total += val[i];
+      }
+      /* the whole row's mass for the top-p target: the sum over the bins */
+      uint64_t mine[3] = {bins_total, 0, 0}, unused_above[3], total[3];
+      block_suffix3(mine, unused_above, total, sm.red);
+      mass_target = mode == MODE_TOP_P ? IGNIS_DMUL(top_p, __ull2double_rn(total[0])) : 0.0;
+      scan_bins<BINS_PER_THREAD>(mode, val, first, 0, (uint64_t)k, mass_target, sm);
+      d1 = sm.digit;
+      above1 = sm.above;
+      uint32_t slot[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (!valid[e])
+          continue;
+        const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
+        if (g > d1)
+          slice_mass += weight_mass(key[e], e_max);
+        else if (g == d1)
+          slot[e] = atomicAdd(&sm.list_local, 1u);
+      }
+      __syncthreads();
+      if (tid == 0)
+        sm.list_base = sm.list_local ? atomicAdd(state + ST_LIST_LEN, sm.list_local) : 0u;
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (valid[e] && d1 >= 0 && (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1)) == d1)
+          list[sm.list_base + slot[e]] = (uint64_t)key[e] << 32 | (uint32_t)(chunk * 4 + e);
+    }
+  }
+  {
+    uint32_t unused_m = 0;
+    uint64_t unused_b = 0, unused_c = 0;
+    block_sums(unused_m, slice_mass, unused_b, unused_c, sm.red);
+  }
+  if (tid == 0)
+    blk_mass[j] = slice_mass;
+
+  /* The last block of the row goes on. */
+  __threadfence();
+  __syncthreads();
+  if (tid == 0)
+    sm.last = atomicAdd(state + ST_DONE, 1u) == (uint32_t)S - 1;
+  __syncthreads();
+  if (!sm.last)
+    return;
+  __threadfence();
+
+  /* D: the threshold over the list, the slices' allowed masses, the draw. */
+  if (tid < S) {
+    sm.slice_lo[tid] = 0;
+    sm.slice_hi[tid] = 0;
+  }
+  if (mode != MODE_ALL && !empty && d1 >= 0) {
+    const uint32_t list_len = __ldcg(state + ST_LIST_LEN);
+    const uint64_t *entries = list;
+    /* level 2: bits 19..9 of the keys in the level-1 bin */
+    for (int g = tid; g < L2_BINS; g += SPLIT_THREADS) {
+      sm.h.fine.count[g] = 0;
+      sm.h.fine.lo[g] = 0;
+      sm.h.fine.hi[g] = 0;
+    }
+    __syncthreads();
+    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
+      const uint32_t kk = (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
+      const int g = (int)((kk >> 9) & (L2_BINS - 1));
+      atomicAdd(&sm.h.fine.count[g], 1u);
+      if (mode == MODE_TOP_P)
+        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(kk, e_max));
+    }
+    __syncthreads();
+    int d2, d3;
+    uint64_t above2;
+    {
+      const int first = tid * BINS_PER_THREAD;
+      uint64_t val[BINS_PER_THREAD];
+#pragma unroll
+      for (int i = 0; i < BINS_PER_THREAD; ++i)
+        val[i] = mode == MODE_TOP_K ? (uint64_t)sm.h.fine.count[first + i]
+                                    : ((uint64_t)sm.h.fine.hi[first + i] << 32 | sm.h.fine.lo[first + i]);
+      __syncthreads();
+      scan_bins<BINS_PER_THREAD>(mode, val, first, above1, (uint64_t)k, mass_target, sm);
+      d2 = sm.digit < 0 ? 0 : sm.digit; /* cannot miss: the bin's own total reaches the target */
+      above2 = sm.digit < 0 ? above1 : sm.above;
+    }
+    /* level 3: bits 8..0 of the keys in the level-2 bin */
+    sm.h.fine.count[tid] = 0;
+    sm.h.fine.lo[tid] = 0;
+    sm.h.fine.hi[tid] = 0;
+    __syncthreads();
+    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
+      const uint32_t kk = (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
+      if ((int)((kk >> 9) & (L2_BINS - 1)) != d2)
+        continue;
+      const int g = (int)(kk & (L3_BINS - 1));
+      atomicAdd(&sm.h.fine.count[g], 1u);
+      if (mode == MODE_TOP_P)
+        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(kk, e_max));
+    }
+    __syncthreads();
+    {
+      uint64_t val[1];
+      val[0] = mode == MODE_TOP_K ? (uint64_t)sm.h.fine.count[tid]
+                                  : ((uint64_t)sm.h.fine.hi[tid] << 32 | sm.h.fine.lo[tid]);
+      __syncthreads();
+      scan_bins<1>(mode, val, tid, above2, (uint64_t)k, mass_target, sm);
+      d3 = sm.digit < 0 ? 0 : sm.digit;
+    }
+    thr = 0x80000000u | (uint32_t)d1 << 20 | (uint32_t)d2 << 9 | (uint32_t)d3;
+    /* the list's allowed masses, by slice */
+    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
+      const uint64_t entry = __ldcg(reinterpret_cast<const unsigned long long *>(entries) + i);
+      const uint32_t kk = (uint32_t)(entry >> 32);
+      if (kk >= thr) {
+        const int s = (int)((uint32_t)entry / (uint32_t)a.slice);
+        add_mass(&sm.slice_lo[s], &sm.slice_hi[s], weight_mass(kk, e_max));
+      }
+    }
+  }
+  __syncthreads();
+  uint64_t mine = 0;
+  if (tid < S)
+    mine = __ldcg(reinterpret_cast<const unsigned long long *>(blk_mass) + tid) +
+           ((uint64_t)sm.slice_hi[tid] << 32 | sm.slice_lo[tid]);
+  uint64_t total_mass;
+  const uint64_t before = block_prefix<uint64_t>(mine, total_mass, sm.red);
+  int64_t token = 0;
+  if (!empty && total_mass > 0) {
+    const uint64_t target =
+        __umul64hi(row_uniform(rng_seed(p.rng, b), rng_offset(p.rng, b), 0, b), total_mass);
+    if (mine > 0 && before <= target && target - before < mine) {
+      sm.slice_hit = tid;
+      sm.rest = target - before;
+    }
+    __syncthreads();
+    const int hit = sm.slice_hit;
+    const uint64_t rest = sm.rest;
+    const int64_t c = (int64_t)hit * (a.slice / 4) + tid;
+    const bool in_slice = tid < a.slice / 4 && c * 4 < r.n;
+    const int count = in_slice ? chunk_valid(r.n, c) : 0;
+    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (in_slice)
+      load_chunk(r.row, c, r.n, r.vec, x);
+    uint64_t m[4], sum = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      uint32_t kk;
+      float w;
+      const bool ok = e < count && decode<T, KIND>(r, x[e], 0.0f, -INFINITY, kk, w) && kk >= thr;
+      m[e] = ok ? weight_mass(kk, e_max) : 0;
+      sum += m[e];
+    }
+    uint64_t unused_total;
+    uint64_t run = block_prefix<uint64_t>(sum, unused_total, sm.red);
+    if (run <= rest && rest - run < sum) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        run += m[e];
+        if (run > rest) {
+          sm.token = c * 4 + e;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    token = sm.token;
+  }
+  if (tid == 0) {
+    store_index(p.samples, p.samples_dtype, b, token);
+    state[ST_ARRIVE] = 0;
+    state[ST_DONE] = 0;
+    state[ST_MAX_KEY] = 0;
+    state[ST_LIST_LEN] = 0;
+  }
+}
+
+/* ---- host ---------------------------------------------------------------------------------------------- */
+/* Blocks of the kernel resident at once on the device (cooperative launches may not exceed it). */
+template <typename T, int KIND> static int resident_blocks(int device) {
+  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES];
+  const bool cached = device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
+  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
+  if (blocks == 0) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_rows<T, KIND>, SPLIT_THREADS, 0) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    blocks = per_sm * ignis_cuda_sm_count(device);
+    if (cached && blocks > 0)
+      known[device].store(blocks, std::memory_order_relaxed);
+  }
+  return blocks;
+}
+
+static bool split_disabled() {
+  static const bool off = [] {
+    const char *value = ignis_env(IGNIS_ENV_SAMPLING_SPLIT);
+    return value != nullptr && strcmp(value, "0") == 0;
+  }();
+  return off;
+}
+
+/* Launches the multi-block kernel when the call qualifies (*taken = true), else leaves it to the
+ * one-block kernel. */
+template <typename T, int KIND>
+static cudaError_t try_launch(const ignis_sampling_params *p, int device, cudaStream_t stream, bool *taken) {
+  *taken = false;
+  const int64_t rows = p->batch_size, n = p->vocab_size;
+  const int resident = resident_blocks<T, KIND>(device);
+  if (resident <= 0)
+    return cudaSuccess;
+  int64_t blocks = (n + SPLIT_SLICE_TARGET - 1) / SPLIT_SLICE_TARGET;
+  blocks = blocks < resident / rows ? blocks : resident / rows;
+  blocks = blocks < IGNIS_SPLIT_MAX_BLOCKS ? blocks : IGNIS_SPLIT_MAX_BLOCKS;
+  if (blocks < 4)
+    return cudaSuccess;
+  int64_t slice = (n + blocks - 1) / blocks;
+  slice = (slice + 3) / 4 * 4;
+  if (slice > SPLIT_SLICE_MAX)
+    return cudaSuccess;
+  blocks = (n + slice - 1) / slice;
+
+  const ignis_split_layout l = ignis_split_layout_of(rows, n);
+  unsigned char *ws = static_cast<unsigned char *>(p->workspace);
+  split_args a;
+  a.state = reinterpret_cast<uint32_t *>(ws + l.state);
+  a.hist_count = reinterpret_cast<uint32_t *>(ws + l.hist_count);
+  a.hist_mass = reinterpret_cast<uint64_t *>(ws + l.hist_mass);
+  a.blk_mass = reinterpret_cast<uint64_t *>(ws + l.blk_mass);
+  a.list = reinterpret_cast<uint64_t *>(ws + l.list);
+  a.blocks = (int)blocks;
+  a.slice = (int)slice;
+  a.vec = rows_chunk_aligned(p->input, p->input_row_stride, p->num_rows, sizeof(T));
+
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeCooperative;
+  attribute.val.cooperative = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((unsigned)blocks, (unsigned)rows);
+  config.blockDim = dim3(SPLIT_THREADS);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  *taken = true;
+  return cudaLaunchKernelEx(&config, split_rows<T, KIND>, *p, a);
+}
+
+} // namespace
+
+/* The multi-block path for a call that qualifies (include/ignis/sampling.h): returns true with
+ * *status set when it launched (or failed to), false when the one-block kernel should run. */
+bool ignis_sampling::ignis_cuda_sampling_split(const ignis_sampling_params *p, int32_t device, void *stream,
+                                               ignis_status *status) {
+  if (!p->workspace || p->output != IGNIS_SAMPLING_OUT_SAMPLE || split_disabled())
+    return false;
+  if (p->filter != IGNIS_SAMPLING_ALL && p->filter != IGNIS_SAMPLING_TOP_K &&
+      p->filter != IGNIS_SAMPLING_TOP_P && p->filter != IGNIS_SAMPLING_MIN_P)
+    return false;
+  if (p->batch_size < 1 || p->batch_size > IGNIS_SAMPLING_SPLIT_MAX_ROWS ||
+      p->vocab_size < IGNIS_SPLIT_MIN_VOCAB)
+    return false;
+  if (p->workspace_bytes < ignis_split_layout_of(p->batch_size, p->vocab_size).bytes)
+    return false;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  bool taken = false;
+  cudaError_t err = cudaSuccess;
+  switch (p->dtype) {
+  case IGNIS_F32:
+    err = p->logits ? try_launch<float, ROW_LOGITS>(p, device, s, &taken)
+                    : try_launch<float, ROW_PROBS>(p, device, s, &taken);
+    break;
+  case IGNIS_F16:
+    err = p->logits ? try_launch<__half, ROW_LOGITS>(p, device, s, &taken)
+                    : try_launch<__half, ROW_PROBS>(p, device, s, &taken);
+    break;
+  case IGNIS_BF16:
+    err = p->logits ? try_launch<__nv_bfloat16, ROW_LOGITS>(p, device, s, &taken)
+                    : try_launch<__nv_bfloat16, ROW_PROBS>(p, device, s, &taken);
+    break;
+  default:
+    return false;
+  }
+  if (!taken)
+    return false;
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *status = ignis_set_error(IGNIS_ERROR_CUDA, "ignis_cuda_sampling: multi-block launch failed: %s",
+                              cudaGetErrorString(err));
+    return true;
+  }
+  *status = ignis_check_launch("ignis_cuda_sampling");
+  return true;
+}

@@ -52,7 +52,7 @@ static int parse_rng_arg(const char *fn, const char *name, PyObject *arg, uint64
 /* The arguments of the sampling bindings, by name (sampling.py passes input and samples first);
  * a threshold's value is used where its array (one value per row) is None. */
 typedef struct {
-  PyObject *input, *samples, *indices, *top_k_arr, *top_p_arr, *min_p_arr, *seed, *offset, *stream;
+  PyObject *input, *samples, *indices, *top_k_arr, *top_p_arr, *min_p_arr, *seed, *offset, *workspace, *stream;
   int64_t top_k;
   double top_p, min_p;
   ignis_filter_apply_order filter_apply_order;
@@ -65,7 +65,7 @@ static arg_spec sampling_spec[] = {
     ARG(sampling_args, top_p, ARG_DOUBLE),   ARG(sampling_args, min_p_arr, ARG_OBJECT),
     ARG(sampling_args, min_p, ARG_DOUBLE),   ARG(sampling_args, filter_apply_order, ARG_ENUM),
     ARG(sampling_args, seed, ARG_OBJECT),    ARG(sampling_args, offset, ARG_OBJECT),
-    ARG(sampling_args, stream, ARG_OBJECT)};
+    ARG(sampling_args, workspace, ARG_OBJECT), ARG(sampling_args, stream, ARG_OBJECT)};
 static arg_table sampling_table = ARG_TABLE(sampling_spec);
 
 /* Which sampling call a binding makes (the bindings are one per C function; this picks the call). */
@@ -79,7 +79,7 @@ typedef enum {
   TOP_K_TOP_P_FROM_LOGITS
 } sampling_call;
 
-enum { S_INPUT, S_SAMPLES, S_INDICES, S_TOP_K, S_TOP_P, S_MIN_P, S_SEED, S_OFFSET };
+enum { S_INPUT, S_SAMPLES, S_INDICES, S_TOP_K, S_TOP_P, S_MIN_P, S_SEED, S_OFFSET, S_WORKSPACE };
 
 static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames) {
@@ -101,10 +101,16 @@ static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *cons
   st_add(&l, S_MIN_P, a.min_p_arr, "min_p_arr", 0);
   st_add(&l, S_SEED, seed_obj, "seed", 0);
   st_add(&l, S_OFFSET, offset_obj, "offset", 0);
+  st_add(&l, S_WORKSPACE, a.workspace, "workspace", 1);
   op_call c;
   if (op_call_begin(&c, fn, l.objs, l.names, l.count, l.writable, a.stream) < 0)
     return NULL;
   ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
+  const ignis_tensor *ws = st_get(&c, &l, S_WORKSPACE);
+  if (ws && workspace_of(fn, ws, &o.workspace, &o.workspace_bytes) < 0) {
+    op_call_release(&c);
+    return NULL;
+  }
   o.indices = st_get(&c, &l, S_INDICES);
   o.seed = seed;
   o.offset = offset;
@@ -140,6 +146,17 @@ static PyObject *run_sampling(const char *fn, sampling_call call, PyObject *cons
     break;
   }
   Py_END_ALLOW_THREADS return op_call_finish(&c, status);
+}
+
+/* (batch, vocab_size) -> bytes of the multi-block path's workspace */
+static PyObject *ext_sampling_workspace_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  static const char *const fn = "ignis.sampling_workspace_size";
+  static const char *const names[] = {"batch", "vocab_size"};
+  int64_t v[2];
+  if (check_nargs(fn, nargs, 2) < 0 || parse_int64_args(fn, args, names, 2, v) < 0)
+    return NULL;
+  size_t bytes = 0;
+  return bytes_or_raise(ignis_sampling_workspace_size(v[0], v[1], &bytes), &bytes);
 }
 
 #define SAMPLING_BINDING(name, call)                                                                         \
@@ -331,6 +348,7 @@ PyMethodDef ext_sampling_methods[] = {
     FASTCALL(top_k_renorm_probs, TRANSFORM_DOC(top_k_renorm_probs)),
     FASTCALL(top_k_mask_logits, TRANSFORM_DOC(top_k_mask_logits)),
     FASTCALL(softmax, "softmax(logits, temperature_arr, temperature, probs, stream)"),
+    FASTCALL(sampling_workspace_size, "sampling_workspace_size(batch, vocab_size)"),
     FASTCALL(
         chain_speculative_sampling,
         "chain_speculative_sampling(draft_probs, draft_token_ids, target_probs, output_token_ids, accepted, "

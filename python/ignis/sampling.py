@@ -26,6 +26,12 @@ has one, advanced by 1 per call) or from a process-wide counter with a random se
 deterministic. ``check_nan=True`` raises ValueError when the input holds a NaN (this reads the data on
 the host: it synchronizes).
 
+On a CUDA device, calls of at most 8 rows over a vocabulary of at least 4096 take the library's
+multi-block path (each row shared among many blocks of the GPU; the same samples): the package keeps
+the zero-filled workspace it needs, one per framework, device and stream, allocated at the first such
+call (not inside a CUDA graph capture: capture after one eager call, as engines do after warm-up).
+An explicit ``stream`` argument runs without it (one block per row).
+
 ``top_k`` is FlashInfer's ``top_k`` selection, with its ``TopKTieBreak``: at the k-th largest value
 ignis keeps the lowest indices, which honours ``NONE`` (any choice) and ``SMALL``; ``LARGE`` raises
 UnsupportedError.
@@ -43,7 +49,7 @@ import sys
 
 from . import _ext
 from ._alloc import framework_of, new_array, new_index_output, new_output
-from ._common import dtype_name
+from ._common import capturing, dtype_name
 from ._errors import InvalidArgumentError, UnsupportedError
 
 __all__ = [
@@ -136,6 +142,39 @@ def _valid_rows(probs, indices):
     return xp.take(drawable, xp.clip(index, 0, max(rows - 1, 0))) & inside if rows else inside
 
 
+_SPLIT_MAX_ROWS = 8  # IGNIS_SAMPLING_SPLIT_MAX_ROWS
+_workspaces = {}
+
+
+def _workspace(input, batch, stream):
+    """The zero-filled workspace of the multi-block path (include/ignis/sampling.h) for a call of
+    `batch` rows on a CUDA device, kept per framework, device and stream (calls on one stream run in
+    order, so they may share it; calls on other streams get their own); None where the path cannot
+    apply: on the host, above 8 rows or below a vocabulary of 4096 (the C size query says 0), for an
+    explicit `stream`, and while a CUDA graph is captured before a large enough buffer exists (the
+    buffer must not come from the graph's private memory pool)."""
+    if stream is not None or batch > _SPLIT_MAX_ROWS or not hasattr(input, "__dlpack_device__"):
+        return None
+    device_type, device_id = input.__dlpack_device__()
+    if device_type != 2:  # kDLCUDA
+        return None
+    nbytes = _ext.sampling_workspace_size(_SPLIT_MAX_ROWS, input.shape[-1])
+    if nbytes == 0:
+        return None
+    stream_key = None
+    if framework_of(input) == "torch":
+        torch = sys.modules["torch"]
+        stream_key = torch.cuda.current_stream(input.device).cuda_stream
+    key = (type(input), device_id, stream_key)
+    buffer = _workspaces.get(key)
+    if buffer is None or buffer.shape[0] < nbytes:
+        if capturing(input):
+            return None
+        buffer = new_array(input, (nbytes,), "uint8", fill=0)
+        _workspaces[key] = buffer
+    return buffer
+
+
 def _sample(sample, input, input_name, indices, generator, check_nan, seed, offset, stream, top_k=None, top_p=None,
             min_p=None, filter_apply_order="top_k_first", return_valid=False):
     """Samples of `sample` (the _ext binding of the C sampling function) from input, in the dtype
@@ -152,7 +191,8 @@ def _sample(sample, input, input_name, indices, generator, check_nan, seed, offs
     m_arr, m_val = _threshold(min_p)
     seed, offset = _seed_offset(generator, seed, offset)
     sample(input, samples, indices=indices, top_k_arr=k_arr, top_k=k_val, top_p_arr=p_arr, top_p=p_val,
-           min_p_arr=m_arr, min_p=m_val, filter_apply_order=order, seed=seed, offset=offset, stream=stream)
+           min_p_arr=m_arr, min_p=m_val, filter_apply_order=order, seed=seed, offset=offset,
+           workspace=_workspace(input, batch, stream), stream=stream)
     if return_valid:
         return samples, _valid_rows(input, indices)
     return samples

@@ -169,6 +169,36 @@ def test_reproducible_and_backends_agree(op):
         assert (gt.cpu().numpy() == a).all()
 
 
+@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("op", list(OPS))
+def test_multi_block_path_agrees(op):
+    """Few rows on CUDA take the multi-block path (the package's workspace); an explicit stream runs
+    one block per row. Both give the CPU backend's samples, and a CUDA graph replays the first."""
+    logits, fn, _ = OPS[op]
+    for rows, n in ((1, 128256), (4, 32000), (8, 4096)):
+        x = np.stack([distribution(n, 0.5 + r, logits) for r in range(rows)])
+        cpu = fn(x, seed=3, offset=1)
+        g = torch.from_numpy(x).cuda()
+        split = fn(g, seed=3, offset=1)
+        one = fn(g, seed=3, offset=1, stream=torch.cuda.current_stream())
+        assert (split.cpu().numpy() == cpu).all(), (split.cpu().numpy(), cpu)
+        assert (one.cpu().numpy() == cpu).all(), (one.cpu().numpy(), cpu)
+    offset = torch.tensor([1], dtype=torch.int64, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(g, seed=3, offset=offset)  # the workspace of this stream, made outside the capture
+        with torch.cuda.graph(graph, stream=stream):
+            out = fn(g, seed=3, offset=offset)
+    torch.cuda.current_stream().wait_stream(stream)
+    for o in (1, 2, 3):
+        offset.fill_(o)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert (out.cpu().numpy() == fn(x, seed=3, offset=o)).all()
+
+
 def test_per_row_thresholds():
     x = np.stack([distribution(2000, 2.0, False) for _ in range(6)])
     ks = np.array([1, 2, 5, 0, 3000, 10], np.int32)

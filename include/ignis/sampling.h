@@ -99,9 +99,9 @@ typedef struct ignis_sampling_options {
  * block of threads, which at small batches leaves most of the GPU idle. With one, a sampling call
  * of few rows (at most IGNIS_SAMPLING_SPLIT_MAX_ROWS, and as many as fit the GPU at once) over a
  * vocabulary of at least 4096 may share each row among many blocks that meet through the
- * workspace: sampling_from_probs/logits, top-k, top-p and min-p sampling (the top_k_top_p calls,
- * the renorm and mask ops and chain speculative sampling always take the one-block path). The
- * results are the same either way (thresholds and samples are exact). Rules:
+ * workspace: every sampling call (the renorm and mask ops and chain speculative sampling always
+ * take the one-block path). The results are the same either way (thresholds and samples are
+ * exact). Rules:
  *   - the workspace holds a few counters that must be zero before its first use; every call leaves
  *     them zero again, so allocate it zero-filled once and reuse it;
  *   - calls that may run at the same time (other streams) need workspaces of their own;

@@ -12,16 +12,17 @@
  *   B  top-k / top-p: a level-1 histogram of the slice in shared memory (key bits 30..20: 2048
  *      bins, count and exact mass; the mass per bin comes from two 32-bit sums, see bin_mass), added
  *      into the row's histogram in the workspace. Other filters: the slice's allowed mass.
- *   C  top-k / top-p: every block scans the row's histogram for the level-1 bin where the suffix
- *      count or mass reaches the target (the first level of the CPU backend's radix search), sums
- *      the mass of its elements above that bin and appends the elements inside it to the row's
- *      candidate list.
- *   D  the last block of the row to finish C (a counter, no barrier) resolves the threshold over
- *      the list (levels 2 and 3 of the radix search: 11 and 9 bits, in shared memory), adds the
- *      list's allowed masses to their slices, draws the one 64-bit uniform, finds the slice that
- *      holds the target by a prefix over the slices' masses and the element by a prefix over that
- *      slice: the inverse transform in index order. It then zeroes the row's counters for the next
- *      call.
+ *   C  top-k / top-p: every block scans the row's histogram for the level-1 bins where the suffix
+ *      count (k) or mass (p) reaches the target (the first level of the CPU backend's radix
+ *      search) and picks a plan (split_plan): for top-p alone the list takes the keys of that bin
+ *      and each block sums the mass of its keys above it; with a top-k set (alone, joint with
+ *      top-p, or top-p within it) the list takes every key in or above the count target's bin
+ *      (fewer than k lie above it).
+ *   D  the last block of the row to finish C (a counter, no barrier) runs the rest of the radix
+ *      search over the list (list_search: 11, 11 and 9 bits, in shared memory), adds the list's
+ *      allowed masses to their slices, draws the one 64-bit uniform, finds the slice that holds
+ *      the target by a prefix over the slices' masses and the element by a prefix over that slice:
+ *      the inverse transform in index order. It then zeroes the row's counters for the next call.
  * Every sum is an integer sum, so no order matters and the samples equal the CPU backend's. */
 #include "core/sampling_split.h"
 #include "cuda/sampling/search.cuh"
@@ -39,7 +40,6 @@ static_assert(L2_BINS == IGNIS_SPLIT_BINS && L3_BINS == SPLIT_THREADS, "one scan
 static_assert(IGNIS_SPLIT_MAX_BLOCKS <= SPLIT_THREADS, "one slice per thread in the final prefix");
 
 enum split_state_word { ST_ARRIVE = 0, ST_DONE = 1, ST_MAX_KEY = 2, ST_LIST_LEN = 3 };
-enum split_mode { MODE_ALL = 0, MODE_TOP_K = 1, MODE_TOP_P = 2 };
 
 /* The workspace regions of the launch (core/sampling_split.h) and the cut of the rows. */
 struct split_args {
@@ -68,7 +68,7 @@ struct split_smem {
   reduce_scratch red;
   uint32_t list_local, list_base, last;
   int32_t digit, slice_hit;
-  uint64_t above, rest;
+  uint64_t above, total, rest;
   int64_t token;
 };
 
@@ -130,18 +130,19 @@ __device__ __forceinline__ void add_mass(uint32_t *lo, uint32_t *hi, uint64_t m)
 }
 
 /* ---- scans over bins --------------------------------------------------------------------------------- */
+enum search_by { BY_COUNT = 0, BY_MASS = 1 };
+
 /* The search condition of one bin: the suffix through it (above + own) reaches the target. */
-__device__ __forceinline__ bool reaches(int mode, uint64_t suffix, uint64_t count_target,
-                                        double mass_target) {
-  return mode == MODE_TOP_K ? suffix >= count_target : __ull2double_rn(suffix) >= mass_target;
+__device__ __forceinline__ bool reaches(int by, uint64_t suffix, uint64_t count_target, double mass_target) {
+  return by == BY_COUNT ? suffix >= count_target : __ull2double_rn(suffix) >= mass_target;
 }
 
 /* The highest bin among this thread's N consecutive bins (first = its lowest) whose suffix reaches
  * the target, given `base` (everything above all bins of the scan); the block's answer (the highest
- * bin of any thread, -1 when none) lands in sm.digit and the suffix above it in sm.above. Values in
- * the mode's unit: counts or masses. */
+ * bin of any thread, -1 when none) lands in sm.digit and the suffix above it in sm.above, and the
+ * sum of all bins in sm.total. Values in the search's unit: counts or masses. */
 template <int N>
-__device__ __forceinline__ void scan_bins(int mode, const uint64_t (&val)[N], int first, uint64_t base,
+__device__ __forceinline__ void scan_bins(int by, const uint64_t (&val)[N], int first, uint64_t base,
                                           uint64_t count_target, double mass_target, split_smem &sm) {
   uint64_t mine[3] = {0, 0, 0}, above[3], total[3];
 #pragma unroll
@@ -153,7 +154,7 @@ __device__ __forceinline__ void scan_bins(int mode, const uint64_t (&val)[N], in
   uint64_t hit_above = 0;
 #pragma unroll
   for (int i = N - 1; i >= 0; --i) {
-    if (hit < 0 && reaches(mode, acc + val[i], count_target, mass_target)) {
+    if (hit < 0 && reaches(by, acc + val[i], count_target, mass_target)) {
       hit = first + i;
       hit_above = acc;
     }
@@ -166,12 +167,94 @@ __device__ __forceinline__ void scan_bins(int mode, const uint64_t (&val)[N], in
     sm.digit = hit;
     sm.above = hit_above;
   }
-  if (best == 0 && threadIdx.x == 0)
-    sm.digit = -1;
+  if (threadIdx.x == 0) {
+    if (best == 0)
+      sm.digit = -1;
+    sm.total = total[0];
+  }
   __syncthreads();
 }
 
+/* ---- the search over the candidate list (the last block) ------------------------------------------- */
+/* The radix search of the CPU backend over the list's keys >= floor, from level `level` (0: key bits
+ * 30..20, 1: 19..9, 2: 8..0) inside the bin `prefix` of the levels before it, `base` being the
+ * count or mass of everything above that bin: the largest key whose suffix reaches the target.
+ * Returns 0 when the target is not reached (the CPU backend's "nothing filtered"); the callers only
+ * search lists that hold every key the answer can depend on. */
+__device__ uint32_t list_search(const uint64_t *entries, uint32_t len, uint32_t floor, int level,
+                                uint32_t prefix, uint64_t base, int by, uint64_t count_target,
+                                double mass_target, int e_max, split_smem &sm) {
+  const int tid = threadIdx.x;
+  for (; level < 3; ++level) {
+    const int shift = level == 0 ? 20 : (level == 1 ? 9 : 0);
+    const int bits = level == 2 ? 9 : 11;
+    const int bins = 1 << bits;
+    for (int g = tid; g < bins; g += SPLIT_THREADS) {
+      sm.h.fine.count[g] = 0;
+      sm.h.fine.lo[g] = 0;
+      sm.h.fine.hi[g] = 0;
+    }
+    __syncthreads();
+    for (uint32_t i = tid; i < len; i += SPLIT_THREADS) {
+      const uint32_t key =
+          (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
+      if (key < floor || (level > 0 && ((key & 0x7FFFFFFFu) >> (shift + bits)) != prefix))
+        continue;
+      const int g = (int)((key >> shift) & (uint32_t)(bins - 1));
+      if (by == BY_COUNT)
+        atomicAdd(&sm.h.fine.count[g], 1u);
+      else
+        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(key, e_max));
+    }
+    __syncthreads();
+    int digit;
+    if (level < 2) {
+      const int first = tid * BINS_PER_THREAD;
+      uint64_t val[BINS_PER_THREAD];
+#pragma unroll
+      for (int i = 0; i < BINS_PER_THREAD; ++i)
+        val[i] = by == BY_COUNT ? (uint64_t)sm.h.fine.count[first + i]
+                                : ((uint64_t)sm.h.fine.hi[first + i] << 32 | sm.h.fine.lo[first + i]);
+      scan_bins<BINS_PER_THREAD>(by, val, first, base, count_target, mass_target, sm);
+    } else {
+      uint64_t val[1] = {by == BY_COUNT ? (uint64_t)sm.h.fine.count[tid]
+                                        : ((uint64_t)sm.h.fine.hi[tid] << 32 | sm.h.fine.lo[tid])};
+      scan_bins<1>(by, val, tid, base, count_target, mass_target, sm);
+    }
+    digit = sm.digit;
+    if (digit < 0)
+      return 0;
+    prefix = prefix << bits | (uint32_t)digit;
+    base = sm.above;
+  }
+  return 0x80000000u | prefix;
+}
+
+/* Mass of the list's keys >= thr (every thread gets it). */
+__device__ uint64_t list_mass(const uint64_t *entries, uint32_t len, uint32_t thr, int e_max,
+                              split_smem &sm) {
+  uint64_t m = 0;
+  for (uint32_t i = threadIdx.x; i < len; i += SPLIT_THREADS) {
+    const uint32_t key = (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
+    if (key >= thr)
+      m += weight_mass(key, e_max);
+  }
+  uint32_t unused_m = 0;
+  uint64_t unused_b = 0, unused_c = 0;
+  block_sums(unused_m, m, unused_b, unused_c, sm.red);
+  return m;
+}
+
 /* ---- the kernel ---------------------------------------------------------------------------------------- */
+/* How a row's allowed set is found after the level-1 scan (block-uniform):
+ *   PLAN_ALL   no filter (or one that does not filter): every valid key >= thr (min-p's, or +0);
+ *   PLAN_TOP_P the level-1 bin d1 of the top-p target: the list holds that bin, the slices' masses
+ *              above it are summed by the blocks, and the last block searches levels 2-3;
+ *   PLAN_LIST  a top-k set (with top-p joint or within it): the list holds every key in or above
+ *              the bin d1 of the count target (fewer than k keys lie above it), and the last block
+ *              runs every search over the list. */
+enum split_plan { PLAN_ALL = 0, PLAN_TOP_P = 1, PLAN_LIST = 2 };
+
 template <typename T, int KIND>
 __global__ void __launch_bounds__(SPLIT_THREADS)
     split_rows(const __grid_constant__ ignis_sampling_params p, const __grid_constant__ split_args a) {
@@ -198,16 +281,16 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
   r.vec = a.vec;
   r.x_max = 0.0f;
 
-  int mode = MODE_ALL;
-  int64_t k = 0;
-  double top_p = 1.0;
-  if (p.filter == IGNIS_SAMPLING_TOP_K) {
-    k = row_top_k(p, b);
-    mode = k > 0 && k < r.n ? MODE_TOP_K : MODE_ALL;
-  } else if (p.filter == IGNIS_SAMPLING_TOP_P) {
-    top_p = row_top_p(p, b);
-    mode = top_p < 1.0 ? MODE_TOP_P : MODE_ALL;
-  }
+  const ignis_sampling_filter filter = p.filter;
+  const bool has_k = filter == IGNIS_SAMPLING_TOP_K || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
+                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  const bool has_p = filter == IGNIS_SAMPLING_TOP_P || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
+                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  const int64_t k = has_k ? row_top_k(p, b) : 0;
+  const double top_p = has_p ? row_top_p(p, b) : 1.0;
+  const bool use_k = has_k && k > 0 && k < r.n, use_p = has_p && top_p < 1.0;
+  const bool first_k = filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  const bool search = use_k || use_p;
 
   /* A: this thread's chunk and the row's largest key. */
   const int64_t chunk = (int64_t)j * (a.slice / 4) + tid;
@@ -238,7 +321,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     atomicMax(state + ST_MAX_KEY, max_key);
     sm.list_local = 0;
   }
-  if (mode != MODE_ALL) {
+  if (search) {
     const int per = (IGNIS_SPLIT_BINS + S - 1) / S;
     for (int g = j * per + tid; g < (j + 1) * per && g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
       hist_count[g] = 0;
@@ -265,7 +348,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
   }
   const int e_max = ignis_mass_exponent(weight_max_key & 0x7FFFFFFFu);
   uint32_t thr = WEIGHT_FLOOR;
-  if (p.filter == IGNIS_SAMPLING_MIN_P && !empty)
+  if (filter == IGNIS_SAMPLING_MIN_P && !empty)
     thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), ignis_key_float(weight_max_key)));
   uint32_t key[4];
   bool valid[4];
@@ -274,23 +357,14 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     float w;
     valid[e] = e < valid_count && !empty && decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key[e], w);
   }
-
-  uint64_t slice_mass = 0; /* allowed mass of the slice (MODE_ALL), or above the level-1 bin */
-  int d1 = -1;
-  uint64_t above1 = 0;
-  double mass_target = 0.0; /* top-p: p * the row's exact mass, in f64 as the header says */
-  if (mode == MODE_ALL) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (valid[e] && key[e] >= thr)
-        slice_mass += weight_mass(key[e], e_max);
-  } else if (!empty) {
+  const bool level1_mass = use_p; /* the p target's level-1 scan needs the bins' masses */
+  if (search && !empty) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (valid[e]) {
         const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
         atomicAdd(&sm.h.l1.count[g], 1u);
-        if (mode == MODE_TOP_P)
+        if (level1_mass)
           atomicAdd(&sm.h.l1.q[g], mass_low_part(key[e], e_max));
       }
     __syncthreads();
@@ -298,43 +372,66 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
       const uint32_t c = sm.h.l1.count[g];
       if (c) {
         atomicAdd(hist_count + g, c);
-        if (mode == MODE_TOP_P)
+        if (level1_mass)
           atomicAdd(reinterpret_cast<unsigned long long *>(hist_mass + g),
                     (unsigned long long)bin_mass(g, c, sm.h.l1.q[g], e_max));
       }
     }
   }
-  if (mode != MODE_ALL) {
-    row_barrier(state + ST_ARRIVE, 2u * (uint32_t)S);
 
-    /* C: the level-1 bin of the target, then this slice's share. */
+  /* C: the level-1 bins of the targets, the plan, then this slice's share: its allowed mass outside
+   * the list and its keys in the list. */
+  int plan = PLAN_ALL, d1 = -1;
+  uint64_t above1 = 0, row_mass = 0;
+  if (search) {
+    row_barrier(state + ST_ARRIVE, 2u * (uint32_t)S);
     if (!empty) {
       const int first = tid * BINS_PER_THREAD;
-      uint64_t val[BINS_PER_THREAD];
-      uint64_t bins_total = 0;
+      int d1k = -1, d1p = -1;
+      uint64_t above1p = 0;
+      if (use_k) {
+        uint64_t val[BINS_PER_THREAD];
 #pragma unroll
-      for (int i = 0; i < BINS_PER_THREAD; ++i) {
-        val[i] = mode == MODE_TOP_K
-                     ? (uint64_t)__ldcg(hist_count + first + i)
-                     : (uint64_t)__ldcg(reinterpret_cast<const unsigned long long *>(hist_mass) + first + i);
-        bins_total += val[i];
+        for (int i = 0; i < BINS_PER_THREAD; ++i)
+          val[i] = __ldcg(hist_count + first + i);
+        scan_bins<BINS_PER_THREAD>(BY_COUNT, val, first, 0, (uint64_t)k, 0.0, sm);
+        d1k = sm.digit;
       }
-      /* the whole row's mass for the top-p target: the sum over the bins */
-      uint64_t mine[3] = {bins_total, 0, 0}, unused_above[3], total[3];
-      block_suffix3(mine, unused_above, total, sm.red);
-      mass_target = mode == MODE_TOP_P ? IGNIS_DMUL(top_p, __ull2double_rn(total[0])) : 0.0;
-      scan_bins<BINS_PER_THREAD>(mode, val, first, 0, (uint64_t)k, mass_target, sm);
-      d1 = sm.digit;
-      above1 = sm.above;
-      uint32_t slot[4];
+      if (use_p) {
+        uint64_t val[BINS_PER_THREAD];
+#pragma unroll
+        for (int i = 0; i < BINS_PER_THREAD; ++i)
+          val[i] = __ldcg(reinterpret_cast<const unsigned long long *>(hist_mass) + first + i);
+        /* the row's exact mass (the scan's total) sets the target: one scan for the sum, one to search */
+        scan_bins<BINS_PER_THREAD>(BY_MASS, val, first, 0, 0, INFINITY, sm);
+        row_mass = sm.total;
+        if (!(first_k && d1k >= 0)) {
+          scan_bins<BINS_PER_THREAD>(BY_MASS, val, first, 0, 0, IGNIS_DMUL(top_p, __ull2double_rn(row_mass)),
+                                     sm);
+          d1p = sm.digit;
+          above1p = sm.above;
+        }
+      }
+      if (d1k >= 0 && (first_k || d1p < 0 || d1k >= d1p)) {
+        plan = PLAN_LIST;
+        d1 = d1k;
+      } else if (d1p >= 0) {
+        plan = PLAN_TOP_P;
+        d1 = d1p;
+        above1 = above1p;
+      }
+      /* the slice: mass outside the list (PLAN_TOP_P: above the bin; PLAN_ALL: everything valid),
+         keys in the list */
+      uint32_t slot[4] = {0, 0, 0, 0};
+      bool listed[4];
+      uint64_t outside = 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (!valid[e])
-          continue;
         const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
-        if (g > d1)
-          slice_mass += weight_mass(key[e], e_max);
-        else if (g == d1)
+        listed[e] = valid[e] && plan != PLAN_ALL && (plan == PLAN_LIST ? g >= d1 : g == d1);
+        if (valid[e] && (plan == PLAN_ALL || (plan == PLAN_TOP_P && g > d1)))
+          outside += weight_mass(key[e], e_max);
+        if (listed[e])
           slot[e] = atomicAdd(&sm.list_local, 1u);
       }
       __syncthreads();
@@ -343,17 +440,26 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
       __syncthreads();
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (valid[e] && d1 >= 0 && (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1)) == d1)
+        if (listed[e])
           list[sm.list_base + slot[e]] = (uint64_t)key[e] << 32 | (uint32_t)(chunk * 4 + e);
+      uint32_t unused_m = 0;
+      uint64_t unused_b = 0, unused_c = 0;
+      block_sums(unused_m, outside, unused_b, unused_c, sm.red);
+      if (tid == 0)
+        blk_mass[j] = outside;
     }
-  }
-  {
+  } else {
+    uint64_t allowed = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (valid[e] && key[e] >= thr)
+        allowed += weight_mass(key[e], e_max);
     uint32_t unused_m = 0;
     uint64_t unused_b = 0, unused_c = 0;
-    block_sums(unused_m, slice_mass, unused_b, unused_c, sm.red);
+    block_sums(unused_m, allowed, unused_b, unused_c, sm.red);
+    if (tid == 0)
+      blk_mass[j] = allowed;
   }
-  if (tid == 0)
-    blk_mass[j] = slice_mass;
 
   /* The last block of the row goes on. */
   __threadfence();
@@ -370,65 +476,29 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     sm.slice_lo[tid] = 0;
     sm.slice_hi[tid] = 0;
   }
-  if (mode != MODE_ALL && !empty && d1 >= 0) {
-    const uint32_t list_len = __ldcg(state + ST_LIST_LEN);
-    const uint64_t *entries = list;
-    /* level 2: bits 19..9 of the keys in the level-1 bin */
-    for (int g = tid; g < L2_BINS; g += SPLIT_THREADS) {
-      sm.h.fine.count[g] = 0;
-      sm.h.fine.lo[g] = 0;
-      sm.h.fine.hi[g] = 0;
+  if (plan != PLAN_ALL) {
+    const uint32_t len = __ldcg(state + ST_LIST_LEN);
+    if (plan == PLAN_TOP_P) {
+      thr = list_search(list, len, 0, 1, (uint32_t)d1, above1, BY_MASS, 0,
+                        IGNIS_DMUL(top_p, __ull2double_rn(row_mass)), e_max, sm);
+    } else {
+      thr = list_search(list, len, 0, 0, 0, 0, BY_COUNT, (uint64_t)k, 0.0, e_max, sm);
+      if (use_p && first_k) {
+        const uint64_t mass_k = list_mass(list, len, thr, e_max, sm);
+        const uint32_t thr_p = list_search(list, len, thr, 0, 0, 0, BY_MASS, 0,
+                                           IGNIS_DMUL(top_p, __ull2double_rn(mass_k)), e_max, sm);
+        thr = thr_p > thr ? thr_p : thr;
+      } else if (use_p) {
+        /* joint: the list holds every key from the bin d1 up; a p target below d1 is not reached
+           there (0), and then cannot raise the threshold either */
+        const uint32_t thr_p = list_search(list, len, 0, 0, 0, 0, BY_MASS, 0,
+                                           IGNIS_DMUL(top_p, __ull2double_rn(row_mass)), e_max, sm);
+        thr = thr_p > thr ? thr_p : thr;
+      }
     }
-    __syncthreads();
-    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
-      const uint32_t kk = (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
-      const int g = (int)((kk >> 9) & (L2_BINS - 1));
-      atomicAdd(&sm.h.fine.count[g], 1u);
-      if (mode == MODE_TOP_P)
-        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(kk, e_max));
-    }
-    __syncthreads();
-    int d2, d3;
-    uint64_t above2;
-    {
-      const int first = tid * BINS_PER_THREAD;
-      uint64_t val[BINS_PER_THREAD];
-#pragma unroll
-      for (int i = 0; i < BINS_PER_THREAD; ++i)
-        val[i] = mode == MODE_TOP_K ? (uint64_t)sm.h.fine.count[first + i]
-                                    : ((uint64_t)sm.h.fine.hi[first + i] << 32 | sm.h.fine.lo[first + i]);
-      __syncthreads();
-      scan_bins<BINS_PER_THREAD>(mode, val, first, above1, (uint64_t)k, mass_target, sm);
-      d2 = sm.digit < 0 ? 0 : sm.digit; /* cannot miss: the bin's own total reaches the target */
-      above2 = sm.digit < 0 ? above1 : sm.above;
-    }
-    /* level 3: bits 8..0 of the keys in the level-2 bin */
-    sm.h.fine.count[tid] = 0;
-    sm.h.fine.lo[tid] = 0;
-    sm.h.fine.hi[tid] = 0;
-    __syncthreads();
-    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
-      const uint32_t kk = (uint32_t)(__ldcg(reinterpret_cast<const unsigned long long *>(entries) + i) >> 32);
-      if ((int)((kk >> 9) & (L2_BINS - 1)) != d2)
-        continue;
-      const int g = (int)(kk & (L3_BINS - 1));
-      atomicAdd(&sm.h.fine.count[g], 1u);
-      if (mode == MODE_TOP_P)
-        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(kk, e_max));
-    }
-    __syncthreads();
-    {
-      uint64_t val[1];
-      val[0] = mode == MODE_TOP_K ? (uint64_t)sm.h.fine.count[tid]
-                                  : ((uint64_t)sm.h.fine.hi[tid] << 32 | sm.h.fine.lo[tid]);
-      __syncthreads();
-      scan_bins<1>(mode, val, tid, above2, (uint64_t)k, mass_target, sm);
-      d3 = sm.digit < 0 ? 0 : sm.digit;
-    }
-    thr = 0x80000000u | (uint32_t)d1 << 20 | (uint32_t)d2 << 9 | (uint32_t)d3;
     /* the list's allowed masses, by slice */
-    for (uint32_t i = tid; i < list_len; i += SPLIT_THREADS) {
-      const uint64_t entry = __ldcg(reinterpret_cast<const unsigned long long *>(entries) + i);
+    for (uint32_t i = tid; i < len; i += SPLIT_THREADS) {
+      const uint64_t entry = __ldcg(reinterpret_cast<const unsigned long long *>(list) + i);
       const uint32_t kk = (uint32_t)(entry >> 32);
       if (kk >= thr) {
         const int s = (int)((uint32_t)entry / (uint32_t)a.slice);
@@ -574,9 +644,6 @@ static cudaError_t try_launch(const ignis_sampling_params *p, int device, cudaSt
 bool ignis_sampling::ignis_cuda_sampling_split(const ignis_sampling_params *p, int32_t device, void *stream,
                                                ignis_status *status) {
   if (!p->workspace || p->output != IGNIS_SAMPLING_OUT_SAMPLE || split_disabled())
-    return false;
-  if (p->filter != IGNIS_SAMPLING_ALL && p->filter != IGNIS_SAMPLING_TOP_K &&
-      p->filter != IGNIS_SAMPLING_TOP_P && p->filter != IGNIS_SAMPLING_MIN_P)
     return false;
   if (p->batch_size < 1 || p->batch_size > IGNIS_SAMPLING_SPLIT_MAX_ROWS ||
       p->vocab_size < IGNIS_SPLIT_MIN_VOCAB)

@@ -599,13 +599,15 @@ static h_buf split_workspace(int64_t rows, int64_t n) {
 
 static void test_batches(int backends) {
   /* the multi-block path (rows <= IGNIS_SAMPLING_SPLIT_MAX_ROWS, vocab >= 4096, a workspace) runs
-     for the cases of few rows; the CUDA samples of both paths must equal the CPU's */
+     for every case of a vocabulary >= 4096 (blocks of several tiles from 6 rows of 128256 up); the
+     CUDA samples of both paths must equal the CPU's */
   static const batch_case cases[] = {
       {37, 1000, IGNIS_F32, 1, 2, 0},   {16, 32000, IGNIS_BF16, 1, 1, 0}, {9, 4097, IGNIS_F16, 0, 0, 0},
       {5, 1, IGNIS_F32, 1, 0, 0},       {6, 2, IGNIS_F32, 0, 2, 0},       {3, 128256, IGNIS_F32, 1, 0, 0},
       {2, 151936, IGNIS_BF16, 0, 2, 0}, {6, 128256, IGNIS_F32, 1, 2, 1},  {6, 151936, IGNIS_F32, 1, 0, 1},
       {1, 128256, IGNIS_F32, 0, 0, 0},  {1, 4096, IGNIS_F16, 1, 0, 1},    {4, 65536, IGNIS_BF16, 1, 2, 0},
-      {8, 16384, IGNIS_F32, 1, 1, 0},   {2, 262144, IGNIS_F32, 1, 0, 0},  {1, 200003, IGNIS_BF16, 1, 2, 1}};
+      {8, 16384, IGNIS_F32, 1, 1, 0},   {2, 262144, IGNIS_F32, 1, 0, 0},  {1, 200003, IGNIS_BF16, 1, 2, 1},
+      {64, 65536, IGNIS_F32, 1, 0, 0},  {128, 32000, IGNIS_BF16, 1, 2, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
     for (int op = 0; op < OP_COUNT; ++op) {
       const batch_case *bc = &cases[c];
@@ -746,8 +748,8 @@ static void test_split_edges(int backends) {
 static void test_split_workspace_size(void) {
   h_case("ignis_sampling_workspace_size");
   size_t a = 1, b = 0, c = 0;
-  CHECK_STATUS(ignis_sampling_workspace_size(9, 128256, &a), IGNIS_OK);
-  CHECKF(a == 0, "batch 9 exceeds IGNIS_SAMPLING_SPLIT_MAX_ROWS: %zu bytes", a);
+  CHECK_STATUS(ignis_sampling_workspace_size(IGNIS_SAMPLING_SPLIT_MAX_ROWS + 1, 128256, &a), IGNIS_OK);
+  CHECKF(a == 0, "a batch above IGNIS_SAMPLING_SPLIT_MAX_ROWS: %zu bytes", a);
   CHECK_STATUS(ignis_sampling_workspace_size(1, 4095, &a), IGNIS_OK);
   CHECKF(a == 0, "vocab 4095 is below the multi-block path's: %zu bytes", a);
   CHECK_STATUS(ignis_sampling_workspace_size(1, 128256, &b), IGNIS_OK);

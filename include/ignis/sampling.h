@@ -96,19 +96,19 @@ typedef struct ignis_sampling_options {
   { sizeof(ignis_sampling_options), NULL, 0, 0, NULL, NULL, 1, NULL, 0 }
 
 /* Workspace of the multi-block path (CUDA). Without a workspace every output row is sampled by one
- * block of threads, which at small batches leaves most of the GPU idle. With one, a sampling call
- * of few rows (at most IGNIS_SAMPLING_SPLIT_MAX_ROWS, and as many as fit the GPU at once) over a
- * vocabulary of at least 4096 may share each row among many blocks that meet through the
- * workspace: every sampling call (the renorm and mask ops and chain speculative sampling always
+ * block of threads, which at small batches leaves most of the GPU idle. With one, a sampling call of
+ * at most IGNIS_SAMPLING_SPLIT_MAX_ROWS rows over a vocabulary of at least 4096, whose rows can each
+ * get two or more blocks at once, shares each row among many blocks that meet through the
+ * workspace (every sampling call; the renorm and mask ops and chain speculative sampling always
  * take the one-block path). The results are the same either way (thresholds and samples are
- * exact). Rules:
+ * exact). About 8 * vocab_size + 40 KB bytes per row. Rules:
  *   - the workspace holds a few counters that must be zero before its first use; every call leaves
  *     them zero again, so allocate it zero-filled once and reuse it;
  *   - calls that may run at the same time (other streams) need workspaces of their own;
  *   - a workspace smaller than ignis_sampling_workspace_size(batch, vocab) is not an error: the call
  *     then takes the one-block path. The CPU backend ignores it.
  * IGNIS_SAMPLING_SPLIT=0 in the environment turns the multi-block path off (comparisons). */
-#define IGNIS_SAMPLING_SPLIT_MAX_ROWS 8
+#define IGNIS_SAMPLING_SPLIT_MAX_ROWS 128
 
 /* Bytes of workspace that let a call of `batch` output rows over `vocab_size` take the
  * multi-block path wherever the GPU allows it (0 when it never applies: batch above

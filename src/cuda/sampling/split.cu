@@ -4,25 +4,27 @@
  * one-block kernel's (filter.cu) and the CPU backend's: only the way there differs.
  *
  * Why: one block per row (filter.cu) is bound by one SM's instruction rate, ~80 us for a top-p row
- * of 128K at batch 1 while the rest of the GPU idles. Here a row of n elements is cut into S slices
- * of at most 2048 elements (one 4-element chunk per thread of a 512-thread block), one block each,
- * and the blocks of a row run three phases separated by grid barriers (a cooperative launch, so
- * every block is resident; the barrier is a counter per row in the workspace):
+ * of 128K at batch 1 while the rest of the GPU idles. Here a row of n elements is cut into tiles of
+ * 2048 (one 4-element chunk per thread of a 512-thread block), S blocks share the row (as many as
+ * fit the GPU at once beside the other rows: a cooperative launch, 2 blocks per SM), each taking
+ * consecutive tiles, and the blocks of a row run these phases separated by grid barriers (a counter
+ * per row in the workspace). A block of one tile keeps its chunk in registers; one of several
+ * re-reads its tiles in every phase.
  *   A  the row's largest key (atomicMax): its exponent scales every fixed-point mass;
- *   B  top-k / top-p: a level-1 histogram of the slice in shared memory (key bits 30..20: 2048
+ *   B  top-k / top-p: a level-1 histogram of each tile in shared memory (key bits 30..20: 2048
  *      bins, count and exact mass; the mass per bin comes from two 32-bit sums, see bin_mass), added
- *      into the row's histogram in the workspace. Other filters: the slice's allowed mass.
+ *      into the row's histogram in the workspace. Other filters: each tile's allowed mass.
  *   C  top-k / top-p: every block scans the row's histogram for the level-1 bins where the suffix
  *      count (k) or mass (p) reaches the target (the first level of the CPU backend's radix
  *      search) and picks a plan (split_plan): for top-p alone the list takes the keys of that bin
- *      and each block sums the mass of its keys above it; with a top-k set (alone, joint with
+ *      and each tile's mass above it is summed; with a top-k set (alone, joint with
  *      top-p, or top-p within it) the list takes every key in or above the count target's bin
  *      (fewer than k lie above it).
  *   D  the last block of the row to finish C (a counter, no barrier) runs the rest of the radix
  *      search over the list (list_search: 11, 11 and 9 bits, in shared memory), adds the list's
- *      allowed masses to their slices, draws the one 64-bit uniform, finds the slice that holds
- *      the target by a prefix over the slices' masses and the element by a prefix over that slice:
- *      the inverse transform in index order. It then zeroes the row's counters for the next call.
+ *      allowed masses to their tiles, draws the one 64-bit uniform, finds the tile that holds the
+ *      target by a prefix over the tiles' masses and the element by a prefix over that tile: the
+ *      inverse transform in index order. It then zeroes the row's counters for the next call.
  * Every sum is an integer sum, so no order matters and the samples equal the CPU backend's. */
 #include "core/sampling_split.h"
 #include "cuda/sampling/search.cuh"
@@ -31,13 +33,12 @@ namespace {
 using namespace ignis_sampling;
 
 constexpr int SPLIT_THREADS = 512;
-constexpr int SPLIT_SLICE_MAX = 4 * SPLIT_THREADS; /* one chunk per thread */
-constexpr int64_t SPLIT_SLICE_TARGET = 1024;
+constexpr int TILE = IGNIS_SPLIT_TILE; /* one chunk of 4 elements per thread */
+static_assert(TILE == 4 * SPLIT_THREADS, "a tile is one chunk per thread");
 constexpr int L2_BINS = 2048; /* key bits 19..9 */
 constexpr int L3_BINS = 512;  /* key bits 8..0 */
 constexpr int BINS_PER_THREAD = IGNIS_SPLIT_BINS / SPLIT_THREADS;
 static_assert(L2_BINS == IGNIS_SPLIT_BINS && L3_BINS == SPLIT_THREADS, "one scan shape per level");
-static_assert(IGNIS_SPLIT_MAX_BLOCKS <= SPLIT_THREADS, "one slice per thread in the final prefix");
 
 enum split_state_word { ST_ARRIVE = 0, ST_DONE = 1, ST_MAX_KEY = 2, ST_LIST_LEN = 3 };
 
@@ -46,10 +47,11 @@ struct split_args {
   uint32_t *state;      /* [MAX_ROWS][4] */
   uint32_t *hist_count; /* [rows][2048] */
   uint64_t *hist_mass;  /* [rows][2048] */
-  uint64_t *blk_mass;   /* [rows][MAX_BLOCKS] */
+  uint64_t *tile_mass;  /* [rows][tiles] */
   uint64_t *list;       /* [rows][n] */
   int blocks;           /* S */
-  int slice;            /* elements per block, a multiple of 4 */
+  int tiles_per_block;  /* consecutive tiles of TILE elements per block */
+  int tiles;            /* tiles of the row */
   bool vec;
 };
 
@@ -64,10 +66,9 @@ struct split_smem {
       uint32_t lo[L2_BINS], hi[L2_BINS]; /* exact masses: low word, high word with the carries */
     } fine;
   } h;
-  uint32_t slice_lo[IGNIS_SPLIT_MAX_BLOCKS], slice_hi[IGNIS_SPLIT_MAX_BLOCKS];
   reduce_scratch red;
   uint32_t list_local, list_base, last;
-  int32_t digit, slice_hit;
+  int32_t digit, tile_hit;
   uint64_t above, total, rest;
   int64_t token;
 };
@@ -248,12 +249,37 @@ __device__ uint64_t list_mass(const uint64_t *entries, uint32_t len, uint32_t th
 /* ---- the kernel ---------------------------------------------------------------------------------------- */
 /* How a row's allowed set is found after the level-1 scan (block-uniform):
  *   PLAN_ALL   no filter (or one that does not filter): every valid key >= thr (min-p's, or +0);
- *   PLAN_TOP_P the level-1 bin d1 of the top-p target: the list holds that bin, the slices' masses
+ *   PLAN_TOP_P the level-1 bin d1 of the top-p target: the list holds that bin, the tiles' masses
  *              above it are summed by the blocks, and the last block searches levels 2-3;
  *   PLAN_LIST  a top-k set (with top-p joint or within it): the list holds every key in or above
  *              the bin d1 of the count target (fewer than k keys lie above it), and the last block
  *              runs every search over the list. */
 enum split_plan { PLAN_ALL = 0, PLAN_TOP_P = 1, PLAN_LIST = 2 };
+
+/* Chunk `tid` of tile t of the row: its 4 values (0 past the row) and how many lie inside. */
+template <typename T>
+__device__ __forceinline__ int load_tile_chunk(const row_view<T> &r, int t, float (&v)[4]) {
+  const int64_t c = (int64_t)t * SPLIT_THREADS + threadIdx.x;
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    v[e] = 0.0f;
+  if (c * 4 >= r.n)
+    return 0;
+  load_chunk(r.row, c, r.n, r.vec, v);
+  return chunk_valid(r.n, c);
+}
+
+/* Keys and validity of a chunk's weights (valid: inside the row, weight > 0). */
+template <typename T, int KIND>
+__device__ __forceinline__ void chunk_keys(const row_view<T> &r, const float (&v)[4], int count, bool empty,
+                                           uint32_t (&key)[4], bool (&valid)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float w;
+    key[e] = 0;
+    valid[e] = e < count && !empty && decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key[e], w);
+  }
+}
 
 template <typename T, int KIND>
 __global__ void __launch_bounds__(SPLIT_THREADS)
@@ -271,7 +297,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
   uint32_t *state = a.state + b * IGNIS_SPLIT_STATE_WORDS;
   uint32_t *hist_count = a.hist_count + b * IGNIS_SPLIT_BINS;
   uint64_t *hist_mass = a.hist_mass + b * IGNIS_SPLIT_BINS;
-  uint64_t *blk_mass = a.blk_mass + b * IGNIS_SPLIT_MAX_BLOCKS;
+  uint64_t *tile_mass = a.tile_mass + b * a.tiles;
   uint64_t *list = a.list + b * p.vocab_size;
 
   row_view<T> r;
@@ -292,26 +318,30 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
   const bool first_k = filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
   const bool search = use_k || use_p;
 
-  /* A: this thread's chunk and the row's largest key. */
-  const int64_t chunk = (int64_t)j * (a.slice / 4) + tid;
-  const bool has_chunk = tid < a.slice / 4 && chunk * 4 < r.n;
-  const int valid_count = has_chunk ? chunk_valid(r.n, chunk) : 0;
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (has_chunk)
-    load_chunk(r.row, chunk, r.n, r.vec, v);
+  /* This block's tiles; a block of one tile keeps its chunk in registers through every phase. */
+  const int t0 = j * a.tiles_per_block;
+  const int t1 = t0 + a.tiles_per_block < a.tiles ? t0 + a.tiles_per_block : a.tiles;
+  const bool single = t1 - t0 == 1;
+  float v[4];
+  int count = 0;
+
+  /* A: the row's largest key. */
   uint32_t max_key = 0;
+  for (int t = t0; t < t1; ++t) {
+    count = load_tile_chunk(r, t, v);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (e >= valid_count)
-      continue;
-    uint32_t key;
-    if constexpr (KIND == ROW_LOGITS) {
-      key = ignis_order_key(sanitize_logit(v[e]));
-    } else {
-      float w;
-      decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key, w);
+    for (int e = 0; e < 4; ++e) {
+      if (e >= count)
+        continue;
+      uint32_t key;
+      if constexpr (KIND == ROW_LOGITS) {
+        key = ignis_order_key(sanitize_logit(v[e]));
+      } else {
+        float w;
+        decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key, w);
+      }
+      max_key = key > max_key ? key : max_key;
     }
-    max_key = key > max_key ? key : max_key;
   }
   {
     uint64_t unused_a = 0, unused_b = 0, unused_c = 0;
@@ -352,35 +382,57 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     thr = ignis_order_key(IGNIS_FMUL(row_min_p(p, b), ignis_key_float(weight_max_key)));
   uint32_t key[4];
   bool valid[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float w;
-    valid[e] = e < valid_count && !empty && decode<T, KIND>(r, v[e], 0.0f, -INFINITY, key[e], w);
-  }
   const bool level1_mass = use_p; /* the p target's level-1 scan needs the bins' masses */
-  if (search && !empty) {
+  if (!search) {
+    /* every valid key >= thr is allowed: the tiles' allowed masses */
+    for (int t = t0; t < t1; ++t) {
+      if (!single)
+        count = load_tile_chunk(r, t, v);
+      chunk_keys<T, KIND>(r, v, count, empty, key, valid);
+      uint64_t allowed = 0;
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (valid[e]) {
-        const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
-        atomicAdd(&sm.h.l1.count[g], 1u);
-        if (level1_mass)
-          atomicAdd(&sm.h.l1.q[g], mass_low_part(key[e], e_max));
+      for (int e = 0; e < 4; ++e)
+        if (valid[e] && key[e] >= thr)
+          allowed += weight_mass(key[e], e_max);
+      uint32_t unused_m = 0;
+      uint64_t unused_b = 0, unused_c = 0;
+      block_sums(unused_m, allowed, unused_b, unused_c, sm.red);
+      if (tid == 0)
+        tile_mass[t] = allowed;
+    }
+  } else if (!empty) {
+    /* the level-1 histogram, added to the row's tile by tile (each bin's 32-bit sum of the low
+       parts then holds at most TILE of them) */
+    for (int t = t0; t < t1; ++t) {
+      if (!single)
+        count = load_tile_chunk(r, t, v);
+      chunk_keys<T, KIND>(r, v, count, empty, key, valid);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (valid[e]) {
+          const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
+          atomicAdd(&sm.h.l1.count[g], 1u);
+          if (level1_mass)
+            atomicAdd(&sm.h.l1.q[g], mass_low_part(key[e], e_max));
+        }
+      __syncthreads();
+      for (int g = tid; g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
+        const uint32_t c = sm.h.l1.count[g];
+        if (c) {
+          atomicAdd(hist_count + g, c);
+          if (level1_mass)
+            atomicAdd(reinterpret_cast<unsigned long long *>(hist_mass + g),
+                      (unsigned long long)bin_mass(g, c, sm.h.l1.q[g], e_max));
+          sm.h.l1.count[g] = 0;
+          sm.h.l1.q[g] = 0;
+        }
       }
-    __syncthreads();
-    for (int g = tid; g < IGNIS_SPLIT_BINS; g += SPLIT_THREADS) {
-      const uint32_t c = sm.h.l1.count[g];
-      if (c) {
-        atomicAdd(hist_count + g, c);
-        if (level1_mass)
-          atomicAdd(reinterpret_cast<unsigned long long *>(hist_mass + g),
-                    (unsigned long long)bin_mass(g, c, sm.h.l1.q[g], e_max));
-      }
+      __syncthreads();
     }
   }
 
-  /* C: the level-1 bins of the targets, the plan, then this slice's share: its allowed mass outside
-   * the list and its keys in the list. */
+  /* C: the level-1 bins of the targets, the plan, then this block's tiles: their allowed mass
+   * outside the list and their keys in the list. */
   int plan = PLAN_ALL, d1 = -1;
   uint64_t above1 = 0, row_mass = 0;
   if (search) {
@@ -420,11 +472,14 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         d1 = d1p;
         above1 = above1p;
       }
-      /* the slice: mass outside the list (PLAN_TOP_P: above the bin; PLAN_ALL: everything valid),
-         keys in the list */
+    }
+    for (int t = t0; t < t1; ++t) {
+      if (!single)
+        count = load_tile_chunk(r, t, v);
+      chunk_keys<T, KIND>(r, v, count, empty, key, valid);
       uint32_t slot[4] = {0, 0, 0, 0};
       bool listed[4];
-      uint64_t outside = 0;
+      uint64_t outside = 0; /* PLAN_TOP_P: above the bin; PLAN_ALL: everything valid */
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int g = (int)((key[e] >> 20) & (IGNIS_SPLIT_BINS - 1));
@@ -435,30 +490,22 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
           slot[e] = atomicAdd(&sm.list_local, 1u);
       }
       __syncthreads();
-      if (tid == 0)
+      if (tid == 0) {
         sm.list_base = sm.list_local ? atomicAdd(state + ST_LIST_LEN, sm.list_local) : 0u;
+        sm.list_local = 0;
+      }
       __syncthreads();
+      const int64_t index0 = ((int64_t)t * SPLIT_THREADS + tid) * 4;
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         if (listed[e])
-          list[sm.list_base + slot[e]] = (uint64_t)key[e] << 32 | (uint32_t)(chunk * 4 + e);
+          list[sm.list_base + slot[e]] = (uint64_t)key[e] << 32 | (uint32_t)(index0 + e);
       uint32_t unused_m = 0;
       uint64_t unused_b = 0, unused_c = 0;
       block_sums(unused_m, outside, unused_b, unused_c, sm.red);
       if (tid == 0)
-        blk_mass[j] = outside;
+        tile_mass[t] = outside;
     }
-  } else {
-    uint64_t allowed = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (valid[e] && key[e] >= thr)
-        allowed += weight_mass(key[e], e_max);
-    uint32_t unused_m = 0;
-    uint64_t unused_b = 0, unused_c = 0;
-    block_sums(unused_m, allowed, unused_b, unused_c, sm.red);
-    if (tid == 0)
-      blk_mass[j] = allowed;
   }
 
   /* The last block of the row goes on. */
@@ -471,11 +518,7 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     return;
   __threadfence();
 
-  /* D: the threshold over the list, the slices' allowed masses, the draw. */
-  if (tid < S) {
-    sm.slice_lo[tid] = 0;
-    sm.slice_hi[tid] = 0;
-  }
+  /* D: the threshold over the list, the tiles' allowed masses, the draw. */
   if (plan != PLAN_ALL) {
     const uint32_t len = __ldcg(state + ST_LIST_LEN);
     if (plan == PLAN_TOP_P) {
@@ -496,21 +539,23 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
         thr = thr_p > thr ? thr_p : thr;
       }
     }
-    /* the list's allowed masses, by slice */
+    /* the list's allowed masses, into their tiles */
     for (uint32_t i = tid; i < len; i += SPLIT_THREADS) {
       const uint64_t entry = __ldcg(reinterpret_cast<const unsigned long long *>(list) + i);
       const uint32_t kk = (uint32_t)(entry >> 32);
-      if (kk >= thr) {
-        const int s = (int)((uint32_t)entry / (uint32_t)a.slice);
-        add_mass(&sm.slice_lo[s], &sm.slice_hi[s], weight_mass(kk, e_max));
-      }
+      if (kk >= thr)
+        atomicAdd(reinterpret_cast<unsigned long long *>(tile_mass + (uint32_t)entry / (uint32_t)TILE),
+                  (unsigned long long)weight_mass(kk, e_max));
     }
+    __threadfence();
+    __syncthreads();
   }
-  __syncthreads();
+  /* the tile holding the target: a prefix over runs of tiles, one run per thread */
+  const int per = (a.tiles + SPLIT_THREADS - 1) / SPLIT_THREADS;
+  const int r0 = tid * per, r1 = r0 + per < a.tiles ? r0 + per : a.tiles;
   uint64_t mine = 0;
-  if (tid < S)
-    mine = __ldcg(reinterpret_cast<const unsigned long long *>(blk_mass) + tid) +
-           ((uint64_t)sm.slice_hi[tid] << 32 | sm.slice_lo[tid]);
+  for (int t = r0; t < r1; ++t)
+    mine += __ldcg(reinterpret_cast<const unsigned long long *>(tile_mass) + t);
   uint64_t total_mass;
   const uint64_t before = block_prefix<uint64_t>(mine, total_mass, sm.red);
   int64_t token = 0;
@@ -518,24 +563,29 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
     const uint64_t target =
         __umul64hi(row_uniform(rng_seed(p.rng, b), rng_offset(p.rng, b), 0, b), total_mass);
     if (mine > 0 && before <= target && target - before < mine) {
-      sm.slice_hit = tid;
-      sm.rest = target - before;
+      uint64_t run = before;
+      for (int t = r0; t < r1; ++t) {
+        const uint64_t m = __ldcg(reinterpret_cast<const unsigned long long *>(tile_mass) + t);
+        if (target - run < m) {
+          sm.tile_hit = t;
+          sm.rest = target - run;
+          break;
+        }
+        run += m;
+      }
     }
     __syncthreads();
-    const int hit = sm.slice_hit;
+    const int hit = sm.tile_hit;
     const uint64_t rest = sm.rest;
-    const int64_t c = (int64_t)hit * (a.slice / 4) + tid;
-    const bool in_slice = tid < a.slice / 4 && c * 4 < r.n;
-    const int count = in_slice ? chunk_valid(r.n, c) : 0;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (in_slice)
-      load_chunk(r.row, c, r.n, r.vec, x);
+    float x[4];
+    const int n_in = load_tile_chunk(r, hit, x);
+    const int64_t c = (int64_t)hit * SPLIT_THREADS + tid;
     uint64_t m[4], sum = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       uint32_t kk;
       float w;
-      const bool ok = e < count && decode<T, KIND>(r, x[e], 0.0f, -INFINITY, kk, w) && kk >= thr;
+      const bool ok = e < n_in && decode<T, KIND>(r, x[e], 0.0f, -INFINITY, kk, w) && kk >= thr;
       m[e] = ok ? weight_mass(kk, e_max) : 0;
       sum += m[e];
     }
@@ -600,16 +650,12 @@ static cudaError_t try_launch(const ignis_sampling_params *p, int device, cudaSt
   const int resident = resident_blocks<T, KIND>(device);
   if (resident <= 0)
     return cudaSuccess;
-  int64_t blocks = (n + SPLIT_SLICE_TARGET - 1) / SPLIT_SLICE_TARGET;
-  blocks = blocks < resident / rows ? blocks : resident / rows;
-  blocks = blocks < IGNIS_SPLIT_MAX_BLOCKS ? blocks : IGNIS_SPLIT_MAX_BLOCKS;
-  if (blocks < 4)
+  const int64_t tiles = (n + TILE - 1) / TILE;
+  int64_t blocks = resident / rows < tiles ? resident / rows : tiles;
+  if (blocks < 2)
     return cudaSuccess;
-  int64_t slice = (n + blocks - 1) / blocks;
-  slice = (slice + 3) / 4 * 4;
-  if (slice > SPLIT_SLICE_MAX)
-    return cudaSuccess;
-  blocks = (n + slice - 1) / slice;
+  const int64_t per_block = (tiles + blocks - 1) / blocks;
+  blocks = (tiles + per_block - 1) / per_block;
 
   const ignis_split_layout l = ignis_split_layout_of(rows, n);
   unsigned char *ws = static_cast<unsigned char *>(p->workspace);
@@ -617,10 +663,11 @@ static cudaError_t try_launch(const ignis_sampling_params *p, int device, cudaSt
   a.state = reinterpret_cast<uint32_t *>(ws + l.state);
   a.hist_count = reinterpret_cast<uint32_t *>(ws + l.hist_count);
   a.hist_mass = reinterpret_cast<uint64_t *>(ws + l.hist_mass);
-  a.blk_mass = reinterpret_cast<uint64_t *>(ws + l.blk_mass);
+  a.tile_mass = reinterpret_cast<uint64_t *>(ws + l.tile_mass);
   a.list = reinterpret_cast<uint64_t *>(ws + l.list);
   a.blocks = (int)blocks;
-  a.slice = (int)slice;
+  a.tiles_per_block = (int)per_block;
+  a.tiles = (int)tiles;
   a.vec = rows_chunk_aligned(p->input, p->input_row_stride, p->num_rows, sizeof(T));
 
   cudaLaunchAttribute attribute;

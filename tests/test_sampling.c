@@ -607,7 +607,7 @@ static void test_batches(int backends) {
       {2, 151936, IGNIS_BF16, 0, 2, 0}, {6, 128256, IGNIS_F32, 1, 2, 1},  {6, 151936, IGNIS_F32, 1, 0, 1},
       {1, 128256, IGNIS_F32, 0, 0, 0},  {1, 4096, IGNIS_F16, 1, 0, 1},    {4, 65536, IGNIS_BF16, 1, 2, 0},
       {8, 16384, IGNIS_F32, 1, 1, 0},   {2, 262144, IGNIS_F32, 1, 0, 0},  {1, 200003, IGNIS_BF16, 1, 2, 1},
-      {64, 65536, IGNIS_F32, 1, 0, 0},  {128, 32000, IGNIS_BF16, 1, 2, 1}};
+      {32, 65536, IGNIS_F32, 1, 0, 0},  {24, 32000, IGNIS_BF16, 1, 2, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
     for (int op = 0; op < OP_COUNT; ++op) {
       const batch_case *bc = &cases[c];

@@ -98,9 +98,10 @@ typedef struct ignis_sampling_options {
 /* Workspace of the multi-block path (CUDA). Without a workspace every output row is sampled by one
  * block of threads, which at small batches leaves most of the GPU idle. With one, a sampling call of
  * at most IGNIS_SAMPLING_SPLIT_MAX_ROWS rows over a vocabulary of at least 4096, whose rows can each
- * get two or more blocks at once, shares each row among many blocks that meet through the
- * workspace (every sampling call; the renorm and mask ops and chain speculative sampling always
- * take the one-block path). The results are the same either way (thresholds and samples are
+ * get enough blocks at once (2 or more, with at most 4 tiles of 2048 elements a block: at a
+ * vocabulary of 128256 up to 16 rows on a 132-SM GPU), shares each row among many blocks that meet
+ * through the workspace (every sampling call; the renorm and mask ops and chain speculative
+ * sampling always take the one-block path). The results are the same either way (thresholds and samples are
  * exact). About 8 * vocab_size + 40 KB bytes per row. Rules:
  *   - the workspace holds a few counters that must be zero before its first use; every call leaves
  *     them zero again, so allocate it zero-filled once and reuse it;
@@ -108,7 +109,7 @@ typedef struct ignis_sampling_options {
  *   - a workspace smaller than ignis_sampling_workspace_size(batch, vocab) is not an error: the call
  *     then takes the one-block path. The CPU backend ignores it.
  * IGNIS_SAMPLING_SPLIT=0 in the environment turns the multi-block path off (comparisons). */
-#define IGNIS_SAMPLING_SPLIT_MAX_ROWS 128
+#define IGNIS_SAMPLING_SPLIT_MAX_ROWS 32
 
 /* Bytes of workspace that let a call of `batch` output rows over `vocab_size` take the
  * multi-block path wherever the GPU allows it (0 when it never applies: batch above

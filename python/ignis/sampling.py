@@ -26,11 +26,12 @@ has one, advanced by 1 per call) or from a process-wide counter with a random se
 deterministic. ``check_nan=True`` raises ValueError when the input holds a NaN (this reads the data on
 the host: it synchronizes).
 
-On a CUDA device, calls of at most 128 rows over a vocabulary of at least 4096 take the library's
-multi-block path (each row shared among many blocks of the GPU; the same samples): the package keeps
-the zero-filled workspace it needs, one per framework, device and stream, allocated at the first such
-call (not inside a CUDA graph capture: capture after one eager call, as engines do after warm-up).
-An explicit ``stream`` argument runs without it (one block per row).
+On a CUDA device, calls of few rows (up to 32, as the GPU allows) over a vocabulary of at least 4096
+take the library's multi-block path (each row shared among many blocks of the GPU; the same
+samples): the package keeps the zero-filled workspace it needs, one per framework, device and
+stream, allocated at the first such call (not inside a CUDA graph capture: capture after one eager
+call, as engines do after warm-up). An explicit ``stream`` argument runs without it (one block per
+row).
 
 ``top_k`` is FlashInfer's ``top_k`` selection, with its ``TopKTieBreak``: at the k-th largest value
 ignis keeps the lowest indices, which honours ``NONE`` (any choice) and ``SMALL``; ``LARGE`` raises
@@ -142,7 +143,7 @@ def _valid_rows(probs, indices):
     return xp.take(drawable, xp.clip(index, 0, max(rows - 1, 0))) & inside if rows else inside
 
 
-_SPLIT_MAX_ROWS = 128  # IGNIS_SAMPLING_SPLIT_MAX_ROWS
+_SPLIT_MAX_ROWS = 32  # IGNIS_SAMPLING_SPLIT_MAX_ROWS
 _workspaces = {}
 
 
@@ -150,7 +151,7 @@ def _workspace(input, batch, stream):
     """The zero-filled workspace of the multi-block path (include/ignis/sampling.h) for a call of
     `batch` rows on a CUDA device, kept per framework, device and stream (calls on one stream run in
     order, so they may share it; calls on other streams get their own); None where the path cannot
-    apply: on the host, above 128 rows or below a vocabulary of 4096 (the C size query says 0), for an
+    apply: on the host, above 32 rows or below a vocabulary of 4096 (the C size query says 0), for an
     explicit `stream`, and while a CUDA graph is captured before a large enough buffer exists (the
     buffer must not come from the graph's private memory pool)."""
     if stream is not None or batch > _SPLIT_MAX_ROWS or not hasattr(input, "__dlpack_device__"):

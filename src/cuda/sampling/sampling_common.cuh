@@ -84,6 +84,27 @@ __device__ __forceinline__ float row_min_p(const ignis_sampling_params &p, int64
   return v > 0.0f ? (v < 1.0f ? v : 1.0f) : 0.0f;
 }
 
+/* The top-k / top-p part of a row's filter: k and p as clamped above, and whether each filters (a k
+ * of 0 or >= n does not, nor a p of 1). */
+struct row_filter {
+  int64_t k;
+  double top_p;
+  bool use_k, use_p;
+};
+__device__ __forceinline__ row_filter row_filter_of(const ignis_sampling_params &p, int64_t b, int64_t n) {
+  const ignis_sampling_filter filter = p.filter;
+  const bool has_k = filter == IGNIS_SAMPLING_TOP_K || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
+                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  const bool has_p = filter == IGNIS_SAMPLING_TOP_P || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
+                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
+  row_filter f;
+  f.k = has_k ? row_top_k(p, b) : 0;
+  f.top_p = has_p ? row_top_p(p, b) : 1.0;
+  f.use_k = has_k && f.k > 0 && f.k < n;
+  f.use_p = has_p && f.top_p < 1.0;
+  return f;
+}
+
 /* ---- block reductions ------------------------------------------------------------------------------ */
 /* Shared scratch of the reductions: one slot per warp. */
 struct reduce_scratch {

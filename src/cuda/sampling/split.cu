@@ -312,13 +312,10 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
   r.x_max = 0.0f;
 
   const ignis_sampling_filter filter = p.filter;
-  const bool has_k = filter == IGNIS_SAMPLING_TOP_K || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
-                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
-  const bool has_p = filter == IGNIS_SAMPLING_TOP_P || filter == IGNIS_SAMPLING_TOP_K_TOP_P ||
-                     filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
-  const int64_t k = has_k ? row_top_k(p, b) : 0;
-  const double top_p = has_p ? row_top_p(p, b) : 1.0;
-  const bool use_k = has_k && k > 0 && k < r.n, use_p = has_p && top_p < 1.0;
+  const row_filter f = row_filter_of(p, b, r.n);
+  const int64_t k = f.k;
+  const double top_p = f.top_p;
+  const bool use_k = f.use_k, use_p = f.use_p;
   const bool first_k = filter == IGNIS_SAMPLING_TOP_K_THEN_TOP_P;
   const bool search = use_k || use_p;
 

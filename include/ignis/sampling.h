@@ -102,7 +102,7 @@ typedef struct ignis_sampling_options {
  * vocabulary of 128256 up to 16 rows on a 132-SM GPU), shares each row among many blocks that meet
  * through the workspace (every sampling call; the renorm and mask ops and chain speculative
  * sampling always take the one-block path). The results are the same either way (thresholds and samples are
- * exact). About 8 * vocab_size + 40 KB bytes per row. Rules:
+ * exact). It takes about 8 * vocab_size + 25 KB bytes per row. Rules:
  *   - the workspace holds a few counters that must be zero before its first use; every call leaves
  *     them zero again, so allocate it zero-filled once and reuse it;
  *   - calls that may run at the same time (other streams) need workspaces of their own;

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 
 #include "core/philox.h"
+#include "core/sampling_split.h"
 #include "harness.h"
 
 /* ---- the generator and the bit-exact helpers ---------------------------------------------------- */
@@ -736,6 +737,37 @@ static void test_split_edges(int backends) {
                (long long)got[1][i], (long long)got[0][i]);
       CHECKF(got[1][1] == 0 && got[1][7] == 0, "rows outside [0, rows) must give token 0");
     }
+  /* every call left the row counters at the workspace's start zero, as the next call needs them */
+  h_case("multi-block edge rows: the workspace's counters are zero after the calls");
+  h_buf_download(&ws);
+  int64_t dirty = 0;
+  for (int64_t i = 0; i < IGNIS_SAMPLING_SPLIT_MAX_ROWS * IGNIS_SPLIT_STATE_WORDS / 2; ++i)
+    dirty += h_get(&ws, i) != 0.0;
+  CHECKF(dirty == 0, "%lld counter words are not zero", (long long)dirty);
+  /* a workspace one word short of the size query is not an error: one block a row, the same samples */
+  h_case("multi-block edge rows: a workspace one word short");
+  {
+    int64_t got[2][8];
+    for (int b = 0; b < 2; ++b) {
+      ignis_tensor input = h_view(&in[b], 0, 2, shape, NULL);
+      ignis_tensor samples = h_view(&out[b], 0, 1, &batch, NULL);
+      ignis_tensor indices = h_view(&idx[b], 0, 1, &batch, NULL);
+      ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
+      o.indices = &indices;
+      o.seed = 9;
+      if (b) {
+        o.workspace = ws.data;
+        o.workspace_bytes = (size_t)ws.count * ws.elem_size - 8;
+      }
+      CHECK_STATUS(ignis_top_p_sampling_from_probs(&input, NULL, 0.5, &samples, &o, NULL), IGNIS_OK);
+      h_buf_download(&out[b]);
+      for (int i = 0; i < batch; ++i)
+        got[b][i] = get_index(&out[b], i);
+    }
+    for (int i = 0; i < batch; ++i)
+      CHECKF(got[0][i] == got[1][i], "output row %d: cuda sampled %lld, cpu %lld", i, (long long)got[1][i],
+             (long long)got[0][i]);
+  }
   for (int b = 0; b < 2; ++b) {
     h_buf_free(&in[b]);
     h_buf_free(&idx[b]);

@@ -26,12 +26,12 @@ has one, advanced by 1 per call) or from a process-wide counter with a random se
 deterministic. ``check_nan=True`` raises ValueError when the input holds a NaN (this reads the data on
 the host: it synchronizes).
 
-On a CUDA device, calls of few rows (up to 32, as the GPU allows) over a vocabulary of at least 4096
-take the library's multi-block path (each row shared among many blocks of the GPU; the same
-samples): the package keeps the zero-filled workspace it needs, one per framework, device and
-stream, allocated at the first such call (not inside a CUDA graph capture: capture after one eager
-call, as engines do after warm-up). An explicit ``stream`` argument runs without it (one block per
-row).
+For PyTorch CUDA tensors, calls of few rows (up to 32, as the GPU allows) over a vocabulary of at
+least 4096 take the library's multi-block path (each row shared among many blocks of the GPU; the
+same samples): the package keeps the zero-filled workspace it needs, one per device and stream
+(PyTorch's current stream), allocated at the first such call (not inside a CUDA graph capture:
+capture after one eager call, as engines do after warm-up). An explicit ``stream`` argument runs
+without it (one block per row).
 
 ``top_k`` is FlashInfer's ``top_k`` selection, with its ``TopKTieBreak``: at the k-th largest value
 ignis keeps the lowest indices, which honours ``NONE`` (any choice) and ``SMALL``; ``LARGE`` raises
@@ -149,15 +149,12 @@ _workspaces = {}
 
 def _workspace(input, batch, stream):
     """The zero-filled workspace of the multi-block path (include/ignis/sampling.h) for a call of
-    `batch` rows on a CUDA device, kept per framework, device and stream (calls on one stream run in
+    `batch` rows of a PyTorch CUDA tensor, kept per device and stream (calls on one stream run in
     order, so they may share it; calls on other streams get their own); None where the path cannot
-    apply: on the host, above 32 rows or below a vocabulary of 4096 (the C size query says 0), for an
-    explicit `stream`, and while a CUDA graph is captured before a large enough buffer exists (the
-    buffer must not come from the graph's private memory pool)."""
-    if stream is not None or batch > _SPLIT_MAX_ROWS or not hasattr(input, "__dlpack_device__"):
-        return None
-    device_type, device_id = input.__dlpack_device__()
-    if device_type != 2:  # kDLCUDA
+    apply: other frameworks and the host, above 32 rows or below a vocabulary of 4096 (the C size
+    query says 0), an explicit `stream`, and while a CUDA graph is captured before a large enough
+    buffer exists (the buffer must not come from the graph's private memory pool)."""
+    if stream is not None or batch > _SPLIT_MAX_ROWS or framework_of(input) != "torch" or not input.is_cuda:
         return None
     rows = 8
     while rows < batch:
@@ -165,11 +162,8 @@ def _workspace(input, batch, stream):
     nbytes = _ext.sampling_workspace_size(rows, input.shape[-1])
     if nbytes == 0:
         return None
-    stream_key = None
-    if framework_of(input) == "torch":
-        torch = sys.modules["torch"]
-        stream_key = torch.cuda.current_stream(input.device).cuda_stream
-    key = (type(input), device_id, stream_key)
+    torch = sys.modules["torch"]
+    key = (input.device.index, torch.cuda.current_stream(input.device).cuda_stream)
     buffer = _workspaces.get(key)
     if buffer is None or buffer.shape[0] < nbytes:
         if capturing(input):

@@ -685,6 +685,37 @@ static void split_edge_rows(int64_t n, double *x) {
     }
 }
 
+/* The edge rows of test_split_edges: the inputs, index maps and outputs of both backends. */
+typedef struct split_edge_bufs {
+  h_buf in[2], idx[2], out[2];
+  int64_t shape[2], batch;
+} split_edge_bufs;
+
+/* op's samples of the edge rows on the CPU (got[0]) and on CUDA (got[1]) through workspace_bytes of
+ * ws. */
+static void split_edge_samples(split_edge_bufs *e, op_kind op, const thresholds *t, uint64_t seed,
+                               uint64_t offset, const h_buf *ws, size_t workspace_bytes, int64_t got[2][8]) {
+  for (int b = 0; b < 2; ++b) {
+    ignis_tensor input = h_view(&e->in[b], 0, 2, e->shape, NULL);
+    ignis_tensor samples = h_view(&e->out[b], 0, 1, &e->batch, NULL);
+    ignis_tensor indices = h_view(&e->idx[b], 0, 1, &e->batch, NULL);
+    ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
+    o.indices = &indices;
+    o.seed = seed;
+    o.offset = offset;
+    if (b) {
+      o.workspace = ws->data;
+      o.workspace_bytes = workspace_bytes;
+    }
+    h_buf_poison(&e->out[b]);
+    h_buf_upload(&e->out[b]);
+    CHECK_STATUS(call_op(op, &input, t, &samples, &o), IGNIS_OK);
+    h_buf_download(&e->out[b]);
+    for (int i = 0; i < e->batch; ++i)
+      got[b][i] = get_index(&e->out[b], i);
+  }
+}
+
 static void test_split_edges(int backends) {
   if (backends < 2)
     return;
@@ -692,49 +723,31 @@ static void test_split_edges(int backends) {
   static const double idx_values[8] = {5, -1, 0, 3, 2, 4, 1, 6};
   double *x = malloc(sizeof(double) * (size_t)(rows * n));
   split_edge_rows(n, x);
-  h_buf in[2], idx[2], out[2];
+  split_edge_bufs e = {.shape = {rows, n}, .batch = batch};
   for (int b = 0; b < 2; ++b) {
-    in[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_F32, rows * n);
-    idx[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
-    out[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
+    e.in[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_F32, rows * n);
+    e.idx[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
+    e.out[b] = h_buf_alloc(b ? H_CUDA : H_CPU, IGNIS_I64, batch);
     for (int64_t i = 0; i < rows * n; ++i)
-      h_set(&in[b], i, x[i]);
+      h_set(&e.in[b], i, x[i]);
     for (int i = 0; i < batch; ++i)
-      h_set(&idx[b], i, idx_values[i]);
-    h_buf_upload(&in[b]);
-    h_buf_upload(&idx[b]);
+      h_set(&e.idx[b], i, idx_values[i]);
+    h_buf_upload(&e.in[b]);
+    h_buf_upload(&e.idx[b]);
   }
   h_buf ws = split_workspace(batch, n);
+  const size_t ws_bytes = (size_t)ws.count * ws.elem_size;
   static const int64_t ks[] = {1, 3, 4999, 100000};
   static const double ps[] = {1e-9, 0.5, 0.999999, 1.0};
-  int64_t shape[2] = {rows, n};
   for (int op = 0; op < OP_COUNT; ++op)
     for (int v = 0; v < 4; ++v) {
       h_case("multi-block edge rows %s: k=%lld p=%g", op_names[op], (long long)ks[v], ps[v]);
       int64_t got[2][8];
-      for (int b = 0; b < 2; ++b) {
-        ignis_tensor input = h_view(&in[b], 0, 2, shape, NULL);
-        ignis_tensor samples = h_view(&out[b], 0, 1, &batch, NULL);
-        ignis_tensor indices = h_view(&idx[b], 0, 1, &batch, NULL);
-        ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
-        o.indices = &indices;
-        o.seed = 7;
-        o.offset = (uint64_t)v;
-        if (b) {
-          o.workspace = ws.data;
-          o.workspace_bytes = (size_t)ws.count * ws.elem_size;
-        }
-        thresholds t = {ks[v], ps[v], ps[v], NULL, NULL, NULL};
-        h_buf_poison(&out[b]);
-        h_buf_upload(&out[b]);
-        CHECK_STATUS(call_op((op_kind)op, &input, &t, &samples, &o), IGNIS_OK);
-        h_buf_download(&out[b]);
-        for (int i = 0; i < batch; ++i)
-          got[b][i] = get_index(&out[b], i);
-      }
+      thresholds t = {ks[v], ps[v], ps[v], NULL, NULL, NULL};
+      split_edge_samples(&e, (op_kind)op, &t, 7, (uint64_t)v, &ws, ws_bytes, got);
       for (int i = 0; i < batch; ++i)
-        CHECKF(got[0][i] == got[1][i], "output row %d (row %g): cuda sampled %lld, cpu %lld", i, idx_values[i],
-               (long long)got[1][i], (long long)got[0][i]);
+        CHECKF(got[0][i] == got[1][i], "output row %d (row %g): cuda sampled %lld, cpu %lld", i,
+               idx_values[i], (long long)got[1][i], (long long)got[0][i]);
       CHECKF(got[1][1] == 0 && got[1][7] == 0, "rows outside [0, rows) must give token 0");
     }
   /* every call left the row counters at the workspace's start zero, as the next call needs them */
@@ -748,30 +761,16 @@ static void test_split_edges(int backends) {
   h_case("multi-block edge rows: a workspace one word short");
   {
     int64_t got[2][8];
-    for (int b = 0; b < 2; ++b) {
-      ignis_tensor input = h_view(&in[b], 0, 2, shape, NULL);
-      ignis_tensor samples = h_view(&out[b], 0, 1, &batch, NULL);
-      ignis_tensor indices = h_view(&idx[b], 0, 1, &batch, NULL);
-      ignis_sampling_options o = IGNIS_SAMPLING_OPTIONS_INIT;
-      o.indices = &indices;
-      o.seed = 9;
-      if (b) {
-        o.workspace = ws.data;
-        o.workspace_bytes = (size_t)ws.count * ws.elem_size - 8;
-      }
-      CHECK_STATUS(ignis_top_p_sampling_from_probs(&input, NULL, 0.5, &samples, &o, NULL), IGNIS_OK);
-      h_buf_download(&out[b]);
-      for (int i = 0; i < batch; ++i)
-        got[b][i] = get_index(&out[b], i);
-    }
+    thresholds t = {0, 0.5, 0.0, NULL, NULL, NULL};
+    split_edge_samples(&e, OP_TOP_P, &t, 9, 0, &ws, ws_bytes - 8, got);
     for (int i = 0; i < batch; ++i)
       CHECKF(got[0][i] == got[1][i], "output row %d: cuda sampled %lld, cpu %lld", i, (long long)got[1][i],
              (long long)got[0][i]);
   }
   for (int b = 0; b < 2; ++b) {
-    h_buf_free(&in[b]);
-    h_buf_free(&idx[b]);
-    h_buf_free(&out[b]);
+    h_buf_free(&e.in[b]);
+    h_buf_free(&e.idx[b]);
+    h_buf_free(&e.out[b]);
   }
   h_buf_free(&ws);
   free(x);

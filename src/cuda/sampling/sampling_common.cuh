@@ -174,6 +174,16 @@ __device__ __forceinline__ int64_t block_argmax(float score, int64_t index, redu
   return best;
 }
 
+/* Adds v to a 64-bit sum kept as two 32-bit words (lo, hi) in shared memory: native 32-bit atomics,
+ * the carry out of the low word added to the high one. Exact modulo 2^64 in any order. */
+__device__ __forceinline__ void shared_add_u64(uint32_t *lo, uint32_t *hi, uint64_t v) {
+  const uint32_t low = (uint32_t)v;
+  const uint32_t old = atomicAdd(lo, low);
+  const uint32_t high = (uint32_t)(v >> 32) + ((uint32_t)(old + low) < old ? 1u : 0u);
+  if (high)
+    atomicAdd(hi, high);
+}
+
 /* Exclusive suffix sums over the threads (for each of the three values, the sum over every higher
  * thread) and the block totals. Exact: integer adds. */
 __device__ __forceinline__ void block_suffix3(const uint64_t (&v)[3], uint64_t (&above)[3],
@@ -269,7 +279,8 @@ static inline bool rows_chunk_aligned(const void *data, int64_t row_stride, int6
 
 /* Host: the multi-block path of small batches (split.cu): true when it took the call (launched, or
  * failed to: *status), false when the call belongs to the one-block kernel. The device is current. */
-bool ignis_cuda_sampling_split(const ignis_sampling_params *p, int32_t device, void *stream, ignis_status *status);
+bool ignis_cuda_sampling_split(const ignis_sampling_params *p, int32_t device, void *stream,
+                               ignis_status *status);
 
 /* Host: the end of every sampling entry point. `rows` blocks must fit a grid; launch(T()) launches
  * the kernels for row dtype T (f32, f16 or bf16) and returns the launch's error; the result is the

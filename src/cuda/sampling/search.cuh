@@ -369,11 +369,7 @@ __device__ __forceinline__ void tile_add(int tile, uint64_t v) {
   tile_smem &t = tile_mem();
   if (tile < 0 || tile >= MAX_TILES || v == 0)
     return;
-  const uint32_t low = (uint32_t)v;
-  const uint32_t old = atomicAdd(&t.tile_lo[tile], low);
-  const uint32_t high = (uint32_t)(v >> 32) + ((uint32_t)(old + low) < old ? 1u : 0u);
-  if (high)
-    atomicAdd(&t.tile_hi[tile], high);
+  shared_add_u64(&t.tile_lo[tile], &t.tile_hi[tile], v);
 }
 
 __device__ __forceinline__ uint64_t tile_mass(int tile) {
@@ -646,14 +642,8 @@ static __device__ __noinline__ uint32_t list_select(uint32_t len, uint32_t lo, u
         continue;
       const uint32_t bin = (key - r_lo) >> shift;
       atomicAdd(&sel.count[bin], 1u);
-      if (r_mode == SELECT_MASS) {
-        const uint64_t m = weight_mass(key, e_max);
-        const uint32_t low = (uint32_t)m;
-        const uint32_t old = atomicAdd(&sel.mass_lo[bin], low);
-        const uint32_t high = (uint32_t)(m >> 32) + ((uint32_t)(old + low) < old ? 1u : 0u);
-        if (high)
-          atomicAdd(&sel.mass_hi[bin], high);
-      }
+      if (r_mode == SELECT_MASS)
+        shared_add_u64(&sel.mass_lo[bin], &sel.mass_hi[bin], weight_mass(key, e_max));
     }
     __syncthreads();
     if (threadIdx.x < 32) {

@@ -122,18 +122,6 @@ __device__ __forceinline__ uint64_t bin_mass(int bin, uint32_t count, uint32_t l
   return (k >= 24 ? 0ull : (uint64_t)count * (base >> k)) + low_sum;
 }
 
-/* Adds a 64-bit mass to a (lo, hi) pair of 32-bit shared words, the carry explicitly. */
-__device__ __forceinline__ void add_mass(uint32_t *lo, uint32_t *hi, uint64_t m) {
-  const uint32_t l = (uint32_t)m;
-  uint32_t h = (uint32_t)(m >> 32);
-  if (l) {
-    const uint32_t old = atomicAdd(lo, l);
-    h += old + l < old;
-  }
-  if (h)
-    atomicAdd(hi, h);
-}
-
 /* ---- scans over bins --------------------------------------------------------------------------------- */
 enum search_by { BY_COUNT = 0, BY_MASS = 1 };
 
@@ -209,7 +197,7 @@ __device__ uint32_t list_search(const uint64_t *entries, uint32_t len, uint32_t 
       if (by == BY_COUNT)
         atomicAdd(&sm.h.fine.count[g], 1u);
       else
-        add_mass(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(key, e_max));
+        shared_add_u64(&sm.h.fine.lo[g], &sm.h.fine.hi[g], weight_mass(key, e_max));
     }
     __syncthreads();
     int digit;
@@ -615,25 +603,6 @@ __global__ void __launch_bounds__(SPLIT_THREADS)
 }
 
 /* ---- host ---------------------------------------------------------------------------------------------- */
-/* Blocks of the kernel resident at once on the device (cooperative launches may not exceed it). */
-template <typename T, int KIND> static int resident_blocks(int device) {
-  static std::atomic<int> known[IGNIS_CUDA_MAX_DEVICES];
-  const bool cached = device >= 0 && device < IGNIS_CUDA_MAX_DEVICES;
-  int blocks = cached ? known[device].load(std::memory_order_relaxed) : 0;
-  if (blocks == 0) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_rows<T, KIND>, SPLIT_THREADS, 0) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    blocks = per_sm * ignis_cuda_sm_count(device);
-    if (cached && blocks > 0)
-      known[device].store(blocks, std::memory_order_relaxed);
-  }
-  return blocks;
-}
-
 static bool split_disabled() {
   static const bool off = [] {
     const char *value = ignis_env(IGNIS_ENV_SAMPLING_SPLIT);
@@ -648,9 +617,9 @@ template <typename T, int KIND>
 static cudaError_t try_launch(const ignis_sampling_params *p, int device, cudaStream_t stream, bool *taken) {
   *taken = false;
   const int64_t rows = p->batch_size, n = p->vocab_size;
-  const int resident = resident_blocks<T, KIND>(device);
-  if (resident <= 0)
-    return cudaSuccess;
+  /* blocks resident at once on the device: a cooperative launch may not exceed it */
+  const int resident =
+      ignis_resident_blocks<split_rows<T, KIND>>(SPLIT_THREADS, 0) * ignis_cuda_sm_count(device);
   const int64_t tiles = (n + TILE - 1) / TILE;
   int64_t blocks = resident / rows < tiles ? resident / rows : tiles;
   if (blocks < 2)

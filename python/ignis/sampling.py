@@ -143,7 +143,6 @@ def _valid_rows(probs, indices):
     return xp.take(drawable, xp.clip(index, 0, max(rows - 1, 0))) & inside if rows else inside
 
 
-_SPLIT_MAX_ROWS = 32  # IGNIS_SAMPLING_SPLIT_MAX_ROWS
 _workspaces = {}
 
 
@@ -154,7 +153,7 @@ def _workspace(input, batch, stream):
     apply: other frameworks and the host, above 32 rows or below a vocabulary of 4096 (the C size
     query says 0), an explicit `stream`, and while a CUDA graph is captured before a large enough
     buffer exists (the buffer must not come from the graph's private memory pool)."""
-    if stream is not None or batch > _SPLIT_MAX_ROWS or framework_of(input) != "torch" or not input.is_cuda:
+    if stream is not None or framework_of(input) != "torch" or not input.is_cuda:
         return None
     rows = 8
     while rows < batch:

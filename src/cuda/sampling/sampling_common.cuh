@@ -4,9 +4,11 @@
  * 16-byte (f32) or 8-byte (f16/bf16) load when the row is aligned and the chunk lies inside it;
  * else 4 element loads. Element values are returned as f32; lanes past the row read as 0.
  *
- * Block reductions and scans run in a fixed order (warp shuffles, then the warps' results in warp
- * order), so every result is the same on every run: max, argmax (largest score, lowest index on
- * ties), exact 64-bit integer sums, prefix sums and suffix sums over the threads. They assume a
+ * Block reductions and scans give the same result on every run: max, argmax (largest score, lowest
+ * index on ties; a fixed order), exact 64-bit integer sums, prefix sums and suffix sums over the
+ * threads (integer adds modulo 2^64, so their order does not matter). The warps' results meet in a
+ * shared slot per warp, which every warp then reads one slot a lane and reduces in hardware (REDUX)
+ * instead of every thread walking all 32 slots (~300 instructions a thread a call). They assume a
  * block of whole warps and end with a barrier, so their shared scratch may be reused at once. */
 #ifndef IGNIS_CUDA_SAMPLING_COMMON_CUH
 #define IGNIS_CUDA_SAMPLING_COMMON_CUH
@@ -116,11 +118,54 @@ struct reduce_scratch {
   uint64_t c[32];
 };
 
+/* Exact sum over the warp of a 64-bit value, modulo 2^64. sm_80+: three 32-bit hardware reductions
+ * (REDUX) of its 24-, 24- and 16-bit parts (each part's sum fits 32 bits), about a third of the
+ * instructions of a shuffle tree, and no shuffles, which made nvcc guard the warp-wide operations of
+ * the calling passes against divergence. */
 __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t p0 = __reduce_add_sync(0xffffffffu, (uint32_t)v & 0xFFFFFFu);
+  const uint32_t p1 = __reduce_add_sync(0xffffffffu, (uint32_t)(v >> 24) & 0xFFFFFFu);
+  const uint32_t p2 = __reduce_add_sync(0xffffffffu, (uint32_t)(v >> 48));
+  return (uint64_t)p0 + ((uint64_t)p1 << 24) + ((uint64_t)p2 << 48);
+#else
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+#endif
+}
+
+__device__ __forceinline__ uint32_t warp_sum_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+#endif
+}
+
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = other > v ? other : v;
+  }
+  return v;
+#endif
+}
+
+/* The warp sum in the type of a block scan (uint32_t or uint64_t). */
+template <typename T> __device__ __forceinline__ T warp_total(T v) {
+  if constexpr (sizeof(T) == 8)
+    return warp_sum_u64(v);
+  else
+    return warp_sum_u32(v);
 }
 
 __device__ __forceinline__ float block_max(float x, reduce_scratch &s) {
@@ -204,20 +249,14 @@ __device__ __forceinline__ void block_suffix3(const uint64_t (&v)[3], uint64_t (
     s.c[warp] = inc[2];
   }
   __syncthreads();
-  uint64_t higher[3] = {0, 0, 0};
-  total[0] = total[1] = total[2] = 0;
-  for (int w = 0; w < warps; ++w) {
-    const uint64_t slot[3] = {s.a[w], s.b[w], s.c[w]};
+  /* The warps' slots, one a lane: every warp sums those above its own and all of them. */
+  const bool have = lane < warps;
+  const uint64_t slot[3] = {have ? s.a[lane] : 0, have ? s.b[lane] : 0, have ? s.c[lane] : 0};
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
-      if (w > warp)
-        higher[q] += slot[q];
-      total[q] += slot[q];
-    }
+  for (int q = 0; q < 3; ++q) {
+    total[q] = warp_sum_u64(slot[q]);
+    above[q] = warp_sum_u64(lane > warp ? slot[q] : 0) + inc[q] - v[q];
   }
-#pragma unroll
-  for (int q = 0; q < 3; ++q)
-    above[q] = higher[q] + inc[q] - v[q];
   __syncthreads();
 }
 
@@ -225,11 +264,7 @@ __device__ __forceinline__ void block_suffix3(const uint64_t (&v)[3], uint64_t (
 __device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b, uint64_t &c,
                                            reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const uint32_t other = __shfl_xor_sync(0xffffffffu, m, o);
-    m = other > m ? other : m;
-  }
+  m = warp_max_u32(m);
   a = warp_sum_u64(a);
   b = warp_sum_u64(b);
   c = warp_sum_u64(c);
@@ -240,14 +275,12 @@ __device__ __forceinline__ void block_sums(uint32_t &m, uint64_t &a, uint64_t &b
     s.c[warp] = c;
   }
   __syncthreads();
-  m = 0;
-  a = b = c = 0;
-  for (int w = 0; w < warps; ++w) {
-    m = s.m[w] > m ? s.m[w] : m;
-    a += s.a[w];
-    b += s.b[w];
-    c += s.c[w];
-  }
+  /* The warps' slots, one a lane, reduced by every warp. */
+  const bool have = lane < warps;
+  m = warp_max_u32(have ? s.m[lane] : 0u);
+  a = warp_sum_u64(have ? s.a[lane] : 0);
+  b = warp_sum_u64(have ? s.b[lane] : 0);
+  c = warp_sum_u64(have ? s.c[lane] : 0);
   __syncthreads();
 }
 
@@ -259,13 +292,9 @@ template <typename T> __device__ __forceinline__ T block_prefix(T v, T &total, r
   if (lane == 31)
     s.a[warp] = inc;
   __syncthreads();
-  T below = 0, all = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp)
-      below += (T)s.a[w];
-    all += (T)s.a[w];
-  }
-  total = all;
+  const T slot = lane < warps ? (T)s.a[lane] : (T)0;
+  total = warp_total<T>(slot);
+  const T below = warp_total<T>(lane < warp ? slot : (T)0);
   __syncthreads();
   return below + inc - v;
 }

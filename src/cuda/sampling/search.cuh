@@ -499,10 +499,9 @@ __device__ __noinline__ pass_sums histogram_pass(const row_view<T> r, uint32_t l
   return s;
 }
 
-/* Gather of the keys in [lo, hi] (their count known to fit LIST_CAP) into sm.u.list, with MASSES
- * the exact mass above hi (and per tile with_tiles) and of all weights (with_total). Each warp
- * compacts a chunk of its lanes at once: three ballots of the lanes' counts (0..4) give every lane
- * its slots. Starts and ends with a barrier; the list length is in sm.t.st.list_len. */
+/* Gather of the keys in [lo, hi] (their count known to fit LIST_CAP) into sm.u.list, in no particular
+ * order, with MASSES the exact mass above hi (and per tile with_tiles) and of all weights
+ * (with_total). Starts and ends with a barrier; the list length is in sm.t.st.list_len. */
 template <typename T, int KIND, bool MASSES>
 __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, uint32_t hi, int e_max,
                                               bool with_tiles, bool with_total, int tile_shift) {
@@ -518,7 +517,6 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
   const uint32_t span = hi - lo;
   const mass_scale scale = mass_scale_of(e_max);
   const int lane = threadIdx.x & 31;
-  const uint32_t lanes_below = (1u << lane) - 1;
   pass_sums s = {0, 0, 0, 0};
   for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
@@ -534,24 +532,18 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
       }
       in |= (part && keys[j] - lo <= span ? 1u : 0u) << j;
     }
-    const uint32_t count = __popc(in);
-    if (__any_sync(0xffffffffu, in != 0)) {
-      const uint32_t b0 = __ballot_sync(0xffffffffu, count & 1), b1 = __ballot_sync(0xffffffffu, count & 2),
-                     b2 = __ballot_sync(0xffffffffu, count & 4);
-      uint32_t first = 0;
-      if (lane == 0)
-        first = atomicAdd(&sm.t.st.list_len, __popc(b0) + 2 * __popc(b1) + 4 * __popc(b2));
-      uint32_t slot = __shfl_sync(0xffffffffu, first, 0) + __popc(b0 & lanes_below) +
-                      2 * __popc(b1 & lanes_below) + 4 * __popc(b2 & lanes_below);
-      /* only this lane's gathered elements (usually none or one), at the list's shared address */
-      for (uint32_t pending = in; pending; pending &= pending - 1, ++slot) {
-        const int j = __ffs(pending) - 1;
-        const uint32_t key = j == 0 ? keys[0] : j == 1 ? keys[1] : j == 2 ? keys[2] : keys[3];
+    /* A slot per gathered element by a shared atomic add, which nvcc combines over the lanes that
+     * take the branch (one ATOMS a warp); the list's order is free (only order-free histograms,
+     * sums and sorts read it). A window holds ~1% of a real row, yet most warp chunks hold one of
+     * its elements, so this path is hot. */
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (in >> j & 1u) {
+        const uint32_t slot = atomicAdd(&sm.t.st.list_len, 1u);
         if (slot < LIST_CAP)
-          asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8), "l"(pack_entry(key, c * 4 + j))
+          asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8), "l"(pack_entry(keys[j], c * 4 + j))
                        : "memory");
       }
-    }
     if constexpr (MASSES) {
       s.mass_above += chunk_mass;
       if (with_tiles) {

@@ -761,11 +761,33 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
                                          uint64_t count_above, uint64_t mass_above, const targets tg,
                                          double &t_lo, double &t_hi) {
   search_smem &sm = search_mem();
-  /* Bins above the largest key are empty: the runs cover the bins up to it, whole 4-bin groups each. */
+  /* Bins above the largest key are empty, and so are those below the lowest non-empty 4-bin group
+   * (found first: each thread looks at groups t, t + THREADS, ... up to its first non-empty one).
+   * The runs cover the bins between, whole 4-bin groups each: a real row's keys span ~2K of the 32K
+   * level-1 bins, which runs from bin 0 would leave to a few threads to sum and walk alone. */
   const uint32_t top = max_key < hi ? max_key : hi;
   const int used = max_key < lo ? 1 : (int)((top - lo) >> shift) + 1;
-  const int per = ((used + THREADS - 1) / THREADS + 3) & ~3, groups = per >> 2;
-  const int first = (int)threadIdx.x * per, last = min(first + per, used);
+  uint32_t low_group = 0xFFFFFFFFu;
+  for (int g = threadIdx.x; 4 * g < used; g += THREADS) {
+    const uint4 group = *reinterpret_cast<const uint4 *>(&sm.u.hist[4 * g]);
+    if ((group.x | group.y | group.z | group.w) != 0) {
+      low_group = (uint32_t)g;
+      break;
+    }
+  }
+  {
+    reduce_scratch &red = sm.t.red;
+    const int lane = threadIdx.x & 31;
+    low_group = ~warp_max_u32(~low_group);
+    if (lane == 0)
+      red.m[threadIdx.x >> 5] = low_group;
+    __syncthreads();
+    low_group = ~warp_max_u32(~(lane < THREADS / 32 ? red.m[lane] : 0xFFFFFFFFu));
+  }
+  /* (red.m is next written by a block_sums, after block_suffix3's barriers) */
+  const int lowest_bin = low_group == 0xFFFFFFFFu ? 0 : (int)low_group * 4;
+  const int per = ((used - lowest_bin + THREADS - 1) / THREADS + 3) & ~3, groups = per >> 2;
+  const int first = lowest_bin + (int)threadIdx.x * per, last = min(first + per, used);
   const int stagger = (int)(((threadIdx.x & 31) * (uint32_t)groups) >> 3) % groups;
   auto bounds = [&](int b, uint64_t c, uint64_t &low, uint64_t &high) {
     low = high = 0;
@@ -839,9 +861,9 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const pick_hit lowest = {0, count_above + total[0] - sm.u.hist[0], count_above + total[0]};
+    const pick_hit lowest = {lowest_bin, count_above + total[0] - sm.u.hist[lowest_bin], count_above + total[0]};
     if (sm.t.st.hit_lo.bin < 0)
-      sm.t.st.hit_lo = lowest; /* not reached by the lower bounds: the lowest bin */
+      sm.t.st.hit_lo = lowest; /* not reached by the lower bounds: the lowest bin with keys */
     if (tg.use_p && sm.t.st.hit_hi.bin < 0)
       sm.t.st.hit_hi = lowest; /* (the upper bounds always reach a reachable target) */
   }

@@ -118,6 +118,14 @@ struct reduce_scratch {
   uint64_t c[32];
 };
 
+/* Targets without REDUX (below sm_80): a shuffle butterfly of op over the warp. */
+template <typename T, typename Op> __device__ __forceinline__ T warp_butterfly(T v, Op op) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 /* Exact sum over the warp of a 64-bit value, modulo 2^64. sm_80+: three 32-bit hardware reductions
  * (REDUX) of its 24-, 24- and 16-bit parts (each part's sum fits 32 bits), about a third of the
  * instructions of a shuffle tree, and no shuffles, which made nvcc guard the warp-wide operations of
@@ -129,35 +137,24 @@ __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
   const uint32_t p2 = __reduce_add_sync(0xffffffffu, (uint32_t)(v >> 48));
   return (uint64_t)p0 + ((uint64_t)p1 << 24) + ((uint64_t)p2 << 48);
 #else
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+  return warp_butterfly(v, [](uint64_t a, uint64_t b) { return a + b; });
 #endif
 }
 
+/* Sum (modulo 2^32) or max of a 32-bit value over the warp: one REDUX on sm_80+. */
+enum warp_op { WARP_SUM = 0, WARP_MAX = 1 };
+template <int OP> __device__ __forceinline__ uint32_t warp_reduce_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return OP == WARP_SUM ? __reduce_add_sync(0xffffffffu, v) : __reduce_max_sync(0xffffffffu, v);
+#else
+  return warp_butterfly(v, [](uint32_t a, uint32_t b) { return OP == WARP_SUM ? a + b : (a > b ? a : b); });
+#endif
+}
 __device__ __forceinline__ uint32_t warp_sum_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_add_sync(0xffffffffu, v);
-#else
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-#endif
+  return warp_reduce_u32<WARP_SUM>(v);
 }
-
 __device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(0xffffffffu, v);
-#else
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const uint32_t other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = other > v ? other : v;
-  }
-  return v;
-#endif
+  return warp_reduce_u32<WARP_MAX>(v);
 }
 
 /* The warp sum in the type of a block scan (uint32_t or uint64_t). */

@@ -776,15 +776,11 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
     }
   }
   {
-    reduce_scratch &red = sm.t.red;
-    const int lane = threadIdx.x & 31;
-    low_group = ~warp_max_u32(~low_group);
-    if (lane == 0)
-      red.m[threadIdx.x >> 5] = low_group;
-    __syncthreads();
-    low_group = ~warp_max_u32(~(lane < THREADS / 32 ? red.m[lane] : 0xFFFFFFFFu));
+    uint32_t not_low = ~low_group; /* the block's lowest group: the max of the complements */
+    uint64_t unused_a = 0, unused_b = 0, unused_c = 0;
+    block_sums(not_low, unused_a, unused_b, unused_c, sm.t.red);
+    low_group = ~not_low;
   }
-  /* (red.m is next written by a block_sums, after block_suffix3's barriers) */
   const int lowest_bin = low_group == 0xFFFFFFFFu ? 0 : (int)low_group * 4;
   const int per = ((used - lowest_bin + THREADS - 1) / THREADS + 3) & ~3, groups = per >> 2;
   const int first = lowest_bin + (int)threadIdx.x * per, last = min(first + per, used);

@@ -499,24 +499,51 @@ __device__ __noinline__ pass_sums histogram_pass(const row_view<T> r, uint32_t l
   return s;
 }
 
-/* Gather of the keys in [lo, hi] (their count known to fit LIST_CAP) into sm.u.list, in no particular
- * order, with MASSES the exact mass above hi (and per tile with_tiles) and of all weights
- * (with_total). Starts and ends with a barrier; the list length is in sm.t.st.list_len. */
+/* Gather of the keys in [lo, hi] (`count` of them, known to fit LIST_CAP) into sm.u.list, in no
+ * particular order, with MASSES the exact mass above hi (and per tile with_tiles) and of all weights
+ * (with_total). Starts and ends with a barrier; the list length is in sm.t.st.list_len.
+ *
+ * Where the entries go while the row streams by:
+ *   count <= SLICE_GATHER_MAX  each thread keeps its first SLICE entries in its own slice of the list
+ *                              (a predicated store at a register count: nothing shared is waited
+ *                              for); a thread's further entries take the shared counter into the
+ *                              overflow part. After the pass the slices and the overflow are packed
+ *                              to the list's front by a block prefix of the slice counts.
+ *   larger counts              every entry takes the shared counter (an atomic add that nvcc combines
+ *                              over the warp; the warps still queue on the one address).
+ * The slice layout of the list: [0, OVERFLOW_BASE) the result, [OVERFLOW_BASE, SLICES_BASE) the
+ * overflow, [SLICES_BASE, +THREADS * SLICE) the slices; the packed result never reaches the parts it
+ * is packed from. IGNIS_SAMPLING_GATHER_SLICES=0 (bench/micro/sampling_passes.cu's A/B build) keeps
+ * every gather on the counter. */
+#ifndef IGNIS_SAMPLING_GATHER_SLICES
+#define IGNIS_SAMPLING_GATHER_SLICES 1
+#endif
+constexpr int SLICE = 8;
+constexpr int SLICE_GATHER_MAX = 4096;
+constexpr int OVERFLOW_BASE = SLICE_GATHER_MAX;
+constexpr int SLICES_BASE = 2 * SLICE_GATHER_MAX;
+static_assert(SLICES_BASE + THREADS * SLICE <= LIST_CAP, "the slices must fit the list");
+
 template <typename T, int KIND, bool MASSES>
 __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, uint32_t hi, int e_max,
-                                              bool with_tiles, bool with_total, int tile_shift) {
+                                              bool with_tiles, bool with_total, int tile_shift, uint64_t count) {
   search_smem &sm = search_mem();
+  const bool slices = IGNIS_SAMPLING_GATHER_SLICES && count <= (uint64_t)SLICE_GATHER_MAX;
   const uint32_t list_base = (uint32_t)__cvta_generic_to_shared(sm.u.list);
+  const uint32_t own_base = list_base + (uint32_t)(SLICES_BASE + threadIdx.x * SLICE) * 8u;
+  const uint32_t own_cap = slices ? SLICE : 0;             /* entries this thread keeps in its slice */
+  const uint32_t shared_end = slices ? SLICES_BASE : LIST_CAP; /* the counter's slots end here */
   if (MASSES && with_tiles)
     clear_tiles();
   __syncthreads();
   if (threadIdx.x == 0)
-    sm.t.st.list_len = 0;
+    sm.t.st.list_len = slices ? OVERFLOW_BASE : 0;
   __syncthreads();
   const float x_floor = MASSES && with_total ? -INFINITY : logit_floor<T, KIND>(r, lo);
   const uint32_t span = hi - lo;
   const mass_scale scale = mass_scale_of(e_max);
   const int lane = threadIdx.x & 31;
+  uint32_t held = 0; /* entries in this thread's slice */
   pass_sums s = {0, 0, 0, 0};
   for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
@@ -532,17 +559,18 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
       }
       in |= (part && keys[j] - lo <= span ? 1u : 0u) << j;
     }
-    /* A slot per gathered element by a shared atomic add, which nvcc combines over the lanes that
-     * take the branch (one ATOMS a warp); the list's order is free (only order-free histograms,
-     * sums and sorts read it). A window holds ~1% of a real row, yet most warp chunks hold one of
-     * its elements, so this path is hot. */
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (in >> j & 1u) {
-        const uint32_t slot = atomicAdd(&sm.t.st.list_len, 1u);
-        if (slot < LIST_CAP)
-          asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8), "l"(pack_entry(keys[j], c * 4 + j))
-                       : "memory");
+        const uint64_t e = pack_entry(keys[j], c * 4 + j);
+        if (held < own_cap) {
+          asm volatile("st.shared.u64 [%0], %1;" ::"r"(own_base + held * 8u), "l"(e) : "memory");
+          ++held;
+        } else {
+          const uint32_t slot = atomicAdd(&sm.t.st.list_len, 1u);
+          if (slot < shared_end)
+            asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8u), "l"(e) : "memory");
+        }
       }
     if constexpr (MASSES) {
       s.mass_above += chunk_mass;
@@ -554,8 +582,24 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
     }
   });
   block_sums(s.max_key, s.mass_above, s.mass_cut, s.total, sm.t.red);
-  if (threadIdx.x == 0 && sm.t.st.list_len > LIST_CAP)
+  if (slices) {
+    uint32_t kept;
+    const uint32_t below = block_prefix<uint32_t>(held, kept, sm.t.red);
+    const uint32_t len = sm.t.st.list_len;
+    const uint32_t overflow = (len < (uint32_t)SLICES_BASE ? len : (uint32_t)SLICES_BASE) - OVERFLOW_BASE;
+    uint64_t *const list = sm.u.list;
+    for (uint32_t i = 0; i < held; ++i)
+      if (below + i < (uint32_t)OVERFLOW_BASE)
+        list[below + i] = list[SLICES_BASE + threadIdx.x * SLICE + i];
+    for (uint32_t i = threadIdx.x; i < overflow; i += THREADS)
+      if (kept + i < (uint32_t)OVERFLOW_BASE)
+        list[kept + i] = list[OVERFLOW_BASE + i];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      sm.t.st.list_len = kept + overflow < (uint32_t)OVERFLOW_BASE ? kept + overflow : (uint32_t)OVERFLOW_BASE;
+  } else if (threadIdx.x == 0 && sm.t.st.list_len > LIST_CAP) {
     sm.t.st.list_len = LIST_CAP;
+  }
   __syncthreads();
   return s;
 }
@@ -934,15 +978,17 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       /* Gather and resolve. */
       const bool all = win_above + win_count <= LIST_CAP;
       const uint32_t g_hi = all ? ANY_TOP : win_hi;
+      const uint64_t g_count = all ? win_above + win_count : win_count;
       const bool with_total = tg.use_p && !tg.base_known;
       pass_sums g;
       if constexpr (weight_kind(KIND)) {
         if ((!all && (want_mass || tg.use_p)) || with_total)
-          g = gather_pass<T, KIND, true>(r, win_lo, g_hi, e_max, want_tiles && !all, with_total, tile_shift);
+          g = gather_pass<T, KIND, true>(r, win_lo, g_hi, e_max, want_tiles && !all, with_total, tile_shift,
+                                        g_count);
         else
-          g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift);
+          g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift, g_count);
       } else {
-        g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift);
+        g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift, g_count);
       }
       IGNIS_SAMPLING_MARK(MARK_GATHER);
       if (with_total) {

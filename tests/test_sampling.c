@@ -278,20 +278,23 @@ static void check_frequencies(const int64_t *counts, const double *prob, const u
   }
 }
 
+/* Logits x[0, n) in place -> their softmax. */
+static void probs_of_logits(double *x, int64_t n) {
+  double m = -INFINITY, s = 0.0;
+  for (int64_t i = 0; i < n; ++i)
+    m = x[i] > m ? x[i] : m;
+  for (int64_t i = 0; i < n; ++i)
+    s += (x[i] = exp(x[i] - m));
+  for (int64_t i = 0; i < n; ++i)
+    x[i] /= s;
+}
+
 /* A test distribution of n entries: logits of scale `spread` (probabilities = their softmax). */
 static void make_row(h_rng *rng, int64_t n, double spread, int logits, double *x) {
-  double m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i)
     x[i] = spread * h_rng_normal(rng);
-    m = x[i] > m ? x[i] : m;
-  }
-  if (!logits) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; ++i)
-      s += (x[i] = exp(x[i] - m));
-    for (int64_t i = 0; i < n; ++i)
-      x[i] /= s;
-  }
+  if (!logits)
+    probs_of_logits(x, n);
 }
 
 static int64_t get_index(const h_buf *b, int64_t i) {
@@ -503,6 +506,9 @@ typedef struct batch_case {
   int seed_tensor;   /* 0: values, 1: one-element tensors, 2: per-row tensors */
   int flat_near_one; /* flat rows (logits of scale 0.5 or 1) and top_p 0.99 to 0.9999: the allowed set
                         is most of the row */
+  int concentrated;  /* the runs of 4 at every 4096th element (what one thread of the CUDA one-block
+                        kernel reads) raised to logits near 6: the thresholds' window falls on
+                        them, more entries than one thread's slice of the gather holds */
 } batch_case;
 
 /* Runs op over `rows` distinct rows on `backend`; writes the samples to tokens. Checks membership. */
@@ -518,8 +524,13 @@ static void run_batch(h_backend backend, op_kind op, const batch_case *bc, uint6
   double *prob = malloc(sizeof(double) * (size_t)n), *scratch = malloc(sizeof(double) * (size_t)n);
   unsigned char *allowed = malloc((size_t)n);
   for (int64_t r = 0; r < rows; ++r) {
-    make_row(&rng, n, bc->flat_near_one ? 0.5 + 0.5 * (double)(r % 2) : 0.5 + (double)(r % 5), op_logits(op),
-             x);
+    make_row(&rng, n, bc->flat_near_one ? 0.5 + 0.5 * (double)(r % 2) : 0.5 + (double)(r % 5), 1, x);
+    if (bc->concentrated)
+      for (int64_t i = 0; i < n; ++i)
+        if (((i >> 2) & 1023) == 0)
+          x[i] = 6.0 + 0.001 * (double)(i % 13);
+    if (!op_logits(op))
+      probs_of_logits(x, n);
     for (int64_t i = 0; i < n; ++i)
       h_set(&in, r * n + i, x[i]);
     h_set(&karr, r, (double)((r * 37) % (n + 3)) - 1.0); /* includes -1 and 0 (no filter) and > n */
@@ -602,22 +613,26 @@ static void test_batches(int backends) {
   /* the multi-block path (rows <= IGNIS_SAMPLING_SPLIT_MAX_ROWS, vocab >= 4096, a workspace) runs
      for every case of a vocabulary >= 4096 (blocks of several tiles from 6 rows of 128256 up); the
      CUDA samples of both paths must equal the CPU's */
-  static const batch_case cases[] = {
-      {37, 1000, IGNIS_F32, 1, 2, 0},   {16, 32000, IGNIS_BF16, 1, 1, 0}, {9, 4097, IGNIS_F16, 0, 0, 0},
-      {5, 1, IGNIS_F32, 1, 0, 0},       {6, 2, IGNIS_F32, 0, 2, 0},       {3, 128256, IGNIS_F32, 1, 0, 0},
-      {2, 151936, IGNIS_BF16, 0, 2, 0}, {6, 128256, IGNIS_F32, 1, 2, 1},  {6, 151936, IGNIS_F32, 1, 0, 1},
-      {1, 128256, IGNIS_F32, 0, 0, 0},  {1, 4096, IGNIS_F16, 1, 0, 1},    {4, 65536, IGNIS_BF16, 1, 2, 0},
-      {8, 16384, IGNIS_F32, 1, 1, 0},   {2, 262144, IGNIS_F32, 1, 0, 0},  {1, 200003, IGNIS_BF16, 1, 2, 1},
-      {32, 65536, IGNIS_F32, 1, 0, 0},  {24, 32000, IGNIS_BF16, 1, 2, 1}};
+  static const batch_case cases[] = {{37, 1000, IGNIS_F32, 1, 2, 0, 0},   {16, 32000, IGNIS_BF16, 1, 1, 0, 0},
+                                     {9, 4097, IGNIS_F16, 0, 0, 0, 0},    {5, 1, IGNIS_F32, 1, 0, 0, 0},
+                                     {6, 2, IGNIS_F32, 0, 2, 0, 0},       {3, 128256, IGNIS_F32, 1, 0, 0, 0},
+                                     {2, 151936, IGNIS_BF16, 0, 2, 0, 0}, {6, 128256, IGNIS_F32, 1, 2, 1, 0},
+                                     {6, 151936, IGNIS_F32, 1, 0, 1, 0},  {1, 128256, IGNIS_F32, 0, 0, 0, 0},
+                                     {1, 4096, IGNIS_F16, 1, 0, 1, 0},    {4, 65536, IGNIS_BF16, 1, 2, 0, 0},
+                                     {8, 16384, IGNIS_F32, 1, 1, 0, 0},   {2, 262144, IGNIS_F32, 1, 0, 0, 0},
+                                     {1, 200003, IGNIS_BF16, 1, 2, 1, 0}, {32, 65536, IGNIS_F32, 1, 0, 0, 0},
+                                     {24, 32000, IGNIS_BF16, 1, 2, 1, 0}, {6, 128256, IGNIS_F32, 1, 0, 0, 1},
+                                     {40, 151936, IGNIS_BF16, 1, 2, 0, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c)
     for (int op = 0; op < OP_COUNT; ++op) {
       const batch_case *bc = &cases[c];
       int64_t *a = malloc(sizeof(int64_t) * (size_t)bc->rows),
               *b = malloc(sizeof(int64_t) * (size_t)bc->rows);
       int64_t *cuda = malloc(sizeof(int64_t) * (size_t)bc->rows);
-      h_case("batch %s on cpu: rows=%lld vocab=%lld dtype=%s per_row=%d seed_tensor=%d flat_near_one=%d",
+      h_case("batch %s on cpu: rows=%lld vocab=%lld dtype=%s per_row=%d seed_tensor=%d flat_near_one=%d "
+             "concentrated=%d",
              op_names[op], (long long)bc->rows, (long long)bc->n, ignis_dtype_name(bc->dtype), bc->per_row,
-             bc->seed_tensor, bc->flat_near_one);
+             bc->seed_tensor, bc->flat_near_one, bc->concentrated);
       run_batch(H_CPU, (op_kind)op, bc, 99, 5, NULL, a);
       run_batch(H_CPU, (op_kind)op, bc, 99, 5, NULL, b);
       int same = 1;
@@ -633,9 +648,9 @@ static void test_batches(int backends) {
       }
       if (backends > 1) {
         h_case("batch %s on cuda vs cpu: rows=%lld vocab=%lld dtype=%s per_row=%d seed_tensor=%d "
-               "flat_near_one=%d",
+               "flat_near_one=%d concentrated=%d",
                op_names[op], (long long)bc->rows, (long long)bc->n, ignis_dtype_name(bc->dtype), bc->per_row,
-               bc->seed_tensor, bc->flat_near_one);
+               bc->seed_tensor, bc->flat_near_one, bc->concentrated);
         h_buf ws = split_workspace(bc->rows, bc->n);
         /* one block per row; then the multi-block path twice on one workspace (the second call
            finds the counters the first left zero) */

@@ -526,12 +526,13 @@ static_assert(SLICES_BASE + THREADS * SLICE <= LIST_CAP, "the slices must fit th
 
 template <typename T, int KIND, bool MASSES>
 __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, uint32_t hi, int e_max,
-                                              bool with_tiles, bool with_total, int tile_shift, uint64_t count) {
+                                              bool with_tiles, bool with_total, int tile_shift,
+                                              uint64_t count) {
   search_smem &sm = search_mem();
   const bool slices = IGNIS_SAMPLING_GATHER_SLICES && count <= (uint64_t)SLICE_GATHER_MAX;
   const uint32_t list_base = (uint32_t)__cvta_generic_to_shared(sm.u.list);
   const uint32_t own_base = list_base + (uint32_t)(SLICES_BASE + threadIdx.x * SLICE) * 8u;
-  const uint32_t own_cap = slices ? SLICE : 0;             /* entries this thread keeps in its slice */
+  const uint32_t own_cap = slices ? SLICE : 0;                 /* entries this thread keeps in its slice */
   const uint32_t shared_end = slices ? SLICES_BASE : LIST_CAP; /* the counter's slots end here */
   if (MASSES && with_tiles)
     clear_tiles();
@@ -596,7 +597,8 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
         list[kept + i] = list[OVERFLOW_BASE + i];
     __syncthreads();
     if (threadIdx.x == 0)
-      sm.t.st.list_len = kept + overflow < (uint32_t)OVERFLOW_BASE ? kept + overflow : (uint32_t)OVERFLOW_BASE;
+      sm.t.st.list_len =
+          kept + overflow < (uint32_t)OVERFLOW_BASE ? kept + overflow : (uint32_t)OVERFLOW_BASE;
   } else if (threadIdx.x == 0 && sm.t.st.list_len > LIST_CAP) {
     sm.t.st.list_len = LIST_CAP;
   }
@@ -901,7 +903,8 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const pick_hit lowest = {lowest_bin, count_above + total[0] - sm.u.hist[lowest_bin], count_above + total[0]};
+    const pick_hit lowest = {lowest_bin, count_above + total[0] - sm.u.hist[lowest_bin],
+                             count_above + total[0]};
     if (sm.t.st.hit_lo.bin < 0)
       sm.t.st.hit_lo = lowest; /* not reached by the lower bounds: the lowest bin with keys */
     if (tg.use_p && sm.t.st.hit_hi.bin < 0)
@@ -984,7 +987,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       if constexpr (weight_kind(KIND)) {
         if ((!all && (want_mass || tg.use_p)) || with_total)
           g = gather_pass<T, KIND, true>(r, win_lo, g_hi, e_max, want_tiles && !all, with_total, tile_shift,
-                                        g_count);
+                                         g_count);
         else
           g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift, g_count);
       } else {

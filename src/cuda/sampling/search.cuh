@@ -81,11 +81,12 @@ constexpr uint32_t ANY_TOP = 0xFFFFFFFFu;
 /* What a row holds and how its elements take part (a template parameter of every pass, so the
  * per-element code has no branch on it). */
 enum row_kind {
-  ROW_PROBS = 0,    /* probabilities: weights w = p if finite and > 0; only w > 0 take part */
-  ROW_LOGITS = 1,   /* logits: w = exp(x - x_max) */
-  ROW_RESIDUAL = 2, /* two probability rows: w = max(0, row - minus) (speculative sampling) */
-  ROW_MASK = 3,     /* every element, keyed by its value, NaN as -inf */
-  ROW_SELECT = 4    /* every element, keyed by its value, NaN below -inf */
+  ROW_PROBS = 0,     /* probabilities: weights w = p if finite and > 0; only w > 0 take part */
+  ROW_LOGITS = 1,    /* logits: w = exp(x - x_max) */
+  ROW_RESIDUAL = 2,  /* two probability rows: w = max(0, row - minus) (speculative sampling) */
+  ROW_MASK = 3,      /* every element, keyed by its value, NaN as -inf */
+  ROW_SELECT = 4,    /* every element, keyed by its value, NaN below -inf */
+  ROW_LOGIT_KEYS = 5 /* logits keyed by their sanitized value (the order of their weights) */
 };
 __host__ __device__ constexpr bool weight_kind(int kind) {
   return kind <= ROW_RESIDUAL;
@@ -187,6 +188,10 @@ __device__ __forceinline__ bool decode(const row_view<T> &r, float raw, float su
   } else if constexpr (KIND == ROW_SELECT) {
     w = raw;
     key = isnan(raw) ? 0u : ignis_order_key(raw);
+    return true;
+  } else if constexpr (KIND == ROW_LOGIT_KEYS) {
+    w = sanitize_logit(raw);
+    key = ignis_order_key(w);
     return true;
   } else {
     if constexpr (KIND == ROW_RESIDUAL) {
@@ -771,6 +776,28 @@ static __device__ __noinline__ uint64_t list_mass_from(uint32_t len, uint32_t th
   return mine;
 }
 
+/* The list's logit keys (a gather of ROW_LOGIT_KEYS) turned into weight keys in place: the weight
+ * exp(x - x_max) exactly as decode computes it for ROW_LOGITS, key 0 for a weight of 0. The largest
+ * weight key and the count of positive weights go to every thread. Starts and ends with a barrier. */
+static __device__ __noinline__ void list_logits_to_weights(uint32_t len, float x_max, uint32_t &max_key,
+                                                           uint64_t &positive) {
+  search_smem &sm = search_mem();
+  __syncthreads();
+  uint32_t m = 0;
+  uint64_t pos = 0, unused_b = 0, unused_c = 0;
+  for (uint32_t i = threadIdx.x; i < len; i += THREADS) {
+    const uint64_t e = sm.u.list[i];
+    const float w = ignis_exp_nonpos(ignis_key_float(entry_key(e)) - x_max);
+    const uint32_t key = w > 0.0f ? ignis_float_bits(w) | 0x80000000u : 0u;
+    sm.u.list[i] = (uint64_t)key << 32 | (e & 0xFFFFFFFFull);
+    m = key > m ? key : m;
+    pos += w > 0.0f ? 1 : 0;
+  }
+  block_sums(m, pos, unused_b, unused_c, sm.t.red);
+  max_key = m;
+  positive = pos;
+}
+
 /* ---- search ------------------------------------------------------------------------------------------ */
 /* What a search looks for: the k-th largest key (use_k), and/or the largest key whose suffix mass
  * reaches p * base (use_p; base = the mass of every weight when !base_known). */
@@ -790,8 +817,9 @@ struct search_result {
   uint64_t mass;
   uint64_t count_above; /* count targets: keys > thr */
   bool tiles;           /* the tiles hold the allowed mass */
-  bool list_all;        /* the list (unsorted) holds every key >= the lowest key in it */
+  bool list_all;        /* the list (unsorted) holds every key >= list_lo */
   uint32_t list_len;
+  uint32_t list_lo;
 };
 
 /* The histogram in sm.u.hist covers [lo, hi] at `shift` (bin b: keys lo + (b << shift) ...). For
@@ -941,7 +969,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
                                              bool want_tiles, int tile_shift) {
   search_smem &sm = search_mem();
   want_mass = want_mass || want_tiles;
-  search_result res = {floor, false, false, 0, 0, false, false, 0};
+  search_result res = {floor, false, false, 0, 0, false, false, 0, 0};
   uint32_t lo = floor, hi = top;
   uint64_t count_above = 0, mass_above = 0, count_in = 0;
   bool have_hist = true;
@@ -1004,6 +1032,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       res.filtered = true;
       res.list_all = all;
       res.list_len = len;
+      res.list_lo = win_lo;
       IGNIS_SAMPLING_MARK(MARK_SELECT);
       uint64_t above_in_list = 0;
       for (uint32_t i = threadIdx.x; i < len; i += THREADS)

@@ -3,11 +3,11 @@
  * so they equal the CPU backend's (src/cpu/sampling.c).
  *
  * Calls of few rows that bring a workspace take the multi-block path of split.cu instead (the
- * sampling calls only); everything else runs here, one block of 1024 threads per output row. No sorting of
- * the row: the allowed set is {w > 0, key(w) >= thr} for a threshold key found by the search of search.cuh (a
- * count histogram, then the candidate window gathered into shared memory and resolved exactly), and the
- * sample is the inverse transform over the allowed set in index order: one 64-bit uniform per row, the
- * allowed mass per tile of the row, then a scan inside the one tile that holds the target.
+ * sampling calls only); everything else runs here, one block of 1024 threads per output row. No sorting of the row: the allowed set is {w > 0,
+ * key(w) >= thr} for a threshold key found by the search of search.cuh (a count histogram, then
+ * the candidate window gathered into shared memory and resolved exactly), and the sample is the
+ * inverse transform over the allowed set in index order: one 64-bit uniform per row, the allowed
+ * mass per tile of the row, then a scan inside the one tile that holds the target.
  *
  * Passes over the row for a real distribution (each a streaming read; later ones largely served
  * from L2):
@@ -18,9 +18,6 @@
  *                                               top-p search then runs on the gathered list), else 4
  *   logits forms                             one more (the max) before those; exp only where a
  *                                            pass needs a weight, and in the histogram pass
- *   top-k (then top-p) from logits, k <= 4096 2  (a histogram of the logits' own keys, which also
- *                                               finds the max; the gather of the candidates, whose
- *                                               weights alone are computed: top_k_by_logit_keys)
  *   renorm                                   as the filter, then the write pass
  *   top_k_mask_logits                        3  (histogram, gather, write; keys of the logits)
  * A filter that does not filter (k = 0 or >= the positive weights, p = 1) costs the max and tile
@@ -165,60 +162,6 @@ __device__ __noinline__ allowed_set filter_row(const ignis_sampling_params &p, i
   return a;
 }
 
-/* Top-k first from logits (top_k_top_p_sampling_from_logits' default order, or a k alone) without
- * the max pass. Weights are exp(x - x_max) of the logits, so the k largest weights are those of the
- * largest logits (up to ulps of the exp): one histogram of the logits' own order keys, which also
- * yields x_max, and a gather of the candidates from the k-th logit's bin up find them. Only the
- * candidates then get their weights; the k-th largest weight, the top-p threshold within the top-k
- * mass and the tiles' masses come from the list exactly as filter_row's list path finds them, after
- * a check that every logit whose weight can reach the k-th weight (logit_floor) is in the list.
- * Returns false, having decided nothing (r.x_max unset), where the row needs the general path: no
- * finite logit, k not filtering or above LOGIT_KEYS_MAX_K, the candidates not all in the list, fewer
- * positive weights among them than k, or the floor below the list. */
-constexpr int64_t LOGIT_KEYS_MAX_K = 4096;
-template <typename T>
-__device__ __noinline__ bool top_k_by_logit_keys(const ignis_sampling_params &p, int64_t b, row_view<T> &r,
-                                                 int tile_shift, allowed_set &a) {
-  const row_filter f = row_filter_of(p, b, r.n);
-  if (!f.use_k || f.k > LOGIT_KEYS_MAX_K || (f.use_p && p.filter != IGNIS_SAMPLING_TOP_K_THEN_TOP_P))
-    return false;
-  const pass_sums level1 =
-      histogram_pass<T, ROW_LOGIT_KEYS, false>(r, 0u, ANY_TOP, ANY_SHIFT, 1, false, false, 0, false);
-  const float x_max = ignis_key_float(level1.max_key);
-  if (x_max == -INFINITY)
-    return false;
-  const targets top_k = {true, f.k, false, 1.0, true, 0};
-  const search_result s = search<T, ROW_LOGIT_KEYS>(r, top_k, 0u, ANY_TOP, ANY_SHIFT, 1, level1.max_key,
-                                                    false, false, tile_shift);
-  if (!s.filtered || !s.list_all)
-    return false;
-  uint32_t w_max_key;
-  uint64_t positive;
-  list_logits_to_weights(s.list_len, x_max, w_max_key, positive);
-  if (positive < (uint64_t)f.k)
-    return false;
-  const int e_max = ignis_mass_exponent(w_max_key & 0x7FFFFFFFu);
-  const uint32_t thr_k =
-      list_select(s.list_len, WEIGHT_FLOOR + 1, w_max_key, SELECT_COUNT, f.k, 0, 0.0, e_max);
-  r.x_max = x_max;
-  if (ignis_order_key(logit_floor<T, ROW_LOGITS>(r, thr_k)) < s.list_lo)
-    return false;
-  uint32_t thr = thr_k;
-  if (f.use_p) {
-    const uint64_t mass_k = list_mass_from(s.list_len, thr_k, e_max, false, tile_shift);
-    thr = list_select(s.list_len, thr_k, w_max_key, SELECT_MASS, 0, 0,
-                      IGNIS_DMUL(f.top_p, __ull2double_rn(mass_k)), e_max);
-  }
-  clear_tiles();
-  a.empty = false;
-  a.thr = thr;
-  a.e_max = e_max;
-  a.have_mass = true;
-  a.mass = list_mass_from(s.list_len, thr, e_max, true, tile_shift);
-  a.tiles = true;
-  return true;
-}
-
 template <typename T, int KIND>
 __global__ void __launch_bounds__(THREADS, 1)
     filter_rows(const __grid_constant__ ignis_sampling_params p, bool vec, bool out_vec) {
@@ -253,15 +196,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     write_row<T, KIND>(r, out, out_vec, thr, 0.0f, copy);
   } else {
-    allowed_set a;
-    bool decided = false;
-    if constexpr (KIND == ROW_LOGITS) {
-      decided = sample && top_k_by_logit_keys<T>(p, b, r, tile_shift, a);
-      if (!decided)
-        r.x_max = logit_max(r);
-    }
-    if (!decided)
-      a = filter_row<T, KIND>(p, b, r, renorm, sample, tile_shift);
+    if constexpr (KIND == ROW_LOGITS)
+      r.x_max = logit_max(r);
+    allowed_set a = filter_row<T, KIND>(p, b, r, renorm, sample, tile_shift);
     if (!a.empty && !(sample ? a.tiles : a.have_mass)) {
       a.mass = tile_pass<T, KIND>(r, a.thr, a.e_max, tile_shift);
       a.have_mass = a.tiles = true;

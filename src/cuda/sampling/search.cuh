@@ -81,12 +81,11 @@ constexpr uint32_t ANY_TOP = 0xFFFFFFFFu;
 /* What a row holds and how its elements take part (a template parameter of every pass, so the
  * per-element code has no branch on it). */
 enum row_kind {
-  ROW_PROBS = 0,     /* probabilities: weights w = p if finite and > 0; only w > 0 take part */
-  ROW_LOGITS = 1,    /* logits: w = exp(x - x_max) */
-  ROW_RESIDUAL = 2,  /* two probability rows: w = max(0, row - minus) (speculative sampling) */
-  ROW_MASK = 3,      /* every element, keyed by its value, NaN as -inf */
-  ROW_SELECT = 4,    /* every element, keyed by its value, NaN below -inf */
-  ROW_LOGIT_KEYS = 5 /* logits keyed by their sanitized value (the order of their weights) */
+  ROW_PROBS = 0,    /* probabilities: weights w = p if finite and > 0; only w > 0 take part */
+  ROW_LOGITS = 1,   /* logits: w = exp(x - x_max) */
+  ROW_RESIDUAL = 2, /* two probability rows: w = max(0, row - minus) (speculative sampling) */
+  ROW_MASK = 3,     /* every element, keyed by its value, NaN as -inf */
+  ROW_SELECT = 4    /* every element, keyed by its value, NaN below -inf */
 };
 __host__ __device__ constexpr bool weight_kind(int kind) {
   return kind <= ROW_RESIDUAL;
@@ -188,10 +187,6 @@ __device__ __forceinline__ bool decode(const row_view<T> &r, float raw, float su
   } else if constexpr (KIND == ROW_SELECT) {
     w = raw;
     key = isnan(raw) ? 0u : ignis_order_key(raw);
-    return true;
-  } else if constexpr (KIND == ROW_LOGIT_KEYS) {
-    w = sanitize_logit(raw);
-    key = ignis_order_key(w);
     return true;
   } else {
     if constexpr (KIND == ROW_RESIDUAL) {
@@ -504,52 +499,24 @@ __device__ __noinline__ pass_sums histogram_pass(const row_view<T> r, uint32_t l
   return s;
 }
 
-/* Gather of the keys in [lo, hi] (`count` of them, known to fit LIST_CAP) into sm.u.list, in no
- * particular order, with MASSES the exact mass above hi (and per tile with_tiles) and of all weights
- * (with_total). Starts and ends with a barrier; the list length is in sm.t.st.list_len.
- *
- * Where the entries go while the row streams by:
- *   count <= SLICE_GATHER_MAX  each thread keeps its first SLICE entries in its own slice of the list
- *                              (a predicated store at a register count: nothing shared is waited
- *                              for); a thread's further entries take the shared counter into the
- *                              overflow part. After the pass the slices and the overflow are packed
- *                              to the list's front by a block prefix of the slice counts.
- *   larger counts              every entry takes the shared counter (an atomic add that nvcc combines
- *                              over the warp; the warps still queue on the one address).
- * The slice layout of the list: [0, OVERFLOW_BASE) the result, [OVERFLOW_BASE, SLICES_BASE) the
- * overflow, [SLICES_BASE, +THREADS * SLICE) the slices; the packed result never reaches the parts it
- * is packed from. IGNIS_SAMPLING_GATHER_SLICES=0 (bench/micro/sampling_passes.cu's A/B build) keeps
- * every gather on the counter. */
-#ifndef IGNIS_SAMPLING_GATHER_SLICES
-#define IGNIS_SAMPLING_GATHER_SLICES 1
-#endif
-constexpr int SLICE = 8;
-constexpr int SLICE_GATHER_MAX = 4096;
-constexpr int OVERFLOW_BASE = SLICE_GATHER_MAX;
-constexpr int SLICES_BASE = 2 * SLICE_GATHER_MAX;
-static_assert(SLICES_BASE + THREADS * SLICE <= LIST_CAP, "the slices must fit the list");
-
+/* Gather of the keys in [lo, hi] (their count known to fit LIST_CAP) into sm.u.list, in no particular
+ * order, with MASSES the exact mass above hi (and per tile with_tiles) and of all weights
+ * (with_total). Starts and ends with a barrier; the list length is in sm.t.st.list_len. */
 template <typename T, int KIND, bool MASSES>
 __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, uint32_t hi, int e_max,
-                                              bool with_tiles, bool with_total, int tile_shift,
-                                              uint64_t count) {
+                                              bool with_tiles, bool with_total, int tile_shift) {
   search_smem &sm = search_mem();
-  const bool slices = IGNIS_SAMPLING_GATHER_SLICES && count <= (uint64_t)SLICE_GATHER_MAX;
   const uint32_t list_base = (uint32_t)__cvta_generic_to_shared(sm.u.list);
-  const uint32_t own_base = list_base + (uint32_t)(SLICES_BASE + threadIdx.x * SLICE) * 8u;
-  const uint32_t own_cap = slices ? SLICE : 0;                 /* entries this thread keeps in its slice */
-  const uint32_t shared_end = slices ? SLICES_BASE : LIST_CAP; /* the counter's slots end here */
   if (MASSES && with_tiles)
     clear_tiles();
   __syncthreads();
   if (threadIdx.x == 0)
-    sm.t.st.list_len = slices ? OVERFLOW_BASE : 0;
+    sm.t.st.list_len = 0;
   __syncthreads();
   const float x_floor = MASSES && with_total ? -INFINITY : logit_floor<T, KIND>(r, lo);
   const uint32_t span = hi - lo;
   const mass_scale scale = mass_scale_of(e_max);
   const int lane = threadIdx.x & 31;
-  uint32_t held = 0; /* entries in this thread's slice */
   pass_sums s = {0, 0, 0, 0};
   for_each_chunk<T, KIND>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4], int valid) {
     uint64_t chunk_mass = 0;
@@ -565,18 +532,17 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
       }
       in |= (part && keys[j] - lo <= span ? 1u : 0u) << j;
     }
+    /* A slot per gathered element by a shared atomic add, which nvcc combines over the lanes that
+     * take the branch (one ATOMS a warp); the list's order is free (only order-free histograms,
+     * sums and sorts read it). A window holds ~1% of a real row, yet most warp chunks hold one of
+     * its elements, so this path is hot. */
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (in >> j & 1u) {
-        const uint64_t e = pack_entry(keys[j], c * 4 + j);
-        if (held < own_cap) {
-          asm volatile("st.shared.u64 [%0], %1;" ::"r"(own_base + held * 8u), "l"(e) : "memory");
-          ++held;
-        } else {
-          const uint32_t slot = atomicAdd(&sm.t.st.list_len, 1u);
-          if (slot < shared_end)
-            asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8u), "l"(e) : "memory");
-        }
+        const uint32_t slot = atomicAdd(&sm.t.st.list_len, 1u);
+        if (slot < LIST_CAP)
+          asm volatile("st.shared.u64 [%0], %1;" ::"r"(list_base + slot * 8), "l"(pack_entry(keys[j], c * 4 + j))
+                       : "memory");
       }
     if constexpr (MASSES) {
       s.mass_above += chunk_mass;
@@ -588,25 +554,8 @@ __device__ __noinline__ pass_sums gather_pass(const row_view<T> r, uint32_t lo, 
     }
   });
   block_sums(s.max_key, s.mass_above, s.mass_cut, s.total, sm.t.red);
-  if (slices) {
-    uint32_t kept;
-    const uint32_t below = block_prefix<uint32_t>(held, kept, sm.t.red);
-    const uint32_t len = sm.t.st.list_len;
-    const uint32_t overflow = (len < (uint32_t)SLICES_BASE ? len : (uint32_t)SLICES_BASE) - OVERFLOW_BASE;
-    uint64_t *const list = sm.u.list;
-    for (uint32_t i = 0; i < held; ++i)
-      if (below + i < (uint32_t)OVERFLOW_BASE)
-        list[below + i] = list[SLICES_BASE + threadIdx.x * SLICE + i];
-    for (uint32_t i = threadIdx.x; i < overflow; i += THREADS)
-      if (kept + i < (uint32_t)OVERFLOW_BASE)
-        list[kept + i] = list[OVERFLOW_BASE + i];
-    __syncthreads();
-    if (threadIdx.x == 0)
-      sm.t.st.list_len =
-          kept + overflow < (uint32_t)OVERFLOW_BASE ? kept + overflow : (uint32_t)OVERFLOW_BASE;
-  } else if (threadIdx.x == 0 && sm.t.st.list_len > LIST_CAP) {
+  if (threadIdx.x == 0 && sm.t.st.list_len > LIST_CAP)
     sm.t.st.list_len = LIST_CAP;
-  }
   __syncthreads();
   return s;
 }
@@ -776,28 +725,6 @@ static __device__ __noinline__ uint64_t list_mass_from(uint32_t len, uint32_t th
   return mine;
 }
 
-/* The list's logit keys (a gather of ROW_LOGIT_KEYS) turned into weight keys in place: the weight
- * exp(x - x_max) exactly as decode computes it for ROW_LOGITS, key 0 for a weight of 0. The largest
- * weight key and the count of positive weights go to every thread. Starts and ends with a barrier. */
-static __device__ __noinline__ void list_logits_to_weights(uint32_t len, float x_max, uint32_t &max_key,
-                                                           uint64_t &positive) {
-  search_smem &sm = search_mem();
-  __syncthreads();
-  uint32_t m = 0;
-  uint64_t pos = 0, unused_b = 0, unused_c = 0;
-  for (uint32_t i = threadIdx.x; i < len; i += THREADS) {
-    const uint64_t e = sm.u.list[i];
-    const float w = ignis_exp_nonpos(ignis_key_float(entry_key(e)) - x_max);
-    const uint32_t key = w > 0.0f ? ignis_float_bits(w) | 0x80000000u : 0u;
-    sm.u.list[i] = (uint64_t)key << 32 | (e & 0xFFFFFFFFull);
-    m = key > m ? key : m;
-    pos += w > 0.0f ? 1 : 0;
-  }
-  block_sums(m, pos, unused_b, unused_c, sm.t.red);
-  max_key = m;
-  positive = pos;
-}
-
 /* ---- search ------------------------------------------------------------------------------------------ */
 /* What a search looks for: the k-th largest key (use_k), and/or the largest key whose suffix mass
  * reaches p * base (use_p; base = the mass of every weight when !base_known). */
@@ -817,9 +744,8 @@ struct search_result {
   uint64_t mass;
   uint64_t count_above; /* count targets: keys > thr */
   bool tiles;           /* the tiles hold the allowed mass */
-  bool list_all;        /* the list (unsorted) holds every key >= list_lo */
+  bool list_all;        /* the list (unsorted) holds every key >= the lowest key in it */
   uint32_t list_len;
-  uint32_t list_lo;
 };
 
 /* The histogram in sm.u.hist covers [lo, hi] at `shift` (bin b: keys lo + (b << shift) ...). For
@@ -931,8 +857,7 @@ static __device__ __noinline__ void pick(uint32_t lo, uint32_t hi, int shift, in
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const pick_hit lowest = {lowest_bin, count_above + total[0] - sm.u.hist[lowest_bin],
-                             count_above + total[0]};
+    const pick_hit lowest = {lowest_bin, count_above + total[0] - sm.u.hist[lowest_bin], count_above + total[0]};
     if (sm.t.st.hit_lo.bin < 0)
       sm.t.st.hit_lo = lowest; /* not reached by the lower bounds: the lowest bin with keys */
     if (tg.use_p && sm.t.st.hit_hi.bin < 0)
@@ -969,7 +894,7 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
                                              bool want_tiles, int tile_shift) {
   search_smem &sm = search_mem();
   want_mass = want_mass || want_tiles;
-  search_result res = {floor, false, false, 0, 0, false, false, 0, 0};
+  search_result res = {floor, false, false, 0, 0, false, false, 0};
   uint32_t lo = floor, hi = top;
   uint64_t count_above = 0, mass_above = 0, count_in = 0;
   bool have_hist = true;
@@ -1009,17 +934,15 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       /* Gather and resolve. */
       const bool all = win_above + win_count <= LIST_CAP;
       const uint32_t g_hi = all ? ANY_TOP : win_hi;
-      const uint64_t g_count = all ? win_above + win_count : win_count;
       const bool with_total = tg.use_p && !tg.base_known;
       pass_sums g;
       if constexpr (weight_kind(KIND)) {
         if ((!all && (want_mass || tg.use_p)) || with_total)
-          g = gather_pass<T, KIND, true>(r, win_lo, g_hi, e_max, want_tiles && !all, with_total, tile_shift,
-                                         g_count);
+          g = gather_pass<T, KIND, true>(r, win_lo, g_hi, e_max, want_tiles && !all, with_total, tile_shift);
         else
-          g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift, g_count);
+          g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift);
       } else {
-        g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift, g_count);
+        g = gather_pass<T, KIND, false>(r, win_lo, g_hi, e_max, false, false, tile_shift);
       }
       IGNIS_SAMPLING_MARK(MARK_GATHER);
       if (with_total) {
@@ -1032,7 +955,6 @@ __device__ __noinline__ search_result search(const row_view<T> r, targets tg, ui
       res.filtered = true;
       res.list_all = all;
       res.list_len = len;
-      res.list_lo = win_lo;
       IGNIS_SAMPLING_MARK(MARK_SELECT);
       uint64_t above_in_list = 0;
       for (uint32_t i = threadIdx.x; i < len; i += THREADS)

@@ -25,12 +25,7 @@
  *                 with the total; an empty window), a tile pass, the level-1 histogram with masses,
  *                 and the level-1 histogram plain and with every element counted in one slot, each
  *                 followed by a read of the bins ("drain": what the pass's shared-memory reductions
- *                 still owe after its barrier); then the gather with everything once more, a check
- *                 of its list (not a cost), the same gather compacting without a shared counter
- *                 ("gather slices +all": each thread writes its entries into its own slice of the
- *                 list) and one read of every slot of such a list ("slices read": what each of the
- *                 list's consumers would then pay). The slices' entries must be the gather's (an
- *                 order-free sum and count): the last line says so. */
+ *                 still owe after its barrier). */
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -93,10 +88,6 @@ enum bench_mark {
   MARK_DRAIN_PLAIN,
   MARK_HIST_ONE_SLOT,
   MARK_DRAIN_ONE_SLOT,
-  MARK_GATHER_AGAIN,
-  MARK_LIST_CHECK,
-  MARK_GATHER_SLICES,
-  MARK_SLICES_READ,
   MARK_END
 };
 const char *mark_name(long long id) {
@@ -118,79 +109,10 @@ const char *mark_name(long long id) {
                                             "hist level 1",
                                             "drain",
                                             "hist one slot",
-                                            "drain",
-                                            "gather +masses+tiles+total again",
-                                            "list check",
-                                            "gather slices +all",
-                                            "slices read"};
+                                            "drain"};
   if (id >= 0 && id <= MARK_PICK_SCAN)
     return search_names[id];
   return id >= MARK_HIST && id < MARK_END ? bench_names[id - MARK_HIST] : "?";
-}
-
-/* The slices experiment (MODE_PARTS): rows whose slice list differs from the gather's, and the
- * entries dropped by full slices. */
-__device__ unsigned long long slices_mismatch, slices_dropped;
-constexpr int SLICE = LIST_CAP / THREADS; /* list entries a thread owns */
-
-/* Order-free sum and count of the entries in list slots [0, slots) that hold one (key >= lo > 0). */
-__device__ __noinline__ void list_checksum(uint32_t slots, uint32_t lo, uint64_t &sum, uint64_t &count) {
-  sum = count = 0;
-  for (uint32_t i = threadIdx.x; i < slots; i += THREADS) {
-    const uint64_t e = search_mem().u.list[i];
-    const bool entry = entry_key(e) >= lo;
-    sum += entry ? e : 0;
-    count += entry;
-  }
-  uint32_t unused = 0;
-  uint64_t unused_c = 0;
-  block_sums(unused, sum, count, unused_c, tile_mem().red);
-}
-
-/* gather_pass<float, ROW_PROBS, true>(r, lo, hi, e_max, true, true, tile_shift) (masses above hi, per
- * tile, and the total) compacting without a shared counter: thread t writes its gathered entries
- * into slots [t * SLICE, (t + 1) * SLICE) by predicated stores (the rest of its slice holds 0, below
- * any weight key); entries past a full slice are counted in `dropped`, not kept (the library would
- * send them through the counter). */
-__device__ __noinline__ pass_sums gather_slices(const row_view<float> r, uint32_t lo, uint32_t hi, int e_max, int tile_shift,
-                                   uint64_t &dropped) {
-  search_smem &sm = search_mem();
-  clear_tiles(); /* (barriers on both sides: no thread still reads the list) */
-  uint4 *const own = reinterpret_cast<uint4 *>(&sm.u.list[threadIdx.x * SLICE]);
-#pragma unroll
-  for (int i = 0; i < SLICE / 2; ++i)
-    own[i] = make_uint4(0, 0, 0, 0);
-  const uint32_t own_base = (uint32_t)__cvta_generic_to_shared(own);
-  const uint32_t span = hi - lo;
-  const mass_scale scale = mass_scale_of(e_max);
-  const int lane = threadIdx.x & 31;
-  uint32_t held = 0;
-  pass_sums s = {0, 0, 0, 0};
-  for_each_chunk<float, ROW_PROBS>(r, [&](int group, int64_t c, const float(&v)[4], const float(&q)[4],
-                                          int valid) {
-    uint64_t chunk_mass = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t key;
-      float w;
-      const bool part = decode<float, ROW_PROBS>(r, v[j], q[j], -INFINITY, key, w) && j < valid;
-      const uint64_t m = j < valid ? weight_mass_of(w, scale) : 0;
-      chunk_mass += key > hi ? m : 0;
-      s.total += m;
-      const bool in = part && key - lo <= span;
-      if (in && held < SLICE)
-        asm volatile("st.shared.u64 [%0], %1;" ::"r"(own_base + held * 8), "l"(pack_entry(key, c * 4 + j))
-                     : "memory");
-      held += in ? 1u : 0u;
-    }
-    s.mass_above += chunk_mass;
-    const uint64_t warp_mass = warp_sum_chunk_mass(chunk_mass);
-    if (lane == 0)
-      tile_add(group >> tile_shift, warp_mass);
-  });
-  block_sums(s.max_key, s.mass_above, s.mass_cut, s.total, sm.t.red);
-  dropped = held > SLICE ? held - SLICE : 0;
-  return s;
 }
 
 /* The costs of top-p's pieces (MODE_PARTS), after the row's top-p threshold thr is known. */
@@ -228,27 +150,6 @@ __device__ void time_parts(const row_view<float> &r, uint32_t thr, int e_max, in
   sampling_mark(MARK_HIST_ONE_SLOT);
   drained += search_mem().u.hist[COUNT_TRASH];
   sampling_mark(MARK_DRAIN_ONE_SLOT);
-  /* the slices experiment against the gather with everything */
-  const pass_sums g = gather_pass<float, ROW_PROBS, true>(r, lo, hi, e_max, true, true, tile_shift);
-  sampling_mark(MARK_GATHER_AGAIN);
-  uint64_t gather_sum, gather_count;
-  list_checksum(search_mem().t.st.list_len, lo, gather_sum, gather_count);
-  sampling_mark(MARK_LIST_CHECK);
-  uint64_t dropped;
-  const pass_sums sl = gather_slices(r, lo, hi, e_max, tile_shift, dropped);
-  sampling_mark(MARK_GATHER_SLICES);
-  uint64_t slice_sum, slice_count;
-  list_checksum(LIST_CAP, lo, slice_sum, slice_count);
-  sampling_mark(MARK_SLICES_READ);
-  uint32_t unused = 0;
-  uint64_t unused_b = 0, unused_c = 0;
-  block_sums(unused, dropped, unused_b, unused_c, tile_mem().red);
-  if (threadIdx.x == 0) {
-    if (dropped == 0 && (slice_sum != gather_sum || slice_count != gather_count ||
-                         sl.mass_above != g.mass_above || sl.total != g.total))
-      atomicAdd(&slices_mismatch, 1ull);
-    atomicAdd(&slices_dropped, (unsigned long long)dropped);
-  }
   if (drained == 0xFFFFFFFFu) /* (a store that depends on the reads keeps them) */
     *sink = -1;
 }
@@ -457,13 +358,7 @@ int main() {
       }
     }
   }
-  unsigned long long mismatch = 0, dropped = 0;
-  CK(cudaMemcpyFromSymbol(&mismatch, slices_mismatch, sizeof mismatch));
-  CK(cudaMemcpyFromSymbol(&dropped, slices_dropped, sizeof dropped));
   printf("\nsamples equal to the library's: %s\n", all_same ? "yes" : "NO");
-  printf("slices lists equal to the gather's (sum, count, masses; rows with no dropped entry): %s; entries "
-         "dropped by full slices over all parts runs: %llu\n",
-         mismatch == 0 ? "yes" : "NO", dropped);
   CK(cudaFree(probs));
   CK(cudaFree(samples));
   CK(cudaFree(lib_samples));

@@ -167,9 +167,7 @@ template <typename T> __device__ __forceinline__ T warp_total(T v) {
 
 __device__ __forceinline__ float block_max(float x, reduce_scratch &s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  x = warp_butterfly(x, [](float a, float b) { return fmaxf(a, b); });
   if (lane == 0)
     s.score[warp] = x;
   __syncthreads();

@@ -11,7 +11,10 @@
  * request (split-KV and its merge) and one row
  * more in out / lse than the batch has (never written). Outputs are poisoned first. Bad inputs:
  * status, parameter named, nothing written. The append writes rows at the pages and slots of
- * their positions and nothing else. */
+ * their positions and nothing else. Head counts 8, 16, 20 and 32 run on the CUDA backend's narrow
+ * kernel (16- and 32-row tiles), 128 on the wide one, and 16 once more on the wide one
+ * (IGNIS_MLA_TILE_ROWS=64). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,6 +335,24 @@ static const mla_case cases[] = {
      0.0,
      0.0},
     {"not causal h32 q3", 32, 64, 2, {3, 1}, {130, 257}, 0, 0, IGNIS_F16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    /* the narrow kernel's tiles: 16 rows spanning tokens of 8 heads, each row its causal limit */
+    {"h8 q3,5 causal (16-row tiles across tokens)", 8, 16, 2, {3, 5}, {40, 600}, 1, 0, IGNIS_BF16,
+     IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    {"h16 q2 page1 f16 (split-KV)", 16, 1, 1, {2}, {5000}, 1, 0, IGNIS_F16, IGNIS_LSE_BASE2, 1, 0, 0.0, 0.0},
+    {"fp8 e4m3 h20 q2 (32-row tiles, split)",
+     20,
+     64,
+     1,
+     {2},
+     {2500},
+     1,
+     0,
+     IGNIS_BF16,
+     IGNIS_LSE_NATURAL,
+     1,
+     IGNIS_FP8_E4M3,
+     0.5,
+     2.0},
     {"causal q_len > kv_len", 16, 16, 2, {4, 2}, {2, 0}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
     {"fp8 e4m3 cache bf16 q, scales, split",
      16,
@@ -555,6 +576,12 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
       if (h_selected(cases[i].name))
         run_case(backend, &cases[i], 1000 + i);
+    /* 16 heads on the wide kernel's 64-row tiles (IGNIS_MLA_TILE_ROWS=64, read at plan creation) */
+    if (h_selected("wide tiles")) {
+      setenv("IGNIS_MLA_TILE_ROWS", "64", 1);
+      run_case(backend, &cases[0], 2000);
+      unsetenv("IGNIS_MLA_TILE_ROWS");
+    }
     bad_inputs(backend);
     append_case(backend, IGNIS_BF16, 1);
     append_case(backend, IGNIS_F16, 16);

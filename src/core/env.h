@@ -19,6 +19,9 @@ extern "C" {
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \
     "0 never plans decode's page kernel; always plans it for every batch of a shape it takes, "    \
     "split or not (tests of its merge path)")                                                     \
+  X(IGNIS_ENV_MLA_TILE_ROWS, "IGNIS_MLA_TILE_ROWS", "64", "by the head count (16, 32 or 64)",     \
+    "64 plans MLA attention in tiles of 64 query rows whatever the head count (the wide CUDA "     \
+    "kernel instead of the narrow one; comparisons)")                                             \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

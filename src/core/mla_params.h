@@ -24,6 +24,7 @@ typedef struct ignis_mla_params {
   ignis_dtype kv_dtype; /* the cache: dtype or fp8 e4m3 */
   float ckv_scale, kpe_scale;
   int64_t num_heads;
+  int64_t tile_rows; /* query rows per work item (sched/mla_plan.h: 16, 32 or 64) */
   int64_t page_size;
   int32_t causal;
   float sm_scale_log2; /* sm_scale * log2(e) */

@@ -19,6 +19,7 @@
 #include "core/attention_plan.h"
 #include "core/backend.h"
 #include "core/config.h"
+#include "core/env.h"
 #include "core/paged_kv_check.h"
 #include "core/validate.h"
 #include "core/workspace.h"
@@ -112,7 +113,9 @@ ignis_status ignis_mla_plan_create(const ignis_mla_plan_config *config, ignis_ml
   ignis_mla_plan_config c;
   IGNIS_TRY(check_config(fn, config, &c));
   ignis_mla_planner planner;
-  if (ignis_mla_planner_init(&planner, c.num_heads, c.max_batch_size, c.max_q_tokens, c.max_kv_len,
+  const char *tile_env = ignis_env(IGNIS_ENV_MLA_TILE_ROWS);
+  const int64_t tile_rows = tile_env && strcmp(tile_env, "64") == 0 ? IGNIS_MLA_TILE_ROWS : 0;
+  if (ignis_mla_planner_init(&planner, c.num_heads, tile_rows, c.max_batch_size, c.max_q_tokens, c.max_kv_len,
                              IGNIS_MLA_NOMINAL_WAVE) != 0)
     return ignis_set_error(IGNIS_ERROR_INVALID_ARGUMENT,
                            "%s: config.max_q_tokens=%" PRId64 " x config.num_heads=%" PRId64 " is too large",
@@ -392,6 +395,7 @@ ignis_status ignis_mla_run(const ignis_mla_plan *plan, const ignis_tensor *q_nop
   p.merge = ignis_mla_schedule_merge(&plan->planner, schedule);
   p.launch_work = plan->num_work;
   p.launch_merge = plan->num_merge;
+  p.tile_rows = plan->planner.tile_rows;
   p.max_work = plan->planner.max_work;
   p.max_merge = plan->planner.max_merge;
   p.partial_out = pieces.partial_out;

@@ -54,7 +54,8 @@ static int attend_item(const ignis_mla_params *p, const ignis_mla_work *w, float
                        float *partial_lse) {
   enum { TILE = IGNIS_MLA_TILE_ROWS };
   const int64_t H = p->num_heads, rows = (int64_t)w->q_len * H;
-  const int64_t count = rows - w->row_start < TILE ? rows - w->row_start : TILE;
+  const int64_t tile = p->tile_rows < TILE ? p->tile_rows : TILE;
+  const int64_t count = rows - w->row_start < tile ? rows - w->row_start : tile;
   double(*q)[CKV + KPE] = malloc(sizeof(double[CKV + KPE]) * TILE);
   double(*acc)[CKV] = malloc(sizeof(double[CKV]) * TILE);
   double m[TILE], l[TILE], key[CKV + KPE];

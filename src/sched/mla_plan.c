@@ -8,18 +8,19 @@ static int64_t ceil_div64(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-static int64_t request_tiles(int64_t q_len, int64_t num_heads) {
-  return ceil_div64(q_len * num_heads, IGNIS_MLA_TILE_ROWS);
+static int64_t request_tiles(const ignis_mla_planner *planner, int64_t q_len) {
+  return ceil_div64(q_len * planner->num_heads, planner->tile_rows);
 }
 
-int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch,
+int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t tile_rows, int64_t max_batch,
                            int64_t max_q_tokens, int64_t max_kv_len, int64_t wave) {
   memset(planner, 0, sizeof *planner);
   planner->num_heads = num_heads;
+  planner->tile_rows = tile_rows > 0 ? tile_rows : ignis_mla_tile_rows(num_heads);
   planner->wave = wave;
   /* unsplit: every request with a token has its tiles; split batches fit one wave */
   const int64_t requests = max_batch < max_q_tokens ? max_batch : max_q_tokens;
-  int64_t unsplit = (max_q_tokens * num_heads) / IGNIS_MLA_TILE_ROWS + requests;
+  int64_t unsplit = (max_q_tokens * num_heads) / planner->tile_rows + requests;
   planner->max_work = unsplit > wave ? unsplit : wave;
   if (max_kv_len > IGNIS_MLA_MIN_CHUNK) {
     planner->max_partial_tokens = IGNIS_MLA_MAX_PARTIAL_TOKENS;
@@ -45,7 +46,7 @@ static int chunk_fits(const ignis_mla_planner *planner, const int32_t *qo_indptr
     if (q_len == 0)
       continue;
     const int64_t splits = kv_len[b] > chunk ? ceil_div64(kv_len[b], chunk) : 1;
-    items += request_tiles(q_len, planner->num_heads) * splits;
+    items += request_tiles(planner, q_len) * splits;
     if (splits > 1)
       partial_tokens += splits * q_len;
   }
@@ -61,7 +62,7 @@ int64_t ignis_mla_choose_chunk(const ignis_mla_planner *planner, const int32_t *
     const int64_t q_len = qo_indptr[b + 1] - qo_indptr[b];
     if (q_len == 0)
       continue;
-    tiles += request_tiles(q_len, planner->num_heads);
+    tiles += request_tiles(planner, q_len);
     longest = kv_len[b] > longest ? kv_len[b] : longest;
   }
   if (tiles * 2 > planner->wave || longest <= IGNIS_MLA_MIN_CHUNK)
@@ -98,7 +99,7 @@ size_t ignis_mla_plan_batch(const ignis_mla_planner *planner, const int32_t *qo_
     for (int64_t c = 0; c < splits; ++c) {
       const int32_t kv_start = splits > 1 ? (int32_t)(c * chunk) : 0;
       const int32_t kv_end = splits > 1 && (c + 1) * chunk < len ? (int32_t)((c + 1) * chunk) : len;
-      for (int64_t r = 0; r < rows; r += IGNIS_MLA_TILE_ROWS) {
+      for (int64_t r = 0; r < rows; r += planner->tile_rows) {
         ignis_mla_work w = {
             qo_indptr[b], q_len,  (int32_t)r,   len,
             kv_start,     kv_end, kv_indptr[b], splits > 1 ? partial_tokens + (int32_t)c * q_len : -1};

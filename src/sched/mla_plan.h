@@ -2,9 +2,12 @@
  *
  * Decode's planner (sched/decode_plan.h) plans one query row group per (request, KV head); MLA has
  * one latent KV head shared by all query heads and a query length per request (qo_indptr:
- * speculative tokens, chunked prefill), so its unit is a tile of IGNIS_MLA_TILE_ROWS query rows of
- * one request, row r = token * num_heads + head (the heads of a token side by side, the tokens
- * after each other). A work item is one tile against a chunk [kv_start, kv_end) of the request's
+ * speculative tokens, chunked prefill), so its unit is a tile of query rows of one request, row
+ * r = token * num_heads + head (the heads of a token side by side, the tokens after each other).
+ * The tile height follows the head count (ignis_mla_tile_rows): 16 rows for up to 16 heads, 32 for
+ * up to 32, else IGNIS_MLA_TILE_ROWS, so the 16 heads of DeepSeek-V3 at tensor-parallel 8 fill a
+ * tile at one query token instead of a quarter of one (the CUDA backend runs the narrow tiles on
+ * a kernel of its own). A work item is one tile against a chunk [kv_start, kv_end) of the request's
  * keys. Splitting (split-KV) follows decode's policy for batches below a wave: no split when the
  * tiles fill a wave; else the smallest chunk (a multiple of IGNIS_MLA_KEY_TILE keys, at least
  * IGNIS_MLA_MIN_CHUNK) whose items fit one wave and whose partial rows fit the workspace's fixed
@@ -24,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IGNIS_MLA_TILE_ROWS 64           /* query rows (token x head) per work item */
+#define IGNIS_MLA_TILE_ROWS 64           /* the most query rows (token x head) per work item */
 #define IGNIS_MLA_KEY_TILE 32            /* keys per step of the kernels; chunks are multiples */
 #define IGNIS_MLA_MIN_CHUNK 256          /* no split chunk shorter (but a request's last) */
 #define IGNIS_MLA_MAX_PARTIAL_TOKENS 256 /* partial token rows of one batch (workspace room) */
@@ -57,14 +60,22 @@ typedef struct ignis_mla_schedule_header {
 
 typedef struct ignis_mla_planner {
   int64_t num_heads;
+  int64_t tile_rows; /* query rows per work item: ignis_mla_tile_rows(num_heads) */
   int64_t wave;
   int64_t max_work;
   int64_t max_merge;
   int64_t max_partial_tokens; /* 0: no batch within the maxima is ever split */
 } ignis_mla_planner;
 
-/* The planner's bounds for these maxima; -1 when they do not fit the int32 fields. */
-int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t max_batch,
+/* Query rows per work item for num_heads heads: 16, 32 or IGNIS_MLA_TILE_ROWS. */
+static inline int64_t ignis_mla_tile_rows(int64_t num_heads) {
+  return num_heads <= 16 ? 16 : num_heads <= 32 ? 32 : IGNIS_MLA_TILE_ROWS;
+}
+
+/* The planner's bounds for these maxima, with tiles of tile_rows query rows (16, 32 or
+ * IGNIS_MLA_TILE_ROWS; 0: ignis_mla_tile_rows(num_heads)); -1 when they do not fit the int32
+ * fields. */
+int ignis_mla_planner_init(ignis_mla_planner *planner, int64_t num_heads, int64_t tile_rows, int64_t max_batch,
                            int64_t max_q_tokens, int64_t max_kv_len, int64_t wave);
 
 size_t ignis_mla_schedule_bytes(const ignis_mla_planner *planner);

@@ -1,10 +1,11 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
  * aligned with strides of whole 16-byte units (IGNIS_ERROR_UNSUPPORTED otherwise, before any launch). */
 #include "cuda/attention/mla_attention.cuh"
+#include "cuda/attention/mla_narrow.cuh"
 
 static bool aligned16(const void *ptr) {
   return ((uintptr_t)ptr & 15u) == 0;
@@ -41,9 +42,19 @@ template <typename T, bool FP8> static ignis_status launch(const ignis_mla_param
   const int64_t items = captured ? p.max_work : p.launch_work;
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
-    const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
-    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));
-    mla_attention_kernel<T, FP8><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    if (p.tile_rows == 16) {
+      constexpr int smem = mla_narrow_layout<1, FP8>::BYTES;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1>>((size_t)smem)));
+      mla_narrow_kernel<T, FP8, 1><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    } else if (p.tile_rows == 32) {
+      constexpr int smem = mla_narrow_layout<2, FP8>::BYTES;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 2>>((size_t)smem)));
+      mla_narrow_kernel<T, FP8, 2><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    } else {
+      const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));
+      mla_attention_kernel<T, FP8><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    }
     const ignis_status status = ignis_check_launch("mla attention");
     if (status != IGNIS_OK)
       return status;

@@ -106,10 +106,9 @@ template <> __device__ __forceinline__ uint32_t mla_pair_from_f16x2<__nv_bfloat1
   return (uint32_t)braw.x | ((uint32_t)braw.y << 16);
 }
 
-/* Convert raw stage `stage` (fp8 e4m3 rows) into key stage `stage` (T rows). */
-template <typename T> __device__ __forceinline__ void mla_convert_keys(unsigned char *smem, int stage) {
-  const unsigned char *raw = smem + MLA_SMEM_RAW + stage * MLA_RAW_STAGE;
-  T *keys = (T *)(smem + MLA_SMEM_K) + stage * MLA_KEY_TILE * MLA_ROW;
+/* Convert a raw stage (MLA_KEY_TILE fp8 e4m3 rows of MLA_DIM bytes) into a key stage (T rows of
+ * MLA_ROW values). */
+template <typename T> __device__ __forceinline__ void mla_convert_keys(const unsigned char *raw, T *keys) {
   for (int i = threadIdx.x; i < MLA_KEY_TILE * MLA_RAW_CHUNKS; i += MLA_THREADS) {
     const int key = i / MLA_RAW_CHUNKS, chunk = i % MLA_RAW_CHUNKS;
     const uint4 bytes = *(const uint4 *)(raw + key * MLA_DIM + chunk * 16);
@@ -192,7 +191,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
       copy_async_commit();
     }
     if (FP8)
-      mla_convert_keys<T>(smem, tile & 1);
+      mla_convert_keys<T>(smem + MLA_SMEM_RAW + (tile & 1) * MLA_RAW_STAGE,
+                          (T *)(smem + MLA_SMEM_K) + (tile & 1) * MLA_KEY_TILE * MLA_ROW);
     if (FP8)
       __syncthreads();
     /* 1. scores */

@@ -1,0 +1,317 @@
+/* The narrow MLA attention kernel: work items of 16 or 32 query rows (MT = 1 or 2 row groups of
+ * 16), the decode shape of DeepSeek-V3 at tensor-parallel 8 (16 heads, one or two query tokens).
+ * There the wide kernel (mla_attention.cuh) spends three quarters of its tensor work on empty rows
+ * and keeps one key tile in flight; this one is built to stream the latent cache.
+ *
+ * One block of 8 warps per work item (sched/mla_plan.h), one block per SM (~200 KB of shared
+ * memory). The keys (ckv | kpe, 576 values) stream through a ring of STAGES tiles of MLA_KEY_TILE
+ * = 32 keys (5 for MT = 1, 4 for MT = 2; an fp8 cache: 6 raw tiles of 576 bytes a key, converted
+ * one at a time into a 16-bit tile), STAGES - 1 tiles in flight while one computes. Each warp
+ * issues the 16-byte cp.async copies of 4 keys of a tile (one page lookup per key), zero-filled past
+ * the item's keys. Rows are padded to MLA_ROW values (conflict-free ldmatrix), as in the wide kernel.
+ * Per key tile, two block barriers:
+ *   1. scores S[16 MT x 32] on tensor cores (mma.sync m16n8k16, f32): warp w takes the 8 keys
+ *      8 (w % 4).. over half of the 576 dimensions (w / 4: 288 each; the kpe part, with its own
+ *      scale, in a separate accumulator); the two halves meet in a small f32 exchange in shared
+ *      memory (barrier)
+ *   2. online softmax in registers, computed by every warp for all rows (16 MT x 32 values: 16 MT
+ *      per lane), straight into the A fragments of P; each lane keeps m and a partial l of its two
+ *      rows per group, reduced over the row's 4 lanes at the end
+ *   3. O[16 MT x 512] = alpha O + P . ckv: warp w owns the 64 output columns 64 w.., the keys' ckv
+ *      part read with ldmatrix.trans from the same tile (16 MT x 64 f32 accumulators a warp)
+ * With MT = 1 a warp's query fragments (its 288 dimensions) stay in registers for the whole item.
+ * The epilogue is the wide kernel's: out / lse, or f32 partial rows and their base-2 LSE for a
+ * split request (mla_merge_kernel folds them). */
+#ifndef IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
+#define IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
+
+#include <type_traits>
+
+#include "cuda/attention/mla_attention.cuh"
+
+#define MLA_NARROW_S_ROW 40 /* f32 row of the score exchange (conflict-free float2 access) */
+#define MLA_HALF_STEPS 18   /* k-steps of 16 dimensions in half of the 576 */
+
+/* Shared memory, in bytes: Q | score exchange [2 halves][rows] | 16-bit key tiles (an fp8 cache:
+ * one) | raw fp8 tiles (an fp8 cache only). */
+template <int MT, bool FP8> struct mla_narrow_layout {
+  static constexpr int ROWS = 16 * MT;
+  static constexpr int STAGES = FP8 ? 6 : MT == 1 ? 5 : 4;
+  static constexpr int KEY_TILE_BYTES = MLA_KEY_TILE * MLA_ROW * 2;
+  static constexpr int Q = 0;
+  static constexpr int S = Q + ROWS * MLA_ROW * 2;
+  static constexpr int KEYS = S + 2 * ROWS * MLA_NARROW_S_ROW * 4;
+  static constexpr int RAW = KEYS + (FP8 ? 1 : STAGES) * KEY_TILE_BYTES;
+  static constexpr int BYTES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0);
+  static_assert(BYTES <= 227 * 1024, "one block per SM");
+};
+
+/* Issue the copies of key tile [k0, k0 + 32) into the tile at `dst` (16-bit rows of MLA_ROW values,
+ * or fp8 rows of MLA_DIM bytes): warp w copies keys 4 w .. 4 w + 3, lane by lane over their 16-byte
+ * chunks; keys at or past `stop` are zero-filled. */
+template <typename K>
+__device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
+                                                 int stop, uint32_t dst) {
+  constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
+  constexpr int CKV_CHUNKS = MLA_CKV * (int)sizeof(K) / 16, KPE_CHUNKS = MLA_KPE * (int)sizeof(K) / 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < MLA_KEY_TILE / 8; ++k) {
+    const int key = warp * (MLA_KEY_TILE / 8) + k, j = k0 + key;
+    const bool live = j < stop;
+    const char *ckv_row = (const char *)p.ckv, *kpe_row = (const char *)p.kpe;
+    if (live) {
+      const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
+      ckv_row = (const char *)((const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token);
+      kpe_row = (const char *)((const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token);
+    }
+    const uint32_t row = dst + (uint32_t)(key * ROW_BYTES);
+#pragma unroll
+    for (int c = lane; c < CKV_CHUNKS; c += 32)
+      copy_async16(row + (uint32_t)(c * 16), ckv_row + (live ? c * 16 : 0), live);
+    if (lane < KPE_CHUNKS)
+      copy_async16(row + (uint32_t)(MLA_CKV * sizeof(K) + lane * 16), kpe_row + (live ? lane * 16 : 0), live);
+  }
+}
+
+template <typename T, bool FP8, int MT>
+__global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_mla_params p) {
+  using L = mla_narrow_layout<MT, FP8>;
+  using K = typename std::conditional<FP8, uint8_t, T>::type;
+  constexpr bool BF16 = mla_is_bf16<T>::value;
+  constexpr int ROWS = L::ROWS, STAGES = L::STAGES;
+  if ((int)blockIdx.x >= p.header->num_work)
+    return; /* a captured grid of the plan's maximum */
+  const ignis_mla_work w = p.work[blockIdx.x];
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(smem);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int H = (int)p.num_heads, rows_total = w.q_len * H;
+
+  /* the tile's queries (rows past the request zero), in the first copy group */
+  const T *q_nope = (const T *)p.q_nope, *q_pe = (const T *)p.q_pe;
+  for (int i = tid; i < ROWS * MLA_CHUNKS; i += MLA_THREADS) {
+    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, row = w.row_start + r;
+    const bool live = row < rows_total;
+    const T *src = q_nope;
+    if (live) {
+      const int64_t t = w.q_row + row / H, h = row % H;
+      src = chunk < MLA_CKV / 8
+                ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
+                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
+    }
+    copy_async16(base + L::Q + (uint32_t)(r * MLA_ROW + chunk * 8) * 2, src, live);
+  }
+  const int last_row = min(w.row_start + ROWS, rows_total) - 1;
+  const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
+  const int stop = min(w.kv_end, tile_last_key + 1);
+  const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_KEY_TILE - 1) / MLA_KEY_TILE : 0;
+  const uint32_t ring = base + (FP8 ? L::RAW : L::KEYS);
+  constexpr int RING_TILE = FP8 ? MLA_RAW_STAGE : L::KEY_TILE_BYTES;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_tiles)
+      mla_narrow_issue<K>(p, w, w.kv_start + s * MLA_KEY_TILE, stop, ring + (uint32_t)(s * RING_TILE));
+    copy_async_commit();
+  }
+
+  /* the last key each of this lane's rows sees (-1: a row past the request), within the item */
+  int limit[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = w.row_start + 16 * mt + lane / 4 + 8 * hh;
+      const int last = row >= rows_total ? -1 : p.causal ? w.kv_len - w.q_len + row / H : w.kv_len - 1;
+      limit[mt][hh] = min(last, stop - 1);
+    }
+  float m[MT][2], l[MT][2], acc[MT][8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      m[mt][hh] = -CUDART_INF_F;
+      l[mt][hh] = 0.0f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[mt][nt][e] = 0.0f;
+  }
+
+  const int key_group = warp % 4, half = warp / 4; /* the scores this warp computes */
+  const uint32_t q_addr = base + L::Q + (uint32_t)((lane % 16) * MLA_ROW + half * 288 + (lane / 16) * 8) * 2;
+  /* MT = 1: this warp's 18 query fragments, loaded once */
+  uint32_t q_frag[MT == 1 ? MLA_HALF_STEPS : 1][4];
+  if (MT == 1 && num_tiles > 0) {
+    copy_async_wait<STAGES - 2>(); /* the first group: queries and tile 0 */
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < (MT == 1 ? MLA_HALF_STEPS : 1); ++s)
+      ldmatrix_x4(q_addr + (uint32_t)(s * 32), q_frag[s]);
+  }
+  float *exchange = (float *)(smem + L::S);
+
+  for (int t = 0; t < num_tiles; ++t) {
+    copy_async_wait<STAGES - 2>();
+    __syncthreads(); /* tile t landed; every warp is done with tile t - 1 and its exchange */
+    {
+      const int next = t + STAGES - 1;
+      if (next < num_tiles)
+        mla_narrow_issue<K>(p, w, w.kv_start + next * MLA_KEY_TILE, stop,
+                            ring + (uint32_t)((next % STAGES) * RING_TILE));
+      copy_async_commit();
+    }
+    uint32_t keys = base + L::KEYS + (uint32_t)((t % STAGES) * L::KEY_TILE_BYTES);
+    if (FP8) {
+      mla_convert_keys<T>(smem + L::RAW + (t % STAGES) * MLA_RAW_STAGE, (T *)(smem + L::KEYS));
+      __syncthreads();
+      keys = base + L::KEYS;
+    }
+    /* 1. this warp's scores: keys 8 key_group.., dimensions 288 half.. */
+    float s[MT][4], s_pe[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[mt][e] = s_pe[mt][e] = 0.0f;
+    const uint32_t b_addr = keys + (uint32_t)((key_group * 8 + lane % 8) * MLA_ROW + half * 288 + (lane / 8) * 8) * 2;
+#pragma unroll
+    for (int kk = 0; kk < MLA_HALF_STEPS / 2; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(b_addr + (uint32_t)(kk * 64), b);
+      /* steps 2 kk and 2 kk + 1 of this half; the kpe dimensions are the second half's last four */
+      const bool pe = half == 1 && kk >= (MLA_CKV / 16 - MLA_HALF_STEPS) / 2;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          uint32_t a[4];
+          if (MT == 1) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              a[e] = q_frag[MT == 1 ? 2 * kk + j : 0][e];
+          } else {
+            ldmatrix_x4(q_addr + (uint32_t)(mt * 16 * MLA_ROW * 2 + (2 * kk + j) * 32), a);
+          }
+          if (pe)
+            mma16816<BF16>(s_pe[mt], a, b[2 * j], b[2 * j + 1]);
+          else
+            mma16816<BF16>(s[mt], a, b[2 * j], b[2 * j + 1]);
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = 16 * mt + lane / 4 + 8 * hh;
+        *(float2 *)(exchange + (half * ROWS + r) * MLA_NARROW_S_ROW + key_group * 8 + (lane % 4) * 2) =
+            make_float2(s[mt][2 * hh] * p.ckv_scale + s_pe[mt][2 * hh] * p.kpe_scale,
+                        s[mt][2 * hh + 1] * p.ckv_scale + s_pe[mt][2 * hh + 1] * p.kpe_scale);
+      }
+    __syncthreads(); /* both halves of every score are in the exchange */
+
+    /* 2. online softmax of this lane's rows, into P's A fragments (every warp alike) */
+    const int k0 = w.kv_start + t * MLA_KEY_TILE;
+    uint32_t prob[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float alpha[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = 16 * mt + lane / 4 + 8 * hh;
+        float x[2][2][2]; /* [k-step][column half][pair] */
+        float top = -CUDART_INF_F;
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int c8 = 0; c8 < 2; ++c8) {
+            const int col = ks * 16 + c8 * 8 + (lane % 4) * 2;
+            const float2 lo = *(const float2 *)(exchange + r * MLA_NARROW_S_ROW + col);
+            const float2 hi = *(const float2 *)(exchange + (ROWS + r) * MLA_NARROW_S_ROW + col);
+            x[ks][c8][0] = k0 + col <= limit[mt][hh] ? (lo.x + hi.x) * p.sm_scale_log2 : -CUDART_INF_F;
+            x[ks][c8][1] = k0 + col + 1 <= limit[mt][hh] ? (lo.y + hi.y) * p.sm_scale_log2 : -CUDART_INF_F;
+            top = fmaxf(top, fmaxf(x[ks][c8][0], x[ks][c8][1]));
+          }
+        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+        const float m_new = fmaxf(m[mt][hh], top);
+        alpha[hh] = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[mt][hh] - m_new);
+        float sum = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int c8 = 0; c8 < 2; ++c8) {
+            float e[2];
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+              e[k] = m_new == -CUDART_INF_F ? 0.0f : exp2f(x[ks][c8][k] - m_new);
+              sum += e[k];
+            }
+            prob[mt][ks][hh + 2 * c8] = ignis_pack_word<T>(e);
+          }
+        l[mt][hh] = l[mt][hh] * alpha[hh] + sum;
+        m[mt][hh] = m_new;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        acc[mt][nt][0] *= alpha[0];
+        acc[mt][nt][1] *= alpha[0];
+        acc[mt][nt][2] *= alpha[1];
+        acc[mt][nt][3] *= alpha[1];
+      }
+    }
+    /* 3. O += P . ckv over this warp's 64 columns */
+#pragma unroll
+    for (int ks = 0; ks < MLA_KEY_TILE / 16; ++ks)
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(keys + (uint32_t)((ks * 16 + lane % 8 + ((lane / 8) % 2) * 8) * MLA_ROW + 64 * warp +
+                                            np * 16 + (lane / 16) * 8) *
+                                     2,
+                          b);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<BF16>(acc[mt][2 * np], prob[mt][ks], b[0], b[1]);
+          mma16816<BF16>(acc[mt][2 * np + 1], prob[mt][ks], b[2], b[3]);
+        }
+      }
+  }
+  copy_async_wait<0>(); /* an item without keys still issued its query copies */
+
+  /* epilogue: out / lse, or the chunk's partial rows */
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float sum = l[mt][hh];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = w.row_start + 16 * mt + lane / 4 + 8 * hh;
+      if (row >= rows_total)
+        continue;
+      const float inv = sum > 0.0f ? p.ckv_scale / sum : 0.0f; /* values are ckv_scale * ckv */
+      const int64_t token = row / H, h = row % H;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = 64 * warp + nt * 8 + (lane % 4) * 2;
+        const float x[2] = {acc[mt][nt][2 * hh] * inv, acc[mt][nt][2 * hh + 1] * inv};
+        if (w.partial < 0)
+          *(uint32_t *)((T *)p.out + (w.q_row + token) * p.out_stride_token + h * p.out_stride_head + col) =
+              ignis_pack_word<T>(x);
+        else
+          *(float2 *)(p.partial_out + ((w.partial + token) * H + h) * MLA_CKV + col) = make_float2(x[0], x[1]);
+      }
+      if (warp == 0 && lane % 4 == 0) {
+        const float lse2 = sum > 0.0f ? m[mt][hh] + log2f(sum) : -CUDART_INF_F;
+        if (w.partial >= 0)
+          p.partial_lse[(w.partial + token) * H + h] = lse2;
+        else if (p.lse)
+          p.lse[(w.q_row + token) * p.lse_stride_token + h * p.lse_stride_head] = lse2 * p.lse_scale;
+      }
+    }
+}
+
+#endif

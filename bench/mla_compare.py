@@ -12,7 +12,7 @@ error of ignis' out against PyTorch's (f32 softmax) relative to max |out|. The i
 (issue 21) are checked at the end; FlashMLA's published H800 figures (3000 GB/s memory-bound,
 660 TFLOP/s compute-bound) are quoted beside them.
 
-Usage: PYTHONPATH=build/python python3 bench/mla_compare.py [--iters N] [--markdown FILE]
+Usage: PYTHONPATH=build/python python3 bench/mla_compare.py [--iters N] [--heads H] [--markdown FILE]
 """
 
 import argparse
@@ -145,10 +145,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--markdown")
+    parser.add_argument("--heads", type=int, help="only the shapes of this head count")
     args = parser.parse_args()
     workspace = torch.empty(384 << 20, dtype=torch.uint8, device="cuda")
     rows = []
     for shape in SHAPES:
+        if args.heads and shape[3] != args.heads:
+            continue
         print("mla", shape, flush=True)
         rows.append(one_shape(shape, args.iters, workspace))
         torch.cuda.empty_cache()

@@ -3,22 +3,26 @@
  * There the wide kernel (mla_attention.cuh) spends three quarters of its tensor work on empty rows
  * and keeps one key tile in flight; this one is built to stream the latent cache.
  *
- * One block of 8 warps per work item (sched/mla_plan.h), one block per SM (~200 KB of shared
+ * One block of 8 warps per work item (sched/mla_plan.h), one block per SM (~210 KB of shared
  * memory). The keys (ckv | kpe, 576 values) stream through a ring of STAGES tiles of MLA_KEY_TILE
- * = 32 keys (5 for MT = 1, 4 for MT = 2; an fp8 cache: 6 raw tiles of 576 bytes a key, converted
- * one at a time into a 16-bit tile), STAGES - 1 tiles in flight while one computes. Each warp
- * issues the 16-byte cp.async copies of 4 keys of a tile (one page lookup per key), zero-filled past
- * the item's keys. Rows are padded to MLA_ROW values (conflict-free ldmatrix), as in the wide kernel.
- * Per key tile, two block barriers:
- *   1. scores S[16 MT x 32] on tensor cores (mma.sync m16n8k16, f32): warp w takes the 8 keys
- *      8 (w % 4).. over half of the 576 dimensions (w / 4: 288 each; the kpe part, with its own
- *      scale, in a separate accumulator); the two halves meet in a small f32 exchange in shared
- *      memory (barrier)
- *   2. online softmax in registers, computed by every warp for all rows (16 MT x 32 values: 16 MT
- *      per lane), straight into the A fragments of P; each lane keeps m and a partial l of its two
- *      rows per group, reduced over the row's 4 lanes at the end
- *   3. O[16 MT x 512] = alpha O + P . ckv: warp w owns the 64 output columns 64 w.., the keys' ckv
- *      part read with ldmatrix.trans from the same tile (16 MT x 64 f32 accumulators a warp)
+ * = 32 keys, 16-bit rows padded to MLA_ROW values (conflict-free ldmatrix, as in the wide kernel).
+ * Each warp issues the 16-byte cp.async copies of 4 keys of a tile (one page lookup per key),
+ * zero-filled past the item's keys. An fp8 cache lands in a ring of raw tiles (576 bytes a key) and
+ * is converted into three 16-bit tiles in turn, two tiles ahead of the softmax.
+ *
+ * Each step t is software-pipelined around one block barrier: after it, the warps issue the copies
+ * of a later tile, (fp8: convert tile t + 2,) compute the scores of tile t + 1 and then the softmax
+ * and P . V of tile t, whose scores the previous step left in the other half of a double-buffered
+ * exchange, so the score GEMM of one tile overlaps the softmax and output GEMM of the other:
+ *   scores S[16 MT x 32] on tensor cores (mma.sync m16n8k16, f32): warp w takes the 8 keys
+ *     8 (w % 4).. over half of the 576 dimensions (w / 4: 288 each, in 4 / MT independent
+ *     accumulator chains; the kpe part, with its own scale, in another); the halves meet in f32 in
+ *     the exchange
+ *   online softmax in registers, computed by every warp for all rows (16 MT x 32 values: 16 MT per
+ *     lane), straight into the A fragments of P; each lane keeps m and a partial l of its two rows
+ *     per group, reduced over the row's 4 lanes at the end
+ *   O[16 MT x 512] = alpha O + P . ckv: warp w owns the 64 output columns 64 w.., the keys' ckv
+ *     part read with ldmatrix.trans (16 MT x 64 f32 accumulators a warp)
  * With MT = 1 a warp's query fragments (its 288 dimensions) stay in registers for the whole item.
  * The epilogue is the wide kernel's: out / lse, or f32 partial rows and their base-2 LSE for a
  * split request (mla_merge_kernel folds them). */
@@ -32,18 +36,23 @@
 #define MLA_NARROW_S_ROW 40 /* f32 row of the score exchange (conflict-free float2 access) */
 #define MLA_HALF_STEPS 18   /* k-steps of 16 dimensions in half of the 576 */
 
-/* Shared memory, in bytes: Q | score exchange [2 halves][rows] | 16-bit key tiles (an fp8 cache:
- * one) | raw fp8 tiles (an fp8 cache only). */
+/* Shared memory, in bytes: Q | score exchange [2 buffers][2 halves][rows] | 16-bit key tiles
+ * (the ring; an fp8 cache: three converted tiles) | the raw fp8 ring (an fp8 cache only). */
 template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int ROWS = 16 * MT;
-  static constexpr int STAGES = FP8 ? 6 : MT == 1 ? 5 : 4;
+  static constexpr int STAGES = FP8 ? (MT == 1 ? 4 : 3) : MT == 1 ? 5 : 4;
   static constexpr int KEY_TILE_BYTES = MLA_KEY_TILE * MLA_ROW * 2;
+  static constexpr int EXCHANGE_BYTES = 2 * ROWS * MLA_NARROW_S_ROW * 4; /* one buffer */
   static constexpr int Q = 0;
   static constexpr int S = Q + ROWS * MLA_ROW * 2;
-  static constexpr int KEYS = S + 2 * ROWS * MLA_NARROW_S_ROW * 4;
-  static constexpr int RAW = KEYS + (FP8 ? 1 : STAGES) * KEY_TILE_BYTES;
+  static constexpr int KEYS = S + 2 * EXCHANGE_BYTES;
+  static constexpr int RAW = KEYS + (FP8 ? 3 : STAGES) * KEY_TILE_BYTES;
   static constexpr int BYTES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0);
+  /* tiles issued ahead by the prologue; the tile, ahead of the softmax's, that a step needs landed */
+  static constexpr int PRIMED = FP8 ? STAGES : STAGES - 1;
+  static constexpr int AHEAD = FP8 ? 2 : 1;
   static_assert(BYTES <= 227 * 1024, "one block per SM");
+  static_assert(PRIMED - AHEAD - 1 >= 0, "the ring holds the tiles a step reads");
 };
 
 /* Issue the copies of key tile [k0, k0 + 32) into the tile at `dst` (16-bit rows of MLA_ROW values,
@@ -72,6 +81,68 @@ __device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, cons
     if (lane < KPE_CHUNKS)
       copy_async16(row + (uint32_t)(MLA_CKV * sizeof(K) + lane * 16), kpe_row + (live ? lane * 16 : 0), live);
   }
+}
+
+/* Scores of one key tile (16-bit rows at `keys`) for this warp's 8 keys and half of the dimensions,
+ * joined with the cache's scales and stored to the exchange buffer at `exchange`. */
+template <bool BF16, int MT>
+__device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uint32_t keys, uint32_t q_addr,
+                                                  const uint32_t (&q_frag)[MT == 1 ? MLA_HALF_STEPS : 1][4],
+                                                  float *exchange) {
+  constexpr int ROWS = 16 * MT, CHAINS = 4 / MT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, key_group = warp % 4, half = warp / 4;
+  float s[CHAINS][MT][4], s_pe[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s_pe[mt][e] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < CHAINS; ++c)
+        s[c][mt][e] = 0.0f;
+    }
+  const uint32_t b_addr = keys + (uint32_t)((key_group * 8 + lane % 8) * MLA_ROW + half * 288 + (lane / 8) * 8) * 2;
+#pragma unroll
+  for (int kk = 0; kk < MLA_HALF_STEPS / 2; ++kk) {
+    uint32_t b[4];
+    ldmatrix_x4(b_addr + (uint32_t)(kk * 64), b);
+    /* steps 2 kk and 2 kk + 1 of this half; the kpe dimensions are the second half's last four */
+    const bool pe = half == 1 && kk >= (MLA_CKV / 16 - MLA_HALF_STEPS) / 2;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+        if (MT == 1) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            a[e] = q_frag[MT == 1 ? 2 * kk + j : 0][e];
+        } else {
+          ldmatrix_x4(q_addr + (uint32_t)(mt * 16 * MLA_ROW * 2 + (2 * kk + j) * 32), a);
+        }
+        if (pe)
+          mma16816<BF16>(s_pe[mt], a, b[2 * j], b[2 * j + 1]);
+        else
+          mma16816<BF16>(s[(2 * kk + j) % CHAINS][mt], a, b[2 * j], b[2 * j + 1]);
+      }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CHAINS; ++c)
+          sum += s[c][mt][2 * hh + e];
+        v[e] = sum * p.ckv_scale + s_pe[mt][2 * hh + e] * p.kpe_scale;
+      }
+      const int r = 16 * mt + lane / 4 + 8 * hh;
+      *(float2 *)(exchange + (half * ROWS + r) * MLA_NARROW_S_ROW + key_group * 8 + (lane % 4) * 2) =
+          make_float2(v[0], v[1]);
+    }
 }
 
 template <typename T, bool FP8, int MT>
@@ -106,13 +177,20 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_KEY_TILE - 1) / MLA_KEY_TILE : 0;
+  if (num_tiles == 0) {
+    copy_async_commit();
+    copy_async_wait<0>(); /* nothing to attend: the epilogue writes empty rows */
+  }
+  /* the ring: 16-bit tiles, or raw fp8 tiles; tile x in slot x % STAGES, one copy group each */
   const uint32_t ring = base + (FP8 ? L::RAW : L::KEYS);
   constexpr int RING_TILE = FP8 ? MLA_RAW_STAGE : L::KEY_TILE_BYTES;
+  if (num_tiles > 0) {
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_tiles)
-      mla_narrow_issue<K>(p, w, w.kv_start + s * MLA_KEY_TILE, stop, ring + (uint32_t)(s * RING_TILE));
-    copy_async_commit();
+    for (int x = 0; x < L::PRIMED; ++x) {
+      if (x < num_tiles)
+        mla_narrow_issue<K>(p, w, w.kv_start + x * MLA_KEY_TILE, stop, ring + (uint32_t)(x * RING_TILE));
+      copy_async_commit();
+    }
   }
 
   /* the last key each of this lane's rows sees (-1: a row past the request), within the item */
@@ -140,79 +218,57 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
         acc[mt][nt][e] = 0.0f;
   }
 
-  const int key_group = warp % 4, half = warp / 4; /* the scores this warp computes */
-  const uint32_t q_addr = base + L::Q + (uint32_t)((lane % 16) * MLA_ROW + half * 288 + (lane / 16) * 8) * 2;
-  /* MT = 1: this warp's 18 query fragments, loaded once */
-  uint32_t q_frag[MT == 1 ? MLA_HALF_STEPS : 1][4];
-  if (MT == 1 && num_tiles > 0) {
-    copy_async_wait<STAGES - 2>(); /* the first group: queries and tile 0 */
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < (MT == 1 ? MLA_HALF_STEPS : 1); ++s)
-      ldmatrix_x4(q_addr + (uint32_t)(s * 32), q_frag[s]);
-  }
+  const uint32_t q_addr =
+      base + L::Q + (uint32_t)((lane % 16) * MLA_ROW + (warp / 4) * 288 + (lane / 16) * 8) * 2;
+  uint32_t q_frag[MT == 1 ? MLA_HALF_STEPS : 1][4]; /* MT = 1: this warp's query fragments */
   float *exchange = (float *)(smem + L::S);
+  constexpr int EXCHANGE_FLOATS = L::EXCHANGE_BYTES / 4;
+  /* the 16-bit tile of key tile x */
+  auto key_tile = [&](int x) -> uint32_t {
+    return base + L::KEYS + (uint32_t)((FP8 ? x % 3 : x % STAGES) * L::KEY_TILE_BYTES);
+  };
+  auto convert = [&](int x) {
+    mla_convert_keys<T>(smem + L::RAW + (x % STAGES) * MLA_RAW_STAGE,
+                        (T *)(smem + L::KEYS + (x % 3) * L::KEY_TILE_BYTES));
+  };
+
+  /* prologue: the queries and the first tiles landed (fp8: tiles 0 and 1 converted), the scores of
+   * tile 0 in exchange buffer 0 */
+  if (num_tiles > 0) {
+    if (FP8) {
+      copy_async_wait<L::PRIMED - 2>();
+      __syncthreads();
+      convert(0);
+      convert(1);
+    } else {
+      copy_async_wait<L::PRIMED - 1>();
+    }
+    __syncthreads();
+    if (MT == 1) {
+#pragma unroll
+      for (int x = 0; x < (MT == 1 ? MLA_HALF_STEPS : 1); ++x)
+        ldmatrix_x4(q_addr + (uint32_t)(x * 32), q_frag[x]);
+    }
+    mla_narrow_scores<BF16, MT>(p, key_tile(0), q_addr, q_frag, exchange);
+  }
 
   for (int t = 0; t < num_tiles; ++t) {
-    copy_async_wait<STAGES - 2>();
-    __syncthreads(); /* tile t landed; every warp is done with tile t - 1 and its exchange */
+    copy_async_wait<L::PRIMED - L::AHEAD - 1>();
+    __syncthreads(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
     {
-      const int next = t + STAGES - 1;
+      const int next = t + L::PRIMED;
       if (next < num_tiles)
         mla_narrow_issue<K>(p, w, w.kv_start + next * MLA_KEY_TILE, stop,
                             ring + (uint32_t)((next % STAGES) * RING_TILE));
       copy_async_commit();
     }
-    uint32_t keys = base + L::KEYS + (uint32_t)((t % STAGES) * L::KEY_TILE_BYTES);
-    if (FP8) {
-      mla_convert_keys<T>(smem + L::RAW + (t % STAGES) * MLA_RAW_STAGE, (T *)(smem + L::KEYS));
-      __syncthreads();
-      keys = base + L::KEYS;
-    }
-    /* 1. this warp's scores: keys 8 key_group.., dimensions 288 half.. */
-    float s[MT][4], s_pe[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[mt][e] = s_pe[mt][e] = 0.0f;
-    const uint32_t b_addr = keys + (uint32_t)((key_group * 8 + lane % 8) * MLA_ROW + half * 288 + (lane / 8) * 8) * 2;
-#pragma unroll
-    for (int kk = 0; kk < MLA_HALF_STEPS / 2; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b_addr + (uint32_t)(kk * 64), b);
-      /* steps 2 kk and 2 kk + 1 of this half; the kpe dimensions are the second half's last four */
-      const bool pe = half == 1 && kk >= (MLA_CKV / 16 - MLA_HALF_STEPS) / 2;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          uint32_t a[4];
-          if (MT == 1) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              a[e] = q_frag[MT == 1 ? 2 * kk + j : 0][e];
-          } else {
-            ldmatrix_x4(q_addr + (uint32_t)(mt * 16 * MLA_ROW * 2 + (2 * kk + j) * 32), a);
-          }
-          if (pe)
-            mma16816<BF16>(s_pe[mt], a, b[2 * j], b[2 * j + 1]);
-          else
-            mma16816<BF16>(s[mt], a, b[2 * j], b[2 * j + 1]);
-        }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = 16 * mt + lane / 4 + 8 * hh;
-        *(float2 *)(exchange + (half * ROWS + r) * MLA_NARROW_S_ROW + key_group * 8 + (lane % 4) * 2) =
-            make_float2(s[mt][2 * hh] * p.ckv_scale + s_pe[mt][2 * hh] * p.kpe_scale,
-                        s[mt][2 * hh + 1] * p.ckv_scale + s_pe[mt][2 * hh + 1] * p.kpe_scale);
-      }
-    __syncthreads(); /* both halves of every score are in the exchange */
+    if (FP8)
+      convert(t + 2); /* past the last tile: bytes nobody reads */
+    /* the scores of tile t + 1 (past the last tile: unread) */
+    mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
 
-    /* 2. online softmax of this lane's rows, into P's A fragments (every warp alike) */
+    /* online softmax of tile t for this lane's rows, into P's A fragments (every warp alike) */
+    const float *scores = exchange + (t & 1) * EXCHANGE_FLOATS;
     const int k0 = w.kv_start + t * MLA_KEY_TILE;
     uint32_t prob[MT][2][4];
 #pragma unroll
@@ -228,8 +284,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
 #pragma unroll
           for (int c8 = 0; c8 < 2; ++c8) {
             const int col = ks * 16 + c8 * 8 + (lane % 4) * 2;
-            const float2 lo = *(const float2 *)(exchange + r * MLA_NARROW_S_ROW + col);
-            const float2 hi = *(const float2 *)(exchange + (ROWS + r) * MLA_NARROW_S_ROW + col);
+            const float2 lo = *(const float2 *)(scores + r * MLA_NARROW_S_ROW + col);
+            const float2 hi = *(const float2 *)(scores + (ROWS + r) * MLA_NARROW_S_ROW + col);
             x[ks][c8][0] = k0 + col <= limit[mt][hh] ? (lo.x + hi.x) * p.sm_scale_log2 : -CUDART_INF_F;
             x[ks][c8][1] = k0 + col + 1 <= limit[mt][hh] ? (lo.y + hi.y) * p.sm_scale_log2 : -CUDART_INF_F;
             top = fmaxf(top, fmaxf(x[ks][c8][0], x[ks][c8][1]));
@@ -262,7 +318,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
         acc[mt][nt][3] *= alpha[1];
       }
     }
-    /* 3. O += P . ckv over this warp's 64 columns */
+    /* O += P . ckv of tile t over this warp's 64 columns */
+    const uint32_t keys = key_tile(t);
 #pragma unroll
     for (int ks = 0; ks < MLA_KEY_TILE / 16; ++ks)
 #pragma unroll
@@ -279,7 +336,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
         }
       }
   }
-  copy_async_wait<0>(); /* an item without keys still issued its query copies */
+  copy_async_wait<0>();
 
   /* epilogue: out / lse, or the chunk's partial rows */
 #pragma unroll

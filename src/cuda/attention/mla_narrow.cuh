@@ -56,40 +56,42 @@ template <int MT, bool FP8> struct mla_narrow_layout {
 };
 
 /* Issue the copies of key tile [k0, k0 + 32) into the tile at `dst` (16-bit rows of MLA_ROW values,
- * or fp8 rows of MLA_DIM bytes): warp w copies keys 4 w .. 4 w + 3, lane by lane over their 16-byte
- * chunks; keys at or past `stop` are zero-filled. */
+ * or fp8 rows of MLA_DIM bytes): warp w copies keys 4 w .. 4 w + 3, 8 lanes a key (one page lookup
+ * each), lane l the 16-byte chunks l % 8 + 8 i of its key's row (ckv chunks, then kpe ones), so one
+ * copy instruction moves 4 runs of 128 bytes; keys at or past `stop` are zero-filled. */
 template <typename K>
 __device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
                                                  int stop, uint32_t dst) {
   constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
   constexpr int CKV_CHUNKS = MLA_CKV * (int)sizeof(K) / 16, KPE_CHUNKS = MLA_KPE * (int)sizeof(K) / 16;
+  static_assert(CKV_CHUNKS % 8 == 0 && KPE_CHUNKS <= 8, "8 lanes a key");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int k = 0; k < MLA_KEY_TILE / 8; ++k) {
-    const int key = warp * (MLA_KEY_TILE / 8) + k, j = k0 + key;
-    const bool live = j < stop;
-    const char *ckv_row = (const char *)p.ckv, *kpe_row = (const char *)p.kpe;
-    if (live) {
-      const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
-      ckv_row = (const char *)((const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token);
-      kpe_row = (const char *)((const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token);
-    }
-    const uint32_t row = dst + (uint32_t)(key * ROW_BYTES);
-#pragma unroll
-    for (int c = lane; c < CKV_CHUNKS; c += 32)
-      copy_async16(row + (uint32_t)(c * 16), ckv_row + (live ? c * 16 : 0), live);
-    if (lane < KPE_CHUNKS)
-      copy_async16(row + (uint32_t)(MLA_CKV * sizeof(K) + lane * 16), kpe_row + (live ? lane * 16 : 0), live);
+  const int key = warp * (MLA_KEY_TILE / 8) + lane / 8, j = k0 + key, part = lane % 8;
+  const bool live = j < stop;
+  const char *ckv_row = (const char *)p.ckv, *kpe_row = (const char *)p.kpe;
+  if (live) {
+    const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
+    ckv_row = (const char *)((const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token) + part * 16;
+    kpe_row = (const char *)((const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token) + part * 16;
   }
+  const uint32_t row = dst + (uint32_t)(key * ROW_BYTES + part * 16);
+#pragma unroll
+  for (int i = 0; i < CKV_CHUNKS / 8; ++i)
+    copy_async16(row + (uint32_t)(i * 128), ckv_row + (live ? i * 128 : 0), live);
+  if (part < KPE_CHUNKS)
+    copy_async16(row + (uint32_t)(MLA_CKV * sizeof(K)), kpe_row, live);
 }
 
 /* Scores of one key tile (16-bit rows at `keys`) for this warp's 8 keys and half of the dimensions,
- * joined with the cache's scales and stored to the exchange buffer at `exchange`. */
+ * joined with the cache's scales, in base-2 logits (sm_scale * log2(e) applied), stored to the
+ * exchange buffer at `exchange`. */
 template <bool BF16, int MT>
 __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uint32_t keys, uint32_t q_addr,
                                                   const uint32_t (&q_frag)[MT == 1 ? MLA_HALF_STEPS : 1][4],
                                                   float *exchange) {
   constexpr int ROWS = 16 * MT, CHAINS = 4 / MT;
+  /* the exchange holds base-2 logits: the cache's scales and sm_scale * log2(e) applied */
+  const float ckv_scale = p.ckv_scale * p.sm_scale_log2, kpe_scale = p.kpe_scale * p.sm_scale_log2;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, key_group = warp % 4, half = warp / 4;
   float s[CHAINS][MT][4], s_pe[MT][4];
 #pragma unroll
@@ -137,7 +139,7 @@ __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uin
 #pragma unroll
         for (int c = 0; c < CHAINS; ++c)
           sum += s[c][mt][2 * hh + e];
-        v[e] = sum * p.ckv_scale + s_pe[mt][2 * hh + e] * p.kpe_scale;
+        v[e] = sum * ckv_scale + s_pe[mt][2 * hh + e] * kpe_scale;
       }
       const int r = 16 * mt + lane / 4 + 8 * hh;
       *(float2 *)(exchange + (half * ROWS + r) * MLA_NARROW_S_ROW + key_group * 8 + (lane % 4) * 2) =
@@ -203,6 +205,10 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
       const int last = row >= rows_total ? -1 : p.causal ? w.kv_len - w.q_len + row / H : w.kv_len - 1;
       limit[mt][hh] = min(last, stop - 1);
     }
+  /* tiles ending at or before every live row's last key need no mask (rows past the request: their
+   * q is zero and their output unwritten, so unmasked scores are harmless there) */
+  const int first_row = w.row_start, min_limit = min(p.causal ? w.kv_len - w.q_len + first_row / H : w.kv_len - 1,
+                                                     stop - 1);
   float m[MT][2], l[MT][2], acc[MT][8][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -267,13 +273,16 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
     /* the scores of tile t + 1 (past the last tile: unread) */
     mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
 
-    /* online softmax of tile t for this lane's rows, into P's A fragments (every warp alike) */
+    /* online softmax of tile t for this lane's rows, into P's A fragments (every warp alike); the
+     * mask only where a row's last key falls inside the tile */
     const float *scores = exchange + (t & 1) * EXCHANGE_FLOATS;
     const int k0 = w.kv_start + t * MLA_KEY_TILE;
+    const bool whole = k0 + MLA_KEY_TILE - 1 <= min_limit;
     uint32_t prob[MT][2][4];
+    bool moved = false; /* a row maximum of this lane rose: the output rescales */
+    float alpha[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      float alpha[2];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = 16 * mt + lane / 4 + 8 * hh;
@@ -286,14 +295,19 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
             const int col = ks * 16 + c8 * 8 + (lane % 4) * 2;
             const float2 lo = *(const float2 *)(scores + r * MLA_NARROW_S_ROW + col);
             const float2 hi = *(const float2 *)(scores + (ROWS + r) * MLA_NARROW_S_ROW + col);
-            x[ks][c8][0] = k0 + col <= limit[mt][hh] ? (lo.x + hi.x) * p.sm_scale_log2 : -CUDART_INF_F;
-            x[ks][c8][1] = k0 + col + 1 <= limit[mt][hh] ? (lo.y + hi.y) * p.sm_scale_log2 : -CUDART_INF_F;
+            x[ks][c8][0] = lo.x + hi.x;
+            x[ks][c8][1] = lo.y + hi.y;
+            if (!whole) {
+              x[ks][c8][0] = k0 + col <= limit[mt][hh] ? x[ks][c8][0] : -CUDART_INF_F;
+              x[ks][c8][1] = k0 + col + 1 <= limit[mt][hh] ? x[ks][c8][1] : -CUDART_INF_F;
+            }
             top = fmaxf(top, fmaxf(x[ks][c8][0], x[ks][c8][1]));
           }
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
         const float m_new = fmaxf(m[mt][hh], top);
-        alpha[hh] = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[mt][hh] - m_new);
+        moved |= m_new != m[mt][hh];
+        alpha[mt][hh] = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[mt][hh] - m_new);
         float sum = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)
@@ -307,16 +321,19 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
             }
             prob[mt][ks][hh + 2 * c8] = ignis_pack_word<T>(e);
           }
-        l[mt][hh] = l[mt][hh] * alpha[hh] + sum;
+        l[mt][hh] = l[mt][hh] * alpha[mt][hh] + sum;
         m[mt][hh] = m_new;
       }
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        acc[mt][nt][0] *= alpha[0];
-        acc[mt][nt][1] *= alpha[0];
-        acc[mt][nt][2] *= alpha[1];
-        acc[mt][nt][3] *= alpha[1];
-      }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          acc[mt][nt][0] *= alpha[mt][0];
+          acc[mt][nt][1] *= alpha[mt][0];
+          acc[mt][nt][2] *= alpha[mt][1];
+          acc[mt][nt][3] *= alpha[mt][1];
+        }
     }
     /* O += P . ckv of tile t over this warp's 64 columns */
     const uint32_t keys = key_tile(t);

@@ -55,29 +55,54 @@ template <int MT, bool FP8> struct mla_narrow_layout {
   static_assert(PRIMED - AHEAD - 1 >= 0, "the ring holds the tiles a step reads");
 };
 
-/* Issue the copies of key tile [k0, k0 + 32) into the tile at `dst` (16-bit rows of MLA_ROW values,
- * or fp8 rows of MLA_DIM bytes): warp w copies keys 4 w .. 4 w + 3, 8 lanes a key (one page lookup
- * each), lane l the 16-byte chunks l % 8 + 8 i of its key's row (ckv chunks, then kpe ones), so one
- * copy instruction moves 4 runs of 128 bytes; keys at or past `stop` are zero-filled. */
+/* The copies of a key tile: warp w copies keys 4 w .. 4 w + 3, 8 lanes a key, lane l the 16-byte
+ * chunks l % 8 + 8 i of its key's row (ckv chunks, then kpe ones), so one copy instruction moves 4
+ * runs of 128 bytes. A lane's key walks the item 32 keys a tile (mla_key_cursor: its page-table
+ * index and slot, advanced without a division), and each step looks up the page of the tile it
+ * issues next a step ahead, so the lookup's latency hides behind the step. */
+struct mla_key_cursor {
+  int key, index, slot;   /* this lane's key in the tile to look up next: kv_indices index, slot */
+  int index_step, slot_step; /* 32 keys as whole pages and slots */
+  int64_t page;           /* the looked-up tile's: page (-1: past the item's keys), slot */
+  int page_slot;
+  __device__ __forceinline__ void start(const ignis_mla_params &p, const ignis_mla_work &w) {
+    const int ps = (int)p.page_size;
+    key = w.kv_start + (threadIdx.x / 32) * (MLA_KEY_TILE / 8) + (threadIdx.x % 32) / 8;
+    index = w.page_base + key / ps;
+    slot = key % ps;
+    index_step = MLA_KEY_TILE / ps;
+    slot_step = MLA_KEY_TILE % ps;
+  }
+  /* look up this lane's key of the next tile, then move to the tile after */
+  __device__ __forceinline__ void look_up(const ignis_mla_params &p, int stop) {
+    page = key < stop ? (int64_t)p.kv_indices[index] : -1;
+    page_slot = slot;
+    key += MLA_KEY_TILE;
+    index += index_step;
+    slot += slot_step;
+    if (slot >= (int)p.page_size) {
+      slot -= (int)p.page_size;
+      ++index;
+    }
+  }
+};
+
+/* Issue the copies of the looked-up tile (keys past the item zero-filled) into the tile at `dst`
+ * (16-bit rows of MLA_ROW values, or fp8 rows of MLA_DIM bytes). */
 template <typename K>
-__device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
-                                                 int stop, uint32_t dst) {
+__device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, const mla_key_cursor &c, uint32_t dst) {
   constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
   constexpr int CKV_CHUNKS = MLA_CKV * (int)sizeof(K) / 16, KPE_CHUNKS = MLA_KPE * (int)sizeof(K) / 16;
   static_assert(CKV_CHUNKS % 8 == 0 && KPE_CHUNKS <= 8, "8 lanes a key");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int key = warp * (MLA_KEY_TILE / 8) + lane / 8, j = k0 + key, part = lane % 8;
-  const bool live = j < stop;
-  const char *ckv_row = (const char *)p.ckv, *kpe_row = (const char *)p.kpe;
-  if (live) {
-    const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
-    ckv_row = (const char *)((const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token) + part * 16;
-    kpe_row = (const char *)((const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token) + part * 16;
-  }
+  const int key = (threadIdx.x / 32) * (MLA_KEY_TILE / 8) + (threadIdx.x % 32) / 8, part = threadIdx.x % 8;
+  const bool live = c.page >= 0;
+  const int64_t page = live ? c.page : 0, slot = live ? c.page_slot : 0; /* dead: a valid address, unread */
+  const char *ckv_row = (const char *)((const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token) + part * 16;
+  const char *kpe_row = (const char *)((const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token) + part * 16;
   const uint32_t row = dst + (uint32_t)(key * ROW_BYTES + part * 16);
 #pragma unroll
   for (int i = 0; i < CKV_CHUNKS / 8; ++i)
-    copy_async16(row + (uint32_t)(i * 128), ckv_row + (live ? i * 128 : 0), live);
+    copy_async16(row + (uint32_t)(i * 128), ckv_row + i * 128, live);
   if (part < KPE_CHUNKS)
     copy_async16(row + (uint32_t)(MLA_CKV * sizeof(K)), kpe_row, live);
 }
@@ -186,13 +211,18 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   /* the ring: 16-bit tiles, or raw fp8 tiles; tile x in slot x % STAGES, one copy group each */
   const uint32_t ring = base + (FP8 ? L::RAW : L::KEYS);
   constexpr int RING_TILE = FP8 ? MLA_RAW_STAGE : L::KEY_TILE_BYTES;
+  mla_key_cursor cursor;
+  cursor.start(p, w);
   if (num_tiles > 0) {
 #pragma unroll
     for (int x = 0; x < L::PRIMED; ++x) {
-      if (x < num_tiles)
-        mla_narrow_issue<K>(p, w, w.kv_start + x * MLA_KEY_TILE, stop, ring + (uint32_t)(x * RING_TILE));
+      if (x < num_tiles) {
+        cursor.look_up(p, stop);
+        mla_narrow_issue<K>(p, cursor, ring + (uint32_t)(x * RING_TILE));
+      }
       copy_async_commit();
     }
+    cursor.look_up(p, stop); /* tile PRIMED, issued by step 0 */
   }
 
   /* the last key each of this lane's rows sees (-1: a row past the request), within the item */
@@ -263,9 +293,10 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
     __syncthreads(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
     {
       const int next = t + L::PRIMED;
-      if (next < num_tiles)
-        mla_narrow_issue<K>(p, w, w.kv_start + next * MLA_KEY_TILE, stop,
-                            ring + (uint32_t)((next % STAGES) * RING_TILE));
+      if (next < num_tiles) {
+        mla_narrow_issue<K>(p, cursor, ring + (uint32_t)((next % STAGES) * RING_TILE));
+        cursor.look_up(p, stop);
+      }
       copy_async_commit();
     }
     if (FP8)
@@ -305,9 +336,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
           }
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
         top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-        const float m_new = fmaxf(m[mt][hh], top);
-        moved |= m_new != m[mt][hh];
-        alpha[mt][hh] = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[mt][hh] - m_new);
+        moved |= top > m[mt][hh];
+        const float offset = online_max<true>(m[mt][hh], top, &alpha[mt][hh]);
         float sum = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)
@@ -316,13 +346,12 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
             float e[2];
 #pragma unroll
             for (int k = 0; k < 2; ++k) {
-              e[k] = m_new == -CUDART_INF_F ? 0.0f : exp2f(x[ks][c8][k] - m_new);
+              e[k] = exp2_approx(x[ks][c8][k] - offset);
               sum += e[k];
             }
             prob[mt][ks][hh + 2 * c8] = ignis_pack_word<T>(e);
           }
         l[mt][hh] = l[mt][hh] * alpha[mt][hh] + sum;
-        m[mt][hh] = m_new;
       }
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll

@@ -35,6 +35,7 @@ typedef struct mla_case {
   int expect_split;            /* 1: the plan must merge split requests */
   ignis_dtype kv_dtype;        /* 0: dtype; else the cache's (fp8 e4m3) */
   double ckv_scale, kpe_scale; /* 0: 1 */
+  double q_scale;              /* 0: 1; else even heads' queries times it, odd heads' divided */
 } mla_case;
 
 static ignis_dtype cache_dtype(const mla_case *c) {
@@ -131,10 +132,11 @@ static void run_case(h_backend backend, const mla_case *k, uint64_t seed) {
   make_cache(backend, k, &rng, &cache);
   h_buf q_nope = h_buf_alloc(backend, k->dtype, rows * H * CKV),
         q_pe = h_buf_alloc(backend, k->dtype, rows * H * KPE);
+  const double q_scale = k->q_scale ? k->q_scale : 1.0;
   for (int64_t i = 0; i < rows * H * CKV; ++i)
-    h_set(&q_nope, i, h_rng_normal(&rng));
+    h_set(&q_nope, i, h_rng_normal(&rng) * ((i / CKV) % H % 2 ? 1.0 / q_scale : q_scale));
   for (int64_t i = 0; i < rows * H * KPE; ++i)
-    h_set(&q_pe, i, h_rng_normal(&rng));
+    h_set(&q_pe, i, h_rng_normal(&rng) * ((i / KPE) % H % 2 ? 1.0 / q_scale : q_scale));
   h_buf_upload(&q_nope);
   h_buf_upload(&q_pe);
   h_buf out = h_buf_alloc(backend, k->dtype, rows * H * CKV), lse = h_buf_alloc(backend, IGNIS_F32, rows * H);
@@ -339,6 +341,23 @@ static const mla_case cases[] = {
     {"h8 q3,5 causal (16-row tiles across tokens)", 8, 16, 2, {3, 5}, {40, 600}, 1, 0, IGNIS_BF16,
      IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
     {"h16 q2 page1 f16 (split-KV)", 16, 1, 1, {2}, {5000}, 1, 0, IGNIS_F16, IGNIS_LSE_BASE2, 1, 0, 0.0, 0.0},
+    /* bf16 queries far outside f16's range (and far below it) on an fp8 cache, whose CUDA kernel
+     * runs in f16 with per-row query scales */
+    {"fp8 e4m3 h16 bf16 q at 1e5 and 1e-5",
+     16,
+     64,
+     2,
+     {1, 2},
+     {300, 1000},
+     1,
+     0,
+     IGNIS_BF16,
+     IGNIS_LSE_BASE2,
+     0,
+     IGNIS_FP8_E4M3,
+     0.5,
+     0.25,
+     1e5},
     {"fp8 e4m3 h20 q2 (32-row tiles, split)",
      20,
      64,

@@ -8,7 +8,8 @@
  * = 32 keys, 16-bit rows padded to MLA_ROW values (conflict-free ldmatrix, as in the wide kernel).
  * Each warp issues the 16-byte cp.async copies of 4 keys of a tile (one page lookup per key),
  * zero-filled past the item's keys. An fp8 cache lands in a ring of raw tiles (576 bytes a key) and
- * is converted into three 16-bit tiles in turn, two tiles ahead of the softmax.
+ * is converted into three f16 tiles in turn, two tiles ahead of the softmax; its tensor work runs
+ * in f16 (bf16 queries scaled per row into f16: mla_queries_to_f16).
  *
  * Each step t is software-pipelined around one block barrier: after it, the warps issue the copies
  * of a later tile, (fp8: convert tile t + 2,) compute the scores of tile t + 1 and then the softmax
@@ -37,7 +38,8 @@
 #define MLA_HALF_STEPS 18   /* k-steps of 16 dimensions in half of the 576 */
 
 /* Shared memory, in bytes: Q | score exchange [2 buffers][2 halves][rows] | 16-bit key tiles
- * (the ring; an fp8 cache: three converted tiles) | the raw fp8 ring (an fp8 cache only). */
+ * (the ring; an fp8 cache: three converted tiles) | the raw fp8 ring and the rows' query scales
+ * (an fp8 cache only). */
 template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int ROWS = 16 * MT;
   static constexpr int STAGES = FP8 ? (MT == 1 ? 4 : 3) : MT == 1 ? 5 : 4;
@@ -47,7 +49,8 @@ template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int S = Q + ROWS * MLA_ROW * 2;
   static constexpr int KEYS = S + 2 * EXCHANGE_BYTES;
   static constexpr int RAW = KEYS + (FP8 ? 3 : STAGES) * KEY_TILE_BYTES;
-  static constexpr int BYTES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0);
+  static constexpr int SCALES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0); /* fp8: f32 [ROWS] */
+  static constexpr int BYTES = SCALES + (FP8 ? ROWS * 4 : 0);
   /* tiles issued ahead by the prologue; the tile, ahead of the softmax's, that a step needs landed */
   static constexpr int PRIMED = FP8 ? STAGES : STAGES - 1;
   static constexpr int AHEAD = FP8 ? 2 : 1;
@@ -108,12 +111,13 @@ __device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, cons
 }
 
 /* Scores of one key tile (16-bit rows at `keys`) for this warp's 8 keys and half of the dimensions,
- * joined with the cache's scales, in base-2 logits (sm_scale * log2(e) applied), stored to the
- * exchange buffer at `exchange`. */
+ * joined with the cache's scales and the rows' query scales (row_scale: 1, or an fp8 cache's f16
+ * queries' power of two), in base-2 logits (sm_scale * log2(e) applied), stored to the exchange
+ * buffer at `exchange`. */
 template <bool BF16, int MT>
 __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uint32_t keys, uint32_t q_addr,
                                                   const uint32_t (&q_frag)[MT == 1 ? MLA_HALF_STEPS : 1][4],
-                                                  float *exchange) {
+                                                  const float (&row_scale)[MT][2], float *exchange) {
   constexpr int ROWS = 16 * MT, CHAINS = 4 / MT;
   /* the exchange holds base-2 logits: the cache's scales and sm_scale * log2(e) applied */
   const float ckv_scale = p.ckv_scale * p.sm_scale_log2, kpe_scale = p.kpe_scale * p.sm_scale_log2;
@@ -164,7 +168,7 @@ __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uin
 #pragma unroll
         for (int c = 0; c < CHAINS; ++c)
           sum += s[c][mt][2 * hh + e];
-        v[e] = sum * ckv_scale + s_pe[mt][2 * hh + e] * kpe_scale;
+        v[e] = (sum * ckv_scale + s_pe[mt][2 * hh + e] * kpe_scale) * row_scale[mt][hh];
       }
       const int r = 16 * mt + lane / 4 + 8 * hh;
       *(float2 *)(exchange + (half * ROWS + r) * MLA_NARROW_S_ROW + key_group * 8 + (lane % 4) * 2) =
@@ -172,11 +176,50 @@ __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uin
     }
 }
 
+/* An fp8 cache with bf16 queries runs the tensor work in f16 (e4m3 converts to f16 in one
+ * instruction; bf16 would take four): each query row of the tile, in shared memory, is multiplied
+ * by the power of two that brings its largest magnitude into [2^14, 2^15) and rounded to f16 (exact
+ * for every value down to 2^-38 of the row's largest: bf16's 8 significant bits fit f16's 11), and
+ * the inverse lands in `scales` for the scores. P (in [0, 1]) and the converted keys are exact or
+ * finer in f16. */
+template <int ROWS>
+__device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float *scales) {
+  constexpr int PER_ROW = MLA_THREADS / ROWS; /* threads a row, adjacent lanes */
+  const int row = threadIdx.x / PER_ROW, sub = threadIdx.x % PER_ROW;
+  uint4 *q = (uint4 *)(q_tile + row * MLA_ROW * 2);
+  float top = 0.0f;
+  for (int c = sub; c < MLA_CHUNKS; c += PER_ROW) {
+    float x[8];
+    ignis_raw_to_floats<__nv_bfloat16>(q[c], x);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      top = fmaxf(top, fabsf(x[k]));
+  }
+#pragma unroll
+  for (int d = 1; d < PER_ROW; d *= 2)
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, d));
+  /* 2^(14 - e) for top in [2^e, 2^(e+1)); 1 for an empty row */
+  const int e = top > 0.0f ? (int)((__float_as_uint(top) >> 23) & 0xff) - 127 : 14;
+  const float scale = __uint_as_float((uint32_t)min(254, max(1, 127 + 14 - e)) << 23);
+  for (int c = sub; c < MLA_CHUNKS; c += PER_ROW) {
+    float x[8];
+    ignis_raw_to_floats<__nv_bfloat16>(q[c], x);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      x[k] *= scale;
+    q[c] = ignis_floats_to_raw<__half>(x);
+  }
+  if (sub == 0)
+    scales[row] = 1.0f / scale;
+}
+
 template <typename T, bool FP8, int MT>
 __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_mla_params p) {
   using L = mla_narrow_layout<MT, FP8>;
   using K = typename std::conditional<FP8, uint8_t, T>::type;
-  constexpr bool BF16 = mla_is_bf16<T>::value;
+  /* the tensor cores' type: the queries', or f16 for an fp8 cache (mla_queries_to_f16) */
+  using C = typename std::conditional<FP8, __half, T>::type;
+  constexpr bool BF16 = mla_is_bf16<C>::value, SCALED = FP8 && mla_is_bf16<T>::value;
   constexpr int ROWS = L::ROWS, STAGES = L::STAGES;
   if ((int)blockIdx.x >= p.header->num_work)
     return; /* a captured grid of the plan's maximum */
@@ -257,6 +300,10 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   const uint32_t q_addr =
       base + L::Q + (uint32_t)((lane % 16) * MLA_ROW + (warp / 4) * 288 + (lane / 16) * 8) * 2;
   uint32_t q_frag[MT == 1 ? MLA_HALF_STEPS : 1][4]; /* MT = 1: this warp's query fragments */
+  float row_scale[MT][2];                            /* the query scales of this lane's rows */
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    row_scale[mt][0] = row_scale[mt][1] = 1.0f;
   float *exchange = (float *)(smem + L::S);
   constexpr int EXCHANGE_FLOATS = L::EXCHANGE_BYTES / 4;
   /* the 16-bit tile of key tile x */
@@ -264,8 +311,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
     return base + L::KEYS + (uint32_t)((FP8 ? x % 3 : x % STAGES) * L::KEY_TILE_BYTES);
   };
   auto convert = [&](int x) {
-    mla_convert_keys<T>(smem + L::RAW + (x % STAGES) * MLA_RAW_STAGE,
-                        (T *)(smem + L::KEYS + (x % 3) * L::KEY_TILE_BYTES));
+    mla_convert_keys<C>(smem + L::RAW + (x % STAGES) * MLA_RAW_STAGE,
+                        (C *)(smem + L::KEYS + (x % 3) * L::KEY_TILE_BYTES));
   };
 
   /* prologue: the queries and the first tiles landed (fp8: tiles 0 and 1 converted), the scores of
@@ -276,16 +323,25 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
       __syncthreads();
       convert(0);
       convert(1);
+      if (SCALED)
+        mla_queries_to_f16<ROWS>(smem + L::Q, (float *)(smem + L::SCALES));
     } else {
       copy_async_wait<L::PRIMED - 1>();
     }
     __syncthreads();
+    if (SCALED) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          row_scale[mt][hh] = ((const float *)(smem + L::SCALES))[16 * mt + lane / 4 + 8 * hh];
+    }
     if (MT == 1) {
 #pragma unroll
       for (int x = 0; x < (MT == 1 ? MLA_HALF_STEPS : 1); ++x)
         ldmatrix_x4(q_addr + (uint32_t)(x * 32), q_frag[x]);
     }
-    mla_narrow_scores<BF16, MT>(p, key_tile(0), q_addr, q_frag, exchange);
+    mla_narrow_scores<BF16, MT>(p, key_tile(0), q_addr, q_frag, row_scale, exchange);
   }
 
   for (int t = 0; t < num_tiles; ++t) {
@@ -302,7 +358,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
     if (FP8)
       convert(t + 2); /* past the last tile: bytes nobody reads */
     /* the scores of tile t + 1 (past the last tile: unread) */
-    mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
+    mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, row_scale,
+                                exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
 
     /* online softmax of tile t for this lane's rows, into P's A fragments (every warp alike); the
      * mask only where a row's last key falls inside the tile */
@@ -349,7 +406,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
               e[k] = exp2_approx(x[ks][c8][k] - offset);
               sum += e[k];
             }
-            prob[mt][ks][hh + 2 * c8] = ignis_pack_word<T>(e);
+            prob[mt][ks][hh + 2 * c8] = ignis_pack_word<C>(e);
           }
         l[mt][hh] = l[mt][hh] * alpha[mt][hh] + sum;
       }

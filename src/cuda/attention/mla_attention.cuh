@@ -130,6 +130,26 @@ template <typename T> __device__ __forceinline__ void mla_convert_keys(const uns
 template <typename T> struct mla_is_bf16 { static constexpr bool value = false; };
 template <> struct mla_is_bf16<__nv_bfloat16> { static constexpr bool value = true; };
 
+/* Issue the copies of a work item's ROWS query rows (q_nope | q_pe, 576 values) into rows of MLA_ROW
+ * values at `dst`; rows past the request are zero-filled. */
+template <typename T, int ROWS>
+__device__ __forceinline__ void mla_issue_queries(const ignis_mla_params &p, const ignis_mla_work &w, uint32_t dst) {
+  const int H = (int)p.num_heads, rows_total = w.q_len * H;
+  const T *q_nope = (const T *)p.q_nope, *q_pe = (const T *)p.q_pe;
+  for (int i = threadIdx.x; i < ROWS * MLA_CHUNKS; i += MLA_THREADS) {
+    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, row = w.row_start + r;
+    const bool live = row < rows_total;
+    const T *src = q_nope;
+    if (live) {
+      const int64_t t = w.q_row + row / H, h = row % H;
+      src = chunk < MLA_CKV / 8
+                ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
+                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
+    }
+    copy_async16(dst + (uint32_t)(r * MLA_ROW + chunk * 8) * 2, src, live);
+  }
+}
+
 template <typename T, bool FP8>
 __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ignis_mla_params p) {
   constexpr bool BF16 = mla_is_bf16<T>::value;
@@ -144,20 +164,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
 
-  /* the tile's queries, rows past the request zero */
-  const T *q_nope = (const T *)p.q_nope, *q_pe = (const T *)p.q_pe;
-  for (int i = tid; i < MLA_TILE_M * MLA_CHUNKS; i += MLA_THREADS) {
-    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, row = w.row_start + r;
-    const bool live = row < rows_total;
-    const T *src = q_nope;
-    if (live) {
-      const int64_t t = w.q_row + row / H, h = row % H;
-      src = chunk < MLA_CKV / 8
-                ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
-                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
-    }
-    copy_async16(base + MLA_SMEM_Q + (uint32_t)(r * MLA_ROW + chunk * 8) * 2, src, live);
-  }
+  mla_issue_queries<T, MLA_TILE_M>(p, w, base + MLA_SMEM_Q); /* rows past the request zero */
   /* keys the tile sees: up to the last row's causal limit, within the chunk */
   const int last_row = min(w.row_start + MLA_TILE_M, rows_total) - 1;
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;

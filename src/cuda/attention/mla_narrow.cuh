@@ -229,20 +229,7 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
 
-  /* the tile's queries (rows past the request zero), in the first copy group */
-  const T *q_nope = (const T *)p.q_nope, *q_pe = (const T *)p.q_pe;
-  for (int i = tid; i < ROWS * MLA_CHUNKS; i += MLA_THREADS) {
-    const int r = i / MLA_CHUNKS, chunk = i % MLA_CHUNKS, row = w.row_start + r;
-    const bool live = row < rows_total;
-    const T *src = q_nope;
-    if (live) {
-      const int64_t t = w.q_row + row / H, h = row % H;
-      src = chunk < MLA_CKV / 8
-                ? q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head + chunk * 8
-                : q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head + (chunk - MLA_CKV / 8) * 8;
-    }
-    copy_async16(base + L::Q + (uint32_t)(r * MLA_ROW + chunk * 8) * 2, src, live);
-  }
+  mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
   const int last_row = min(w.row_start + ROWS, rows_total) - 1;
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);

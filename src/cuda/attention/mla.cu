@@ -1,5 +1,6 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles: on sm_90 its variant with
+ * a producer warp, IGNIS_MLA_BULK_COPIES=0 the per-thread copies). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
@@ -32,7 +33,35 @@ static ignis_status check_alignment(const ignis_mla_params &p) {
   return IGNIS_OK;
 }
 
-template <typename T, bool FP8> static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream) {
+/* The narrow kernel for 16- or 32-row tiles; PRODUCER: its variant whose producer warp bulk-copies
+ * the keys (sm_90). */
+template <typename T, bool FP8, bool PRODUCER>
+static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream) {
+  constexpr int threads = PRODUCER ? MLA_THREADS + 32 : MLA_THREADS;
+  if (p.tile_rows == 16) {
+    constexpr int smem = mla_narrow_layout<1, FP8>::BYTES;
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1, PRODUCER>>((size_t)smem)));
+    mla_narrow_kernel<T, FP8, 1, PRODUCER><<<(unsigned)items, threads, smem, stream>>>(p);
+  } else {
+    constexpr int smem = mla_narrow_layout<2, FP8>::BYTES;
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 2, PRODUCER>>((size_t)smem)));
+    mla_narrow_kernel<T, FP8, 2, PRODUCER><<<(unsigned)items, threads, smem, stream>>>(p);
+  }
+  return IGNIS_OK;
+}
+
+/* Whether the narrow kernel takes its producer-warp variant on this device: sm_90 and up, unless
+ * IGNIS_MLA_BULK_COPIES=0 (read once). */
+static bool narrow_bulk_copies(int32_t device) {
+  static const bool off = [] {
+    const char *value = ignis_env(IGNIS_ENV_MLA_BULK_COPIES);
+    return value != nullptr && strcmp(value, "0") == 0;
+  }();
+  return !off && ignis_compute_capability(device) >= 90;
+}
+
+template <typename T, bool FP8>
+static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool bulk) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -42,14 +71,11 @@ template <typename T, bool FP8> static ignis_status launch(const ignis_mla_param
   const int64_t items = captured ? p.max_work : p.launch_work;
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
-    if (p.tile_rows == 16) {
-      constexpr int smem = mla_narrow_layout<1, FP8>::BYTES;
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1>>((size_t)smem)));
-      mla_narrow_kernel<T, FP8, 1><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
-    } else if (p.tile_rows == 32) {
-      constexpr int smem = mla_narrow_layout<2, FP8>::BYTES;
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 2>>((size_t)smem)));
-      mla_narrow_kernel<T, FP8, 2><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
+    if (p.tile_rows == 16 || p.tile_rows == 32) {
+      const ignis_status status =
+          bulk ? launch_narrow<T, FP8, true>(p, items, stream) : launch_narrow<T, FP8, false>(p, items, stream);
+      if (status != IGNIS_OK)
+        return status;
     } else {
       const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));
@@ -71,12 +97,12 @@ extern "C" ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t d
   const ignis_status aligned = check_alignment(*params);
   if (aligned != IGNIS_OK)
     return aligned;
-  const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3;
+  const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3, bulk = narrow_bulk_copies(device);
   if (params->dtype == IGNIS_BF16)
-    return fp8 ? launch<__nv_bfloat16, true>(*params, (cudaStream_t)stream)
-               : launch<__nv_bfloat16, false>(*params, (cudaStream_t)stream);
-  return fp8 ? launch<__half, true>(*params, (cudaStream_t)stream)
-             : launch<__half, false>(*params, (cudaStream_t)stream);
+    return fp8 ? launch<__nv_bfloat16, true>(*params, (cudaStream_t)stream, bulk)
+               : launch<__nv_bfloat16, false>(*params, (cudaStream_t)stream, bulk);
+  return fp8 ? launch<__half, true>(*params, (cudaStream_t)stream, bulk)
+             : launch<__half, false>(*params, (cudaStream_t)stream, bulk);
 }
 
 extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device,

@@ -39,7 +39,7 @@
 
 /* Shared memory, in bytes: Q | score exchange [2 buffers][2 halves][rows] | 16-bit key tiles
  * (the ring; an fp8 cache: three converted tiles) | the raw fp8 ring and the rows' query scales
- * (an fp8 cache only). */
+ * (an fp8 cache only) | the ring's mbarriers (the producer warp's variant). */
 template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int ROWS = 16 * MT;
   static constexpr int STAGES = FP8 ? (MT == 1 ? 4 : 3) : MT == 1 ? 5 : 4;
@@ -50,7 +50,8 @@ template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int KEYS = S + 2 * EXCHANGE_BYTES;
   static constexpr int RAW = KEYS + (FP8 ? 3 : STAGES) * KEY_TILE_BYTES;
   static constexpr int SCALES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0); /* fp8: f32 [ROWS] */
-  static constexpr int BYTES = SCALES + (FP8 ? ROWS * 4 : 0);
+  static constexpr int BARS = (SCALES + (FP8 ? ROWS * 4 : 0) + 7) / 8 * 8; /* full [STAGES], empty [STAGES] */
+  static constexpr int BYTES = BARS + 2 * STAGES * 8;
   /* tiles issued ahead by the prologue; the tile, ahead of the softmax's, that a step needs landed */
   static constexpr int PRIMED = FP8 ? STAGES : STAGES - 1;
   static constexpr int AHEAD = FP8 ? 2 : 1;
@@ -213,8 +214,82 @@ __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float 
     scales[row] = 1.0f / scale;
 }
 
-template <typename T, bool FP8, int MT>
-__global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_mla_params p) {
+/* The ring's mbarriers in the producer variant (sm_90; the variant is never launched below it, where
+ * these compile to nothing). */
+__device__ __forceinline__ void mla_ring_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ignis_mbar_wait(bar, parity);
+#endif
+}
+__device__ __forceinline__ void mla_ring_arrive(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ignis_mbar_arrive(bar);
+#endif
+}
+__device__ __forceinline__ void mla_ring_expect(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ignis_mbar_arrive_expect_tx(bar, bytes);
+#endif
+}
+__device__ __forceinline__ void mla_ring_init(uint32_t bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ignis_mbar_init(bar, count);
+#endif
+}
+__device__ __forceinline__ void mla_ring_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ignis_mbar_init_fence();
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the zeroed ring before the copies */
+#endif
+}
+/* The 8 consumer warps' barrier (named barrier 1; the producer warp does not take part). */
+__device__ __forceinline__ void mla_consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(MLA_THREADS) : "memory");
+}
+
+/* The producer warp (PRODUCER variant): lane k copies key k of every tile with two bulk copies
+ * (its ckv and kpe rows) into its padded shared row, counted on the slot's full barrier, after the
+ * slot's empty barrier says the 8 consumer warps are done with the tile it held. Keys past `stop`
+ * are not copied: their rows keep an earlier tile's keys (or the zeros the ring starts with), finite
+ * values whose scores the consumers mask. */
+template <typename K, int STAGES>
+__device__ __forceinline__ void mla_narrow_produce(const ignis_mla_params &p, const ignis_mla_work &w, int stop,
+                                                   int num_tiles, uint32_t ring, int ring_tile, uint32_t full,
+                                                   uint32_t empty) {
+  constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
+  constexpr uint32_t CKV_BYTES = MLA_CKV * sizeof(K), KPE_BYTES = MLA_KPE * sizeof(K);
+  const int lane = threadIdx.x % 32, ps = (int)p.page_size;
+  int key = w.kv_start + lane, index = w.page_base + key / ps, slot = key % ps;
+  const int index_step = MLA_KEY_TILE / ps, slot_step = MLA_KEY_TILE % ps;
+  for (int x = 0; x < num_tiles; ++x) {
+    const int s = x % STAGES;
+    mla_ring_wait(empty + 8 * s, ((x / STAGES) & 1) ^ 1);
+    const bool live = key < stop;
+    const uint32_t live_keys = __popc(__ballot_sync(0xffffffffu, live));
+    if (lane == 0)
+      mla_ring_expect(full + 8 * s, live_keys * (CKV_BYTES + KPE_BYTES));
+    __syncwarp();
+    if (live) {
+      const int64_t page = p.kv_indices[index];
+      const uint32_t row = ring + (uint32_t)(s * ring_tile + lane * ROW_BYTES);
+      bulk_copy_to_shared(row, (const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token, CKV_BYTES,
+                          full + 8 * s);
+      bulk_copy_to_shared(row + CKV_BYTES, (const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token,
+                          KPE_BYTES, full + 8 * s);
+    }
+    key += MLA_KEY_TILE;
+    index += index_step;
+    slot += slot_step;
+    if (slot >= ps) {
+      slot -= ps;
+      ++index;
+    }
+  }
+}
+
+template <typename T, bool FP8, int MT, bool PRODUCER>
+__global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
+    mla_narrow_kernel(const ignis_mla_params p) {
   using L = mla_narrow_layout<MT, FP8>;
   using K = typename std::conditional<FP8, uint8_t, T>::type;
   /* the tensor cores' type: the queries', or f16 for an fp8 cache (mla_queries_to_f16) */
@@ -229,21 +304,51 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
 
-  mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
   const int last_row = min(w.row_start + ROWS, rows_total) - 1;
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_KEY_TILE - 1) / MLA_KEY_TILE : 0;
-  if (num_tiles == 0) {
-    copy_async_commit();
-    copy_async_wait<0>(); /* nothing to attend: the epilogue writes empty rows */
-  }
-  /* the ring: 16-bit tiles, or raw fp8 tiles; tile x in slot x % STAGES, one copy group each */
+  /* the ring: 16-bit tiles, or raw fp8 tiles; tile x in slot x % STAGES */
   const uint32_t ring = base + (FP8 ? L::RAW : L::KEYS);
   constexpr int RING_TILE = FP8 ? MLA_RAW_STAGE : L::KEY_TILE_BYTES;
+  const uint32_t full = base + L::BARS, empty = full + 8 * STAGES;
+  if (PRODUCER) {
+    if (tid == 0)
+      for (int x = 0; x < STAGES; ++x) {
+        mla_ring_init(full + 8 * x, 1);
+        mla_ring_init(empty + 8 * x, MLA_THREADS / 32);
+      }
+    for (int i = tid; i < STAGES * RING_TILE / 16; i += MLA_THREADS + 32)
+      *(uint4 *)(smem + (ring - base) + i * 16) = make_uint4(0u, 0u, 0u, 0u);
+    mla_ring_init_fence();
+    __syncthreads();
+    if (warp == MLA_THREADS / 32) {
+      mla_narrow_produce<K, STAGES>(p, w, stop, num_tiles, ring, RING_TILE, full, empty);
+      return;
+    }
+  }
+  auto ring_wait = [&](int x) { mla_ring_wait(full + 8 * (x % STAGES), (uint32_t)(x / STAGES) & 1u); };
+  auto ring_release = [&](int x) {
+    __syncwarp();
+    if (lane == 0)
+      mla_ring_arrive(empty + 8 * (x % STAGES));
+  };
+  auto consumers_sync = [&]() {
+    if (PRODUCER)
+      mla_consumers_sync();
+    else
+      __syncthreads();
+  };
+
+  mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
+  if (num_tiles == 0 || PRODUCER) {
+    copy_async_commit();
+    copy_async_wait<0>(); /* the queries (nothing to attend: the epilogue writes empty rows) */
+  }
+  /* without a producer: one cp.async copy group a tile, PRIMED tiles ahead */
   mla_key_cursor cursor;
   cursor.start(p, w);
-  if (num_tiles > 0) {
+  if (num_tiles > 0 && !PRODUCER) {
 #pragma unroll
     for (int x = 0; x < L::PRIMED; ++x) {
       if (x < num_tiles) {
@@ -306,16 +411,29 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
    * tile 0 in exchange buffer 0 */
   if (num_tiles > 0) {
     if (FP8) {
-      copy_async_wait<L::PRIMED - 2>();
-      __syncthreads();
+      if (PRODUCER) {
+        ring_wait(0);
+        if (num_tiles > 1)
+          ring_wait(1);
+      } else {
+        copy_async_wait<L::PRIMED - 2>();
+      }
+      consumers_sync();
       convert(0);
       convert(1);
+      if (PRODUCER) {
+        ring_release(0);
+        if (num_tiles > 1)
+          ring_release(1);
+      }
       if (SCALED)
         mla_queries_to_f16<ROWS>(smem + L::Q, (float *)(smem + L::SCALES));
+    } else if (PRODUCER) {
+      ring_wait(0);
     } else {
       copy_async_wait<L::PRIMED - 1>();
     }
-    __syncthreads();
+    consumers_sync();
     if (SCALED) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -332,9 +450,14 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
   }
 
   for (int t = 0; t < num_tiles; ++t) {
-    copy_async_wait<L::PRIMED - L::AHEAD - 1>();
-    __syncthreads(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
-    {
+    if (PRODUCER) {
+      if (t + L::AHEAD < num_tiles)
+        ring_wait(t + L::AHEAD);
+    } else {
+      copy_async_wait<L::PRIMED - L::AHEAD - 1>();
+    }
+    consumers_sync(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
+    if (!PRODUCER) {
       const int next = t + L::PRIMED;
       if (next < num_tiles) {
         mla_narrow_issue<K>(p, cursor, ring + (uint32_t)((next % STAGES) * RING_TILE));
@@ -342,8 +465,11 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
       }
       copy_async_commit();
     }
-    if (FP8)
+    if (FP8) {
       convert(t + 2); /* past the last tile: bytes nobody reads */
+      if (PRODUCER && t + 2 < num_tiles)
+        ring_release(t + 2);
+    }
     /* the scores of tile t + 1 (past the last tile: unread) */
     mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, row_scale,
                                 exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
@@ -425,6 +551,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_
           mma16816<BF16>(acc[mt][2 * np + 1], prob[mt][ks], b[2], b[3]);
         }
       }
+    if (PRODUCER && !FP8)
+      ring_release(t); /* this warp read tile t for the last time */
   }
   copy_async_wait<0>();
 

@@ -22,9 +22,9 @@ extern "C" {
   X(IGNIS_ENV_MLA_TILE_ROWS, "IGNIS_MLA_TILE_ROWS", "64", "by the head count (16, 32 or 64)",     \
     "64 plans MLA attention in tiles of 64 query rows whatever the head count (the wide CUDA "     \
     "kernel instead of the narrow one; comparisons)")                                             \
-  X(IGNIS_ENV_MLA_BULK_COPIES, "IGNIS_MLA_BULK_COPIES", "0", "a producer warp's bulk copies (sm_90)",  \
-    "0 has MLA's narrow kernel copy the keys with every thread's cp.async instead of a producer "  \
-    "warp's bulk copies (comparisons)")                                                           \
+  X(IGNIS_ENV_MLA_BULK_COPIES, "IGNIS_MLA_BULK_COPIES", "1", "every thread's cp.async",             \
+    "1 has MLA's narrow kernel take its variant whose producer warp bulk-copies the keys (sm_90; "   \
+    "not yet run on a GPU)")                                                                      \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

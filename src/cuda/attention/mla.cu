@@ -1,6 +1,6 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles: on sm_90 its variant with
- * a producer warp, IGNIS_MLA_BULK_COPIES=0 the per-thread copies). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles; its variant with a
+ * producer warp on sm_90 under IGNIS_MLA_BULK_COPIES=1). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
@@ -50,14 +50,14 @@ static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cuda
   return IGNIS_OK;
 }
 
-/* Whether the narrow kernel takes its producer-warp variant on this device: sm_90 and up, unless
- * IGNIS_MLA_BULK_COPIES=0 (read once). */
+/* Whether the narrow kernel takes its producer-warp variant on this device: IGNIS_MLA_BULK_COPIES=1
+ * (read once) on sm_90 and up. Opt-in: the variant has not run on a GPU yet (0f3f50a). */
 static bool narrow_bulk_copies(int32_t device) {
-  static const bool off = [] {
+  static const bool on = [] {
     const char *value = ignis_env(IGNIS_ENV_MLA_BULK_COPIES);
-    return value != nullptr && strcmp(value, "0") == 0;
+    return value != nullptr && strcmp(value, "1") == 0;
   }();
-  return !off && ignis_compute_capability(device) >= 90;
+  return on && ignis_compute_capability(device) >= 90;
 }
 
 template <typename T, bool FP8>

@@ -26,7 +26,13 @@
  *     part read with ldmatrix.trans (16 MT x 64 f32 accumulators a warp)
  * With MT = 1 a warp's query fragments (its 288 dimensions) stay in registers for the whole item.
  * The epilogue is the wide kernel's: out / lse, or f32 partial rows and their base-2 LSE for a
- * split request (mla_merge_kernel folds them). */
+ * split request (mla_merge_kernel folds them).
+ *
+ * PRODUCER (sm_90, opt-in: IGNIS_MLA_BULK_COPIES=1; compiled and read, not yet run on a GPU): a
+ * ninth warp copies the keys (mla_narrow_produce: two bulk copies a key onto the slot's full
+ * mbarrier, after its empty mbarrier), the 8 consumer warps wait on the full barriers, release
+ * tiles on the empty ones and sync among themselves on a named barrier, sparing them the copies'
+ * address math (~87 of their ~413 instructions a tile). */
 #ifndef IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
 #define IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
 
@@ -304,6 +310,8 @@ __global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
 
+  if (!PRODUCER)
+    mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
   const int last_row = min(w.row_start + ROWS, rows_total) - 1;
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
@@ -340,7 +348,8 @@ __global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
       __syncthreads();
   };
 
-  mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
+  if (PRODUCER)
+    mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* the consumers' */
   if (num_tiles == 0 || PRODUCER) {
     copy_async_commit();
     copy_async_wait<0>(); /* the queries (nothing to attend: the epilogue writes empty rows) */

@@ -65,19 +65,26 @@ template <int MT, bool FP8> struct mla_narrow_layout {
   static_assert(PRIMED - AHEAD - 1 >= 0, "the ring holds the tiles a step reads");
 };
 
+/* A ring row's bytes: 16-bit rows padded to MLA_ROW values, fp8 rows of MLA_DIM bytes. */
+template <typename K> __host__ __device__ constexpr int mla_ring_row_bytes() {
+  return sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
+}
+
 /* The copies of a key tile: warp w copies keys 4 w .. 4 w + 3, 8 lanes a key, lane l the 16-byte
  * chunks l % 8 + 8 i of its key's row (ckv chunks, then kpe ones), so one copy instruction moves 4
  * runs of 128 bytes. A lane's key walks the item 32 keys a tile (mla_key_cursor: its page-table
  * index and slot, advanced without a division), and each step looks up the page of the tile it
- * issues next a step ahead, so the lookup's latency hides behind the step. */
+ * issues next a step ahead, so the lookup's latency hides behind the step. The producer variant's
+ * warp walks one key a lane with the same cursor. */
 struct mla_key_cursor {
   int key, index, slot;   /* this lane's key in the tile to look up next: kv_indices index, slot */
   int index_step, slot_step; /* 32 keys as whole pages and slots */
   int64_t page;           /* the looked-up tile's: page (-1: past the item's keys), slot */
   int page_slot;
-  __device__ __forceinline__ void start(const ignis_mla_params &p, const ignis_mla_work &w) {
+  /* this lane's key within every tile: group + member (a warp's first key, the lane's among them) */
+  __device__ __forceinline__ void start(const ignis_mla_params &p, const ignis_mla_work &w, int group, int member) {
     const int ps = (int)p.page_size;
-    key = w.kv_start + (threadIdx.x / 32) * (MLA_KEY_TILE / 8) + (threadIdx.x % 32) / 8;
+    key = w.kv_start + group + member;
     index = w.page_base + key / ps;
     slot = key % ps;
     index_step = MLA_KEY_TILE / ps;
@@ -101,7 +108,7 @@ struct mla_key_cursor {
  * (16-bit rows of MLA_ROW values, or fp8 rows of MLA_DIM bytes). */
 template <typename K>
 __device__ __forceinline__ void mla_narrow_issue(const ignis_mla_params &p, const mla_key_cursor &c, uint32_t dst) {
-  constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
+  constexpr int ROW_BYTES = mla_ring_row_bytes<K>();
   constexpr int CKV_CHUNKS = MLA_CKV * (int)sizeof(K) / 16, KPE_CHUNKS = MLA_KPE * (int)sizeof(K) / 16;
   static_assert(CKV_CHUNKS % 8 == 0 && KPE_CHUNKS <= 8, "8 lanes a key");
   const int key = (threadIdx.x / 32) * (MLA_KEY_TILE / 8) + (threadIdx.x % 32) / 8, part = threadIdx.x % 8;
@@ -220,34 +227,6 @@ __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float 
     scales[row] = 1.0f / scale;
 }
 
-/* The ring's mbarriers in the producer variant (sm_90; the variant is never launched below it, where
- * these compile to nothing). */
-__device__ __forceinline__ void mla_ring_wait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  ignis_mbar_wait(bar, parity);
-#endif
-}
-__device__ __forceinline__ void mla_ring_arrive(uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  ignis_mbar_arrive(bar);
-#endif
-}
-__device__ __forceinline__ void mla_ring_expect(uint32_t bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  ignis_mbar_arrive_expect_tx(bar, bytes);
-#endif
-}
-__device__ __forceinline__ void mla_ring_init(uint32_t bar, uint32_t count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  ignis_mbar_init(bar, count);
-#endif
-}
-__device__ __forceinline__ void mla_ring_init_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  ignis_mbar_init_fence();
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the zeroed ring before the copies */
-#endif
-}
 /* The 8 consumer warps' barrier (named barrier 1; the producer warp does not take part). */
 __device__ __forceinline__ void mla_consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(MLA_THREADS) : "memory");
@@ -262,40 +241,34 @@ template <typename K, int STAGES>
 __device__ __forceinline__ void mla_narrow_produce(const ignis_mla_params &p, const ignis_mla_work &w, int stop,
                                                    int num_tiles, uint32_t ring, int ring_tile, uint32_t full,
                                                    uint32_t empty) {
-  constexpr int ROW_BYTES = sizeof(K) == 1 ? MLA_DIM : MLA_ROW * 2;
   constexpr uint32_t CKV_BYTES = MLA_CKV * sizeof(K), KPE_BYTES = MLA_KPE * sizeof(K);
-  const int lane = threadIdx.x % 32, ps = (int)p.page_size;
-  int key = w.kv_start + lane, index = w.page_base + key / ps, slot = key % ps;
-  const int index_step = MLA_KEY_TILE / ps, slot_step = MLA_KEY_TILE % ps;
+  const int lane = threadIdx.x % 32;
+  mla_key_cursor cursor;
+  cursor.start(p, w, 0, lane);
   for (int x = 0; x < num_tiles; ++x) {
     const int s = x % STAGES;
-    mla_ring_wait(empty + 8 * s, ((x / STAGES) & 1) ^ 1);
-    const bool live = key < stop;
+    ignis_mbar_wait(empty + 8 * s, ((x / STAGES) & 1) ^ 1);
+    cursor.look_up(p, stop);
+    const bool live = cursor.page >= 0;
     const uint32_t live_keys = __popc(__ballot_sync(0xffffffffu, live));
     if (lane == 0)
-      mla_ring_expect(full + 8 * s, live_keys * (CKV_BYTES + KPE_BYTES));
+      ignis_mbar_arrive_expect_tx(full + 8 * s, live_keys * (CKV_BYTES + KPE_BYTES));
     __syncwarp();
     if (live) {
-      const int64_t page = p.kv_indices[index];
-      const uint32_t row = ring + (uint32_t)(s * ring_tile + lane * ROW_BYTES);
+      const int64_t page = cursor.page, slot = cursor.page_slot;
+      const uint32_t row = ring + (uint32_t)(s * ring_tile + lane * mla_ring_row_bytes<K>());
       bulk_copy_to_shared(row, (const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token, CKV_BYTES,
                           full + 8 * s);
       bulk_copy_to_shared(row + CKV_BYTES, (const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token,
                           KPE_BYTES, full + 8 * s);
     }
-    key += MLA_KEY_TILE;
-    index += index_step;
-    slot += slot_step;
-    if (slot >= ps) {
-      slot -= ps;
-      ++index;
-    }
   }
 }
 
+/* The kernel's body; the producer variant (sm_90 mbarriers and bulk copies) is compiled only for
+ * sm_90 and up (mla_narrow_kernel), the only devices it is launched on. */
 template <typename T, bool FP8, int MT, bool PRODUCER>
-__global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
-    mla_narrow_kernel(const ignis_mla_params p) {
+__device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
   using L = mla_narrow_layout<MT, FP8>;
   using K = typename std::conditional<FP8, uint8_t, T>::type;
   /* the tensor cores' type: the queries', or f16 for an fp8 cache (mla_queries_to_f16) */
@@ -323,23 +296,24 @@ __global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
   if (PRODUCER) {
     if (tid == 0)
       for (int x = 0; x < STAGES; ++x) {
-        mla_ring_init(full + 8 * x, 1);
-        mla_ring_init(empty + 8 * x, MLA_THREADS / 32);
+        ignis_mbar_init(full + 8 * x, 1);
+        ignis_mbar_init(empty + 8 * x, MLA_THREADS / 32);
       }
     for (int i = tid; i < STAGES * RING_TILE / 16; i += MLA_THREADS + 32)
       *(uint4 *)(smem + (ring - base) + i * 16) = make_uint4(0u, 0u, 0u, 0u);
-    mla_ring_init_fence();
+    ignis_mbar_init_fence();
+    ignis_fence_proxy_async(); /* the zeroed ring before the bulk copies */
     __syncthreads();
     if (warp == MLA_THREADS / 32) {
       mla_narrow_produce<K, STAGES>(p, w, stop, num_tiles, ring, RING_TILE, full, empty);
       return;
     }
   }
-  auto ring_wait = [&](int x) { mla_ring_wait(full + 8 * (x % STAGES), (uint32_t)(x / STAGES) & 1u); };
+  auto ring_wait = [&](int x) { ignis_mbar_wait(full + 8 * (x % STAGES), (uint32_t)(x / STAGES) & 1u); };
   auto ring_release = [&](int x) {
     __syncwarp();
     if (lane == 0)
-      mla_ring_arrive(empty + 8 * (x % STAGES));
+      ignis_mbar_arrive(empty + 8 * (x % STAGES));
   };
   auto consumers_sync = [&]() {
     if (PRODUCER)
@@ -356,7 +330,7 @@ __global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
   }
   /* without a producer: one cp.async copy group a tile, PRIMED tiles ahead */
   mla_key_cursor cursor;
-  cursor.start(p, w);
+  cursor.start(p, w, (threadIdx.x / 32) * (MLA_KEY_TILE / 8), (threadIdx.x % 32) / 8);
   if (num_tiles > 0 && !PRODUCER) {
 #pragma unroll
     for (int x = 0; x < L::PRIMED; ++x) {
@@ -596,6 +570,19 @@ __global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
           p.lse[(w.q_row + token) * p.lse_stride_token + h * p.lse_stride_head] = lse2 * p.lse_scale;
       }
     }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool mla_bulk_copies_compiled = false;
+#else
+constexpr bool mla_bulk_copies_compiled = true;
+#endif
+
+template <typename T, bool FP8, int MT, bool PRODUCER>
+__global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
+    mla_narrow_kernel(const ignis_mla_params p) {
+  if constexpr (!PRODUCER || mla_bulk_copies_compiled)
+    mla_narrow_attend<T, FP8, MT, PRODUCER>(p);
 }
 
 #endif

@@ -64,10 +64,6 @@ enum {
 };
 
 /* ---- PTX wrappers ---------------------------------------------------------------------------- */
-/* Shared memory written by the generic proxy (cp.async, st.shared) becomes visible to wgmma. */
-static __device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 /* Shared-memory matrix descriptor: 128-byte swizzle, offsets in bytes. */
 static __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
@@ -308,7 +304,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     }
     copy_async_commit();
     copy_async_wait<0>();
-    fence_proxy_async();
+    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
     if (wg == 0) /* the warpgroup's own named barrier */
       asm volatile("bar.sync 1, 128;" ::: "memory");
     else
@@ -353,7 +349,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   };
   if (n_wg > 0) {
     ignis_mbar_wait(bar_full_k, 0);
-    fence_proxy_async();
+    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
     ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages);
     ignis_wgmma_commit();
@@ -368,7 +364,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     const int sj = j % WGMMA_STAGES, sp = (j - 1) % WGMMA_STAGES;
     ignis_mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
     ignis_mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
-    fence_proxy_async();
+    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
     ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages + sj * WGMMA_STAGE_BYTES);
     ignis_wgmma_commit();
@@ -387,7 +383,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   if (n_wg > 0) {
     const int sp = (n_wg - 1) % WGMMA_STAGES;
     ignis_mbar_wait(bar_full_v + 8 * sp, ((n_wg - 1) / WGMMA_STAGES) & 1);
-    fence_proxy_async();
+    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
     ignis_wgmma_fence();
     wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
     ignis_wgmma_commit();

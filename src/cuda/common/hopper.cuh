@@ -37,6 +37,11 @@ static __device__ __forceinline__ void ignis_mbar_init(uint32_t bar, uint32_t co
 static __device__ __forceinline__ void ignis_mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+/* Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (wgmma
+ * operands, bulk and TMA copies into the same bytes). */
+static __device__ __forceinline__ void ignis_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 static __device__ __forceinline__ void ignis_mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }

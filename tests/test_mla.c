@@ -337,6 +337,13 @@ static const mla_case cases[] = {
      0.0,
      0.0},
     {"not causal h32 q3", 32, 64, 2, {3, 1}, {130, 257}, 0, 0, IGNIS_F16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    /* 64-row tiles (the wgmma kernel on sm_90a): 40 heads span tokens with their own causal limits,
+     * a 16-bit cache with scales; 64 heads at page 64; a 128-head chunk of 16 tokens at page 1 */
+    {"h40 q3,2 causal f16 scales (64-row tiles across tokens)", 40, 16, 2, {3, 2}, {300, 90}, 1, 0, IGNIS_F16,
+     IGNIS_LSE_NATURAL, 0, 0, 0.5, 2.0},
+    {"h64 page64 lengths 1..1000", 64, 64, 4, {1, 1, 1, 1}, {1, 64, 65, 1000}, 1, 1, IGNIS_BF16, IGNIS_LSE_BASE2,
+     0, 0, 0.0, 0.0},
+    {"h128 q16 page1 chunk", 128, 1, 2, {16, 1}, {300, 129}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
     /* the narrow kernel's tiles: 16 rows spanning tokens of 8 heads, each row its causal limit */
     {"h8 q3,5 causal (16-row tiles across tokens)", 8, 16, 2, {3, 5}, {40, 600}, 1, 0, IGNIS_BF16,
      IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},

@@ -25,6 +25,9 @@ extern "C" {
   X(IGNIS_ENV_MLA_BULK_COPIES, "IGNIS_MLA_BULK_COPIES", "1", "every thread's cp.async",             \
     "1 has MLA's narrow kernel take its variant whose producer warp bulk-copies the keys (sm_90; "   \
     "not yet run on a GPU)")                                                                      \
+  X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "1", "the mma.sync kernel",                            \
+    "1 runs MLA's 64-row tiles of a 16-bit cache on the Hopper wgmma kernel (sm_90a; not yet run "  \
+    "on a GPU)")                                                                                  \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

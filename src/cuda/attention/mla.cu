@@ -1,12 +1,14 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
  * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles; its variant with a
- * producer warp on sm_90 under IGNIS_MLA_BULK_COPIES=1). The attention grid is the last update's work items, then the merge grid its
+ * producer warp on sm_90 under IGNIS_MLA_BULK_COPIES=1; mla_wgmma.cuh for 64-row tiles of a 16-bit
+ * cache on sm_90a under IGNIS_MLA_WGMMA=1). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
  * aligned with strides of whole 16-byte units (IGNIS_ERROR_UNSUPPORTED otherwise, before any launch). */
 #include "cuda/attention/mla_attention.cuh"
 #include "cuda/attention/mla_narrow.cuh"
+#include "cuda/attention/mla_wgmma.cuh"
 
 static bool aligned16(const void *ptr) {
   return ((uintptr_t)ptr & 15u) == 0;
@@ -60,8 +62,21 @@ static bool narrow_bulk_copies(int32_t device) {
   return on && ignis_compute_capability(device) >= 90;
 }
 
+/* Which kernel 64-row tiles of a 16-bit cache take on this device: 0 mla_attention_kernel, else
+ * mla_wgmma_kernel where the build compiled sm_90a and the device is compute capability 9.0 and
+ * IGNIS_MLA_WGMMA asks for it (read once): 1 its one-scorer form, 2 its split-score form. */
+static int wide_wgmma(int32_t device) {
+  static const int mode = [] {
+    const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
+    if (value == nullptr || strstr(IGNIS_CUDA_TARGETS, "sm_90a") == nullptr)
+      return 0;
+    return strcmp(value, "1") == 0 ? 1 : strcmp(value, "2") == 0 ? 2 : 0;
+  }();
+  return ignis_compute_capability(device) == 90 ? mode : 0;
+}
+
 template <typename T, bool FP8>
-static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool bulk) {
+static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool bulk, int wgmma) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -76,6 +91,12 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool 
           bulk ? launch_narrow<T, FP8, true>(p, items, stream) : launch_narrow<T, FP8, false>(p, items, stream);
       if (status != IGNIS_OK)
         return status;
+    } else if (!FP8 && wgmma == 1) {
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true>>((size_t)MLA_WG_SMEM_BYTES)));
+      mla_wgmma_kernel<T, true><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
+    } else if (!FP8 && wgmma == 2) {
+      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, false>>((size_t)MLA_WG_SMEM_BYTES)));
+      mla_wgmma_kernel<T, false><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
     } else {
       const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));
@@ -98,11 +119,12 @@ extern "C" ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t d
   if (aligned != IGNIS_OK)
     return aligned;
   const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3, bulk = narrow_bulk_copies(device);
+  const int wgmma = wide_wgmma(device);
+  const cudaStream_t s = (cudaStream_t)stream;
   if (params->dtype == IGNIS_BF16)
-    return fp8 ? launch<__nv_bfloat16, true>(*params, (cudaStream_t)stream, bulk)
-               : launch<__nv_bfloat16, false>(*params, (cudaStream_t)stream, bulk);
-  return fp8 ? launch<__half, true>(*params, (cudaStream_t)stream, bulk)
-             : launch<__half, false>(*params, (cudaStream_t)stream, bulk);
+    return fp8 ? launch<__nv_bfloat16, true>(*params, s, bulk, wgmma)
+               : launch<__nv_bfloat16, false>(*params, s, bulk, wgmma);
+  return fp8 ? launch<__half, true>(*params, s, bulk, wgmma) : launch<__half, false>(*params, s, bulk, wgmma);
 }
 
 extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device,

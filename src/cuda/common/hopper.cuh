@@ -110,9 +110,12 @@ template <int N> static __device__ __forceinline__ void ignis_wgmma_pin(float (&
     asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* Descriptor of a K-major operand in the 128-byte-swizzle layout starting at shared address addr. */
-static __device__ __forceinline__ uint64_t ignis_wgmma_desc(uint32_t addr) {
-  return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(16u >> 4) << 16 | (uint64_t)(1024u >> 4) << 32 |
+/* Descriptor of an operand in the 128-byte-swizzle layout starting at shared address addr, 8-row
+ * atoms 1024 bytes apart (SBO). K-major operands leave lbo at 16 (unused); an MN-major B operand
+ * (B_MN_MAJOR below: rows of the tile run along K, 64-element panels along N) passes the byte step
+ * from one 64-element panel of N to the next. */
+static __device__ __forceinline__ uint64_t ignis_wgmma_desc(uint32_t addr, uint32_t lbo = 16u) {
+  return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024u >> 4) << 32 |
          1ull << 62;
 }
 
@@ -193,27 +196,51 @@ static __device__ __forceinline__ void ignis_wgmma_m64n128(float (&d)[64], uint6
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-template <ignis_wgmma_type T>
+/* B_MN_MAJOR: B stored N-contiguous (the transpose flag; 16-bit types only), as the rows of a key
+ * tile are for the V operand of P V. */
+template <ignis_wgmma_type T, bool B_MN_MAJOR = false>
 static __device__ __forceinline__ void ignis_wgmma_m64n256(float (&d)[128], uint64_t a, uint64_t b,
                                                            int accumulate) {
+  static_assert(!B_MN_MAJOR || T != IGNIS_WGMMA_E4M3, "e4m3 wgmma takes K-major operands only");
+  constexpr int TB = B_MN_MAJOR ? 1 : 0;
   if constexpr (T == IGNIS_WGMMA_BF16)
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " IGNIS_WGMMA_D128
-                 ", %128, %129, p, 1, 1, 0, 0;\n}"
+                 ", %128, %129, p, 1, 1, 0, %131;\n}"
                  : IGNIS_WGMMA_D128_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
   else if constexpr (T == IGNIS_WGMMA_F16)
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " IGNIS_WGMMA_D128
-                 ", %128, %129, p, 1, 1, 0, 0;\n}"
+                 ", %128, %129, p, 1, 1, 0, %131;\n}"
                  : IGNIS_WGMMA_D128_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
+                 : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
   else
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " IGNIS_WGMMA_D128
                  ", %128, %129, p, 1, 1;\n}"
                  : IGNIS_WGMMA_D128_OPERANDS
                  : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/* d += A B for a 64 x 256 tile, K = 16: A in registers (per warp the m16n8k16 A fragment of its 16
+ * rows: a[0] rows l / 4, k 2 (l % 4) +0/1; a[1] rows + 8; a[2], a[3] the same at k + 8), B MN-major
+ * in shared memory (16-bit types). */
+template <ignis_wgmma_type T>
+static __device__ __forceinline__ void ignis_wgmma_m64n256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(T != IGNIS_WGMMA_E4M3, "16-bit A fragments");
+  if constexpr (T == IGNIS_WGMMA_BF16)
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " IGNIS_WGMMA_D128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"
+                 : IGNIS_WGMMA_D128_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " IGNIS_WGMMA_D128
+                 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"
+                 : IGNIS_WGMMA_D128_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
 /* d (+)= A B for a 64 x N tile with N = 16, 32 or 64 (N / 2 accumulators per thread), both operands

@@ -1,0 +1,365 @@
+/* The Hopper (sm_90a) MLA attention kernel for 64-row tiles of a 16-bit cache (64 heads and more:
+ * DeepSeek-V3's 128). It takes the plan's work items, partial rows and merge kernel as
+ * mla_attention_kernel does (mla_attention.cuh) and writes the same results; mla.cu runs it where
+ * the device is compute capability 9.0 and the build has sm_90a (IGNIS_MLA_WGMMA).
+ *
+ * Block: 256 threads, two warpgroups, one block per SM. Shared memory, from a 1024-byte aligned
+ * base, every operand in the canonical 128-byte-swizzle layout (hopper.cuh: 64-element panels of
+ * 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r & 7)):
+ *   Q       the tile's 64 query rows x 576 (q_nope | q_pe): 9 panels of 8 KB
+ *   stages  two key tiles of 64 keys x 576 (ckv | kpe), 9 panels each, gathered through the page
+ *           table with 16-byte cp.async (4 threads a key, one page lookup a thread and tile), the
+ *           next tile's copy in flight while the current one computes
+ *   P       64 rows x 64 keys of 16-bit probabilities, one panel
+ *   stats   the two warpgroups' row maxima, then their row sums
+ * Per key tile, warpgroup g (its 64 rows are every row of the tile):
+ *   1. S_g = Q K^T over keys 32 g .. 32 g + 31: 36 wgmma m64n32k16, Q and K K-major in shared
+ *      memory, the 512 ckv and 64 kpe dimensions into separate accumulators joined with the
+ *      cache's scales; scaled to base 2 and masked (chunk end, causal position, rows past the
+ *      request) per row
+ *   2. the tile's row maxima: each warpgroup's through shared memory to the other, so both move the
+ *      same running maximum; P_g = 2^(S_g - m) into its half of P (a 16-bit row of 64 keys is one
+ *      swizzled 128-byte row), the thread's part of the row sum kept in a register
+ *   3. O_g = alpha O_g + P V_g over output dimensions 256 g .. 256 g + 255: 4 wgmma m64n256k16,
+ *      P (K-major) and the ckv part of the same key tile as the MN-major B operand (transpose
+ *      flag; LBO = the 8 KB panel step along dimensions, SBO 1024 B between 8-key groups, a k16
+ *      step adds 2 KB), 128 f32 accumulators a thread
+ * Three block barriers a tile: the tile landed (and the previous P V is done with its stage and P),
+ * the maxima exchanged, P written. The epilogue adds the two warpgroups' row sums and writes out /
+ * lse, or the f32 partial row and its base-2 LSE for a chunk of a split request. */
+#ifndef IGNIS_CUDA_ATTENTION_MLA_WGMMA_CUH
+#define IGNIS_CUDA_ATTENTION_MLA_WGMMA_CUH
+
+#include "cuda/attention/mla_attention.cuh"
+#include "cuda/common/hopper.cuh"
+
+enum {
+  MLA_WG_THREADS = 256,
+  MLA_WG_KEYS = 64,                               /* keys per tile */
+  MLA_WG_PANEL = 64 * 128,                        /* 64 rows of 64 16-bit values */
+  MLA_WG_TILE = (MLA_DIM / 64) * MLA_WG_PANEL,    /* 64 rows x 576 */
+  MLA_WG_Q = 0,
+  MLA_WG_STAGE = MLA_WG_Q + MLA_WG_TILE,          /* two stages */
+  MLA_WG_P = MLA_WG_STAGE + 2 * MLA_WG_TILE,
+  MLA_WG_STATS = MLA_WG_P + MLA_WG_PANEL,         /* float [2][64] */
+  MLA_WG_SMEM_BYTES = MLA_WG_STATS + 2 * 64 * 4 + 1024, /* + alignment slack */
+};
+
+/* Issue the copies of one row of 576 16-bit values into a 9-panel tile at dst, shared by PARTS
+ * threads: part p copies chunks p, p + PARTS, .. from `nope` (chunks 0-63) and `pe` (64-71); a null
+ * `nope` zero-fills the row (the source then only names a valid address). */
+template <typename T, int PARTS>
+__device__ __forceinline__ void mla_wg_copy_row(uint32_t dst, int row, int part, const T *nope, const T *pe,
+                                                const void *valid) {
+  const bool live = nope != nullptr;
+#pragma unroll
+  for (int i = 0; i < MLA_CHUNKS / PARTS; ++i) {
+    const int c = part + PARTS * i; /* i < 64 / PARTS: a ckv chunk */
+    const void *src = !live                      ? valid
+                      : i < MLA_CKV / 8 / PARTS ? (const void *)(nope + c * 8)
+                                                 : (const void *)(pe + (c - MLA_CKV / 8) * 8);
+    copy_async16(dst + (uint32_t)((c >> 3) * MLA_WG_PANEL + row * 128 + (((c & 7) ^ (row & 7)) << 4)), src,
+                 live);
+  }
+}
+
+/* Key tile [k0, k0 + 64) of the item (keys at or past stop zero-filled) into the stage at dst, by
+ * 64 * PARTS threads numbered t (PARTS of them a key). */
+template <typename T, int PARTS>
+__device__ __forceinline__ void mla_wg_issue_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
+                                                  int stop, uint32_t dst, int t) {
+  const int key = t / PARTS, part = t % PARTS, j = k0 + key;
+  const T *nope = nullptr, *pe = nullptr;
+  if (j < stop) {
+    const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
+    nope = (const T *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token;
+    pe = (const T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token;
+  }
+  mla_wg_copy_row<T, PARTS>(dst, key, part, nope, pe, p.ckv);
+}
+
+/* A barrier of both warpgroups where they run apart code (named barrier 1). */
+__device__ __forceinline__ void mla_wg_sync() {
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+template <typename T, bool ONE_SCORER>
+__global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const ignis_mla_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr ignis_wgmma_type WT = mla_is_bf16<T>::value ? IGNIS_WGMMA_BF16 : IGNIS_WGMMA_F16;
+  if ((int)blockIdx.x >= p.header->num_work)
+    return; /* a captured grid of the plan's maximum */
+  const ignis_mla_work w = p.work[blockIdx.x];
+  extern __shared__ __align__(1024) unsigned char mla_wg_smem[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mla_wg_smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char *const smem = mla_wg_smem + (base - raw);
+  float *const s_stats = (float *)(smem + MLA_WG_STATS);
+  unsigned char *const s_p = smem + MLA_WG_P;
+  const int tid = threadIdx.x, g = tid >> 7, lane = tid & 31, quad = lane & 3;
+  const int H = (int)p.num_heads, rows_total = w.q_len * H;
+
+  /* the queries: row tid / 4 */
+  {
+    const int r = tid >> 2, row = w.row_start + r;
+    const T *nope = nullptr, *pe = nullptr;
+    if (row < rows_total) {
+      const int64_t t = w.q_row + row / H, h = row % H;
+      nope = (const T *)p.q_nope + t * p.q_nope_stride_token + h * p.q_nope_stride_head;
+      pe = (const T *)p.q_pe + t * p.q_pe_stride_token + h * p.q_pe_stride_head;
+    }
+    mla_wg_copy_row<T, 4>(base + MLA_WG_Q, r, tid & 3, nope, pe, p.q_nope);
+  }
+  /* keys the tile sees: up to the last row's causal limit, within the chunk */
+  const int last_row = min(w.row_start + 64, rows_total) - 1;
+  const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
+  const int stop = min(w.kv_end, tile_last_key + 1);
+  const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_WG_KEYS - 1) / MLA_WG_KEYS : 0;
+  if (num_tiles > 0) {
+    if (!ONE_SCORER)
+      mla_wg_issue_keys<T, 4>(p, w, w.kv_start, stop, base + MLA_WG_STAGE, tid);
+    else if (g == 1)
+      mla_wg_issue_keys<T, 2>(p, w, w.kv_start, stop, base + MLA_WG_STAGE, tid - 128);
+  }
+  copy_async_commit();
+
+  /* this thread's two rows (h = 0, 1) of the tile, and the last key each sees */
+  const int r0 = 16 * ((tid >> 5) & 3) + (lane >> 2);
+  int last[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = w.row_start + r0 + 8 * h;
+    last[h] = row >= rows_total ? -1 : min(stop - 1, p.causal ? w.kv_len - w.q_len + row / H : w.kv_len - 1);
+  }
+  float m[2] = {-CUDART_INF_F, -CUDART_INF_F}, l[2] = {0.0f, 0.0f};
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i)
+    o[i] = 0.0f;
+  const float pe_ratio = p.kpe_scale / p.ckv_scale, score_scale = p.ckv_scale * p.sm_scale_log2;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    copy_async_wait<0>();
+    ignis_fence_proxy_async(); /* the landed copies, before wgmma reads them */
+    __syncthreads();
+    const int k0 = w.kv_start + tile * MLA_WG_KEYS;
+    const uint32_t stage = base + MLA_WG_STAGE + (uint32_t)(tile & 1) * MLA_WG_TILE;
+    const uint32_t next = base + MLA_WG_STAGE + (uint32_t)((tile + 1) & 1) * MLA_WG_TILE;
+    float rescale[2];
+    if constexpr (ONE_SCORER) {
+      if (g == 1) {
+        if (tile + 1 < num_tiles) {
+          mla_wg_issue_keys<T, 2>(p, w, k0 + MLA_WG_KEYS, stop, next, tid - 128);
+          copy_async_commit();
+        }
+      } else {
+        /* 1. scores of the tile's 64 keys: kpe first, brought to the ckv scale, then ckv */
+        float s[32];
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < MLA_KPE / 16; ++kk)
+          ignis_wgmma_m64n_small<WT, 64>(s, ignis_wgmma_desc(base + MLA_WG_Q + 8 * MLA_WG_PANEL + kk * 32),
+                                         ignis_wgmma_desc(stage + 8 * MLA_WG_PANEL + kk * 32), kk > 0);
+        if (pe_ratio != 1.0f) {
+          ignis_wgmma_commit();
+          ignis_wgmma_wait<0>();
+          ignis_wgmma_pin(s);
+#pragma unroll
+          for (int i = 0; i < 32; ++i)
+            s[i] *= pe_ratio;
+          ignis_wgmma_fence();
+        }
+#pragma unroll
+        for (int kk = 0; kk < MLA_CKV / 16; ++kk)
+          ignis_wgmma_m64n_small<WT, 64>(
+              s, ignis_wgmma_desc(base + MLA_WG_Q + (kk >> 2) * MLA_WG_PANEL + (kk & 3) * 32),
+              ignis_wgmma_desc(stage + (kk >> 2) * MLA_WG_PANEL + (kk & 3) * 32), 1);
+        ignis_wgmma_commit();
+        ignis_wgmma_wait<0>();
+        ignis_wgmma_pin(s);
+        /* 2. mask, online softmax of whole rows, P into shared memory for warpgroup 1 */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = -CUDART_INF_F;
+#pragma unroll
+          for (int n = 0; n < 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int i = 4 * n + 2 * h + e;
+              s[i] = k0 + 8 * n + 2 * quad + e <= last[h] ? s[i] * score_scale : -CUDART_INF_F;
+              mx = fmaxf(mx, s[i]);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_use = online_max<true>(m[h], mx, &rescale[h]);
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              s[4 * n + 2 * h + e] = exp2_approx(s[4 * n + 2 * h + e] - m_use);
+              sum += s[4 * n + 2 * h + e];
+            }
+          l[h] = fmaf(l[h], rescale[h], sum);
+          if (quad == 0)
+            s_stats[r0 + 8 * h] = rescale[h];
+        }
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int v = 0; v < 4; ++v)
+            pa[kk][v] = ignis_pack_word<T>(&s[8 * kk + 2 * v]);
+        /* pa[kk][v]: row r0 + 8 (v & 1), keys 16 kk + 8 (v >> 1) + 2 quad .. +1 */
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const int r = r0 + 8 * (v & 1), chunk = 2 * kk + (v >> 1);
+            *(uint32_t *)(s_p + r * 128 + ((chunk ^ (r & 7)) << 4) + 4 * quad) = pa[kk][v];
+          }
+        ignis_fence_proxy_async(); /* P, before warpgroup 1's wgmma reads it */
+        mla_wg_sync();
+        /* 3. O = alpha O + P V over dimensions 0-255, P from registers */
+        if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+          for (int i = 0; i < 128; ++i)
+            o[i] *= rescale[(i >> 1) & 1];
+        }
+        ignis_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < MLA_WG_KEYS / 16; ++kk)
+          ignis_wgmma_m64n256_rs<WT>(o, pa[kk], ignis_wgmma_desc(stage + kk * 16 * 128, MLA_WG_PANEL));
+        ignis_wgmma_commit();
+        ignis_wgmma_wait<0>(); /* before the next tile's copies overwrite this stage */
+        ignis_wgmma_pin(o);
+        continue;
+      }
+      mla_wg_sync(); /* warpgroup 0's P and rescale factors */
+      rescale[0] = s_stats[r0];
+      rescale[1] = s_stats[r0 + 8];
+    } else {
+      if (tile + 1 < num_tiles) {
+        mla_wg_issue_keys<T, 4>(p, w, k0 + MLA_WG_KEYS, stop, next, tid);
+        copy_async_commit();
+      }
+      /* 1. scores of this warpgroup's 32 keys */
+      float s[16], s_pe[16];
+      ignis_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < MLA_CKV / 16; ++kk)
+        ignis_wgmma_m64n_small<WT, 32>(
+            s, ignis_wgmma_desc(base + MLA_WG_Q + (kk >> 2) * MLA_WG_PANEL + (kk & 3) * 32),
+            ignis_wgmma_desc(stage + (kk >> 2) * MLA_WG_PANEL + 32 * 128 * g + (kk & 3) * 32), kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < MLA_KPE / 16; ++kk)
+        ignis_wgmma_m64n_small<WT, 32>(s_pe, ignis_wgmma_desc(base + MLA_WG_Q + 8 * MLA_WG_PANEL + kk * 32),
+                                       ignis_wgmma_desc(stage + 8 * MLA_WG_PANEL + 32 * 128 * g + kk * 32),
+                                       kk > 0);
+      ignis_wgmma_commit();
+      ignis_wgmma_wait<0>();
+      ignis_wgmma_pin(s);
+      ignis_wgmma_pin(s_pe);
+      /* scale to base 2, mask, the row maxima of these 32 keys */
+      float mx[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int h = (i >> 1) & 1, j = k0 + 32 * g + 8 * (i >> 2) + 2 * quad + (i & 1);
+        const float x = (s[i] * p.ckv_scale + s_pe[i] * p.kpe_scale) * p.sm_scale_log2;
+        s[i] = j <= last[h] ? x : -CUDART_INF_F;
+        mx[h] = fmaxf(mx[h], s[i]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        if (quad == 0)
+          s_stats[64 * g + r0 + 8 * h] = mx[h];
+      }
+      __syncthreads();
+      /* 2. the running maxima (the same in both warpgroups), P of these keys */
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float top = fmaxf(mx[h], s_stats[64 * (1 - g) + r0 + 8 * h]);
+        const float m_use = online_max<true>(m[h], top, &rescale[h]);
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[4 * n + 2 * h + e] = exp2_approx(s[4 * n + 2 * h + e] - m_use);
+            sum += s[4 * n + 2 * h + e];
+          }
+        l[h] = fmaf(l[h], rescale[h], sum);
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + 8 * h;
+          *(uint32_t *)(s_p + r * 128 + (((4 * g + n) ^ (r & 7)) << 4) + 4 * quad) =
+              ignis_pack_word<T>(&s[4 * n + 2 * h]);
+        }
+      ignis_fence_proxy_async(); /* P, before wgmma reads it */
+      __syncthreads();
+    }
+    /* 3. O = alpha O + P V over this warpgroup's 256 dimensions, P from shared memory */
+    if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < 128; ++i)
+        o[i] *= rescale[(i >> 1) & 1];
+    }
+    ignis_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < MLA_WG_KEYS / 16; ++kk)
+      ignis_wgmma_m64n256<WT, true>(o, ignis_wgmma_desc(base + MLA_WG_P + kk * 32),
+                                    ignis_wgmma_desc(stage + 4 * g * MLA_WG_PANEL + kk * 16 * 128, MLA_WG_PANEL),
+                                    1);
+    ignis_wgmma_commit();
+    ignis_wgmma_wait<0>(); /* before the next tile's copies overwrite this stage */
+    ignis_wgmma_pin(o);
+  }
+  copy_async_wait<0>(); /* an item without keys still issued its query copies */
+  __syncthreads();
+
+  /* epilogue: the row sums of both warpgroups, then out / lse or the chunk's partial row */
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (quad == 0)
+      s_stats[64 * g + r0 + 8 * h] = l[h];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h, row = w.row_start + r;
+    if (row >= rows_total)
+      continue;
+    const float lsum = s_stats[r] + s_stats[64 + r];
+    const float inv = lsum > 0.0f ? p.ckv_scale / lsum : 0.0f; /* values are ckv_scale * ckv */
+    const int64_t token = row / H, head = row % H;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+      const int col = 256 * g + 8 * n + 2 * quad;
+      const float x0 = o[4 * n + 2 * h] * inv, x1 = o[4 * n + 2 * h + 1] * inv;
+      if (w.partial < 0) {
+        alignas(4) T pair[2] = {ignis_from_float<T>(x0), ignis_from_float<T>(x1)};
+        *(uint32_t *)((T *)p.out + (w.q_row + token) * p.out_stride_token + head * p.out_stride_head + col) =
+            *(const uint32_t *)pair;
+      } else {
+        *(float2 *)(p.partial_out + ((w.partial + token) * H + head) * MLA_CKV + col) = make_float2(x0, x1);
+      }
+    }
+    if (g == 0 && quad == 0) {
+      const float lse2 = lsum > 0.0f ? m[h] + log2f(lsum) : -CUDART_INF_F;
+      if (w.partial >= 0)
+        p.partial_lse[(w.partial + token) * H + head] = lse2;
+      else if (p.lse)
+        p.lse[(w.q_row + token) * p.lse_stride_token + head * p.lse_stride_head] = lse2 * p.lse_scale;
+    }
+  }
+#endif
+}
+
+#endif

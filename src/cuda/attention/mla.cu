@@ -64,7 +64,8 @@ static bool narrow_bulk_copies(int32_t device) {
 
 /* Which kernel 64-row tiles of a 16-bit cache take on this device: 0 mla_attention_kernel, else
  * mla_wgmma_kernel where the build compiled sm_90a and the device is compute capability 9.0 and
- * IGNIS_MLA_WGMMA asks for it (read once): 1 its one-scorer form, 2 its split-score form. */
+ * IGNIS_MLA_WGMMA asks for it (read once): 1 its one-scorer form (where the two cache scales are
+ * equal; else the split form), 2 its split-score form. */
 static int wide_wgmma(int32_t device) {
   static const int mode = [] {
     const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
@@ -91,10 +92,10 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool 
           bulk ? launch_narrow<T, FP8, true>(p, items, stream) : launch_narrow<T, FP8, false>(p, items, stream);
       if (status != IGNIS_OK)
         return status;
-    } else if (!FP8 && wgmma == 1) {
+    } else if (!FP8 && wgmma == 1 && p.kpe_scale == p.ckv_scale) { /* one accumulator for S */
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true>>((size_t)MLA_WG_SMEM_BYTES)));
       mla_wgmma_kernel<T, true><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
-    } else if (!FP8 && wgmma == 2) {
+    } else if (!FP8 && wgmma != 0) {
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, false>>((size_t)MLA_WG_SMEM_BYTES)));
       mla_wgmma_kernel<T, false><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
     } else {

@@ -8,25 +8,28 @@
  * 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r & 7)):
  *   Q       the tile's 64 query rows x 576 (q_nope | q_pe): 9 panels of 8 KB
  *   stages  two key tiles of 64 keys x 576 (ckv | kpe), 9 panels each, gathered through the page
- *           table with 16-byte cp.async (4 threads a key, one page lookup a thread and tile), the
- *           next tile's copy in flight while the current one computes
- *   P       64 rows x 64 keys of 16-bit probabilities, one panel
- *   stats   the two warpgroups' row maxima, then their row sums
- * Per key tile, warpgroup g (its 64 rows are every row of the tile):
- *   1. S_g = Q K^T over keys 32 g .. 32 g + 31: 36 wgmma m64n32k16, Q and K K-major in shared
- *      memory, the 512 ckv and 64 kpe dimensions into separate accumulators joined with the
- *      cache's scales; scaled to base 2 and masked (chunk end, causal position, rows past the
- *      request) per row
- *   2. the tile's row maxima: each warpgroup's through shared memory to the other, so both move the
- *      same running maximum; P_g = 2^(S_g - m) into its half of P (a 16-bit row of 64 keys is one
- *      swizzled 128-byte row), the thread's part of the row sum kept in a register
- *   3. O_g = alpha O_g + P V_g over output dimensions 256 g .. 256 g + 255: 4 wgmma m64n256k16,
- *      P (K-major) and the ckv part of the same key tile as the MN-major B operand (transpose
- *      flag; LBO = the 8 KB panel step along dimensions, SBO 1024 B between 8-key groups, a k16
- *      step adds 2 KB), 128 f32 accumulators a thread
- * Three block barriers a tile: the tile landed (and the previous P V is done with its stage and P),
- * the maxima exchanged, P written. The epilogue adds the two warpgroups' row sums and writes out /
- * lse, or the f32 partial row and its base-2 LSE for a chunk of a split request. */
+ *           table with 16-byte cp.async (one page lookup a thread and tile), the next tile's copy
+ *           in flight while the current one computes
+ *   P       64 rows x 64 keys of 16-bit probabilities, one panel (a row of 64 keys is one
+ *           swizzled 128-byte row)
+ *   stats   row maxima or rescale factors passed between the warpgroups, then row sums
+ * Output: O = sum P V over the ckv part of the keys, warpgroup g holding dimensions 256 g .. +255
+ * (m64n256k16 wgmma, 128 f32 accumulators a thread), the key tile's ckv part read as the MN-major
+ * B operand (transpose flag; LBO = the 8 KB panel step along dimensions, SBO 1024 B between 8-key
+ * groups, a k16 step adds 2 KB). Two forms of the scores and softmax (ONE_SCORER):
+ *   one scorer (true; the cache scales equal): warpgroup 0 computes S = Q K^T for all 64 keys (36
+ *     m64n64k16, both operands in shared memory: 4 KB a 32-cycle instruction, what shared memory
+ *     delivers), masks, runs the online softmax of whole rows in registers, writes P and the rows'
+ *     rescale factors to shared memory and keeps P as A fragments for its own P V (register-A
+ *     wgmma); warpgroup 1 meanwhile issues the next tile's copies (2 threads a key), then takes P
+ *     from shared memory. Two block barriers a tile: the tile landed, P written.
+ *   split scores (false; any scales): warpgroup g scores keys 32 g .. +31 (m64n32k16) with the kpe
+ *     dimensions in a separate accumulator joined with the cache's scales, the two warpgroups'
+ *     row maxima meet through shared memory so both move the same running maximum, each writes
+ *     its half of P; every thread copies (4 threads a key). Three block barriers a tile.
+ * Masks: chunk end, causal position, rows past the request, per row. The epilogue adds the
+ * warpgroups' row sums and writes out / lse, or the f32 partial row and its base-2 LSE for a
+ * chunk of a split request. */
 #ifndef IGNIS_CUDA_ATTENTION_MLA_WGMMA_CUH
 #define IGNIS_CUDA_ATTENTION_MLA_WGMMA_CUH
 
@@ -136,7 +139,7 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
 #pragma unroll
   for (int i = 0; i < 128; ++i)
     o[i] = 0.0f;
-  const float pe_ratio = p.kpe_scale / p.ckv_scale, score_scale = p.ckv_scale * p.sm_scale_log2;
+  const float score_scale = p.ckv_scale * p.sm_scale_log2;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     copy_async_wait<0>();
@@ -153,22 +156,13 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
           copy_async_commit();
         }
       } else {
-        /* 1. scores of the tile's 64 keys: kpe first, brought to the ckv scale, then ckv */
+        /* 1. scores of the tile's 64 keys (kpe_scale == ckv_scale: mla.cu's choice) */
         float s[32];
         ignis_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < MLA_KPE / 16; ++kk)
           ignis_wgmma_m64n_small<WT, 64>(s, ignis_wgmma_desc(base + MLA_WG_Q + 8 * MLA_WG_PANEL + kk * 32),
                                          ignis_wgmma_desc(stage + 8 * MLA_WG_PANEL + kk * 32), kk > 0);
-        if (pe_ratio != 1.0f) {
-          ignis_wgmma_commit();
-          ignis_wgmma_wait<0>();
-          ignis_wgmma_pin(s);
-#pragma unroll
-          for (int i = 0; i < 32; ++i)
-            s[i] *= pe_ratio;
-          ignis_wgmma_fence();
-        }
 #pragma unroll
         for (int kk = 0; kk < MLA_CKV / 16; ++kk)
           ignis_wgmma_m64n_small<WT, 64>(

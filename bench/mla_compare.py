@@ -160,7 +160,6 @@ def main():
         "",
         f"- torch {torch.__version__}; {torch.cuda.get_device_name()}; {ignis.build_info()}",
         f"- IGNIS_MLA_TILE_ROWS={os.environ.get('IGNIS_MLA_TILE_ROWS', '(unset)')}, "
-        f"IGNIS_MLA_BULK_COPIES={os.environ.get('IGNIS_MLA_BULK_COPIES', '(unset)')}, "
         f"IGNIS_MLA_WGMMA={os.environ.get('IGNIS_MLA_WGMMA', '(unset)')}",
         f"- us: GPU time per call (median of {args.iters} bursts); GB/s: ckv + kpe bytes of the tokens held / time;",
         "  TFLOP/s: 2*H*(576+512) per visible query-key pair / time; FlashMLA (H800): 3000 GB/s, 660 TFLOP/s",

@@ -22,9 +22,6 @@ extern "C" {
   X(IGNIS_ENV_MLA_TILE_ROWS, "IGNIS_MLA_TILE_ROWS", "64", "by the head count (16, 32 or 64)",     \
     "64 plans MLA attention in tiles of 64 query rows whatever the head count (the wide CUDA "     \
     "kernel instead of the narrow one; comparisons)")                                             \
-  X(IGNIS_ENV_MLA_BULK_COPIES, "IGNIS_MLA_BULK_COPIES", "1", "every thread's cp.async",             \
-    "1 has MLA's narrow kernel take its variant whose producer warp bulk-copies the keys (sm_90; "   \
-    "not yet run on a GPU)")                                                                      \
   X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "1", "the mma.sync kernel",                            \
     "1 runs MLA's 64-row tiles of a 16-bit cache on the Hopper wgmma kernel (sm_90a; not yet run "  \
     "on a GPU)")                                                                                  \

@@ -1,7 +1,6 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh, and mla_narrow.cuh for plans of 16- or 32-row tiles; its variant with a
- * producer warp on sm_90 under IGNIS_MLA_BULK_COPIES=1; mla_wgmma.cuh for 64-row tiles of a 16-bit
- * cache on sm_90a under IGNIS_MLA_WGMMA=1). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh, mla_narrow.cuh for plans of 16- or 32-row tiles, and mla_wgmma.cuh for 64-row
+ * tiles of a 16-bit cache on sm_90a under IGNIS_MLA_WGMMA). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
@@ -35,31 +34,19 @@ static ignis_status check_alignment(const ignis_mla_params &p) {
   return IGNIS_OK;
 }
 
-/* The narrow kernel for 16- or 32-row tiles; PRODUCER: its variant whose producer warp bulk-copies
- * the keys (sm_90). */
-template <typename T, bool FP8, bool PRODUCER>
+/* The narrow kernel for 16- or 32-row tiles. */
+template <typename T, bool FP8>
 static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream) {
-  constexpr int threads = PRODUCER ? MLA_THREADS + 32 : MLA_THREADS;
   if (p.tile_rows == 16) {
     constexpr int smem = mla_narrow_layout<1, FP8>::BYTES;
-    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1, PRODUCER>>((size_t)smem)));
-    mla_narrow_kernel<T, FP8, 1, PRODUCER><<<(unsigned)items, threads, smem, stream>>>(p);
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1>>((size_t)smem)));
+    mla_narrow_kernel<T, FP8, 1><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
   } else {
     constexpr int smem = mla_narrow_layout<2, FP8>::BYTES;
-    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 2, PRODUCER>>((size_t)smem)));
-    mla_narrow_kernel<T, FP8, 2, PRODUCER><<<(unsigned)items, threads, smem, stream>>>(p);
+    IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 2>>((size_t)smem)));
+    mla_narrow_kernel<T, FP8, 2><<<(unsigned)items, MLA_THREADS, smem, stream>>>(p);
   }
   return IGNIS_OK;
-}
-
-/* Whether the narrow kernel takes its producer-warp variant on this device: IGNIS_MLA_BULK_COPIES=1
- * (read once) on sm_90 and up. Opt-in: the variant has not run on a GPU yet (0f3f50a). */
-static bool narrow_bulk_copies(int32_t device) {
-  static const bool on = [] {
-    const char *value = ignis_env(IGNIS_ENV_MLA_BULK_COPIES);
-    return value != nullptr && strcmp(value, "1") == 0;
-  }();
-  return on && ignis_compute_capability(device) >= 90;
 }
 
 /* Which kernel 64-row tiles of a 16-bit cache take on this device: 0 mla_attention_kernel, else
@@ -77,7 +64,7 @@ static int wide_wgmma(int32_t device) {
 }
 
 template <typename T, bool FP8>
-static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool bulk, int wgmma) {
+static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int wgmma) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -88,8 +75,7 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, bool 
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
     if (p.tile_rows == 16 || p.tile_rows == 32) {
-      const ignis_status status =
-          bulk ? launch_narrow<T, FP8, true>(p, items, stream) : launch_narrow<T, FP8, false>(p, items, stream);
+      const ignis_status status = launch_narrow<T, FP8>(p, items, stream);
       if (status != IGNIS_OK)
         return status;
     } else if (!FP8 && wgmma == 1 && p.kpe_scale == p.ckv_scale) { /* one accumulator for S */
@@ -119,13 +105,12 @@ extern "C" ignis_status ignis_cuda_mla(const ignis_mla_params *params, int32_t d
   const ignis_status aligned = check_alignment(*params);
   if (aligned != IGNIS_OK)
     return aligned;
-  const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3, bulk = narrow_bulk_copies(device);
+  const bool fp8 = params->kv_dtype == IGNIS_FP8_E4M3;
   const int wgmma = wide_wgmma(device);
   const cudaStream_t s = (cudaStream_t)stream;
   if (params->dtype == IGNIS_BF16)
-    return fp8 ? launch<__nv_bfloat16, true>(*params, s, bulk, wgmma)
-               : launch<__nv_bfloat16, false>(*params, s, bulk, wgmma);
-  return fp8 ? launch<__half, true>(*params, s, bulk, wgmma) : launch<__half, false>(*params, s, bulk, wgmma);
+    return fp8 ? launch<__nv_bfloat16, true>(*params, s, wgmma) : launch<__nv_bfloat16, false>(*params, s, wgmma);
+  return fp8 ? launch<__half, true>(*params, s, wgmma) : launch<__half, false>(*params, s, wgmma);
 }
 
 extern "C" ignis_status ignis_cuda_append_paged_mla_kv(const ignis_append_mla_params *p, int32_t device,

@@ -27,12 +27,7 @@
  * With MT = 1 a warp's query fragments (its 288 dimensions) stay in registers for the whole item.
  * The epilogue is the wide kernel's: out / lse, or f32 partial rows and their base-2 LSE for a
  * split request (mla_merge_kernel folds them).
- *
- * PRODUCER (sm_90, opt-in: IGNIS_MLA_BULK_COPIES=1; compiled and read, not yet run on a GPU): a
- * ninth warp copies the keys (mla_narrow_produce: two bulk copies a key onto the slot's full
- * mbarrier, after its empty mbarrier), the 8 consumer warps wait on the full barriers, release
- * tiles on the empty ones and sync among themselves on a named barrier, sparing them the copies'
- * address math (~87 of their ~413 instructions a tile). */
+ */
 #ifndef IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
 #define IGNIS_CUDA_ATTENTION_MLA_NARROW_CUH
 
@@ -45,7 +40,7 @@
 
 /* Shared memory, in bytes: Q | score exchange [2 buffers][2 halves][rows] | 16-bit key tiles
  * (the ring; an fp8 cache: three converted tiles) | the raw fp8 ring and the rows' query scales
- * (an fp8 cache only) | the ring's mbarriers (the producer warp's variant). */
+ * (an fp8 cache only). */
 template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int ROWS = 16 * MT;
   static constexpr int STAGES = FP8 ? (MT == 1 ? 4 : 3) : MT == 1 ? 5 : 4;
@@ -56,8 +51,7 @@ template <int MT, bool FP8> struct mla_narrow_layout {
   static constexpr int KEYS = S + 2 * EXCHANGE_BYTES;
   static constexpr int RAW = KEYS + (FP8 ? 3 : STAGES) * KEY_TILE_BYTES;
   static constexpr int SCALES = RAW + (FP8 ? STAGES * MLA_RAW_STAGE : 0); /* fp8: f32 [ROWS] */
-  static constexpr int BARS = (SCALES + (FP8 ? ROWS * 4 : 0) + 7) / 8 * 8; /* full [STAGES], empty [STAGES] */
-  static constexpr int BYTES = BARS + 2 * STAGES * 8;
+  static constexpr int BYTES = SCALES + (FP8 ? ROWS * 4 : 0);
   /* tiles issued ahead by the prologue; the tile, ahead of the softmax's, that a step needs landed */
   static constexpr int PRIMED = FP8 ? STAGES : STAGES - 1;
   static constexpr int AHEAD = FP8 ? 2 : 1;
@@ -74,8 +68,7 @@ template <typename K> __host__ __device__ constexpr int mla_ring_row_bytes() {
  * chunks l % 8 + 8 i of its key's row (ckv chunks, then kpe ones), so one copy instruction moves 4
  * runs of 128 bytes. A lane's key walks the item 32 keys a tile (mla_key_cursor: its page-table
  * index and slot, advanced without a division), and each step looks up the page of the tile it
- * issues next a step ahead, so the lookup's latency hides behind the step. The producer variant's
- * warp walks one key a lane with the same cursor. */
+ * issues next a step ahead, so the lookup's latency hides behind the step. */
 struct mla_key_cursor {
   int key, index, slot;   /* this lane's key in the tile to look up next: kv_indices index, slot */
   int index_step, slot_step; /* 32 keys as whole pages and slots */
@@ -227,48 +220,8 @@ __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float 
     scales[row] = 1.0f / scale;
 }
 
-/* The 8 consumer warps' barrier (named barrier 1; the producer warp does not take part). */
-__device__ __forceinline__ void mla_consumers_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(MLA_THREADS) : "memory");
-}
-
-/* The producer warp (PRODUCER variant): lane k copies key k of every tile with two bulk copies
- * (its ckv and kpe rows) into its padded shared row, counted on the slot's full barrier, after the
- * slot's empty barrier says the 8 consumer warps are done with the tile it held. Keys past `stop`
- * are not copied: their rows keep an earlier tile's keys (or the zeros the ring starts with), finite
- * values whose scores the consumers mask. */
-template <typename K, int STAGES>
-__device__ __forceinline__ void mla_narrow_produce(const ignis_mla_params &p, const ignis_mla_work &w, int stop,
-                                                   int num_tiles, uint32_t ring, int ring_tile, uint32_t full,
-                                                   uint32_t empty) {
-  constexpr uint32_t CKV_BYTES = MLA_CKV * sizeof(K), KPE_BYTES = MLA_KPE * sizeof(K);
-  const int lane = threadIdx.x % 32;
-  mla_key_cursor cursor;
-  cursor.start(p, w, 0, lane);
-  for (int x = 0; x < num_tiles; ++x) {
-    const int s = x % STAGES;
-    ignis_mbar_wait(empty + 8 * s, ((x / STAGES) & 1) ^ 1);
-    cursor.look_up(p, stop);
-    const bool live = cursor.page >= 0;
-    const uint32_t live_keys = __popc(__ballot_sync(0xffffffffu, live));
-    if (lane == 0)
-      ignis_mbar_arrive_expect_tx(full + 8 * s, live_keys * (CKV_BYTES + KPE_BYTES));
-    __syncwarp();
-    if (live) {
-      const int64_t page = cursor.page, slot = cursor.page_slot;
-      const uint32_t row = ring + (uint32_t)(s * ring_tile + lane * mla_ring_row_bytes<K>());
-      bulk_copy_to_shared(row, (const K *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token, CKV_BYTES,
-                          full + 8 * s);
-      bulk_copy_to_shared(row + CKV_BYTES, (const K *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token,
-                          KPE_BYTES, full + 8 * s);
-    }
-  }
-}
-
-/* The kernel's body; the producer variant (sm_90 mbarriers and bulk copies) is compiled only for
- * sm_90 and up (mla_narrow_kernel), the only devices it is launched on. */
-template <typename T, bool FP8, int MT, bool PRODUCER>
-__device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
+template <typename T, bool FP8, int MT>
+__global__ void __launch_bounds__(MLA_THREADS, 1) mla_narrow_kernel(const ignis_mla_params p) {
   using L = mla_narrow_layout<MT, FP8>;
   using K = typename std::conditional<FP8, uint8_t, T>::type;
   /* the tensor cores' type: the queries', or f16 for an fp8 cache (mla_queries_to_f16) */
@@ -283,8 +236,7 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
 
-  if (!PRODUCER)
-    mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
+  mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* rows past the request zero; the first copy group */
   const int last_row = min(w.row_start + ROWS, rows_total) - 1;
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
@@ -292,46 +244,14 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
   /* the ring: 16-bit tiles, or raw fp8 tiles; tile x in slot x % STAGES */
   const uint32_t ring = base + (FP8 ? L::RAW : L::KEYS);
   constexpr int RING_TILE = FP8 ? MLA_RAW_STAGE : L::KEY_TILE_BYTES;
-  const uint32_t full = base + L::BARS, empty = full + 8 * STAGES;
-  if (PRODUCER) {
-    if (tid == 0)
-      for (int x = 0; x < STAGES; ++x) {
-        ignis_mbar_init(full + 8 * x, 1);
-        ignis_mbar_init(empty + 8 * x, MLA_THREADS / 32);
-      }
-    for (int i = tid; i < STAGES * RING_TILE / 16; i += MLA_THREADS + 32)
-      *(uint4 *)(smem + (ring - base) + i * 16) = make_uint4(0u, 0u, 0u, 0u);
-    ignis_mbar_init_fence();
-    ignis_fence_proxy_async(); /* the zeroed ring before the bulk copies */
-    __syncthreads();
-    if (warp == MLA_THREADS / 32) {
-      mla_narrow_produce<K, STAGES>(p, w, stop, num_tiles, ring, RING_TILE, full, empty);
-      return;
-    }
-  }
-  auto ring_wait = [&](int x) { ignis_mbar_wait(full + 8 * (x % STAGES), (uint32_t)(x / STAGES) & 1u); };
-  auto ring_release = [&](int x) {
-    __syncwarp();
-    if (lane == 0)
-      ignis_mbar_arrive(empty + 8 * (x % STAGES));
-  };
-  auto consumers_sync = [&]() {
-    if (PRODUCER)
-      mla_consumers_sync();
-    else
-      __syncthreads();
-  };
-
-  if (PRODUCER)
-    mla_issue_queries<T, ROWS>(p, w, base + L::Q); /* the consumers' */
-  if (num_tiles == 0 || PRODUCER) {
+  if (num_tiles == 0) {
     copy_async_commit();
     copy_async_wait<0>(); /* the queries (nothing to attend: the epilogue writes empty rows) */
   }
-  /* without a producer: one cp.async copy group a tile, PRIMED tiles ahead */
+  /* one cp.async copy group a tile, PRIMED tiles ahead */
   mla_key_cursor cursor;
   cursor.start(p, w, (threadIdx.x / 32) * (MLA_KEY_TILE / 8), (threadIdx.x % 32) / 8);
-  if (num_tiles > 0 && !PRODUCER) {
+  if (num_tiles > 0) {
 #pragma unroll
     for (int x = 0; x < L::PRIMED; ++x) {
       if (x < num_tiles) {
@@ -394,29 +314,16 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
    * tile 0 in exchange buffer 0 */
   if (num_tiles > 0) {
     if (FP8) {
-      if (PRODUCER) {
-        ring_wait(0);
-        if (num_tiles > 1)
-          ring_wait(1);
-      } else {
-        copy_async_wait<L::PRIMED - 2>();
-      }
-      consumers_sync();
+      copy_async_wait<L::PRIMED - 2>();
+      __syncthreads();
       convert(0);
       convert(1);
-      if (PRODUCER) {
-        ring_release(0);
-        if (num_tiles > 1)
-          ring_release(1);
-      }
       if (SCALED)
         mla_queries_to_f16<ROWS>(smem + L::Q, (float *)(smem + L::SCALES));
-    } else if (PRODUCER) {
-      ring_wait(0);
     } else {
       copy_async_wait<L::PRIMED - 1>();
     }
-    consumers_sync();
+    __syncthreads();
     if (SCALED) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -433,14 +340,9 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
   }
 
   for (int t = 0; t < num_tiles; ++t) {
-    if (PRODUCER) {
-      if (t + L::AHEAD < num_tiles)
-        ring_wait(t + L::AHEAD);
-    } else {
-      copy_async_wait<L::PRIMED - L::AHEAD - 1>();
-    }
-    consumers_sync(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
-    if (!PRODUCER) {
+    copy_async_wait<L::PRIMED - L::AHEAD - 1>();
+    __syncthreads(); /* tile t + AHEAD landed; tile t's scores in the exchange; step t - 1 done */
+    {
       const int next = t + L::PRIMED;
       if (next < num_tiles) {
         mla_narrow_issue<K>(p, cursor, ring + (uint32_t)((next % STAGES) * RING_TILE));
@@ -448,11 +350,8 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
       }
       copy_async_commit();
     }
-    if (FP8) {
+    if (FP8)
       convert(t + 2); /* past the last tile: bytes nobody reads */
-      if (PRODUCER && t + 2 < num_tiles)
-        ring_release(t + 2);
-    }
     /* the scores of tile t + 1 (past the last tile: unread) */
     mla_narrow_scores<BF16, MT>(p, key_tile(t + 1), q_addr, q_frag, row_scale,
                                 exchange + ((t + 1) & 1) * EXCHANGE_FLOATS);
@@ -534,8 +433,6 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
           mma16816<BF16>(acc[mt][2 * np + 1], prob[mt][ks], b[2], b[3]);
         }
       }
-    if (PRODUCER && !FP8)
-      ring_release(t); /* this warp read tile t for the last time */
   }
   copy_async_wait<0>();
 
@@ -570,19 +467,6 @@ __device__ __forceinline__ void mla_narrow_attend(const ignis_mla_params &p) {
           p.lse[(w.q_row + token) * p.lse_stride_token + h * p.lse_stride_head] = lse2 * p.lse_scale;
       }
     }
-}
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-constexpr bool mla_bulk_copies_compiled = false;
-#else
-constexpr bool mla_bulk_copies_compiled = true;
-#endif
-
-template <typename T, bool FP8, int MT, bool PRODUCER>
-__global__ void __launch_bounds__(PRODUCER ? MLA_THREADS + 32 : MLA_THREADS, 1)
-    mla_narrow_kernel(const ignis_mla_params p) {
-  if constexpr (!PRODUCER || mla_bulk_copies_compiled)
-    mla_narrow_attend<T, FP8, MT, PRODUCER>(p);
 }
 
 #endif

@@ -8,8 +8,8 @@
  * 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r & 7)):
  *   Q       the tile's 64 query rows x 576 (q_nope | q_pe): 9 panels of 8 KB
  *   stages  two key tiles of 64 keys x 576 (ckv | kpe), 9 panels each, gathered through the page
- *           table with 16-byte cp.async (one page lookup a thread and tile), the next tile's copy
- *           in flight while the current one computes
+ *           table with 16-byte cp.async (one page lookup a thread and tile, a tile ahead of its
+ *           copies), the next tile's copy in flight while the current one computes
  *   P       64 rows x 64 keys of 16-bit probabilities, one panel (a row of 64 keys is one
  *           swizzled 128-byte row)
  *   stats   row maxima or rescale factors passed between the warpgroups, then row sums
@@ -66,19 +66,31 @@ __device__ __forceinline__ void mla_wg_copy_row(uint32_t dst, int row, int part,
   }
 }
 
-/* Key tile [k0, k0 + 64) of the item (keys at or past stop zero-filled) into the stage at dst, by
- * 64 * PARTS threads numbered t (PARTS of them a key). */
+/* The cache rows of one key: nope null for a key at or past the item's stop (zero-filled). */
+template <typename T> struct mla_wg_key_rows {
+  const T *nope, *pe;
+};
+
+/* Thread t's key of tile [k0, k0 + 64) (PARTS threads a key): its page looked up a tile ahead of
+ * the copies (mla_wg_issue_keys), so the lookup's latency hides behind a tile's work. */
 template <typename T, int PARTS>
-__device__ __forceinline__ void mla_wg_issue_keys(const ignis_mla_params &p, const ignis_mla_work &w, int k0,
-                                                  int stop, uint32_t dst, int t) {
-  const int key = t / PARTS, part = t % PARTS, j = k0 + key;
-  const T *nope = nullptr, *pe = nullptr;
+__device__ __forceinline__ mla_wg_key_rows<T> mla_wg_look_up(const ignis_mla_params &p, const ignis_mla_work &w,
+                                                             int k0, int stop, int t) {
+  const int j = k0 + t / PARTS;
+  mla_wg_key_rows<T> rows = {nullptr, nullptr};
   if (j < stop) {
     const int64_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
-    nope = (const T *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token;
-    pe = (const T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token;
+    rows.nope = (const T *)p.ckv + page * p.ckv_stride_page + slot * p.ckv_stride_token;
+    rows.pe = (const T *)p.kpe + page * p.kpe_stride_page + slot * p.kpe_stride_token;
   }
-  mla_wg_copy_row<T, PARTS>(dst, key, part, nope, pe, p.ckv);
+  return rows;
+}
+
+/* Thread t's copies of a key tile looked up by mla_wg_look_up into the stage at dst. */
+template <typename T, int PARTS>
+__device__ __forceinline__ void mla_wg_issue_keys(const ignis_mla_params &p, mla_wg_key_rows<T> rows, uint32_t dst,
+                                                  int t) {
+  mla_wg_copy_row<T, PARTS>(dst, t / PARTS, t % PARTS, rows.nope, rows.pe, p.ckv);
 }
 
 /* A barrier of both warpgroups where they run apart code (named barrier 1). */
@@ -118,11 +130,16 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_WG_KEYS - 1) / MLA_WG_KEYS : 0;
-  if (num_tiles > 0) {
-    if (!ONE_SCORER)
-      mla_wg_issue_keys<T, 4>(p, w, w.kv_start, stop, base + MLA_WG_STAGE, tid);
-    else if (g == 1)
-      mla_wg_issue_keys<T, 2>(p, w, w.kv_start, stop, base + MLA_WG_STAGE, tid - 128);
+  /* the copying threads (every thread, or warpgroup 1 for the one scorer): tile 0 now, the page of
+   * tile 1 looked up */
+  constexpr int PARTS = ONE_SCORER ? 2 : 4;
+  const int copier = ONE_SCORER ? tid - 128 : tid;
+  mla_wg_key_rows<T> ahead = {nullptr, nullptr};
+  if (copier >= 0 && num_tiles > 0) {
+    mla_wg_issue_keys<T, PARTS>(p, mla_wg_look_up<T, PARTS>(p, w, w.kv_start, stop, copier),
+                                base + MLA_WG_STAGE, copier);
+    if (num_tiles > 1)
+      ahead = mla_wg_look_up<T, PARTS>(p, w, w.kv_start + MLA_WG_KEYS, stop, copier);
   }
   copy_async_commit();
 
@@ -152,8 +169,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
     if constexpr (ONE_SCORER) {
       if (g == 1) {
         if (tile + 1 < num_tiles) {
-          mla_wg_issue_keys<T, 2>(p, w, k0 + MLA_WG_KEYS, stop, next, tid - 128);
+          mla_wg_issue_keys<T, PARTS>(p, ahead, next, copier);
           copy_async_commit();
+          if (tile + 2 < num_tiles)
+            ahead = mla_wg_look_up<T, PARTS>(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
         }
       } else {
         /* 1. scores of the tile's 64 keys (kpe_scale == ckv_scale: mla.cu's choice) */
@@ -234,8 +253,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
       rescale[1] = s_stats[r0 + 8];
     } else {
       if (tile + 1 < num_tiles) {
-        mla_wg_issue_keys<T, 4>(p, w, k0 + MLA_WG_KEYS, stop, next, tid);
+        mla_wg_issue_keys<T, PARTS>(p, ahead, next, copier);
         copy_async_commit();
+        if (tile + 2 < num_tiles)
+          ahead = mla_wg_look_up<T, PARTS>(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
       }
       /* 1. scores of this warpgroup's 32 keys */
       float s[16], s_pe[16];

@@ -93,6 +93,20 @@ __device__ __forceinline__ void mla_wg_issue_keys(const ignis_mla_params &p, mla
   mla_wg_copy_row<T, PARTS>(dst, t / PARTS, t % PARTS, rows.nope, rows.pe, p.ckv);
 }
 
+/* s[4 n + 2 h + e] = 2^(s - m_use) over the row h (0, 1) of a thread's m64nN accumulators; returns
+ * their sum. */
+template <int N> __device__ __forceinline__ float mla_wg_exp_row(float (&s)[N], int h, float m_use) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < N / 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[4 * n + 2 * h + e] = exp2_approx(s[4 * n + 2 * h + e] - m_use);
+      sum += s[4 * n + 2 * h + e];
+    }
+  return sum;
+}
+
 /* A barrier of both warpgroups where they run apart code (named barrier 1). */
 __device__ __forceinline__ void mla_wg_sync() {
   asm volatile("bar.sync 1, 256;" ::: "memory");
@@ -205,15 +219,7 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m_use = online_max<true>(m[h], mx, &rescale[h]);
-          float sum = 0.0f;
-#pragma unroll
-          for (int n = 0; n < 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              s[4 * n + 2 * h + e] = exp2_approx(s[4 * n + 2 * h + e] - m_use);
-              sum += s[4 * n + 2 * h + e];
-            }
-          l[h] = fmaf(l[h], rescale[h], sum);
+          l[h] = fmaf(l[h], rescale[h], mla_wg_exp_row(s, h, m_use));
           if (quad == 0)
             s_stats[r0 + 8 * h] = rescale[h];
         }
@@ -297,15 +303,7 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
       for (int h = 0; h < 2; ++h) {
         const float top = fmaxf(mx[h], s_stats[64 * (1 - g) + r0 + 8 * h]);
         const float m_use = online_max<true>(m[h], top, &rescale[h]);
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            s[4 * n + 2 * h + e] = exp2_approx(s[4 * n + 2 * h + e] - m_use);
-            sum += s[4 * n + 2 * h + e];
-          }
-        l[h] = fmaf(l[h], rescale[h], sum);
+        l[h] = fmaf(l[h], rescale[h], mla_wg_exp_row(s, h, m_use));
       }
 #pragma unroll
       for (int n = 0; n < 4; ++n)

@@ -133,6 +133,16 @@ template <bool APPROX = false> __device__ __forceinline__ float online_max(float
   return m_use;
 }
 
+/* o *= rescale[row] over a warpgroup's m64nN wgmma accumulators (element i in the thread's row
+ * (i >> 1) & 1), skipped when no row of the warp moved. */
+template <int N> __device__ __forceinline__ void wgmma_rescale_rows(float (&o)[N], const float (&rescale)[2]) {
+  if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      o[i] *= rescale[(i >> 1) & 1];
+  }
+}
+
 /* Two fp8 values (low byte first) to an f16 pair (low half first). e5m2 is the top byte of an f16,
  * so one byte permute places it exactly; e4m3 takes the hardware conversion. */
 template <int KIND> __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {

@@ -240,15 +240,11 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
         ignis_fence_proxy_async(); /* P, before warpgroup 1's wgmma reads it */
         mla_wg_sync();
         /* 3. O = alpha O + P V over dimensions 0-255, P from registers */
-        if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
-#pragma unroll
-          for (int i = 0; i < 128; ++i)
-            o[i] *= rescale[(i >> 1) & 1];
-        }
+        wgmma_rescale_rows(o, rescale);
         ignis_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < MLA_WG_KEYS / 16; ++kk)
-          ignis_wgmma_m64n256_rs<WT>(o, pa[kk], ignis_wgmma_desc(stage + kk * 16 * 128, MLA_WG_PANEL));
+          ignis_wgmma_rs<WT, 256>(o, pa[kk], ignis_wgmma_desc(stage + kk * 16 * 128, MLA_WG_PANEL));
         ignis_wgmma_commit();
         ignis_wgmma_wait<0>(); /* before the next tile's copies overwrite this stage */
         ignis_wgmma_pin(o);
@@ -317,11 +313,7 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
       __syncthreads();
     }
     /* 3. O = alpha O + P V over this warpgroup's 256 dimensions, P from shared memory */
-    if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < 128; ++i)
-        o[i] *= rescale[(i >> 1) & 1];
-    }
+    wgmma_rescale_rows(o, rescale);
     ignis_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < MLA_WG_KEYS / 16; ++kk)

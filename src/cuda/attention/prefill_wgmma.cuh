@@ -63,71 +63,14 @@ enum {
   WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 4 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
 };
 
-/* ---- PTX wrappers ---------------------------------------------------------------------------- */
-/* Shared-memory matrix descriptor: 128-byte swizzle, offsets in bytes. */
-static __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((addr & 0x3ffffu) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 |
-         1ull << 62;
-}
-
-#define WGMMA_D64                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                               \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                      \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                      \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define WGMMA_D64_OPERANDS                                                                                 \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),            \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),          \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),          \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),          \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),          \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),          \
-      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),          \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-/* d (+)= A B, m64n128k16, f32 accumulators; A and B K-major in shared memory; d = A B when !accumulate. */
-template <bool BF16>
-static __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (BF16)
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}"
-                 : WGMMA_D64_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
-  else
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}"
-                 : WGMMA_D64_OPERANDS
-                 : "l"(a), "l"(b), "r"(accumulate));
-}
-
-/* d += A B, m64n128k16: A in registers (the m16n8k16 A fragment per warp), B MN-major in shared memory. */
-template <bool BF16>
-static __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (BF16)
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WGMMA_D64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
-                 : WGMMA_D64_OPERANDS
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  else
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " WGMMA_D64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
-                 : WGMMA_D64_OPERANDS
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-#undef WGMMA_D64
-#undef WGMMA_D64_OPERANDS
-
 /* ---- consumer math ---------------------------------------------------------------------------- */
 /* Issue s = Q K^T for a warpgroup: q and k are the shared addresses of their first panels. */
 template <bool BF16> static __device__ __forceinline__ void wgmma_scores(float (&s)[64], uint32_t q, uint32_t k) {
 #pragma unroll
   for (int kk = 0; kk < WGMMA_D / 16; ++kk) {
-    wgmma_ss<BF16>(s, wgmma_desc(q + (kk / 4) * WGMMA_Q_PANEL + (kk % 4) * 32, 16, 1024),
-                   wgmma_desc(k + (kk / 4) * WGMMA_KV_PANEL + (kk % 4) * 32, 16, 1024), kk > 0);
+    ignis_wgmma_m64n128<BF16 ? IGNIS_WGMMA_BF16 : IGNIS_WGMMA_F16>(
+        s, ignis_wgmma_desc(q + (kk / 4) * WGMMA_Q_PANEL + (kk % 4) * 32),
+        ignis_wgmma_desc(k + (kk / 4) * WGMMA_KV_PANEL + (kk % 4) * 32), kk > 0);
   }
 }
 
@@ -136,7 +79,8 @@ template <bool BF16>
 static __device__ __forceinline__ void wgmma_pv(float (&o)[64], const uint32_t (&pa)[WGMMA_KT / 16][4], uint32_t v) {
 #pragma unroll
   for (int kk = 0; kk < WGMMA_KT / 16; ++kk)
-    wgmma_rs<BF16>(o, pa[kk], wgmma_desc(v + kk * 16 * 128, WGMMA_KV_PANEL, 1024));
+    ignis_wgmma_rs<BF16 ? IGNIS_WGMMA_BF16 : IGNIS_WGMMA_F16, 128>(
+        o, pa[kk], ignis_wgmma_desc(v + kk * 16 * 128, WGMMA_KV_PANEL));
 }
 
 /* Keys from k0 at or past vis_hi[h] (the thread's rows h = 0, 1) get -inf. */
@@ -180,11 +124,7 @@ static __device__ __forceinline__ void wgmma_softmax(float (&s)[64], float scale
 template <typename QT>
 static __device__ __forceinline__ void wgmma_rescale_pack(const float (&s)[64], const float (&rescale)[2],
                                                           float (&o)[64], uint32_t (&pa)[WGMMA_KT / 16][4]) {
-  if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i)
-      o[i] *= rescale[(i >> 1) & 1];
-  }
+  wgmma_rescale_rows(o, rescale);
 #pragma unroll
   for (int kk = 0; kk < WGMMA_KT / 16; ++kk)
 #pragma unroll

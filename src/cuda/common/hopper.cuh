@@ -1,6 +1,6 @@
 /* Hopper (sm_90a) building blocks shared by ignis' warp-specialized kernels: mbarriers, TMA tensor
  * loads, wgmma (descriptors, fences, the m64n128 / m64n256 forms with both operands in shared
- * memory) and register reallocation, plus the host side of TMA: encoding a tensor map through the
+ * memory or A in registers) and register reallocation, plus the host side of TMA: encoding a tensor map through the
  * driver entry point the runtime hands out (cudaGetDriverEntryPointByVersion), so ignis never
  * links libcuda.
  *
@@ -223,13 +223,27 @@ static __device__ __forceinline__ void ignis_wgmma_m64n256(float (&d)[128], uint
                  : "l"(a), "l"(b), "r"(accumulate));
 }
 
-/* d += A B for a 64 x 256 tile, K = 16: A in registers (per warp the m16n8k16 A fragment of its 16
- * rows: a[0] rows l / 4, k 2 (l % 4) +0/1; a[1] rows + 8; a[2], a[3] the same at k + 8), B MN-major
- * in shared memory (16-bit types). */
-template <ignis_wgmma_type T>
-static __device__ __forceinline__ void ignis_wgmma_m64n256_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+/* d += A B for a 64 x N tile (N = 128 or 256, N / 2 accumulators a thread), K = 16: A in registers
+ * (per warp the m16n8k16 A fragment of its 16 rows: a[0] rows l / 4, k 2 (l % 4) +0/1; a[1] rows + 8;
+ * a[2], a[3] the same at k + 8), B MN-major in shared memory (16-bit types): P V of attention, P
+ * packed straight from the score accumulators. */
+template <ignis_wgmma_type T, int N>
+static __device__ __forceinline__ void ignis_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
   static_assert(T != IGNIS_WGMMA_E4M3, "16-bit A fragments");
-  if constexpr (T == IGNIS_WGMMA_BF16)
+  static_assert(N == 128 || N == 256, "N 128 or 256");
+  if constexpr (N == 128 && T == IGNIS_WGMMA_BF16)
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " IGNIS_WGMMA_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+                 : IGNIS_WGMMA_D64_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else if constexpr (N == 128)
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " IGNIS_WGMMA_D64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
+                 : IGNIS_WGMMA_D64_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else if constexpr (T == IGNIS_WGMMA_BF16)
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"
                  " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " IGNIS_WGMMA_D128
                  ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}"

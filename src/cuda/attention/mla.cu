@@ -1,6 +1,7 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh, mla_narrow.cuh for plans of 16- or 32-row tiles, and mla_wgmma.cuh for 64-row
- * tiles of a 16-bit cache on sm_90a under IGNIS_MLA_WGMMA). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh, mla_narrow.cuh for plans of 16- or 32-row tiles, and for a 16-bit cache on
+ * sm_90a under IGNIS_MLA_WGMMA mla_wgmma.cuh for 64-row tiles and mla_wgmma_narrow.cuh for 16 and
+ * 32). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
@@ -8,6 +9,7 @@
 #include "cuda/attention/mla_attention.cuh"
 #include "cuda/attention/mla_narrow.cuh"
 #include "cuda/attention/mla_wgmma.cuh"
+#include "cuda/attention/mla_wgmma_narrow.cuh"
 
 static bool aligned16(const void *ptr) {
   return ((uintptr_t)ptr & 15u) == 0;
@@ -34,9 +36,21 @@ static ignis_status check_alignment(const ignis_mla_params &p) {
   return IGNIS_OK;
 }
 
-/* The narrow kernel for 16- or 32-row tiles. */
+/* The swapped-operand wgmma kernel for 16- or 32-row tiles. */
+template <typename T, int ROWS, bool FP8>
+static ignis_status launch_wgmma_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream) {
+  constexpr int smem = mla_wgn_layout<ROWS, FP8>::BYTES;
+  IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_narrow_kernel<T, ROWS, FP8>>((size_t)smem)));
+  mla_wgmma_narrow_kernel<T, ROWS, FP8><<<(unsigned)items, MLA_WG_THREADS, smem, stream>>>(p);
+  return IGNIS_OK;
+}
+
+/* The narrow kernels for 16- or 32-row tiles: the wgmma one (`wgmma` set) or the mma.sync one. */
 template <typename T, bool FP8>
-static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream) {
+static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream, int wgmma) {
+  if (wgmma != 0)
+    return p.tile_rows == 16 ? launch_wgmma_narrow<T, 16, FP8>(p, items, stream)
+                             : launch_wgmma_narrow<T, 32, FP8>(p, items, stream);
   if (p.tile_rows == 16) {
     constexpr int smem = mla_narrow_layout<1, FP8>::BYTES;
     IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_narrow_kernel<T, FP8, 1>>((size_t)smem)));
@@ -49,10 +63,11 @@ static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cuda
   return IGNIS_OK;
 }
 
-/* Which kernel 64-row tiles of a 16-bit cache take on this device: 0 mla_attention_kernel, else
- * mla_wgmma_kernel where the build compiled sm_90a and the device is compute capability 9.0 and
- * IGNIS_MLA_WGMMA asks for it (read once): 1 its one-scorer form (where the two cache scales are
- * equal; else the split form), 2 its split-score form. */
+/* Which kernels tiles of a 16-bit cache take on this device: 0 the mma.sync ones (mla_attention_kernel
+ * for 64-row tiles, mla_narrow_kernel for 16 and 32), else, where the build compiled sm_90a and the
+ * device is compute capability 9.0 and IGNIS_MLA_WGMMA asks for it (read once), the wgmma ones:
+ * mla_wgmma_narrow_kernel for 16 and 32 rows, and for 64 mla_wgmma_kernel, 1 its one-scorer form
+ * (where the two cache scales are equal; else the split form), 2 its split-score form. */
 static int wide_wgmma(int32_t device) {
   static const int mode = [] {
     const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
@@ -75,7 +90,7 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int w
   const int64_t merges = captured ? p.max_merge : p.launch_merge;
   if (items > 0) {
     if (p.tile_rows == 16 || p.tile_rows == 32) {
-      const ignis_status status = launch_narrow<T, FP8>(p, items, stream);
+      const ignis_status status = launch_narrow<T, FP8>(p, items, stream, wgmma);
       if (status != IGNIS_OK)
         return status;
     } else if (!FP8 && wgmma == 1 && p.kpe_scale == p.ckv_scale) { /* one accumulator for S */

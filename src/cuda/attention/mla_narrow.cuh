@@ -189,6 +189,13 @@ __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uin
  * for every value down to 2^-38 of the row's largest: bf16's 8 significant bits fit f16's 11), and
  * the inverse lands in `scales` for the scores. P (in [0, 1]) and the converted keys are exact or
  * finer in f16. */
+/* The power of two a query row whose largest magnitude is `top` is multiplied by on its way to f16:
+ * 2^(14 - e) for top in [2^e, 2^(e+1)); 1 for an empty row. */
+__device__ __forceinline__ float mla_f16_query_scale(float top) {
+  const int e = top > 0.0f ? (int)((__float_as_uint(top) >> 23) & 0xff) - 127 : 14;
+  return __uint_as_float((uint32_t)min(254, max(1, 127 + 14 - e)) << 23);
+}
+
 template <int ROWS>
 __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float *scales) {
   constexpr int PER_ROW = MLA_THREADS / ROWS; /* threads a row, adjacent lanes */
@@ -205,9 +212,7 @@ __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float 
 #pragma unroll
   for (int d = 1; d < PER_ROW; d *= 2)
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, d));
-  /* 2^(14 - e) for top in [2^e, 2^(e+1)); 1 for an empty row */
-  const int e = top > 0.0f ? (int)((__float_as_uint(top) >> 23) & 0xff) - 127 : 14;
-  const float scale = __uint_as_float((uint32_t)min(254, max(1, 127 + 14 - e)) << 23);
+  const float scale = mla_f16_query_scale(top);
   for (int c = sub; c < MLA_CHUNKS; c += PER_ROW) {
     float x[8];
     ignis_raw_to_floats<__nv_bfloat16>(q[c], x);

@@ -48,10 +48,10 @@ enum {
   MLA_WG_SMEM_BYTES = MLA_WG_STATS + 2 * 64 * 4 + 1024, /* + alignment slack */
 };
 
-/* Issue the copies of one row of 576 16-bit values into a 9-panel tile at dst, shared by PARTS
- * threads: part p copies chunks p, p + PARTS, .. from `nope` (chunks 0-63) and `pe` (64-71); a null
- * `nope` zero-fills the row (the source then only names a valid address). */
-template <typename T, int PARTS>
+/* Issue the copies of one row of 576 16-bit values into a 9-panel tile at dst (panels of PANEL
+ * bytes), shared by PARTS threads: part p copies chunks p, p + PARTS, .. from `nope` (chunks 0-63)
+ * and `pe` (64-71); a null `nope` zero-fills the row (the source then only names a valid address). */
+template <typename T, int PARTS, int PANEL = MLA_WG_PANEL>
 __device__ __forceinline__ void mla_wg_copy_row(uint32_t dst, int row, int part, const T *nope, const T *pe,
                                                 const void *valid) {
   const bool live = nope != nullptr;
@@ -61,7 +61,7 @@ __device__ __forceinline__ void mla_wg_copy_row(uint32_t dst, int row, int part,
     const void *src = !live                      ? valid
                       : i < MLA_CKV / 8 / PARTS ? (const void *)(nope + c * 8)
                                                  : (const void *)(pe + (c - MLA_CKV / 8) * 8);
-    copy_async16(dst + (uint32_t)((c >> 3) * MLA_WG_PANEL + row * 128 + (((c & 7) ^ (row & 7)) << 4)), src,
+    copy_async16(dst + (uint32_t)((c >> 3) * PANEL + row * 128 + (((c & 7) ^ (row & 7)) << 4)), src,
                  live);
   }
 }

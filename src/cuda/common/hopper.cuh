@@ -258,8 +258,10 @@ static __device__ __forceinline__ void ignis_wgmma_rs(float (&d)[N / 2], const u
 }
 
 /* d (+)= A B for a 64 x N tile with N = 16, 32 or 64 (N / 2 accumulators per thread), both operands
- * K-major in shared memory (the small-M GEMM's forms: A the weight rows, B the few activation rows),
- * K = 16 (16-bit) or 32 (e4m3); d = A B when accumulate is 0. */
+ * in shared memory (the small-M GEMM's forms: A the weight rows, B the few activation rows), K = 16
+ * (16-bit) or 32 (e4m3); d = A B when accumulate is 0. B is K-major; A too, or with A_MN_MAJOR (16-bit
+ * types) stored M-contiguous (the transpose flag: V^T of a key tile in MLA's swapped output product,
+ * the descriptor's SBO the step between 8-row groups of K). */
 #define IGNIS_WGMMA_N16_D "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define IGNIS_WGMMA_N16_OPERANDS                                                                             \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
@@ -276,23 +278,25 @@ static __device__ __forceinline__ void ignis_wgmma_rs(float (&d)[N / 2], const u
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),             \
       "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),             \
       "+f"(d[30]), "+f"(d[31])
-template <ignis_wgmma_type T, int N>
+template <ignis_wgmma_type T, int N, bool A_MN_MAJOR = false>
 static __device__ __forceinline__ void ignis_wgmma_m64n_small(float (&d)[N / 2], uint64_t a, uint64_t b,
                                                               int accumulate) {
   static_assert(N == 16 || N == 32 || N == 64, "N 16, 32 or 64");
+  static_assert(!A_MN_MAJOR || T != IGNIS_WGMMA_E4M3, "e4m3 wgmma takes K-major operands only");
+  constexpr int TA = A_MN_MAJOR ? 1 : 0;
   if constexpr (N == 16) {
     if constexpr (T == IGNIS_WGMMA_BF16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " IGNIS_WGMMA_N16_D
-                   ", %8, %9, p, 1, 1, 0, 0;\n}"
+                   ", %8, %9, p, 1, 1, %11, 0;\n}"
                    : IGNIS_WGMMA_N16_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else if constexpr (T == IGNIS_WGMMA_F16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " IGNIS_WGMMA_N16_D
-                   ", %8, %9, p, 1, 1, 0, 0;\n}"
+                   ", %8, %9, p, 1, 1, %11, 0;\n}"
                    : IGNIS_WGMMA_N16_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N16_D
@@ -303,15 +307,15 @@ static __device__ __forceinline__ void ignis_wgmma_m64n_small(float (&d)[N / 2],
     if constexpr (T == IGNIS_WGMMA_BF16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " IGNIS_WGMMA_N32_D
-                   ", %16, %17, p, 1, 1, 0, 0;\n}"
+                   ", %16, %17, p, 1, 1, %19, 0;\n}"
                    : IGNIS_WGMMA_N32_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else if constexpr (T == IGNIS_WGMMA_F16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " IGNIS_WGMMA_N32_D
-                   ", %16, %17, p, 1, 1, 0, 0;\n}"
+                   ", %16, %17, p, 1, 1, %19, 0;\n}"
                    : IGNIS_WGMMA_N32_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N32_D
@@ -322,15 +326,15 @@ static __device__ __forceinline__ void ignis_wgmma_m64n_small(float (&d)[N / 2],
     if constexpr (T == IGNIS_WGMMA_BF16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " IGNIS_WGMMA_N64_D
-                   ", %32, %33, p, 1, 1, 0, 0;\n}"
+                   ", %32, %33, p, 1, 1, %35, 0;\n}"
                    : IGNIS_WGMMA_N64_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else if constexpr (T == IGNIS_WGMMA_F16)
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " IGNIS_WGMMA_N64_D
-                   ", %32, %33, p, 1, 1, 0, 0;\n}"
+                   ", %32, %33, p, 1, 1, %35, 0;\n}"
                    : IGNIS_WGMMA_N64_OPERANDS
-                   : "l"(a), "l"(b), "r"(accumulate));
+                   : "l"(a), "l"(b), "r"(accumulate), "n"(TA));
     else
       asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
                    " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " IGNIS_WGMMA_N64_D

@@ -22,9 +22,9 @@ extern "C" {
   X(IGNIS_ENV_MLA_TILE_ROWS, "IGNIS_MLA_TILE_ROWS", "64", "by the head count (16, 32 or 64)",     \
     "64 plans MLA attention in tiles of 64 query rows whatever the head count (the wide CUDA "     \
     "kernel instead of the narrow one; comparisons)")                                             \
-  X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "1", "the mma.sync kernel",                            \
-    "1 or 2 runs MLA on the Hopper wgmma kernels (sm_90a): 16- and 32-row tiles on the swapped-"  \
-    "operand kernel, 64-row tiles of a 16-bit cache on the one-scorer (1) or split-score (2) form") \
+  X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "0, 2", "1: the wgmma kernels on sm_90a",            \
+    "0 runs MLA on the mma.sync kernels instead of the Hopper wgmma ones; 2 takes the split-score " \
+    "form of the 64-row wgmma kernel instead of the one-scorer form")                             \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

@@ -1,7 +1,7 @@
 /* Launchers of MLA attention and of the latent-cache append (include/ignis/mla.h; kernels in
- * mla_attention.cuh, mla_narrow.cuh for plans of 16- or 32-row tiles, and for a 16-bit cache on
- * sm_90a under IGNIS_MLA_WGMMA mla_wgmma.cuh for 64-row tiles and mla_wgmma_narrow.cuh for 16 and
- * 32). The attention grid is the last update's work items, then the merge grid its
+ * mla_attention.cuh and mla_narrow.cuh (mma.sync: 64-row tiles, and 16- or 32-row ones), and on
+ * sm_90a mla_wgmma.cuh (64-row tiles of a 16-bit cache) and mla_wgmma_narrow.cuh (16 and 32 rows),
+ * chosen by wide_wgmma). The attention grid is the last update's work items, then the merge grid its
  * split tokens x heads; inside a CUDA-graph capture both take the plan's maxima instead, and their
  * blocks past the schedule's counts (read on the device) exit, so one captured graph serves every
  * later update. The kernels use 16-byte loads: every tensor they read or write must start 16-byte
@@ -63,17 +63,18 @@ static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cuda
   return IGNIS_OK;
 }
 
-/* Which kernels tiles of a 16-bit cache take on this device: 0 the mma.sync ones (mla_attention_kernel
- * for 64-row tiles, mla_narrow_kernel for 16 and 32), else, where the build compiled sm_90a and the
- * device is compute capability 9.0 and IGNIS_MLA_WGMMA asks for it (read once), the wgmma ones:
- * mla_wgmma_narrow_kernel for 16 and 32 rows, and for 64 mla_wgmma_kernel, 1 its one-scorer form
- * (where the two cache scales are equal; else the split form), 2 its split-score form. */
+/* Which kernels MLA's tiles take on this device: 0 the mma.sync ones (mla_attention_kernel for 64-row
+ * tiles, mla_narrow_kernel for 16 and 32); else, where the build compiled sm_90a and the device is
+ * compute capability 9.0, the wgmma ones (notes/PERF.md, "MLA on wgmma by default"):
+ * mla_wgmma_narrow_kernel for 16 and 32 rows, and for 64-row tiles of a 16-bit cache
+ * mla_wgmma_kernel, 1 (the default) its one-scorer form where the two cache scales are equal (else
+ * the split form), 2 its split-score form. IGNIS_MLA_WGMMA (read once) picks 0, 1 or 2. */
 static int wide_wgmma(int32_t device) {
   static const int mode = [] {
-    const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
-    if (value == nullptr || strstr(IGNIS_CUDA_TARGETS, "sm_90a") == nullptr)
+    if (strstr(IGNIS_CUDA_TARGETS, "sm_90a") == nullptr)
       return 0;
-    return strcmp(value, "1") == 0 ? 1 : strcmp(value, "2") == 0 ? 2 : 0;
+    const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
+    return value == nullptr || strcmp(value, "1") == 0 ? 1 : strcmp(value, "2") == 0 ? 2 : 0;
   }();
   return ignis_compute_capability(device) == 90 ? mode : 0;
 }

@@ -19,6 +19,11 @@
  * cp.async.mbarrier.arrive.noinc) and an empty one (the 4 computing warps, after their P V has read
  * it). Shared memory past the stages: Q (ROWS x 576, 9 panels of ROWS x 128 bytes), P (ROWS rows x
  * 64 keys, K-major: the B operand of the output product), the warps' row maxima and sums.
+ * An fp8 cache: warpgroup 1 copies raw tiles of 32 keys (4 threads a key) into a ring of 3 (16
+ * rows) or 2 (32 rows), and each thread converts the bytes it copied exactly to f16 into the key
+ * stage (two raw tiles to a stage, the stage's full mbarrier then taking 128 plain arrivals), so
+ * the conversion of one key tile overlaps the tensor work on the other; bf16 queries are scaled per
+ * row into f16 (mla_f16_query_scale) and the scores divided back.
  *
  * Per tile, warpgroup 0: S^T (thread holds keys 16 w + l / 4 (+8) of warp w, lane l, for rows
  * 8 j + 2 (l % 4) + e), scale to base 2 and mask (chunk end, causal position, rows past the
@@ -35,14 +40,16 @@
 #include "cuda/attention/mla_narrow.cuh"
 #include "cuda/attention/mla_wgmma.cuh"
 
-/* Shared memory, in bytes from a 1024-byte aligned base: the 16-bit key stages (an fp8 cache: one,
- * converted from a ring of raw tiles that follows it), Q, P, the warps' row maxima and sums, the
- * rows' query scales (fp8), the mbarriers. */
+/* Shared memory, in bytes from a 1024-byte aligned base: the two 16-bit key stages, an fp8 cache's
+ * ring of raw tiles, Q, P, the warps' row maxima and sums, the rows' query scales (fp8), the
+ * mbarriers. */
 template <int ROWS, bool FP8> struct mla_wgn_layout {
   static constexpr int Q_PANEL = ROWS * 128;
-  static constexpr int STAGES = FP8 ? 1 : 2;                   /* 16-bit key tiles of MLA_WG_TILE */
-  static constexpr int RAW_STAGES = FP8 ? 3 : 0;               /* raw fp8 tiles, 64 x 576 bytes */
-  static constexpr int RAW_TILE = MLA_WG_KEYS * MLA_DIM;
+  static constexpr int STAGES = 2;                             /* 16-bit key tiles of MLA_WG_TILE */
+  /* an fp8 cache's raw tiles of RAW_KEYS keys x 576 bytes (two to a key tile), as many as fit */
+  static constexpr int RAW_KEYS = 32;
+  static constexpr int RAW_STAGES = FP8 ? (ROWS == 16 ? 3 : 2) : 0;
+  static constexpr int RAW_TILE = RAW_KEYS * MLA_DIM;
   static constexpr int KEYS = 0;
   static constexpr int RAW = KEYS + STAGES * MLA_WG_TILE;
   static constexpr int Q = RAW + RAW_STAGES * RAW_TILE;        /* 9 panels of Q_PANEL */
@@ -63,29 +70,32 @@ __device__ __forceinline__ void mla_wgn_sync() {
   asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-/* An fp8 cache's copier thread c (2 a key): raw 16-byte chunks c % 2 + 2 i (i < 18) of key c / 2, its
- * ckv chunks (0-31) then its kpe ones (32-35), into the raw tile at dst; zeros past the keys. */
+/* An fp8 cache's copier thread c (PARTS a key): raw 16-byte chunks c % PARTS + PARTS i of key
+ * c / PARTS, its ckv chunks (0-31) then its kpe ones (32-35), into the raw tile at dst; zeros past
+ * the keys. */
+template <int PARTS>
 __device__ __forceinline__ void mla_wgn_issue_raw(const ignis_mla_params &p, mla_wg_key_rows<uint8_t> rows,
                                                   uint32_t dst, int c) {
-  const int key = c >> 1, part = c & 1;
+  const int key = c / PARTS, part = c % PARTS;
   const bool live = rows.nope != nullptr;
 #pragma unroll
-  for (int i = 0; i < MLA_DIM / 32; ++i) {
-    const int rc = part + 2 * i;
+  for (int i = 0; i < MLA_DIM / 16 / PARTS; ++i) {
+    const int rc = part + PARTS * i;
     const void *src = !live ? p.ckv : rc < MLA_CKV / 16 ? (const void *)(rows.nope + rc * 16)
                                                         : (const void *)(rows.pe + (rc - MLA_CKV / 16) * 16);
     copy_async16(dst + (uint32_t)(key * MLA_DIM + rc * 16), src, live);
   }
 }
 
-/* The same thread's chunks converted exactly to f16 into the 16-bit key tile at `keys` (raw chunk rc:
- * the tile's 16-byte chunks 2 rc and 2 rc + 1 of the key's row). */
-__device__ __forceinline__ void mla_wgn_convert(uint32_t raw_tile, uint32_t keys, int c) {
-  const int key = c >> 1, part = c & 1;
+/* The same thread's chunks converted exactly to f16 into row first_key + c / PARTS of the 16-bit key
+ * tile at `keys` (raw chunk rc: the tile's 16-byte chunks 2 rc and 2 rc + 1 of the key's row). */
+template <int PARTS>
+__device__ __forceinline__ void mla_wgn_convert(uint32_t raw_tile, uint32_t keys, int first_key, int c) {
+  const int part = c % PARTS, key = first_key + c / PARTS;
 #pragma unroll
-  for (int i = 0; i < MLA_DIM / 32; ++i) {
-    const int rc = part + 2 * i;
-    const uint4 v = load_shared16(raw_tile + (uint32_t)(key * MLA_DIM + rc * 16));
+  for (int i = 0; i < MLA_DIM / 16 / PARTS; ++i) {
+    const int rc = part + PARTS * i;
+    const uint4 v = load_shared16(raw_tile + (uint32_t)((c / PARTS) * MLA_DIM + rc * 16));
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -140,27 +150,34 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_narrow_kernel(con
   if (tid >= 128) {
     const int c = tid - 128;
     if constexpr (FP8) {
-      /* warpgroup 1, fp8: thread c copies half of key c / 2's raw row, RAW_STAGES tiles ahead, and
-       * converts the same bytes into the key tile once the computing warps have released it */
-      mla_wg_key_rows<uint8_t> rows = mla_wg_look_up<uint8_t, 2>(p, w, w.kv_start, stop, c);
+      /* warpgroup 1, fp8: raw tiles of RAW_KEYS keys, PARTS threads a key, RAW_STAGES ahead; each
+       * thread converts the bytes it copied into its key's row of the key tile (two raw tiles to a
+       * key tile) once the computing warpgroup has released that stage */
+      constexpr int RK = L::RAW_KEYS, PER = MLA_WG_KEYS / RK, PARTS = 128 / RK;
+      const int num_raw = num_tiles * PER;
+      mla_wg_key_rows<uint8_t> rows = mla_wg_look_up<uint8_t, PARTS>(p, w, w.kv_start, stop, c);
 #pragma unroll
       for (int x = 0; x < L::RAW_STAGES; ++x) {
-        if (x < num_tiles) {
-          mla_wgn_issue_raw(p, rows, base + L::RAW + (uint32_t)(x * L::RAW_TILE), c);
-          rows = mla_wg_look_up<uint8_t, 2>(p, w, w.kv_start + (x + 1) * MLA_WG_KEYS, stop, c);
+        if (x < num_raw) {
+          mla_wgn_issue_raw<PARTS>(p, rows, base + L::RAW + (uint32_t)(x * L::RAW_TILE), c);
+          rows = mla_wg_look_up<uint8_t, PARTS>(p, w, w.kv_start + (x + 1) * RK, stop, c);
         }
         copy_async_commit();
       }
-      for (int tile = 0; tile < num_tiles; ++tile) {
-        const uint32_t raw_tile = base + L::RAW + (uint32_t)((tile % L::RAW_STAGES) * L::RAW_TILE);
-        copy_async_wait<L::RAW_STAGES - 1>(); /* this thread's copies of the tile */
-        ignis_mbar_wait(empty, (tile & 1) ^ 1);
-        mla_wgn_convert(raw_tile, base + L::KEYS, c);
-        ignis_fence_proxy_async(); /* the converted tile, before wgmma reads it */
-        ignis_mbar_arrive(full);
-        if (tile + L::RAW_STAGES < num_tiles) {
-          mla_wgn_issue_raw(p, rows, raw_tile, c);
-          rows = mla_wg_look_up<uint8_t, 2>(p, w, w.kv_start + (tile + L::RAW_STAGES + 1) * MLA_WG_KEYS, stop, c);
+      for (int x = 0; x < num_raw; ++x) {
+        const int tile = x / PER, part_of_tile = x % PER, s = tile % L::STAGES;
+        const uint32_t raw_tile = base + L::RAW + (uint32_t)((x % L::RAW_STAGES) * L::RAW_TILE);
+        copy_async_wait<L::RAW_STAGES - 1>(); /* this thread's copies of raw tile x */
+        if (part_of_tile == 0)
+          ignis_mbar_wait(empty + 8 * s, ((tile / L::STAGES) & 1) ^ 1);
+        mla_wgn_convert<PARTS>(raw_tile, base + L::KEYS + (uint32_t)s * MLA_WG_TILE, part_of_tile * RK, c);
+        if (part_of_tile == PER - 1) {
+          ignis_fence_proxy_async(); /* the converted tile, before wgmma reads it */
+          ignis_mbar_arrive(full + 8 * s);
+        }
+        if (x + L::RAW_STAGES < num_raw) {
+          mla_wgn_issue_raw<PARTS>(p, rows, raw_tile, c);
+          rows = mla_wg_look_up<uint8_t, PARTS>(p, w, w.kv_start + (x + L::RAW_STAGES + 1) * RK, stop, c);
         }
         copy_async_commit();
       }

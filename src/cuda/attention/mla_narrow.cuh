@@ -183,12 +183,6 @@ __device__ __forceinline__ void mla_narrow_scores(const ignis_mla_params &p, uin
     }
 }
 
-/* An fp8 cache with bf16 queries runs the tensor work in f16 (e4m3 converts to f16 in one
- * instruction; bf16 would take four): each query row of the tile, in shared memory, is multiplied
- * by the power of two that brings its largest magnitude into [2^14, 2^15) and rounded to f16 (exact
- * for every value down to 2^-38 of the row's largest: bf16's 8 significant bits fit f16's 11), and
- * the inverse lands in `scales` for the scores. P (in [0, 1]) and the converted keys are exact or
- * finer in f16. */
 /* The power of two a query row whose largest magnitude is `top` is multiplied by on its way to f16:
  * 2^(14 - e) for top in [2^e, 2^(e+1)); 1 for an empty row. */
 __device__ __forceinline__ float mla_f16_query_scale(float top) {
@@ -196,15 +190,19 @@ __device__ __forceinline__ float mla_f16_query_scale(float top) {
   return __uint_as_float((uint32_t)min(254, max(1, 127 + 14 - e)) << 23);
 }
 
-template <int ROWS>
-__device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float *scales) {
-  constexpr int PER_ROW = MLA_THREADS / ROWS; /* threads a row, adjacent lanes */
-  const int row = threadIdx.x / PER_ROW, sub = threadIdx.x % PER_ROW;
-  uint4 *q = (uint4 *)(q_tile + row * MLA_ROW * 2);
+/* An fp8 cache with bf16 queries runs the tensor work in f16 (e4m3 converts to f16 in one
+ * instruction; bf16 would take four): each query row of the tile, in shared memory, is multiplied
+ * by the power of two that brings its largest magnitude into [2^14, 2^15) and rounded to f16 (exact
+ * for every value down to 2^-38 of the row's largest: bf16's 8 significant bits fit f16's 11), and
+ * the inverse goes to the scores. P (in [0, 1]) and the converted keys are exact or finer in f16.
+ * One row, shared by PER_ROW adjacent lanes, thread `sub` taking the 16-byte chunks sub,
+ * sub + PER_ROW, ..; load(c) and store(c, value) reach chunk c. Returns the inverse scale. */
+template <int PER_ROW, typename Load, typename Store>
+__device__ __forceinline__ float mla_query_row_to_f16(int sub, Load load, Store store) {
   float top = 0.0f;
   for (int c = sub; c < MLA_CHUNKS; c += PER_ROW) {
     float x[8];
-    ignis_raw_to_floats<__nv_bfloat16>(q[c], x);
+    ignis_raw_to_floats<__nv_bfloat16>(load(c), x);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       top = fmaxf(top, fabsf(x[k]));
@@ -215,14 +213,25 @@ __device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float 
   const float scale = mla_f16_query_scale(top);
   for (int c = sub; c < MLA_CHUNKS; c += PER_ROW) {
     float x[8];
-    ignis_raw_to_floats<__nv_bfloat16>(q[c], x);
+    ignis_raw_to_floats<__nv_bfloat16>(load(c), x);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       x[k] *= scale;
-    q[c] = ignis_floats_to_raw<__half>(x);
+    store(c, ignis_floats_to_raw<__half>(x));
   }
+  return 1.0f / scale;
+}
+
+/* The tile's query rows (padded rows of MLA_ROW values) to f16, their inverse scales to `scales`. */
+template <int ROWS>
+__device__ __forceinline__ void mla_queries_to_f16(unsigned char *q_tile, float *scales) {
+  constexpr int PER_ROW = MLA_THREADS / ROWS; /* threads a row, adjacent lanes */
+  const int row = threadIdx.x / PER_ROW, sub = threadIdx.x % PER_ROW;
+  uint4 *q = (uint4 *)(q_tile + row * MLA_ROW * 2);
+  const float inverse = mla_query_row_to_f16<PER_ROW>(
+      sub, [&](int c) { return q[c]; }, [&](int c, uint4 v) { q[c] = v; });
   if (sub == 0)
-    scales[row] = 1.0f / scale;
+    scales[row] = inverse;
 }
 
 template <typename T, bool FP8, int MT>

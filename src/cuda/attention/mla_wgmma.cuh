@@ -107,6 +107,16 @@ template <int N> __device__ __forceinline__ float mla_wg_exp_row(float (&s)[N], 
   return sum;
 }
 
+/* The dynamic shared memory from its first 1024-byte boundary (the swizzled operands' alignment;
+ * the kernels ask for 1 KB of slack): its shared-window address, and the generic pointer in
+ * *aligned. */
+__device__ __forceinline__ uint32_t mla_wg_aligned(unsigned char *dynamic, unsigned char **aligned) {
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(dynamic);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  *aligned = dynamic + (base - raw);
+  return base;
+}
+
 /* A barrier of both warpgroups where they run apart code (named barrier 1). */
 __device__ __forceinline__ void mla_wg_sync() {
   asm volatile("bar.sync 1, 256;" ::: "memory");
@@ -120,9 +130,8 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
     return; /* a captured grid of the plan's maximum */
   const ignis_mla_work w = p.work[blockIdx.x];
   extern __shared__ __align__(1024) unsigned char mla_wg_smem[];
-  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mla_wg_smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char *const smem = mla_wg_smem + (base - raw);
+  unsigned char *smem;
+  const uint32_t base = mla_wg_aligned(mla_wg_smem, &smem);
   float *const s_stats = (float *)(smem + MLA_WG_STATS);
   unsigned char *const s_p = smem + MLA_WG_P;
   const int tid = threadIdx.x, g = tid >> 7, lane = tid & 31, quad = lane & 3;

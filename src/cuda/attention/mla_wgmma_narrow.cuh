@@ -125,9 +125,8 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_narrow_kernel(con
     return; /* a captured grid of the plan's maximum */
   const ignis_mla_work w = p.work[blockIdx.x];
   extern __shared__ __align__(1024) unsigned char mla_wgn_smem[];
-  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(mla_wgn_smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char *const smem = mla_wgn_smem + (base - raw);
+  unsigned char *smem;
+  const uint32_t base = mla_wg_aligned(mla_wgn_smem, &smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, quad = lane & 3;
   const int H = (int)p.num_heads, rows_total = w.q_len * H;
   const uint32_t full = base + L::BARS, empty = full + 8 * L::STAGES;
@@ -222,35 +221,16 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_narrow_kernel(con
     copy_async_wait<0>();
   }
   float *const s_scales = (float *)(smem + L::SCALES);
-  if constexpr (SCALED) {
-    /* bf16 queries to f16, each row times the power of two that brings its largest magnitude into
-     * [2^14, 2^15); the row's threads are adjacent lanes, each converting the chunks it copied */
+  if constexpr (SCALED) { /* bf16 queries to f16 per row; each thread converts the chunks it copied */
     const int r = tid / PARTS, part = tid % PARTS;
     auto chunk_addr = [&](int c) {
       return base + L::Q + (uint32_t)((c >> 3) * L::Q_PANEL + r * 128 + (((c & 7) ^ (r & 7)) << 4));
     };
-    float top = 0.0f;
-    for (int c = part; c < MLA_CHUNKS; c += PARTS) {
-      float x[8];
-      ignis_raw_to_floats<__nv_bfloat16>(load_shared16(chunk_addr(c)), x);
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        top = fmaxf(top, fabsf(x[k]));
-    }
-#pragma unroll
-    for (int d = 1; d < PARTS; d *= 2)
-      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, d));
-    const float scale = mla_f16_query_scale(top);
-    for (int c = part; c < MLA_CHUNKS; c += PARTS) {
-      float x[8];
-      ignis_raw_to_floats<__nv_bfloat16>(load_shared16(chunk_addr(c)), x);
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        x[k] *= scale;
-      store_shared16(chunk_addr(c), ignis_floats_to_raw<__half>(x));
-    }
+    const float inverse = mla_query_row_to_f16<PARTS>(
+        part, [&](int c) { return load_shared16(chunk_addr(c)); },
+        [&](int c, uint4 v) { store_shared16(chunk_addr(c), v); });
     if (part == 0)
-      s_scales[r] = 1.0f / scale;
+      s_scales[r] = inverse;
   }
   ignis_fence_proxy_async(); /* the queries, before wgmma reads them */
   float *const s_max = (float *)(smem + L::MAX), *const s_sum = (float *)(smem + L::SUM);

@@ -347,7 +347,11 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   }
 }
 
-/* One block per (merge item, head): 128 threads x 4 of the 512 columns. */
+/* One block per (merge item, head): 128 threads x 4 of the 512 columns. MLA_MERGE_BATCH chunks'
+ * LSEs and values are loaded before any is folded: a split token at 128 heads has up to 64 chunks,
+ * and one chunk at a time was two dependent L2 round trips each. Values of empty chunks (LSE -inf)
+ * are loaded (their rows lie in the workspace) but never used. */
+#define MLA_MERGE_BATCH 8
 template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(const ignis_mla_params p) {
   if ((int)blockIdx.x >= p.header->num_merge)
     return;
@@ -355,14 +359,24 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
   const int64_t H = p.num_heads, h = blockIdx.y;
   const int col = threadIdx.x * 4;
   float m = -CUDART_INF_F, d = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c = 0; c < mg.count; ++c) {
-    const int64_t prow = ((int64_t)mg.partial + (int64_t)c * mg.stride) * H + h;
-    const float t = p.partial_lse[prow];
-    if (t == -CUDART_INF_F)
-      continue;
-    const float4 v = *(const float4 *)(p.partial_out + prow * MLA_CKV + col);
-    const float x[4] = {v.x, v.y, v.z, v.w};
-    lse_merge_fold<4>(t, x, m, d, acc);
+  for (int c0 = 0; c0 < mg.count; c0 += MLA_MERGE_BATCH) {
+    float t[MLA_MERGE_BATCH];
+    float4 v[MLA_MERGE_BATCH];
+#pragma unroll
+    for (int u = 0; u < MLA_MERGE_BATCH; ++u) {
+      t[u] = -CUDART_INF_F;
+      if (c0 + u < mg.count) {
+        const int64_t prow = ((int64_t)mg.partial + (int64_t)(c0 + u) * mg.stride) * H + h;
+        t[u] = p.partial_lse[prow];
+        v[u] = *(const float4 *)(p.partial_out + prow * MLA_CKV + col);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MLA_MERGE_BATCH; ++u)
+      if (t[u] != -CUDART_INF_F) {
+        const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        lse_merge_fold<4>(t[u], x, m, d, acc);
+      }
   }
   const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
   alignas(8) T out[4];

@@ -8,8 +8,8 @@
  * 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r & 7)):
  *   Q       the tile's 64 query rows x 576 (q_nope | q_pe): 9 panels of 8 KB
  *   stages  two key tiles of 64 keys x 576 (ckv | kpe), 9 panels each, gathered through the page
- *           table with 16-byte cp.async (one page lookup a thread and tile, a tile ahead of its
- *           copies), the next tile's copy in flight while the current one computes
+ *           table with 16-byte cp.async (the page lookups a tile ahead of their copies), the next
+ *           tile's copy in flight while the current one computes
  *   P       64 rows x 64 keys of 16-bit probabilities, one panel (a row of 64 keys is one
  *           swizzled 128-byte row)
  *   stats   row maxima or rescale factors passed between the warpgroups, then row sums
@@ -21,7 +21,7 @@
  *     m64n64k16, both operands in shared memory: 4 KB a 32-cycle instruction, what shared memory
  *     delivers), masks, runs the online softmax of whole rows in registers, writes P and the rows'
  *     rescale factors to shared memory and keeps P as A fragments for its own P V (register-A
- *     wgmma); warpgroup 1 meanwhile issues the next tile's copies (2 threads a key), then takes P
+ *     wgmma); warpgroup 1 meanwhile issues the next tile's copies (8 threads a key), then takes P
  *     from shared memory. Two block barriers a tile: the tile landed, P written.
  *   split scores (false; any scales): warpgroup g scores keys 32 g .. +31 (m64n32k16) with the kpe
  *     dimensions in a separate accumulator joined with the cache's scales, the two warpgroups'
@@ -153,16 +153,28 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_WG_KEYS - 1) / MLA_WG_KEYS : 0;
-  /* the copying threads (every thread, or warpgroup 1 for the one scorer): tile 0 now, the page of
+  /* the copying threads (every thread, 4 a key; or warpgroup 1 for the one scorer, 8 a key, so a
+   * copy instruction moves runs of 128 bytes, over 4 passes of 16 keys): tile 0 now, the pages of
    * tile 1 looked up */
-  constexpr int PARTS = ONE_SCORER ? 2 : 4;
+  constexpr int PARTS = ONE_SCORER ? 8 : 4, COPIERS = ONE_SCORER ? 128 : 256;
+  constexpr int PASSES = MLA_WG_KEYS * PARTS / COPIERS;
   const int copier = ONE_SCORER ? tid - 128 : tid;
-  mla_wg_key_rows<T> ahead = {nullptr, nullptr};
+  mla_wg_key_rows<T> ahead[PASSES];
+  auto look_up_tile = [&](int k0) {
+#pragma unroll
+    for (int pass = 0; pass < PASSES; ++pass)
+      ahead[pass] = mla_wg_look_up<T, PARTS>(p, w, k0, stop, copier + COPIERS * pass);
+  };
+  auto issue_tile = [&](uint32_t dst) {
+#pragma unroll
+    for (int pass = 0; pass < PASSES; ++pass)
+      mla_wg_issue_keys<T, PARTS>(p, ahead[pass], dst, copier + COPIERS * pass);
+  };
   if (copier >= 0 && num_tiles > 0) {
-    mla_wg_issue_keys<T, PARTS>(p, mla_wg_look_up<T, PARTS>(p, w, w.kv_start, stop, copier),
-                                base + MLA_WG_STAGE, copier);
+    look_up_tile(w.kv_start);
+    issue_tile(base + MLA_WG_STAGE);
     if (num_tiles > 1)
-      ahead = mla_wg_look_up<T, PARTS>(p, w, w.kv_start + MLA_WG_KEYS, stop, copier);
+      look_up_tile(w.kv_start + MLA_WG_KEYS);
   }
   copy_async_commit();
 
@@ -192,10 +204,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
     if constexpr (ONE_SCORER) {
       if (g == 1) {
         if (tile + 1 < num_tiles) {
-          mla_wg_issue_keys<T, PARTS>(p, ahead, next, copier);
+          issue_tile(next);
           copy_async_commit();
           if (tile + 2 < num_tiles)
-            ahead = mla_wg_look_up<T, PARTS>(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
+            look_up_tile(k0 + 2 * MLA_WG_KEYS);
         }
       } else {
         /* 1. scores of the tile's 64 keys (kpe_scale == ckv_scale: mla.cu's choice) */
@@ -264,10 +276,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
       rescale[1] = s_stats[r0 + 8];
     } else {
       if (tile + 1 < num_tiles) {
-        mla_wg_issue_keys<T, PARTS>(p, ahead, next, copier);
+        issue_tile(next);
         copy_async_commit();
         if (tile + 2 < num_tiles)
-          ahead = mla_wg_look_up<T, PARTS>(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
+          look_up_tile(k0 + 2 * MLA_WG_KEYS);
       }
       /* 1. scores of this warpgroup's 32 keys */
       float s[16], s_pe[16];

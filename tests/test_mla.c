@@ -42,7 +42,25 @@ static ignis_dtype cache_dtype(const mla_case *c) {
   return c->kv_dtype ? c->kv_dtype : c->dtype;
 }
 
-/* The paged latent cache of a case: pages shuffled over a pool with spares, as views. */
+/* NaN into every cache row no request holds (the slots past a request's length in its last page, and
+ * the spare pages) of a buffer of `width` values a row: no kernel may let them reach a result (a
+ * value zero-weighted by a masked score is still NaN in a product). */
+static void poison_unused_rows(const mla_case *c, const int32_t *kv_indptr, const int32_t *indices,
+                               int64_t num_pages, h_buf *buf, int64_t width) {
+  const int64_t rows = num_pages * c->page_size;
+  char *held = calloc((size_t)rows, 1);
+  for (int64_t b = 0; b < c->batch; ++b)
+    for (int64_t j = 0; j < c->kv_len[b]; ++j)
+      held[indices[kv_indptr[b] + j / c->page_size] * c->page_size + j % c->page_size] = 1;
+  for (int64_t r = 0; r < rows; ++r)
+    if (!held[r])
+      for (int64_t i = 0; i < width; ++i)
+        h_set(buf, r * width + i, NAN);
+  free(held);
+}
+
+/* The paged latent cache of a case: pages shuffled over a pool with spares, as views; rows no
+ * request holds are NaN (poison_unused_rows). */
 typedef struct mla_cache {
   h_buf ckv_buf, kpe_buf; /* kpe_buf unused when combined */
   ignis_tensor ckv, kpe;
@@ -76,6 +94,7 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
     cache->ckv_buf = h_buf_alloc(backend, cache_dtype(c), rows * KV_DIM);
     for (int64_t i = 0; i < rows * KV_DIM; ++i)
       h_set(&cache->ckv_buf, i, h_rng_normal(rng));
+    poison_unused_rows(c, cache->kv_indptr, cache->indices, cache->num_pages, &cache->ckv_buf, KV_DIM);
     h_buf_upload(&cache->ckv_buf);
     int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV},
             shape_kpe[3] = {cache->num_pages, c->page_size, KPE};
@@ -91,6 +110,8 @@ static void make_cache(h_backend backend, const mla_case *c, h_rng *rng, mla_cac
     h_set(&cache->ckv_buf, i, h_rng_normal(rng));
   for (int64_t i = 0; i < rows * KPE; ++i)
     h_set(&cache->kpe_buf, i, h_rng_normal(rng));
+  poison_unused_rows(c, cache->kv_indptr, cache->indices, cache->num_pages, &cache->ckv_buf, CKV);
+  poison_unused_rows(c, cache->kv_indptr, cache->indices, cache->num_pages, &cache->kpe_buf, KPE);
   h_buf_upload(&cache->ckv_buf);
   h_buf_upload(&cache->kpe_buf);
   int64_t shape_ckv[3] = {cache->num_pages, c->page_size, CKV},
@@ -344,6 +365,12 @@ static const mla_case cases[] = {
     {"h64 page64 lengths 1..1000", 64, 64, 4, {1, 1, 1, 1}, {1, 64, 65, 1000}, 1, 1, IGNIS_BF16, IGNIS_LSE_BASE2,
      0, 0, 0.0, 0.0},
     {"h128 q16 page1 chunk", 128, 1, 2, {16, 1}, {300, 129}, 1, 0, IGNIS_BF16, IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},
+    /* 128 heads at pages of 32 and 64: lengths ending mid-page, equal cache scales, a combined
+     * cache, split-KV */
+    {"h128 page64 q1,2,1 lengths 1..2100", 128, 64, 3, {1, 2, 1}, {1, 130, 2100}, 1, 0, IGNIS_BF16,
+     IGNIS_LSE_BASE2, 0, 0, 0.5, 0.5},
+    {"batch 1 h128 page32 combined f16 (split-KV)", 128, 32, 1, {1}, {5000}, 1, 1, IGNIS_F16, IGNIS_LSE_NATURAL,
+     1, 0, 0.0, 0.0},
     /* the narrow kernel's tiles: 16 rows spanning tokens of 8 heads, each row its causal limit */
     {"h8 q3,5 causal (16-row tiles across tokens)", 8, 16, 2, {3, 5}, {40, 600}, 1, 0, IGNIS_BF16,
      IGNIS_LSE_BASE2, 0, 0, 0.0, 0.0},

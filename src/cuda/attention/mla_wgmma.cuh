@@ -93,6 +93,27 @@ __device__ __forceinline__ void mla_wg_issue_keys(const ignis_mla_params &p, mla
   mla_wg_copy_row<T, PARTS>(dst, t / PARTS, t % PARTS, rows.nope, rows.pe, p.ckv);
 }
 
+/* A copying thread's share of a 64-key tile, COPIERS threads with PARTS a key: PASSES keys (thread
+ * t's pass i: thread t + COPIERS i of the tile), their pages looked up a tile ahead of the copies.
+ * The copiers of both wgmma kernels' 16-bit caches. */
+template <typename T, int PARTS, int COPIERS> struct mla_wg_tile_copier {
+  static constexpr int PASSES = MLA_WG_KEYS * PARTS / COPIERS;
+  mla_wg_key_rows<T> rows[PASSES];
+  /* the keys of the tile from k0 */
+  __device__ __forceinline__ void look_up(const ignis_mla_params &p, const ignis_mla_work &w, int k0, int stop,
+                                          int t) {
+#pragma unroll
+    for (int pass = 0; pass < PASSES; ++pass)
+      rows[pass] = mla_wg_look_up<T, PARTS>(p, w, k0, stop, t + COPIERS * pass);
+  }
+  /* their copies into the stage at dst */
+  __device__ __forceinline__ void issue(const ignis_mla_params &p, uint32_t dst, int t) const {
+#pragma unroll
+    for (int pass = 0; pass < PASSES; ++pass)
+      mla_wg_issue_keys<T, PARTS>(p, rows[pass], dst, t + COPIERS * pass);
+  }
+};
+
 /* s[4 n + 2 h + e] = 2^(s - m_use) over the row h (0, 1) of a thread's m64nN accumulators; returns
  * their sum. */
 template <int N> __device__ __forceinline__ float mla_wg_exp_row(float (&s)[N], int h, float m_use) {
@@ -156,25 +177,13 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
   /* the copying threads (every thread, 4 a key; or warpgroup 1 for the one scorer, 8 a key, so a
    * copy instruction moves runs of 128 bytes, over 4 passes of 16 keys): tile 0 now, the pages of
    * tile 1 looked up */
-  constexpr int PARTS = ONE_SCORER ? 8 : 4, COPIERS = ONE_SCORER ? 128 : 256;
-  constexpr int PASSES = MLA_WG_KEYS * PARTS / COPIERS;
   const int copier = ONE_SCORER ? tid - 128 : tid;
-  mla_wg_key_rows<T> ahead[PASSES];
-  auto look_up_tile = [&](int k0) {
-#pragma unroll
-    for (int pass = 0; pass < PASSES; ++pass)
-      ahead[pass] = mla_wg_look_up<T, PARTS>(p, w, k0, stop, copier + COPIERS * pass);
-  };
-  auto issue_tile = [&](uint32_t dst) {
-#pragma unroll
-    for (int pass = 0; pass < PASSES; ++pass)
-      mla_wg_issue_keys<T, PARTS>(p, ahead[pass], dst, copier + COPIERS * pass);
-  };
+  mla_wg_tile_copier<T, ONE_SCORER ? 8 : 4, ONE_SCORER ? 128 : 256> ahead;
   if (copier >= 0 && num_tiles > 0) {
-    look_up_tile(w.kv_start);
-    issue_tile(base + MLA_WG_STAGE);
+    ahead.look_up(p, w, w.kv_start, stop, copier);
+    ahead.issue(p, base + MLA_WG_STAGE, copier);
     if (num_tiles > 1)
-      look_up_tile(w.kv_start + MLA_WG_KEYS);
+      ahead.look_up(p, w, w.kv_start + MLA_WG_KEYS, stop, copier);
   }
   copy_async_commit();
 
@@ -204,10 +213,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
     if constexpr (ONE_SCORER) {
       if (g == 1) {
         if (tile + 1 < num_tiles) {
-          issue_tile(next);
+          ahead.issue(p, next, copier);
           copy_async_commit();
           if (tile + 2 < num_tiles)
-            look_up_tile(k0 + 2 * MLA_WG_KEYS);
+            ahead.look_up(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
         }
       } else {
         /* 1. scores of the tile's 64 keys (kpe_scale == ckv_scale: mla.cu's choice) */
@@ -276,10 +285,10 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
       rescale[1] = s_stats[r0 + 8];
     } else {
       if (tile + 1 < num_tiles) {
-        issue_tile(next);
+        ahead.issue(p, next, copier);
         copy_async_commit();
         if (tile + 2 < num_tiles)
-          look_up_tile(k0 + 2 * MLA_WG_KEYS);
+          ahead.look_up(p, w, k0 + 2 * MLA_WG_KEYS, stop, copier);
       }
       /* 1. scores of this warpgroup's 32 keys */
       float s[16], s_pe[16];

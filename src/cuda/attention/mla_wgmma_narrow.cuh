@@ -183,23 +183,15 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_narrow_kernel(con
       copy_async_wait<0>();
     } else {
       /* warpgroup 1, 16-bit: thread c copies 16-byte chunks c % 8 + 8 i of keys c / 8 + 16 pass */
-      mla_wg_key_rows<T> rows[4];
-      auto look_up_tile = [&](int k0) { /* the keys of the tile from k0, a tile ahead of their copies */
-#pragma unroll
-        for (int pass = 0; pass < 4; ++pass)
-          rows[pass] = mla_wg_look_up<T, 8>(p, w, k0, stop, c + 128 * pass);
-      };
-      look_up_tile(w.kv_start);
+      mla_wg_tile_copier<T, 8, 128> ahead;
+      ahead.look_up(p, w, w.kv_start, stop, c);
       for (int tile = 0; tile < num_tiles; ++tile) {
         const int s = tile & 1;
         ignis_mbar_wait(empty + 8 * s, ((tile >> 1) & 1) ^ 1);
-        const uint32_t dst = base + L::KEYS + (uint32_t)s * MLA_WG_TILE;
-#pragma unroll
-        for (int pass = 0; pass < 4; ++pass)
-          mla_wg_issue_keys<T, 8>(p, rows[pass], dst, c + 128 * pass);
+        ahead.issue(p, base + L::KEYS + (uint32_t)s * MLA_WG_TILE, c);
         mbar_arrive_copies(full + 8 * s);
         if (tile + 1 < num_tiles)
-          look_up_tile(w.kv_start + (tile + 1) * MLA_WG_KEYS);
+          ahead.look_up(p, w, w.kv_start + (tile + 1) * MLA_WG_KEYS, stop, c);
       }
     }
     return;

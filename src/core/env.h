@@ -22,9 +22,10 @@ extern "C" {
   X(IGNIS_ENV_MLA_TILE_ROWS, "IGNIS_MLA_TILE_ROWS", "64", "by the head count (16, 32 or 64)",     \
     "64 plans MLA attention in tiles of 64 query rows whatever the head count (the wide CUDA "     \
     "kernel instead of the narrow one; comparisons)")                                             \
-  X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "0, 2", "1: the wgmma kernels on sm_90a",            \
+  X(IGNIS_ENV_MLA_WGMMA, "IGNIS_MLA_WGMMA", "0, 2, 3", "1: the wgmma kernels on sm_90a",         \
     "0 runs MLA on the mma.sync kernels instead of the Hopper wgmma ones; 2 takes the split-score " \
-    "form of the 64-row wgmma kernel instead of the one-scorer form")                             \
+    "form of the 64-row wgmma kernel instead of the one-scorer form; 3 the one scorer's 2-CTA "    \
+    "cluster form (TMA multicast of the keys) where heads are a multiple of 128 and pages of 32")  \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

@@ -45,6 +45,47 @@ static ignis_status launch_wgmma_narrow(const ignis_mla_params &p, int64_t items
   return IGNIS_OK;
 }
 
+/* The cluster form of the one scorer (IGNIS_MLA_WGMMA=3, opt-in): the two work items of a pair (the
+ * two 64-head halves of one query token: num_heads a multiple of 128, so pairs never straddle a
+ * token and the plan's item count is even) run as a 2-CTA cluster whose producers each load part of
+ * a key tile by TMA multicast into both CTAs, so the pair reads its keys from L2 once instead of
+ * twice. Needs page_size a multiple of MLA_WG_BOX_KEYS (a box of keys lies in one page) and the
+ * driver's tensor-map encoder; *taken false (nothing launched) where it does not apply. */
+template <typename T>
+static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t items, cudaStream_t stream,
+                                         bool *taken) {
+  *taken = false;
+  if (p.num_heads % 128 != 0 || p.page_size % MLA_WG_BOX_KEYS != 0 || ignis_tensor_map_encoder() == nullptr)
+    return IGNIS_OK;
+  mla_key_maps maps;
+  const cuuint64_t ckv_dims[3] = {MLA_CKV, (cuuint64_t)p.page_size, (cuuint64_t)p.num_pages};
+  const cuuint64_t kpe_dims[3] = {MLA_KPE, (cuuint64_t)p.page_size, (cuuint64_t)p.num_pages};
+  const cuuint64_t ckv_strides[2] = {(cuuint64_t)p.ckv_stride_token * 2, (cuuint64_t)p.ckv_stride_page * 2};
+  const cuuint64_t kpe_strides[2] = {(cuuint64_t)p.kpe_stride_token * 2, (cuuint64_t)p.kpe_stride_page * 2};
+  const cuuint32_t box[3] = {64, MLA_WG_BOX_KEYS, 1};
+  if (ignis_tensor_map_encode(&maps.ckv, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.ckv, ckv_dims, ckv_strides, box,
+                              "ignis_mla_run (ckv_cache)") != IGNIS_OK ||
+      ignis_tensor_map_encode(&maps.kpe, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.kpe, kpe_dims, kpe_strides, box,
+                              "ignis_mla_run (kpe_cache)") != IGNIS_OK)
+    return IGNIS_OK; /* a layout TMA cannot describe: the cp.async form serves it */
+  IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true, true>>((size_t)MLA_WG_SMEM_BYTES)));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((unsigned)((items + 1) & ~(int64_t)1)); /* whole pairs */
+  config.blockDim = dim3(MLA_WG_THREADS);
+  config.dynamicSmemBytes = MLA_WG_SMEM_BYTES;
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 2;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  IGNIS_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_wgmma_kernel<T, true, true>, p, maps));
+  *taken = true;
+  return IGNIS_OK;
+}
+
 /* The narrow kernels for 16- or 32-row tiles: the wgmma one (`wgmma` set) or the mma.sync one. */
 template <typename T, bool FP8>
 static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cudaStream_t stream, int wgmma) {
@@ -68,13 +109,17 @@ static ignis_status launch_narrow(const ignis_mla_params &p, int64_t items, cuda
  * compute capability 9.0, the wgmma ones (notes/PERF.md, "MLA on wgmma by default"):
  * mla_wgmma_narrow_kernel for 16 and 32 rows, and for 64-row tiles of a 16-bit cache
  * mla_wgmma_kernel, 1 (the default) its one-scorer form where the two cache scales are equal (else
- * the split form), 2 its split-score form. IGNIS_MLA_WGMMA (read once) picks 0, 1 or 2. */
+ * the split form), 2 its split-score form, 3 the one scorer's cluster form where it applies
+ * (launch_wgmma_cluster; opt-in). IGNIS_MLA_WGMMA (read once) picks 0, 1, 2 or 3. */
 static int wide_wgmma(int32_t device) {
   static const int mode = [] {
     if (strstr(IGNIS_CUDA_TARGETS, "sm_90a") == nullptr)
       return 0;
     const char *value = ignis_env(IGNIS_ENV_MLA_WGMMA);
-    return value == nullptr || strcmp(value, "1") == 0 ? 1 : strcmp(value, "2") == 0 ? 2 : 0;
+    return value == nullptr || strcmp(value, "1") == 0 ? 1
+           : strcmp(value, "2") == 0                   ? 2
+           : strcmp(value, "3") == 0                   ? 3
+                                                       : 0;
   }();
   return ignis_compute_capability(device) == 90 ? mode : 0;
 }
@@ -94,12 +139,20 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int w
       const ignis_status status = launch_narrow<T, FP8>(p, items, stream, wgmma);
       if (status != IGNIS_OK)
         return status;
-    } else if (!FP8 && wgmma == 1 && p.kpe_scale == p.ckv_scale) { /* one accumulator for S */
-      IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true>>((size_t)MLA_WG_SMEM_BYTES)));
-      mla_wgmma_kernel<T, true><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
+    } else if (!FP8 && (wgmma == 1 || wgmma == 3) && p.kpe_scale == p.ckv_scale) { /* one accumulator for S */
+      bool taken = false;
+      if (wgmma == 3) {
+        const ignis_status status = launch_wgmma_cluster<T>(p, items, stream, &taken);
+        if (status != IGNIS_OK)
+          return status;
+      }
+      if (!taken) {
+        IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true>>((size_t)MLA_WG_SMEM_BYTES)));
+        mla_wgmma_kernel<T, true><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p, mla_key_maps{});
+      }
     } else if (!FP8 && wgmma != 0) {
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, false>>((size_t)MLA_WG_SMEM_BYTES)));
-      mla_wgmma_kernel<T, false><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p);
+      mla_wgmma_kernel<T, false><<<(unsigned)items, MLA_WG_THREADS, MLA_WG_SMEM_BYTES, stream>>>(p, mla_key_maps{});
     } else {
       const int smem = FP8 ? MLA_SMEM_BYTES_FP8 : MLA_SMEM_BYTES;
       IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_attention_kernel<T, FP8>>((size_t)smem)));

@@ -27,6 +27,16 @@
  *     dimensions in a separate accumulator joined with the cache's scales, the two warpgroups'
  *     row maxima meet through shared memory so both move the same running maximum, each writes
  *     its half of P; every thread copies (4 threads a key). Three block barriers a tile.
+ * Cluster form of the one scorer (CLUSTER; mla.cu's launch_wgmma_cluster, opt-in): at 128 heads a
+ *   tile is half a query token's heads, and the two halves read the same keys, so a 64-row tile per
+ *   CTA streams every key tile from L2 twice (ncu at B128 L4096 128 heads: L2 83% busy, DRAM 49%).
+ *   The two items of a pair run as a 2-CTA cluster: warpgroup 1's first thread in each CTA loads its
+ *   share of a key tile's panels (rank 0 panels 0-4, rank 1 panels 5-8; boxes of MLA_WG_BOX_KEYS
+ *   keys of one page) by TMA multicast into both CTAs, counted on each CTA's full barrier of the
+ *   stage; a stage is refilled once both CTAs released it (their empty barriers, one arrival from
+ *   each CTA's first thread after its block barrier). Keys at and past the stop in the last tile
+ *   are the page's later slots (anything, even NaN) or stale rows: warpgroup 1 zeroes their ckv
+ *   values before P V.
  * Masks: chunk end, causal position, rows past the request, per row. The epilogue adds the
  * warpgroups' row sums and writes out / lse, or the f32 partial row and its base-2 LSE for a
  * chunk of a split request. */
@@ -45,7 +55,15 @@ enum {
   MLA_WG_STAGE = MLA_WG_Q + MLA_WG_TILE,          /* two stages */
   MLA_WG_P = MLA_WG_STAGE + 2 * MLA_WG_TILE,
   MLA_WG_STATS = MLA_WG_P + MLA_WG_PANEL,         /* float [2][64] */
-  MLA_WG_SMEM_BYTES = MLA_WG_STATS + 2 * 64 * 4 + 1024, /* + alignment slack */
+  MLA_WG_BARS = MLA_WG_STATS + 2 * 64 * 4,        /* the cluster form's mbarriers: full[2], empty[2] */
+  MLA_WG_SMEM_BYTES = MLA_WG_BARS + 4 * 8 + 1024, /* + alignment slack */
+  MLA_WG_BOX_KEYS = 32,                           /* keys of one TMA box (the cluster form) */
+};
+
+/* The cluster form's TMA maps: ckv as [pages][page_size][512], kpe as [pages][page_size][64], boxes
+ * of 64 values x MLA_WG_BOX_KEYS keys of one page in the 128-byte swizzle (mla.cu encodes them). */
+struct mla_key_maps {
+  CUtensorMap ckv, kpe;
 };
 
 /* Issue the copies of one row of 576 16-bit values into a 9-panel tile at dst (panels of PANEL
@@ -143,8 +161,10 @@ __device__ __forceinline__ void mla_wg_sync() {
   asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
-template <typename T, bool ONE_SCORER>
-__global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const ignis_mla_params p) {
+template <typename T, bool ONE_SCORER, bool CLUSTER = false>
+__global__ void __launch_bounds__(MLA_WG_THREADS, 1)
+    mla_wgmma_kernel(const ignis_mla_params p, const __grid_constant__ mla_key_maps maps) {
+  static_assert(ONE_SCORER || !CLUSTER, "the cluster form is the one scorer's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr ignis_wgmma_type WT = mla_is_bf16<T>::value ? IGNIS_WGMMA_BF16 : IGNIS_WGMMA_F16;
   if ((int)blockIdx.x >= p.header->num_work)
@@ -174,12 +194,43 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
   const int tile_last_key = p.causal ? w.kv_len - w.q_len + last_row / H : w.kv_len - 1;
   const int stop = min(w.kv_end, tile_last_key + 1);
   const int num_tiles = stop > w.kv_start ? (stop - w.kv_start + MLA_WG_KEYS - 1) / MLA_WG_KEYS : 0;
-  /* the copying threads (every thread, 4 a key; or warpgroup 1 for the one scorer, 8 a key, so a
+  /* the cluster form: the pair's barriers ready before any multicast or remote arrival; warpgroup
+   * 1's first thread (the producer) issues tile 0 */
+  const uint32_t full_bar = base + MLA_WG_BARS, empty_bar = full_bar + 16; /* + 8 * stage */
+  uint32_t rank = 0;
+  auto issue_cluster_tile = [&](int t) { /* the producer: this CTA's panels of tile t, to both */
+    const uint32_t dst = base + MLA_WG_STAGE + (uint32_t)(t & 1) * MLA_WG_TILE;
+    const int k0 = w.kv_start + t * MLA_WG_KEYS;
+    const int boxes = stop - k0 > MLA_WG_BOX_KEYS ? 2 : 1; /* the second box only with live keys */
+    ignis_mbar_arrive_expect_tx(full_bar + 8 * (t & 1), (uint32_t)(boxes * (MLA_DIM / 64) * MLA_WG_BOX_KEYS * 128));
+    for (int b = 0; b < boxes; ++b) {
+      const int j = k0 + b * MLA_WG_BOX_KEYS;
+      const int32_t page = p.kv_indices[w.page_base + j / (int)p.page_size], slot = j % (int)p.page_size;
+      for (int panel = rank == 0 ? 0 : 5; panel < (rank == 0 ? 5 : MLA_DIM / 64); ++panel)
+        ignis_tma_load_3d_multicast(dst + (uint32_t)(panel * MLA_WG_PANEL + b * MLA_WG_BOX_KEYS * 128),
+                                    panel < 8 ? &maps.ckv : &maps.kpe, full_bar + 8 * (t & 1),
+                                    panel < 8 ? 64 * panel : 0, slot, page, (uint16_t)3);
+    }
+  };
+  if constexpr (CLUSTER) {
+    rank = ignis_cluster_rank();
+    if (tid == 0) {
+      for (int s = 0; s < 2; ++s) {
+        ignis_mbar_init(full_bar + 8 * s, 1);  /* this CTA's producer, then the bytes of both */
+        ignis_mbar_init(empty_bar + 8 * s, 2); /* one release from each CTA of the pair */
+      }
+      ignis_mbar_init_fence();
+    }
+    ignis_cluster_sync();
+    if (tid == 128 && num_tiles > 0)
+      issue_cluster_tile(0);
+  }
+  /* otherwise the copying threads (every thread, 4 a key; or warpgroup 1 for the one scorer, 8 a key, so a
    * copy instruction moves runs of 128 bytes, over 4 passes of 16 keys): tile 0 now, the pages of
    * tile 1 looked up */
   const int copier = ONE_SCORER ? tid - 128 : tid;
   mla_wg_tile_copier<T, ONE_SCORER ? 8 : 4, ONE_SCORER ? 128 : 256> ahead;
-  if (copier >= 0 && num_tiles > 0) {
+  if (!CLUSTER && copier >= 0 && num_tiles > 0) {
     ahead.look_up(p, w, w.kv_start, stop, copier);
     ahead.issue(p, base + MLA_WG_STAGE, copier);
     if (num_tiles > 1)
@@ -202,17 +253,48 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
     o[i] = 0.0f;
   const float score_scale = p.ckv_scale * p.sm_scale_log2;
 
+  if constexpr (CLUSTER) {
+    copy_async_wait<0>(); /* the queries */
+    ignis_fence_proxy_async();
+  }
   for (int tile = 0; tile < num_tiles; ++tile) {
-    copy_async_wait<0>();
-    ignis_fence_proxy_async(); /* the landed copies, before wgmma reads them */
-    __syncthreads();
+    if constexpr (CLUSTER) {
+      __syncthreads(); /* both warpgroups past tile - 1 (and the queries landed) */
+      if (tid == 0 && tile > 0) { /* its stage released in both CTAs' eyes */
+        ignis_mbar_arrive_cluster(empty_bar + 8 * ((tile - 1) & 1), 0);
+        ignis_mbar_arrive_cluster(empty_bar + 8 * ((tile - 1) & 1), 1);
+      }
+      ignis_mbar_wait(full_bar + 8 * (tile & 1), (uint32_t)(tile >> 1) & 1u);
+    } else {
+      copy_async_wait<0>();
+      ignis_fence_proxy_async(); /* the landed copies, before wgmma reads them */
+      __syncthreads();
+    }
     const int k0 = w.kv_start + tile * MLA_WG_KEYS;
     const uint32_t stage = base + MLA_WG_STAGE + (uint32_t)(tile & 1) * MLA_WG_TILE;
     const uint32_t next = base + MLA_WG_STAGE + (uint32_t)((tile + 1) & 1) * MLA_WG_TILE;
     float rescale[2];
     if constexpr (ONE_SCORER) {
       if (g == 1) {
-        if (tile + 1 < num_tiles) {
+        if constexpr (CLUSTER) {
+          if (tid == 128 && tile + 1 < num_tiles) {
+            if (tile > 0) /* tile - 1 released by both CTAs: its stage takes tile + 1 */
+              ignis_mbar_wait(empty_bar + 8 * ((tile + 1) & 1), (uint32_t)(((tile + 1) >> 1) - 1) & 1u);
+            issue_cluster_tile(tile + 1);
+          }
+          if (k0 + MLA_WG_KEYS > stop) {
+            /* the last tile: keys at and past stop came from the page's later slots or were not
+             * loaded (stale); their scores are masked, and their values zeroed so that 0 x value
+             * stays 0 in P V */
+            const int from = stop - k0, chunks = (MLA_WG_KEYS - from) * (MLA_CKV / 8);
+            for (int i = tid - 128; i < chunks; i += 128) {
+              const int row = from + i / (MLA_CKV / 8), c = i % (MLA_CKV / 8);
+              *(uint4 *)(smem + (stage - base) + (c >> 3) * MLA_WG_PANEL + row * 128 + (c & 7) * 16) =
+                  make_uint4(0u, 0u, 0u, 0u);
+            }
+            ignis_fence_proxy_async();
+          }
+        } else if (tile + 1 < num_tiles) {
           ahead.issue(p, next, copier);
           copy_async_commit();
           if (tile + 2 < num_tiles)
@@ -356,6 +438,8 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1) mla_wgmma_kernel(const igni
   }
   copy_async_wait<0>(); /* an item without keys still issued its query copies */
   __syncthreads();
+  if constexpr (CLUSTER)
+    ignis_cluster_sync(); /* no remote arrival or multicast may reach a CTA that has exited */
 
   /* epilogue: the row sums of both warpgroups, then out / lse or the chunk's partial row */
 #pragma unroll

@@ -1,6 +1,7 @@
 /* Hopper (sm_90a) building blocks shared by ignis' warp-specialized kernels: mbarriers, TMA tensor
  * loads, wgmma (descriptors, fences, the m64n128 / m64n256 forms with both operands in shared
- * memory or A in registers) and register reallocation, plus the host side of TMA: encoding a tensor map through the
+ * memory or A in registers), register reallocation and 2-CTA clusters (rank, barrier, remote
+ * mbarrier arrival, multicast TMA), plus the host side of TMA: encoding a tensor map through the
  * driver entry point the runtime hands out (cudaGetDriverEntryPointByVersion), so ignis never
  * links libcuda.
  *
@@ -80,6 +81,36 @@ static __device__ __forceinline__ void ignis_tma_load_3d(uint32_t dst, const CUt
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
                "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+               : "memory");
+}
+
+/* ignis_tma_load_3d into the same shared offset of every CTA of the cluster named in `mask` (bit r:
+ * cluster rank r); each destination's barrier at bar's offset counts the bytes landing there. */
+static __device__ __forceinline__ void ignis_tma_load_3d_multicast(uint32_t dst, const CUtensorMap *map,
+                                                                   uint32_t bar, int32_t c0, int32_t c1,
+                                                                   int32_t c2, uint16_t mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+               : "memory");
+}
+
+/* ---- clusters ----------------------------------------------------------------------------------- */
+static __device__ __forceinline__ uint32_t ignis_cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+/* Every thread of every CTA of the cluster: this CTA's earlier accesses released, the others'
+ * acquired. */
+static __device__ __forceinline__ void ignis_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* Arrives on the barrier at bar's shared offset in the cluster's CTA `rank` (this one included). */
+static __device__ __forceinline__ void ignis_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+               " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+               "r"(rank)
                : "memory");
 }
 

@@ -106,6 +106,18 @@ static __device__ __forceinline__ uint32_t ignis_cluster_rank() {
 static __device__ __forceinline__ void ignis_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+/* ignis_mbar_wait with cluster-scope acquire: for a barrier other CTAs of the cluster arrive on
+ * (ignis_mbar_arrive_cluster), whose released accesses must be ordered before this thread's next. */
+static __device__ __forceinline__ void ignis_mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
 /* Arrives on the barrier at bar's shared offset in the cluster's CTA `rank` (this one included). */
 static __device__ __forceinline__ void ignis_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile("{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
+#include "sched/mla_plan.h"
 
 #define CKV 512
 #define KPE 64
@@ -620,8 +621,42 @@ static void append_case(h_backend backend, ignis_dtype dtype, int64_t page_size)
     h_buf_free(ins[i]);
 }
 
+/* The plan's pairs at head counts that are multiples of 128, which the CUDA cluster form runs as one
+ * 2-CTA cluster each (mla_wgmma.cuh): an even item count, and items 2i and 2i + 1 in the same query
+ * token of the same request and chunk (so the same keys and the same stop). Random batches, split
+ * and not. Host only: the planner is pure C. */
+static void plan_pairs(void) {
+  h_case("plan pairs at 128 and 256 heads");
+  h_rng rng = h_rng_make(77);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t heads = trial % 2 ? 256 : 128, batch = h_rng_int(&rng, 1, 6);
+    int32_t qo[7] = {0}, kv_indptr[7] = {0}, kv_len[6];
+    for (int64_t b = 0; b < batch; ++b) {
+      qo[b + 1] = qo[b] + (int32_t)h_rng_int(&rng, trial % 3 == 0 ? 0 : 1, 4);
+      kv_len[b] = (int32_t)h_rng_int(&rng, 0, trial % 4 == 0 ? 40000 : 3000);
+      kv_indptr[b + 1] = kv_indptr[b] + (kv_len[b] + 63) / 64;
+    }
+    ignis_mla_planner planner;
+    CHECKF(ignis_mla_planner_init(&planner, heads, 0, 6, 24, 40000, IGNIS_MLA_NOMINAL_WAVE) == 0, "init");
+    void *image = malloc(ignis_mla_schedule_bytes(&planner));
+    ignis_mla_plan_batch(&planner, qo, kv_indptr, kv_len, batch, image);
+    const ignis_mla_schedule_header *header = (const ignis_mla_schedule_header *)image;
+    const ignis_mla_work *work = ignis_mla_schedule_work(image);
+    CHECKF(header->num_work % 2 == 0, "trial %d: %d items", trial, header->num_work);
+    for (int i = 0; i + 1 < header->num_work; i += 2) {
+      const ignis_mla_work *a = &work[i], *b = &work[i + 1];
+      CHECKF(a->q_row == b->q_row && a->kv_start == b->kv_start && a->kv_end == b->kv_end &&
+                 a->page_base == b->page_base && a->partial == b->partial &&
+                 a->row_start / heads == b->row_start / heads && b->row_start == a->row_start + 64,
+             "trial %d: items %d and %d are not one token's pair", trial, i, i + 1);
+    }
+    free(image);
+  }
+}
+
 int main(void) {
   h_init("test_mla");
+  plan_pairs();
   for (int bi = 0; bi < h_backend_count(); ++bi) {
     const h_backend backend = h_backend_at(bi);
     if (backend == H_CPU && h_quick())

@@ -70,15 +70,21 @@ static bool general_options(const ignis_prefill_params &p) {
          p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
 }
 
-/* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
- * is compute capability 9.0 (H100 / H200), and IGNIS_PREFILL_WGMMA is not "0" in the environment
- * (an opt-out for comparisons, read once). */
-static bool wgmma_runs(int device) {
-  static const bool wanted = [] {
+/* IGNIS_PREFILL_WGMMA, read once: 0 the tile kernel (an opt-out for comparisons), 2 the wgmma
+ * kernel's ping-pong form (opt-in while it is measured), anything else the wgmma kernel. */
+static int wgmma_form() {
+  static const int form = [] {
     const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
-    return (value == nullptr || strcmp(value, "0") != 0) && strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr;
+    return value == nullptr ? 1 : strcmp(value, "0") == 0 ? 0 : strcmp(value, "2") == 0 ? 2 : 1;
   }();
-  return wanted && ignis_compute_capability(device) == 90;
+  return form;
+}
+
+/* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
+ * is compute capability 9.0 (H100 / H200), and IGNIS_PREFILL_WGMMA is not "0". */
+static bool wgmma_runs(int device) {
+  return wgmma_form() != 0 && strstr(IGNIS_CUDA_TARGETS, "sm_90a") != nullptr &&
+         ignis_compute_capability(device) == 90;
 }
 
 /* The call shapes prefill_wgmma_kernel takes (the rest of the options are its own). */
@@ -152,7 +158,7 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "prefill: the plan chose the wgmma kernel for a call it "
                                                    "does not take");
     prefill_kernel k;
-    IGNIS_CUDA_CHECK(instance->kernel(hot, &k));
+    IGNIS_CUDA_CHECK(instance->kernel(hot ? wgmma_form() : 0, &k));
     IGNIS_CUDA_CHECK(
         ignis_launch(k.attention, dim3((unsigned)blocks), dim3(k.threads), k.smem, stream, p, c));
     const ignis_status status = ignis_check_launch("prefill attention");

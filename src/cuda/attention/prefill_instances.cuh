@@ -48,9 +48,10 @@ struct prefill_instance {
   bool wgmma;              /* prefill_wgmma_kernel takes it */
   int32_t rows;            /* packed query rows of a tile (the plan's q_tile_rows) */
   prefill_kernel_fn merge; /* prefill_merge_kernel of its q dtype and tile */
-  /* Fills k with prefill_wgmma_kernel (wgmma, only where `wgmma` above) or prefill_attention_kernel
-   * and allows it its dynamic shared memory on the current device. */
-  cudaError_t (*kernel)(bool wgmma, prefill_kernel *k);
+  /* Fills k with prefill_wgmma_kernel (wgmma 1, or 2 for its ping-pong form; only where `wgmma`
+   * above) or prefill_attention_kernel (wgmma 0) and allows it its dynamic shared memory on the
+   * current device. */
+  cudaError_t (*kernel)(int wgmma, prefill_kernel *k);
 };
 
 extern const prefill_instance prefill_instances_64_64[PREFILL_INSTANCES_PER_HEAD_DIMS];
@@ -65,14 +66,15 @@ constexpr bool prefill_wgmma_takes(int kv_kind, int dqk, int dvo, bool general) 
 }
 
 template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
-static cudaError_t prefill_kernel_of(bool wgmma, prefill_kernel *k) {
+static cudaError_t prefill_kernel_of(int wgmma, prefill_kernel *k) {
   typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
   if constexpr (prefill_wgmma_takes(KIND, DQK, DVO, GENERAL))
-    if (wgmma) {
-      k->attention = prefill_wgmma_kernel<QT>;
+    if (wgmma != 0) {
+      k->attention = wgmma == 2 ? prefill_wgmma_kernel<QT, true> : prefill_wgmma_kernel<QT, false>;
       k->smem = WGMMA_SMEM_BYTES;
       k->threads = WGMMA_THREADS;
-      return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT>>(k->smem);
+      return wgmma == 2 ? ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true>>(k->smem)
+                        : ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false>>(k->smem);
     }
   k->attention = prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>;
   k->smem = sh::SMEM_BYTES;

@@ -34,6 +34,16 @@
  * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
  * f32 partial slot and its base-2 LSE when the item is split.
  *
+ * Ping-pong form (PINGPONG; IGNIS_PREFILL_WGMMA=2, opt-in while it is measured): the two consumers
+ * take turns issuing their step's GEMMs, as FlashAttention-3 does, so one warpgroup's softmax runs
+ * while the other's GEMMs hold the tensor cores. Named barrier 3 + w is warpgroup w's turn (256
+ * threads: its own 128 wait, the other's 128 arrive): a warpgroup waits for its turn once its
+ * tiles landed, issues, and hands the turn over before it waits for the results. Both take the
+ * same number of turns, max(n0, n1) + 1 (n_w: warpgroup w's tiles; one turn a tile for S with the
+ * previous tile's P V, one for the last P V); a warpgroup past its diagonal takes its remaining
+ * turns empty, each after releasing the tiles the other's turn waits for. Warpgroup 1 hands
+ * warpgroup 0 its first turn and does not hand over after its last.
+ *
  * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
  * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_blocks_per_sm). */
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
@@ -133,7 +143,7 @@ static __device__ __forceinline__ void wgmma_rescale_pack(const float (&s)[64], 
 }
 
 /* ---- kernel ------------------------------------------------------------------------------------- */
-template <typename QT>
+template <typename QT, bool PINGPONG>
 __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     prefill_wgmma_kernel(const ignis_prefill_params p, const prefill_config c) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -268,6 +278,39 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     n_wg = (int)((wg_hi - lo + WGMMA_KT - 1) / WGMMA_KT);
     full_hi = c.causal ? min((int64_t)hi, (int64_t)wpos_lo + 1) : hi;
   }
+  /* the ping-pong form's turns, the same count in both warpgroups: the other's tiles too (its rows
+   * start 64 later or earlier; causal) */
+  int turns = 0;
+  if constexpr (PINGPONG) {
+    const int other = 64 * (1 - wg);
+    int n_other = 0;
+    if (other < rows) {
+      const int32_t opos_hi = pos_base + (row0 + min(other + 63, rows - 1)) / group;
+      const int64_t o_hi = c.causal ? max((int64_t)lo, min((int64_t)hi, (int64_t)opos_hi + 1)) : hi;
+      n_other = (int)((o_hi - lo + WGMMA_KT - 1) / WGMMA_KT);
+    }
+    turns = max(n_wg, n_other) > 0 ? max(n_wg, n_other) + 1 : 0;
+  }
+  int turn = 0;
+  auto turn_wait = [&]() {
+    if constexpr (PINGPONG) {
+      if (wg == 0)
+        asm volatile("bar.sync 3, 256;" ::: "memory");
+      else
+        asm volatile("bar.sync 4, 256;" ::: "memory");
+    }
+  };
+  auto turn_pass = [&]() { /* after this warpgroup's issue of turn `turn` */
+    if constexpr (PINGPONG) {
+      if (wg == 0)
+        asm volatile("bar.arrive 4, 256;" ::: "memory");
+      else if (turn + 1 < turns)
+        asm volatile("bar.arrive 3, 256;" ::: "memory");
+      ++turn;
+    }
+  };
+  if (PINGPONG && wg == 1 && turns > 0)
+    asm volatile("bar.arrive 3, 256;" ::: "memory"); /* warpgroup 0 goes first */
 
   float o[64], m[2], l[2], rescale[2];
 #pragma unroll
@@ -290,9 +333,11 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   if (n_wg > 0) {
     ignis_mbar_wait(bar_full_k, 0);
     ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
+    turn_wait();
     ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages);
     ignis_wgmma_commit();
+    turn_pass();
     ignis_wgmma_wait<0>();
     ignis_wgmma_pin(s);
     release(bar_empty_k, 0);
@@ -305,11 +350,13 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     ignis_mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
     ignis_mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
     ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
+    turn_wait();
     ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages + sj * WGMMA_STAGE_BYTES);
     ignis_wgmma_commit();
     wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
     ignis_wgmma_commit();
+    turn_pass();
     ignis_wgmma_wait<1>();
     ignis_wgmma_pin(s);
     release(bar_empty_k, j);
@@ -324,19 +371,31 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     const int sp = (n_wg - 1) % WGMMA_STAGES;
     ignis_mbar_wait(bar_full_v + 8 * sp, ((n_wg - 1) / WGMMA_STAGES) & 1);
     ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
+    turn_wait();
     ignis_wgmma_fence();
     wgmma_pv<BF16>(o, pa, stages + sp * WGMMA_STAGE_BYTES + 2 * WGMMA_KV_PANEL);
     ignis_wgmma_commit();
+    turn_pass();
     ignis_wgmma_wait<0>();
     ignis_wgmma_pin(o);
     release(bar_empty_v, n_wg - 1);
   }
-  /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step */
+  /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step;
+   * the ping-pong form's empty turns, turn t once tiles up to t are released (the other's turn t
+   * waits for K_t and V_{t-1}, which the producer loads once both released the stage's last tile) */
   for (int j = n_wg; j < num_tiles; ++j) {
     ignis_mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
     release(bar_empty_k, j);
     ignis_mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
     release(bar_empty_v, j);
+    while (PINGPONG && turn < turns && turn <= j) {
+      turn_wait();
+      turn_pass();
+    }
+  }
+  while (PINGPONG && turn < turns) {
+    turn_wait();
+    turn_pass();
   }
   ignis_pdl_launch_dependents();
 

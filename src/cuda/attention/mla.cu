@@ -163,7 +163,7 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int w
       return status;
   }
   if (merges > 0) {
-    mla_merge_kernel<T><<<dim3((unsigned)merges, (unsigned)p.num_heads), MLA_MERGE_THREADS, 0, stream>>>(p);
+    mla_merge_kernel<T><<<dim3((unsigned)merges, (unsigned)p.num_heads), 128, 0, stream>>>(p);
     return ignis_check_launch("mla merge");
   }
   return IGNIS_OK;

@@ -23,8 +23,7 @@
  *      key tile with ldmatrix.trans
  * The epilogue divides by l and writes out / lse, or for a chunk of a split request the f32
  * partial row and its base-2 LSE. Merge (mla_merge_kernel): one block per (split query token,
- * head), 4 groups of 128 threads x 4 columns, each group folding a share of the chunks' partial
- * rows by their LSEs (lse_merge.cuh), then the groups' states in shared memory. */
+ * head), 128 threads x 4 columns, folding the chunks' partial rows by their LSEs (lse_merge.cuh). */
 #ifndef IGNIS_CUDA_ATTENTION_MLA_ATTENTION_CUH
 #define IGNIS_CUDA_ATTENTION_MLA_ATTENTION_CUH
 
@@ -348,27 +347,19 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   }
 }
 
-/* One block per (merge item, head): MLA_MERGE_GROUPS groups of 128 threads, each thread 4 of the
- * 512 columns. Group g folds chunks g * MLA_MERGE_BATCH .., every MLA_MERGE_GROUPS-th batch of
- * MLA_MERGE_BATCH, loading a batch's LSEs and values before folding any; the groups' normalised
- * states then meet in shared memory and group 0 folds them and writes. A split token at 128 heads
- * has up to 64 chunks: walked one at a time by 128 threads (an LSE load, then the dependent value
- * load) the merge took as long as a third of the attention (H100, B1 T1 L32k). Values of empty
- * chunks (LSE -inf) are loaded (their rows lie in the workspace) but never used. */
-#define MLA_MERGE_BATCH 4
-#define MLA_MERGE_GROUPS 4
-#define MLA_MERGE_THREADS (128 * MLA_MERGE_GROUPS)
-template <typename T>
-__global__ void __launch_bounds__(MLA_MERGE_THREADS) mla_merge_kernel(const ignis_mla_params p) {
-  __shared__ float4 group_values[MLA_MERGE_GROUPS - 1][128];
-  __shared__ float group_lse[MLA_MERGE_GROUPS - 1];
+/* One block per (merge item, head): 128 threads x 4 of the 512 columns. MLA_MERGE_BATCH chunks'
+ * LSEs and values are loaded before any is folded: a split token at 128 heads has up to 64 chunks,
+ * and one chunk at a time was two dependent L2 round trips each. Values of empty chunks (LSE -inf)
+ * are loaded (their rows lie in the workspace) but never used. */
+#define MLA_MERGE_BATCH 8
+template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(const ignis_mla_params p) {
   if ((int)blockIdx.x >= p.header->num_merge)
     return;
   const ignis_mla_merge mg = p.merge[blockIdx.x];
   const int64_t H = p.num_heads, h = blockIdx.y;
-  const int group = threadIdx.x / 128, lane = threadIdx.x % 128, col = lane * 4;
+  const int col = threadIdx.x * 4;
   float m = -CUDART_INF_F, d = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c0 = group * MLA_MERGE_BATCH; c0 < mg.count; c0 += MLA_MERGE_GROUPS * MLA_MERGE_BATCH) {
+  for (int c0 = 0; c0 < mg.count; c0 += MLA_MERGE_BATCH) {
     float t[MLA_MERGE_BATCH];
     float4 v[MLA_MERGE_BATCH];
 #pragma unroll
@@ -387,22 +378,6 @@ __global__ void __launch_bounds__(MLA_MERGE_THREADS) mla_merge_kernel(const igni
         lse_merge_fold<4>(t[u], x, m, d, acc);
       }
   }
-  if (group > 0) {
-    const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
-    group_values[group - 1][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    if (lane == 0)
-      group_lse[group - 1] = lse2;
-  }
-  __syncthreads();
-  if (group > 0)
-    return;
-#pragma unroll
-  for (int g = 0; g < MLA_MERGE_GROUPS - 1; ++g)
-    if (group_lse[g] != -CUDART_INF_F) {
-      const float4 v = group_values[g][lane];
-      const float x[4] = {v.x, v.y, v.z, v.w};
-      lse_merge_fold<4>(group_lse[g], x, m, d, acc);
-    }
   const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
   alignas(8) T out[4];
 #pragma unroll

@@ -2,12 +2,13 @@
 """forms_compare: the library's opt-in kernel forms against the default, one process per run.
 
 Some kernel forms stay behind an environment setting until a GPU run shows they pay (README,
-"Environment variables"): MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3), prefill's ping-pong form
-(IGNIS_PREFILL_WGMMA=2). This script times each on the shapes it is meant for with `ignis bench`
-(the same timing as the default suite), the default path and the form alternating, REPS times
-each, and prints a markdown table: the medians of the runs' medians and the speedup of the form
-(default time / form time; above 1: the form is faster). The settings are read once per process,
-which is why every run is its own process. tools/gpu-check runs it as its `forms` step.
+"Environment variables"): MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3), prefill's ping-pong, TMA
+and combined forms (IGNIS_PREFILL_WGMMA=2, 3, 4). This script times each on the shapes it is meant
+for with `ignis bench` (the same timing as the default suite), the default path and the form
+alternating, REPS times each, and prints a markdown table: the medians of the runs' medians and
+the speedup of the form (default time / form time; above 1: the form is faster). The settings are
+read once per process, which is why every run is its own process. tools/gpu-check runs it as its
+`forms` step.
 
 Usage: python3 bench/forms_compare.py [--ignis build-gpu/ignis] [--reps 2] [--only TEXT]
                                       [--markdown FILE] [--jsonl FILE]
@@ -31,6 +32,16 @@ FORMS = [
     ("IGNIS_PREFILL_WGMMA", "2", "single_prefill",
      "--tokens 16384 --kv-len 16384 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
     ("IGNIS_PREFILL_WGMMA", "2", "batch_prefill_ragged",
+     "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask none"),
+    ("IGNIS_PREFILL_WGMMA", "3", "single_prefill",
+     "--tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
+    ("IGNIS_PREFILL_WGMMA", "3", "batch_prefill_ragged",
+     "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask none"),
+    ("IGNIS_PREFILL_WGMMA", "4", "single_prefill",
+     "--tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
+    ("IGNIS_PREFILL_WGMMA", "4", "single_prefill",
+     "--tokens 16384 --kv-len 16384 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
+    ("IGNIS_PREFILL_WGMMA", "4", "batch_prefill_ragged",
      "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask none"),
 ]
 

@@ -12,9 +12,10 @@ extern "C" {
 #define IGNIS_ENV_VARS(X)                                                                          \
   X(IGNIS_ENV_DISABLE_PDL, "IGNIS_DISABLE_PDL", "1", "PDL on (Hopper)",                            \
     "1 turns off programmatic dependent launch on Hopper")                                         \
-  X(IGNIS_ENV_PREFILL_WGMMA, "IGNIS_PREFILL_WGMMA", "0, 2", "wgmma kernel where it applies",       \
+  X(IGNIS_ENV_PREFILL_WGMMA, "IGNIS_PREFILL_WGMMA", "0, 2, 3, 4", "wgmma kernel where it applies", \
     "0 runs prefill on the mma.sync kernel instead of the Hopper wgmma one; 2 takes the wgmma "    \
-    "kernel's ping-pong form (the consumer warpgroups take turns issuing their GEMMs)")            \
+    "kernel's ping-pong form (the consumer warpgroups take turns issuing their GEMMs), 3 its TMA "  \
+    "form (whole key tiles of contiguous and ragged K/V by bulk tensor copies), 4 both")           \
   X(IGNIS_ENV_DECODE_TRANSPOSED_ROWS, "IGNIS_DECODE_TRANSPOSED_ROWS", "0..8", "8",                 \
     "the most query rows per block (q_len * group) for which decode takes its transposed kernel")  \
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \

@@ -70,14 +70,39 @@ static bool general_options(const ignis_prefill_params &p) {
          p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
 }
 
-/* IGNIS_PREFILL_WGMMA, read once: 0 the tile kernel (an opt-out for comparisons), 2 the wgmma
- * kernel's ping-pong form (opt-in while it is measured), anything else the wgmma kernel. */
+/* IGNIS_PREFILL_WGMMA, read once: 0 the tile kernel (an opt-out for comparisons); 2, 3 and 4 the
+ * wgmma kernel's opt-in forms while they are measured (2 ping-pong, 3 TMA loads, 4 both; see
+ * prefill_wgmma.cuh); anything else the wgmma kernel. */
 static int wgmma_form() {
   static const int form = [] {
     const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
-    return value == nullptr ? 1 : strcmp(value, "0") == 0 ? 0 : strcmp(value, "2") == 0 ? 2 : 1;
+    if (value == nullptr)
+      return 1;
+    for (int f = 0; f <= 4; ++f)
+      if (value[0] == (char)('0' + f) && value[1] == '\0')
+        return f;
+    return 1;
   }();
   return form;
+}
+
+/* The TMA forms' maps of k and v ([rows][kv heads][128], boxes of 64 dims x WGMMA_KT keys); false
+ * where the call's keys are paged or the driver cannot encode them (the form without TMA then runs). */
+static bool encode_kv_maps(const ignis_prefill_params &p, prefill_kv_maps *maps) {
+  if (p.kv_source == IGNIS_PREFILL_KV_PAGED || ignis_tensor_map_encoder() == nullptr)
+    return false;
+  const cuuint64_t dims[3] = {WGMMA_D, (cuuint64_t)p.num_kv_heads, (cuuint64_t)p.cache.page_size};
+  const cuuint64_t k_strides[2] = {(cuuint64_t)p.cache.k_stride_head * 2, (cuuint64_t)p.cache.k_stride_token * 2};
+  const cuuint64_t v_strides[2] = {(cuuint64_t)p.cache.v_stride_head * 2, (cuuint64_t)p.cache.v_stride_token * 2};
+  const cuuint32_t box[3] = {64, 1, WGMMA_KT};
+  if (ignis_tensor_map_encode(&maps->k, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.cache.k_cache, dims, k_strides, box,
+                              "prefill (k)") != IGNIS_OK ||
+      ignis_tensor_map_encode(&maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.cache.v_cache, dims, v_strides, box,
+                              "prefill (v)") != IGNIS_OK) {
+    ignis_clear_error();
+    return false;
+  }
+  return true;
 }
 
 /* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device
@@ -158,9 +183,17 @@ static ignis_status launch(const ignis_prefill_params &p, cudaStream_t stream) {
       return ignis_set_error(IGNIS_ERROR_INTERNAL, "prefill: the plan chose the wgmma kernel for a call it "
                                                    "does not take");
     prefill_kernel k;
-    IGNIS_CUDA_CHECK(instance->kernel(hot ? wgmma_form() : 0, &k));
-    IGNIS_CUDA_CHECK(
-        ignis_launch(k.attention, dim3((unsigned)blocks), dim3(k.threads), k.smem, stream, p, c));
+    prefill_kv_maps maps = {};
+    int form = hot ? wgmma_form() : 0;
+    if (form >= 3 && !encode_kv_maps(p, &maps))
+      form -= 2; /* the same form without TMA */
+    IGNIS_CUDA_CHECK(instance->kernel(form, &k));
+    if (k.wgmma != nullptr)
+      IGNIS_CUDA_CHECK(
+          ignis_launch(k.wgmma, dim3((unsigned)blocks), dim3(k.threads), k.smem, stream, p, c, maps));
+    else
+      IGNIS_CUDA_CHECK(
+          ignis_launch(k.attention, dim3((unsigned)blocks), dim3(k.threads), k.smem, stream, p, c));
     const ignis_status status = ignis_check_launch("prefill attention");
     if (status != IGNIS_OK)
       return status;

@@ -32,10 +32,13 @@
 enum { PREFILL_INSTANCES_PER_HEAD_DIMS = 0 PREFILL_INSTANCES(PREFILL_COUNT_ONE, 0, 0) };
 
 typedef void (*prefill_kernel_fn)(ignis_prefill_params, prefill_config);
+typedef void (*prefill_wgmma_fn)(ignis_prefill_params, prefill_config, prefill_kv_maps);
 
-/* An attention kernel of an instance and its launch shape. */
+/* An attention kernel of an instance and its launch shape: the tile kernel (attention) or a form
+ * of the wgmma kernel (wgmma), the other NULL. */
 struct prefill_kernel {
   prefill_kernel_fn attention;
+  prefill_wgmma_fn wgmma;
   size_t smem; /* dynamic shared memory */
   int32_t threads;
 };
@@ -48,9 +51,9 @@ struct prefill_instance {
   bool wgmma;              /* prefill_wgmma_kernel takes it */
   int32_t rows;            /* packed query rows of a tile (the plan's q_tile_rows) */
   prefill_kernel_fn merge; /* prefill_merge_kernel of its q dtype and tile */
-  /* Fills k with prefill_wgmma_kernel (wgmma 1, or 2 for its ping-pong form; only where `wgmma`
-   * above) or prefill_attention_kernel (wgmma 0) and allows it its dynamic shared memory on the
-   * current device. */
+  /* Fills k with a form of prefill_wgmma_kernel (wgmma 1 plain, 2 ping-pong, 3 TMA, 4 TMA and
+   * ping-pong; only where `wgmma` above) or prefill_attention_kernel (wgmma 0) and allows it its
+   * dynamic shared memory on the current device. */
   cudaError_t (*kernel)(int wgmma, prefill_kernel *k);
 };
 
@@ -70,12 +73,25 @@ static cudaError_t prefill_kernel_of(int wgmma, prefill_kernel *k) {
   typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
   if constexpr (prefill_wgmma_takes(KIND, DQK, DVO, GENERAL))
     if (wgmma != 0) {
-      k->attention = wgmma == 2 ? prefill_wgmma_kernel<QT, true> : prefill_wgmma_kernel<QT, false>;
+      k->attention = nullptr;
       k->smem = WGMMA_SMEM_BYTES;
       k->threads = WGMMA_THREADS;
-      return wgmma == 2 ? ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true>>(k->smem)
-                        : ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false>>(k->smem);
+      switch (wgmma) {
+      case 2:
+        k->wgmma = prefill_wgmma_kernel<QT, true, false>;
+        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true, false>>(k->smem);
+      case 3:
+        k->wgmma = prefill_wgmma_kernel<QT, false, true>;
+        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false, true>>(k->smem);
+      case 4:
+        k->wgmma = prefill_wgmma_kernel<QT, true, true>;
+        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true, true>>(k->smem);
+      default:
+        k->wgmma = prefill_wgmma_kernel<QT, false, false>;
+        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false, false>>(k->smem);
+      }
     }
+  k->wgmma = nullptr;
   k->attention = prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>;
   k->smem = sh::SMEM_BYTES;
   k->threads = PREFILL_THREADS;

@@ -44,6 +44,13 @@
  * turns empty, each after releasing the tiles the other's turn waits for. Warpgroup 1 hands
  * warpgroup 0 its first turn and does not hand over after its last.
  *
+ * TMA form (TMA; IGNIS_PREFILL_WGMMA=3, or 4 with ping-pong; contiguous and ragged keys, opt-in while
+ * it is measured): the producer's first thread loads each whole key tile of K and V by two bulk
+ * tensor copies (maps: [rows][kv heads][128] of k and v, boxes of 64 dims x 128 keys of one head in
+ * the 128-byte swizzle, the layout above), counted on the full barriers by bytes; the other 127
+ * threads only arrive. A tile that ends past the item's keys is gathered by cp.async as before, so
+ * keys past them are zeros, never another request's values.
+ *
  * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
  * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_blocks_per_sm). */
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
@@ -71,6 +78,11 @@ enum {
   WGMMA_STAGE_BYTES = 4 * WGMMA_KV_PANEL, /* K panels, then V panels */
   WGMMA_BAR_OFFSET = WGMMA_Q_BYTES + WGMMA_STAGES * WGMMA_STAGE_BYTES,
   WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 4 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
+};
+
+/* The TMA form's maps of k and v (prefill.cu encodes them; unused by the other forms). */
+struct prefill_kv_maps {
+  CUtensorMap k, v;
 };
 
 /* ---- consumer math ---------------------------------------------------------------------------- */
@@ -143,9 +155,10 @@ static __device__ __forceinline__ void wgmma_rescale_pack(const float (&s)[64], 
 }
 
 /* ---- kernel ------------------------------------------------------------------------------------- */
-template <typename QT, bool PINGPONG>
+template <typename QT, bool PINGPONG, bool TMA>
 __global__ void __launch_bounds__(WGMMA_THREADS, 1)
-    prefill_wgmma_kernel(const ignis_prefill_params p, const prefill_config c) {
+    prefill_wgmma_kernel(const ignis_prefill_params p, const prefill_config c,
+                         const __grid_constant__ prefill_kv_maps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool BF16 = std::is_same<QT, __nv_bfloat16>::value;
   extern __shared__ __align__(1024) unsigned char wgmma_smem[];
@@ -210,8 +223,33 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       }
     };
     int32_t page = lookup_page(0);
+    const int64_t row_base = p.kv_source == IGNIS_PREFILL_KV_RAGGED ? (int64_t)req.kv_start : 0;
     for (int tl = 0; tl < num_tiles; ++tl) {
       const int s = tl % WGMMA_STAGES;
+      if (TMA && (int64_t)lo + (int64_t)(tl + 1) * WGMMA_KT <= hi) { /* a whole tile: two boxes each */
+        page = lookup_page(tl + 1);
+        const int32_t row = (int32_t)(row_base + lo + (int64_t)tl * WGMMA_KT);
+        const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
+        if (tl >= WGMMA_STAGES)
+          ignis_mbar_wait(bar_empty_k + 8 * s, parity);
+        if (tid == 0) {
+          ignis_mbar_arrive_expect_tx(bar_full_k + 8 * s, 2 * WGMMA_KV_PANEL);
+          ignis_tma_load_3d(stage, &maps.k, bar_full_k + 8 * s, 0, kvh, row);
+          ignis_tma_load_3d(stage + WGMMA_KV_PANEL, &maps.k, bar_full_k + 8 * s, 64, kvh, row);
+        } else {
+          ignis_mbar_arrive(bar_full_k + 8 * s);
+        }
+        if (tl >= WGMMA_STAGES)
+          ignis_mbar_wait(bar_empty_v + 8 * s, parity);
+        if (tid == 0) {
+          ignis_mbar_arrive_expect_tx(bar_full_v + 8 * s, 2 * WGMMA_KV_PANEL);
+          ignis_tma_load_3d(stage + 2 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, 0, kvh, row);
+          ignis_tma_load_3d(stage + 3 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, 64, kvh, row);
+        } else {
+          ignis_mbar_arrive(bar_full_v + 8 * s);
+        }
+        continue;
+      }
       const char *kp = nullptr, *vp = nullptr;
       if (page >= 0) {
         const int64_t j = (int64_t)lo + (int64_t)tl * WGMMA_KT + 32 * warp + lane;

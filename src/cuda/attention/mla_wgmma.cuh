@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1)
         if constexpr (CLUSTER) {
           if (tid == 128 && tile + 1 < num_tiles) {
             if (tile > 0) /* tile - 1 released by both CTAs: its stage takes tile + 1 */
-              ignis_mbar_wait_cluster(empty_bar + 8 * ((tile + 1) & 1), (uint32_t)(((tile + 1) >> 1) - 1) & 1u);
+              ignis_mbar_wait<true>(empty_bar + 8 * ((tile + 1) & 1), (uint32_t)(((tile + 1) >> 1) - 1) & 1u);
             issue_cluster_tile(tile + 1);
           }
           if (k0 + MLA_WG_KEYS > stop) {

@@ -51,15 +51,26 @@ static __device__ __forceinline__ void ignis_mbar_arrive_expect_tx(uint32_t bar,
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 /* Waits until the phase of the given parity has completed. A fresh barrier is in phase 0, so a
- * wait for parity 1 returns at once (how a producer passes its empty slots the first time). */
+ * wait for parity 1 returns at once (how a producer passes its empty slots the first time).
+ * CLUSTER_ACQUIRE: the wait acquires at cluster scope, for a barrier other CTAs of the cluster
+ * arrive on (ignis_mbar_arrive_cluster), whose released accesses must be ordered before this
+ * thread's next. */
+template <bool CLUSTER_ACQUIRE = false>
 static __device__ __forceinline__ void ignis_mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
+    if constexpr (CLUSTER_ACQUIRE)
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
+    else
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                   " selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done)
+                   : "r"(bar), "r"(parity)
+                   : "memory");
   } while (!done);
 }
 
@@ -105,18 +116,6 @@ static __device__ __forceinline__ uint32_t ignis_cluster_rank() {
  * acquired. */
 static __device__ __forceinline__ void ignis_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-/* ignis_mbar_wait with cluster-scope acquire: for a barrier other CTAs of the cluster arrive on
- * (ignis_mbar_arrive_cluster), whose released accesses must be ordered before this thread's next. */
-static __device__ __forceinline__ void ignis_mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 " selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
 }
 /* Arrives on the barrier at bar's shared offset in the cluster's CTA `rank` (this one included). */
 static __device__ __forceinline__ void ignis_mbar_arrive_cluster(uint32_t bar, uint32_t rank) {

@@ -51,6 +51,8 @@ static ignis_status launch_wgmma_narrow(const ignis_mla_params &p, int64_t items
  * a key tile by TMA multicast into both CTAs, so the pair reads its keys from L2 once instead of
  * twice. Needs page_size a multiple of MLA_WG_BOX_KEYS (a box of keys lies in one page) and the
  * driver's tensor-map encoder; *taken false (nothing launched) where it does not apply. */
+/* A box of keys lies in one page only while chunks start at multiples of the box (pages are). */
+static_assert(IGNIS_MLA_KEY_TILE % MLA_WG_BOX_KEYS == 0, "MLA chunks must start at whole TMA boxes");
 template <typename T>
 static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t items, cudaStream_t stream,
                                          bool *taken) {
@@ -66,8 +68,10 @@ static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t item
   if (ignis_tensor_map_encode(&maps.ckv, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.ckv, ckv_dims, ckv_strides, box,
                               "ignis_mla_run (ckv_cache)") != IGNIS_OK ||
       ignis_tensor_map_encode(&maps.kpe, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.kpe, kpe_dims, kpe_strides, box,
-                              "ignis_mla_run (kpe_cache)") != IGNIS_OK)
-    return IGNIS_OK; /* a layout TMA cannot describe: the cp.async form serves it */
+                              "ignis_mla_run (kpe_cache)") != IGNIS_OK) {
+    ignis_clear_error(); /* a layout TMA cannot describe: the cp.async form serves it */
+    return IGNIS_OK;
+  }
   IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true, true>>((size_t)MLA_WG_SMEM_BYTES)));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((unsigned)((items + 1) & ~(int64_t)1)); /* whole pairs */

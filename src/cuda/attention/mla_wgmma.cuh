@@ -285,7 +285,8 @@ __global__ void __launch_bounds__(MLA_WG_THREADS, 1)
           if (k0 + MLA_WG_KEYS > stop) {
             /* the last tile: keys at and past stop came from the page's later slots or were not
              * loaded (stale); their scores are masked, and their values zeroed so that 0 x value
-             * stays 0 in P V */
+             * stays 0 in P V. Warpgroup 0's S wgmma may read these rows while they are zeroed:
+             * harmless, as the mask replaces those scores by a select, whatever they are. */
             const int from = stop - k0, chunks = (MLA_WG_KEYS - from) * (MLA_CKV / 8);
             for (int i = tid - 128; i < chunks; i += 128) {
               const int row = from + i / (MLA_CKV / 8), c = i % (MLA_CKV / 8);

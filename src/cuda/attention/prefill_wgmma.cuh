@@ -229,7 +229,8 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       if (TMA && (int64_t)lo + (int64_t)(tl + 1) * WGMMA_KT <= hi) { /* a whole tile: two boxes each */
         page = lookup_page(tl + 1);
         const int32_t row = (int32_t)(row_base + lo + (int64_t)tl * WGMMA_KT);
-        const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
+        const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES,
+                       parity = (tl / WGMMA_STAGES - 1) & 1;
         if (tl >= WGMMA_STAGES)
           ignis_mbar_wait(bar_empty_k + 8 * s, parity);
         if (tid == 0) {

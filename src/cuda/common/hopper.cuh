@@ -60,11 +60,12 @@ static __device__ __forceinline__ void ignis_mbar_wait(uint32_t bar, uint32_t pa
   uint32_t done;
   do {
     if constexpr (CLUSTER_ACQUIRE)
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                   " selp.u32 %0, 1, 0, p;\n}"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
     else
       asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                    " selp.u32 %0, 1, 0, p;\n}"

@@ -40,9 +40,10 @@
  * threads: its own 128 wait, the other's 128 arrive): a warpgroup waits for its turn once its
  * tiles landed, issues, and hands the turn over before it waits for the results. Both take the
  * same number of turns, max(n0, n1) + 1 (n_w: warpgroup w's tiles; one turn a tile for S with the
- * previous tile's P V, one for the last P V); a warpgroup past its diagonal takes its remaining
- * turns empty, each after releasing the tiles the other's turn waits for. Warpgroup 1 hands
- * warpgroup 0 its first turn and does not hand over after its last.
+ * previous tile's P V, one for the last P V), or none where a warpgroup has no tiles; a warpgroup
+ * past its diagonal takes its remaining turns empty, turn t once it released K_t and V_{t-1}
+ * (what the other's turn t waits for). Warpgroup 1 hands warpgroup 0 its first turn and does not
+ * hand over after its last.
  *
  * TMA form (TMA; IGNIS_PREFILL_WGMMA=3, or 4 with ping-pong; contiguous and ragged keys, opt-in while
  * it is measured): the producer's first thread loads each whole key tile of K and V by two bulk
@@ -52,7 +53,7 @@
  * keys past them are zeros, never another request's values.
  *
  * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
- * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_blocks_per_sm). */
+ * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_choose). */
 #ifndef IGNIS_CUDA_PREFILL_WGMMA_CUH
 #define IGNIS_CUDA_PREFILL_WGMMA_CUH
 
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     const int64_t row_base = p.kv_source == IGNIS_PREFILL_KV_RAGGED ? (int64_t)req.kv_start : 0;
     for (int tl = 0; tl < num_tiles; ++tl) {
       const int s = tl % WGMMA_STAGES;
-      if (TMA && (int64_t)lo + (int64_t)(tl + 1) * WGMMA_KT <= hi) { /* a whole tile: two boxes each */
+      if (TMA && !paged && (int64_t)lo + (int64_t)(tl + 1) * WGMMA_KT <= hi) { /* whole tile: 2 boxes each */
         page = lookup_page(tl + 1);
         const int32_t row = (int32_t)(row_base + lo + (int64_t)tl * WGMMA_KT);
         const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES,
@@ -328,11 +329,13 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       const int64_t o_hi = c.causal ? max((int64_t)lo, min((int64_t)hi, (int64_t)opos_hi + 1)) : hi;
       n_other = (int)((o_hi - lo + WGMMA_KT - 1) / WGMMA_KT);
     }
-    turns = max(n_wg, n_other) > 0 ? max(n_wg, n_other) + 1 : 0;
+    turns = n_wg > 0 && n_other > 0 ? max(n_wg, n_other) + 1 : 0; /* 0: no turns (one side idle) */
   }
   int turn = 0;
   auto turn_wait = [&]() {
     if constexpr (PINGPONG) {
+      if (turns == 0)
+        return;
       if (wg == 0)
         asm volatile("bar.sync 3, 256;" ::: "memory");
       else
@@ -341,6 +344,8 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
   };
   auto turn_pass = [&]() { /* after this warpgroup's issue of turn `turn` */
     if constexpr (PINGPONG) {
+      if (turns == 0)
+        return;
       if (wg == 0)
         asm volatile("bar.arrive 4, 256;" ::: "memory");
       else if (turn + 1 < turns)
@@ -420,17 +425,17 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     release(bar_empty_v, n_wg - 1);
   }
   /* tiles past this warpgroup's diagonal: released once loaded, so the ring's phases stay in step;
-   * the ping-pong form's empty turns, turn t once tiles up to t are released (the other's turn t
-   * waits for K_t and V_{t-1}, which the producer loads once both released the stage's last tile) */
+   * the ping-pong form's empty turns, turn t once K_t and V_{t-1} are released (what the other's
+   * turn t waits for: the producer loads them once both released the stage's last tile) */
   for (int j = n_wg; j < num_tiles; ++j) {
     ignis_mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
     release(bar_empty_k, j);
-    ignis_mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
-    release(bar_empty_v, j);
     while (PINGPONG && turn < turns && turn <= j) {
       turn_wait();
       turn_pass();
     }
+    ignis_mbar_wait(bar_full_v + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
+    release(bar_empty_v, j);
   }
   while (PINGPONG && turn < turns) {
     turn_wait();

@@ -27,6 +27,7 @@ FORMS = [
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 128 --tokens 1 --kv-len 4096 --q-heads 128 --page-size 64"),
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 64 --tokens 2 --kv-len 4096 --q-heads 128 --page-size 64"),
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 1 --tokens 1 --kv-len 32768 --q-heads 128 --page-size 64"),
+    ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 1 --tokens 2048 --kv-len 10240 --q-heads 128 --page-size 64"),
     ("IGNIS_PREFILL_WGMMA", "2", "single_prefill",
      "--tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
     ("IGNIS_PREFILL_WGMMA", "2", "single_prefill",

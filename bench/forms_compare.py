@@ -2,13 +2,14 @@
 """forms_compare: the library's opt-in kernel forms against the default, one process per run.
 
 Some kernel forms stay behind an environment setting until a GPU run shows they pay (README,
-"Environment variables"): MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3), prefill's ping-pong, TMA
-and combined forms (IGNIS_PREFILL_WGMMA=2, 3, 4). This script times each on the shapes it is meant
-for with `ignis bench` (the same timing as the default suite), the default path and the form
-alternating, REPS times each, and prints a markdown table: the medians of the runs' medians and
-the speedup of the form (default time / form time; above 1: the form is faster). The settings are
-read once per process, which is why every run is its own process. tools/gpu-check runs it as its
-`forms` step.
+"Environment variables"): MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3) and four-group split merge
+(IGNIS_MLA_MERGE_GROUPS=4), prefill's ping-pong, TMA and combined forms (IGNIS_PREFILL_WGMMA=2, 3,
+4). This script times each on the shapes it is meant for with `ignis bench` (the same timing as the
+default suite), the default path and the form alternating, REPS times each, and prints a markdown
+table row by row (a time box that stops it keeps the rows done): the medians of the runs' medians
+and the speedup of the form (default time / form time; above 1: the form is faster). The settings
+are read once per process, which is why every run is its own process. tools/gpu-check runs it as
+its `forms` step.
 
 Usage: python3 bench/forms_compare.py [--ignis build-gpu/ignis] [--reps 2] [--only TEXT]
                                       [--markdown FILE] [--jsonl FILE]
@@ -28,6 +29,8 @@ FORMS = [
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 64 --tokens 2 --kv-len 4096 --q-heads 128 --page-size 64"),
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 1 --tokens 1 --kv-len 32768 --q-heads 128 --page-size 64"),
     ("IGNIS_MLA_WGMMA", "3", "mla", "--batch 1 --tokens 2048 --kv-len 10240 --q-heads 128 --page-size 64"),
+    ("IGNIS_MLA_MERGE_GROUPS", "4", "mla", "--batch 1 --tokens 1 --kv-len 32768 --q-heads 128 --page-size 64"),
+    ("IGNIS_MLA_MERGE_GROUPS", "4", "mla", "--batch 4 --tokens 1 --kv-len 32768 --q-heads 16 --page-size 64"),
     ("IGNIS_PREFILL_WGMMA", "2", "single_prefill",
      "--tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
     ("IGNIS_PREFILL_WGMMA", "2", "single_prefill",
@@ -92,6 +95,21 @@ def main():
     args = parser.parse_args()
 
     rows, failed, lines = [], 0, []
+    head = ["# Opt-in kernel forms against the default (bench/forms_compare.py)", "",
+            "Medians of `ignis bench` medians over the runs, default and form alternating, one process a "
+            "run; speedup = default / form.", "",
+            "| form | routine, shape | default us | form us | speedup | runs |", "|---|---|---|---|---|---|"]
+    print("\n".join(head), flush=True)
+
+    def write_out():
+        """The files as they stand: a time box that ends the run early leaves the finished rows."""
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(head + rows) + "\n")
+        if args.jsonl:
+            with open(args.jsonl, "w") as f:
+                f.write("\n".join(lines) + ("\n" if lines else ""))
+
     for setting, value, routine, flags in FORMS:
         if args.only and args.only not in f"{setting}={value} {routine} {flags}":
             continue
@@ -108,24 +126,15 @@ def main():
                 lines.append(json.dumps({"record": "form", "setting": setting, "value": form, **record}))
         if not times[None] or not times[value]:
             rows.append(f"| {setting}={value} | {routine} {flags} | failed | | | |")
-            continue
-        base, form_us = statistics.median(times[None]), statistics.median(times[value])
-        rows.append(f"| {setting}={value} | {last[None]['routine']} {last[None]['shape']} | "
-                    f"{base:.1f} ({rate(last[None])}) | {form_us:.1f} ({rate(last[value])}) | "
-                    f"{base / form_us:.3f} | {len(times[None])}+{len(times[value])} |")
-
-    device = f" on {json.loads(lines[0]).get('device', '?')}" if lines else ""
-    table = [f"# Opt-in kernel forms against the default (bench/forms_compare.py{device})", "",
-             "Medians of `ignis bench` medians over the runs, default and form alternating, one process a run; "
-             "speedup = default / form.", "",
-             "| form | routine, shape | default us | form us | speedup | runs |", "|---|---|---|---|---|---|"] + rows
-    print("\n".join(table))
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(table) + "\n")
-    if args.jsonl:
-        with open(args.jsonl, "w") as f:
-            f.write("\n".join(lines) + ("\n" if lines else ""))
+        else:
+            base, form_us = statistics.median(times[None]), statistics.median(times[value])
+            rows.append(f"| {setting}={value} | {last[None]['routine']} {last[None]['shape']} on "
+                        f"{last[None].get('device', '?')} | {base:.1f} ({rate(last[None])}) | "
+                        f"{form_us:.1f} ({rate(last[value])}) | {base / form_us:.3f} | "
+                        f"{len(times[None])}+{len(times[value])} |")
+        print(rows[-1], flush=True)
+        write_out()
+    write_out()
     return 1 if failed else 0
 
 

@@ -28,6 +28,9 @@ extern "C" {
     "0 runs MLA on the mma.sync kernels instead of the Hopper wgmma ones; 2 takes the split-score " \
     "form of the 64-row wgmma kernel instead of the one-scorer form; 3 the one scorer's 2-CTA "    \
     "cluster form (TMA multicast of the keys) where heads are a multiple of 128 and pages of 32")  \
+  X(IGNIS_ENV_MLA_MERGE_GROUPS, "IGNIS_MLA_MERGE_GROUPS", "4", "1 group of 128 threads",          \
+    "4 merges MLA's split-KV chunks with 4 groups of 128 threads a (token, head), each folding "   \
+    "a share of the chunks, instead of one group")                                                \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

@@ -128,6 +128,16 @@ static int wide_wgmma(int32_t device) {
   return ignis_compute_capability(device) == 90 ? mode : 0;
 }
 
+/* Thread groups of the split merge (mla_merge_kernel): 4 under IGNIS_MLA_MERGE_GROUPS=4 (opt-in while
+ * it is measured), else 1; read once. */
+static int merge_groups() {
+  static const int groups = [] {
+    const char *value = ignis_env(IGNIS_ENV_MLA_MERGE_GROUPS);
+    return value != nullptr && strcmp(value, "4") == 0 ? 4 : 1;
+  }();
+  return groups;
+}
+
 template <typename T, bool FP8>
 static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int wgmma) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -167,7 +177,11 @@ static ignis_status launch(const ignis_mla_params &p, cudaStream_t stream, int w
       return status;
   }
   if (merges > 0) {
-    mla_merge_kernel<T><<<dim3((unsigned)merges, (unsigned)p.num_heads), 128, 0, stream>>>(p);
+    const dim3 grid((unsigned)merges, (unsigned)p.num_heads);
+    if (merge_groups() == 4)
+      mla_merge_kernel<T, 4, 4><<<grid, 4 * 128, 0, stream>>>(p);
+    else
+      mla_merge_kernel<T, 1, 8><<<grid, 128, 0, stream>>>(p);
     return ignis_check_launch("mla merge");
   }
   return IGNIS_OK;

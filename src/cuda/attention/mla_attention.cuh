@@ -347,23 +347,27 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
   }
 }
 
-/* One block per (merge item, head): 128 threads x 4 of the 512 columns. MLA_MERGE_BATCH chunks'
- * LSEs and values are loaded before any is folded: a split token at 128 heads has up to 64 chunks,
- * and one chunk at a time was two dependent L2 round trips each. Values of empty chunks (LSE -inf)
- * are loaded (their rows lie in the workspace) but never used. */
-#define MLA_MERGE_BATCH 8
-template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(const ignis_mla_params p) {
+/* One block per (merge item, head): GROUPS groups of 128 threads, each thread 4 of the 512 columns.
+ * Group g folds chunks g * BATCH .., every GROUPS-th batch of BATCH, loading a batch's LSEs and
+ * values before folding any: a split token at 128 heads has up to 64 chunks, and one chunk at a time
+ * was two dependent L2 round trips each. With more than one group the groups' normalised states
+ * then meet in shared memory and group 0 folds them and writes. Values of empty chunks (LSE -inf)
+ * are loaded (their rows lie in the workspace) but never used. mla.cu launches <1, 8> by default
+ * and <4, 4> under IGNIS_MLA_MERGE_GROUPS=4 (opt-in while it is measured). */
+template <typename T, int GROUPS, int BATCH>
+__global__ void __launch_bounds__(128 * GROUPS) mla_merge_kernel(const ignis_mla_params p) {
   if ((int)blockIdx.x >= p.header->num_merge)
     return;
   const ignis_mla_merge mg = p.merge[blockIdx.x];
   const int64_t H = p.num_heads, h = blockIdx.y;
-  const int col = threadIdx.x * 4;
+  const int group = GROUPS > 1 ? (int)threadIdx.x / 128 : 0;
+  const int col = (GROUPS > 1 ? (int)threadIdx.x % 128 : (int)threadIdx.x) * 4;
   float m = -CUDART_INF_F, d = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c0 = 0; c0 < mg.count; c0 += MLA_MERGE_BATCH) {
-    float t[MLA_MERGE_BATCH];
-    float4 v[MLA_MERGE_BATCH];
+  for (int c0 = group * BATCH; c0 < mg.count; c0 += GROUPS * BATCH) {
+    float t[BATCH];
+    float4 v[BATCH];
 #pragma unroll
-    for (int u = 0; u < MLA_MERGE_BATCH; ++u) {
+    for (int u = 0; u < BATCH; ++u) {
       t[u] = -CUDART_INF_F;
       if (c0 + u < mg.count) {
         const int64_t prow = ((int64_t)mg.partial + (int64_t)(c0 + u) * mg.stride) * H + h;
@@ -372,10 +376,30 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
       }
     }
 #pragma unroll
-    for (int u = 0; u < MLA_MERGE_BATCH; ++u)
+    for (int u = 0; u < BATCH; ++u)
       if (t[u] != -CUDART_INF_F) {
         const float x[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
         lse_merge_fold<4>(t[u], x, m, d, acc);
+      }
+  }
+  if constexpr (GROUPS > 1) {
+    __shared__ float4 group_values[GROUPS - 1][128];
+    __shared__ float group_lse[GROUPS - 1];
+    if (group > 0) {
+      const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
+      group_values[group - 1][col / 4] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      if (col == 0)
+        group_lse[group - 1] = lse2;
+    }
+    __syncthreads();
+    if (group > 0)
+      return;
+#pragma unroll
+    for (int g = 0; g < GROUPS - 1; ++g)
+      if (group_lse[g] != -CUDART_INF_F) {
+        const float4 v = group_values[g][col / 4];
+        const float x[4] = {v.x, v.y, v.z, v.w};
+        lse_merge_fold<4>(group_lse[g], x, m, d, acc);
       }
   }
   const float lse2 = lse_merge_finish<4>(acc, m, d, -CUDART_INF_F);
@@ -385,7 +409,7 @@ template <typename T> __global__ void __launch_bounds__(128) mla_merge_kernel(co
     out[k] = ignis_from_float<T>(acc[k]);
   *(uint2 *)((T *)p.out + (int64_t)mg.q_row * p.out_stride_token + h * p.out_stride_head + col) =
       *(const uint2 *)out;
-  if (threadIdx.x == 0 && p.lse)
+  if (col == 0 && p.lse)
     p.lse[(int64_t)mg.q_row * p.lse_stride_token + h * p.lse_stride_head] = lse2 * p.lse_scale;
 }
 

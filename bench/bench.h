@@ -238,6 +238,9 @@ void bench_format_count(int64_t value, char *text, size_t size);
 int64_t bench_pages_per_request(const bench_case *c);
 int64_t bench_last_page_len(const bench_case *c);
 int64_t bench_num_pages(const bench_case *c);
+/* Query-key pairs one request's rows see: tokens x kv_len, or causal with the queries as the last
+ * `tokens` of the kv_len keys. */
+int64_t bench_visible_pairs(const bench_case *c);
 
 /* The specs of a paged KV cache at s: k_cache and v_cache ([pages, page_size, k_heads, head_dim],
  * NHD; bytes_moved the tokens held, not the padding of last pages), kv_indices, and with `lengths`

@@ -258,19 +258,8 @@ static void complete_attention(bench_case *c) {
 }
 
 /* ---- prefill --------------------------------------------------------------------------------- */
-static int64_t visible_pairs(const bench_case *c) {
-  if (!c->causal)
-    return c->tokens * c->kv_len;
-  int64_t pairs = 0;
-  for (int64_t i = 0; i < c->tokens; ++i) {
-    int64_t visible = c->kv_len - c->tokens + i + 1;
-    pairs += visible < 0 ? 0 : visible > c->kv_len ? c->kv_len : visible;
-  }
-  return pairs;
-}
-
 static int64_t prefill_flops(const bench_case *c) {
-  return 4 * c->q_heads * c->head_dim * visible_pairs(c) * c->batch;
+  return 4 * c->q_heads * c->head_dim * bench_visible_pairs(c) * c->batch;
 }
 
 static ignis_mask_mode mask_of(const bench_case *c) {

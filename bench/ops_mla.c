@@ -5,10 +5,11 @@
  * keys each, q_heads query heads sharing the one latent KV (ckv 512 + kpe 64 values a token),
  * causal, sm_scale 1/sqrt(192) (DeepSeek-V3), pages of page_size in a random order. The plan, its
  * workspace and one update are made once per case (not timed); the run is timed, as an engine
- * replays it. Attention is counted in bytes, the cache read once (the tokens held: B*L*576*es)
- * plus q read and out written once and the page table. The compute-bound shapes (128 heads) are
- * quoted in TFLOP/s (2*Hq*(576+512) per visible query-key pair) by bench/mla_compare.py, which
- * reports both. The append writes each token's 576 values once. */
+ * replays it. Attention is counted in FLOPs, 2*Hq*(576+512) per visible query-key pair (causal:
+ * the query tokens are the last of the keys), the measure of the compute-bound shapes (128
+ * heads); the table's GB/s and %read count the cache read once (the tokens held: B*L*576*es)
+ * plus q read and out written once and the page table, the measure of the memory-bound ones (16
+ * heads). The append writes each token's 576 values once. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,10 @@ static int describe_mla(const bench_case *c, bench_tensor_spec *s) {
   s[4] = BENCH_SPEC("kv_indices", IGNIS_I32, BENCH_FILL_PAGE_INDICES, pages);
   s[5] = bench_output(BENCH_SPEC("out", c->dtype, BENCH_FILL_RANDOM, rows, c->q_heads, CKV));
   return 6;
+}
+
+static int64_t mla_flops(const bench_case *c) {
+  return 2 * c->q_heads * (CKV + KPE + CKV) * bench_visible_pairs(c) * c->batch;
 }
 
 static int32_t *ramp(int64_t count, int64_t step) {
@@ -162,6 +167,8 @@ static const bench_routine mla_routines[] = {
      .dims = MLA_DIMS,
      .bytes_rule = "ckv + kpe (B*L*576*es, the tokens held) + q (B*T*Hq*576*es) + out (B*T*Hq*512*es) + "
                    "kv_indices (pages*4)",
+     .flops_rule = "2*Hq*(576+512) per visible query-key pair, per request: T*(L-T) + T*(T+1)/2 (causal)",
+     .flops = mla_flops,
      .gpu_suite = BENCH_SUITE(MLA_SHAPE(4, 64, 1, 4096, 16, 64), MLA_SHAPE(4, 128, 1, 8192, 16, 64),
                               MLA_SHAPE(4, 64, 1, 4096, 128, 64), MLA_SHAPE(4, 64, 2, 4096, 128, 64),
                               MLA_SHAPE(4, 1, 1, 32768, 128, 64), MLA_SHAPE(4, 1, 2048, 10240, 128, 64)),

@@ -129,6 +129,17 @@ int64_t bench_num_pages(const bench_case *c) {
   return c->batch * bench_pages_per_request(c);
 }
 
+int64_t bench_visible_pairs(const bench_case *c) {
+  if (!c->causal)
+    return c->tokens * c->kv_len;
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < c->tokens; ++i) {
+    int64_t visible = c->kv_len - c->tokens + i + 1;
+    pairs += visible < 0 ? 0 : visible > c->kv_len ? c->kv_len : visible;
+  }
+  return pairs;
+}
+
 int bench_page_cache_specs(const bench_case *c, int lengths, bench_tensor_spec *s) {
   int64_t pages = bench_num_pages(c);
   s[0] = BENCH_SPEC("k_cache", c->dtype, BENCH_FILL_RANDOM, pages, c->page_size, c->k_heads, c->head_dim);

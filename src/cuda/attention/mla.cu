@@ -50,7 +50,8 @@ static ignis_status launch_wgmma_narrow(const ignis_mla_params &p, int64_t items
  * token and the plan's item count is even) run as a 2-CTA cluster whose producers each load part of
  * a key tile by TMA multicast into both CTAs, so the pair reads its keys from L2 once instead of
  * twice. Needs page_size a multiple of MLA_WG_BOX_KEYS (a box of keys lies in one page) and the
- * driver's tensor-map encoder; *taken false (nothing launched) where it does not apply. */
+ * driver's tensor-map encoder; *taken false (nothing launched) where it does not apply or the
+ * device cannot place the clusters. */
 /* A box of keys lies in one page only while chunks start at multiples of the box (pages are). */
 static_assert(IGNIS_MLA_KEY_TILE % MLA_WG_BOX_KEYS == 0, "MLA chunks must start at whole TMA boxes");
 template <typename T>
@@ -85,7 +86,12 @@ static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t item
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  IGNIS_CUDA_CHECK(cudaLaunchKernelEx(&config, mla_wgmma_kernel<T, true, true>, p, maps));
+  const cudaError_t launched = cudaLaunchKernelEx(&config, mla_wgmma_kernel<T, true, true>, p, maps);
+  if (launched == cudaErrorInvalidClusterSize || launched == cudaErrorLaunchOutOfResources) {
+    (void)cudaGetLastError(); /* no pair of SMs to run it (a shared device): the cp.async form serves */
+    return IGNIS_OK;
+  }
+  IGNIS_CUDA_CHECK(launched);
   *taken = true;
   return IGNIS_OK;
 }

@@ -58,7 +58,7 @@ template <typename T>
 static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t items, cudaStream_t stream,
                                          bool *taken) {
   *taken = false;
-  if (p.num_heads % 128 != 0 || p.page_size % MLA_WG_BOX_KEYS != 0 || ignis_tensor_map_encoder() == nullptr)
+  if (p.num_heads % 128 != 0 || p.page_size % MLA_WG_BOX_KEYS != 0)
     return IGNIS_OK;
   mla_key_maps maps;
   const cuuint64_t ckv_dims[3] = {MLA_CKV, (cuuint64_t)p.page_size, (cuuint64_t)p.num_pages};
@@ -66,13 +66,9 @@ static ignis_status launch_wgmma_cluster(const ignis_mla_params &p, int64_t item
   const cuuint64_t ckv_strides[2] = {(cuuint64_t)p.ckv_stride_token * 2, (cuuint64_t)p.ckv_stride_page * 2};
   const cuuint64_t kpe_strides[2] = {(cuuint64_t)p.kpe_stride_token * 2, (cuuint64_t)p.kpe_stride_page * 2};
   const cuuint32_t box[3] = {64, MLA_WG_BOX_KEYS, 1};
-  if (ignis_tensor_map_encode(&maps.ckv, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.ckv, ckv_dims, ckv_strides, box,
-                              "ignis_mla_run (ckv_cache)") != IGNIS_OK ||
-      ignis_tensor_map_encode(&maps.kpe, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.kpe, kpe_dims, kpe_strides, box,
-                              "ignis_mla_run (kpe_cache)") != IGNIS_OK) {
-    ignis_clear_error(); /* a layout TMA cannot describe: the cp.async form serves it */
-    return IGNIS_OK;
-  }
+  if (!ignis_tensor_map_try_u16(&maps.ckv, 3, p.ckv, ckv_dims, ckv_strides, box) ||
+      !ignis_tensor_map_try_u16(&maps.kpe, 3, p.kpe, kpe_dims, kpe_strides, box))
+    return IGNIS_OK; /* a layout TMA cannot describe: the cp.async form serves it */
   IGNIS_CUDA_CHECK((ignis_allow_dynamic_smem<mla_wgmma_kernel<T, true, true>>((size_t)MLA_WG_SMEM_BYTES)));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((unsigned)((items + 1) & ~(int64_t)1)); /* whole pairs */

@@ -89,7 +89,7 @@ static int wgmma_form() {
 /* The TMA forms' maps of k and v ([rows][kv heads][128], boxes of 64 dims x WGMMA_KT keys); false
  * where the call's keys are paged or the driver cannot encode them (the form without TMA then runs). */
 static bool encode_kv_maps(const ignis_prefill_params &p, prefill_kv_maps *maps) {
-  if (p.kv_source == IGNIS_PREFILL_KV_PAGED || ignis_tensor_map_encoder() == nullptr)
+  if (p.kv_source == IGNIS_PREFILL_KV_PAGED)
     return false;
   const cuuint64_t dims[3] = {WGMMA_D, (cuuint64_t)p.num_kv_heads, (cuuint64_t)p.cache.page_size};
   const cuuint64_t k_strides[2] = {(cuuint64_t)p.cache.k_stride_head * 2,
@@ -97,14 +97,8 @@ static bool encode_kv_maps(const ignis_prefill_params &p, prefill_kv_maps *maps)
   const cuuint64_t v_strides[2] = {(cuuint64_t)p.cache.v_stride_head * 2,
                                    (cuuint64_t)p.cache.v_stride_token * 2};
   const cuuint32_t box[3] = {64, 1, WGMMA_KT};
-  if (ignis_tensor_map_encode(&maps->k, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.cache.k_cache, dims, k_strides,
-                              box, "prefill (k)") != IGNIS_OK ||
-      ignis_tensor_map_encode(&maps->v, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, p.cache.v_cache, dims, v_strides,
-                              box, "prefill (v)") != IGNIS_OK) {
-    ignis_clear_error();
-    return false;
-  }
-  return true;
+  return ignis_tensor_map_try_u16(&maps->k, 3, p.cache.k_cache, dims, k_strides, box) &&
+         ignis_tensor_map_try_u16(&maps->v, 3, p.cache.v_cache, dims, v_strides, box);
 }
 
 /* Whether prefill_wgmma_kernel runs on CUDA device `device`: the build compiled sm_90a, the device

@@ -68,6 +68,12 @@ constexpr bool prefill_wgmma_takes(int kv_kind, int dqk, int dvo, bool general) 
   return !general && (kv_kind == KV_F16 || kv_kind == KV_BF16) && dqk == WGMMA_D && dvo == WGMMA_D;
 }
 
+/* k->wgmma = that form of prefill_wgmma_kernel, allowed its dynamic shared memory (k->smem). */
+template <typename QT, bool PINGPONG, bool TMA> static cudaError_t prefill_wgmma_form(prefill_kernel *k) {
+  k->wgmma = prefill_wgmma_kernel<QT, PINGPONG, TMA>;
+  return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, PINGPONG, TMA>>(k->smem);
+}
+
 template <typename QT, int KIND, int DQK, int DVO, bool GENERAL>
 static cudaError_t prefill_kernel_of(int wgmma, prefill_kernel *k) {
   typedef prefill_shape<DQK, DVO, (KIND == KV_E4M3 || KIND == KV_E5M2) ? 1 : 2> sh;
@@ -76,20 +82,10 @@ static cudaError_t prefill_kernel_of(int wgmma, prefill_kernel *k) {
       k->attention = nullptr;
       k->smem = WGMMA_SMEM_BYTES;
       k->threads = WGMMA_THREADS;
-      switch (wgmma) {
-      case 2:
-        k->wgmma = prefill_wgmma_kernel<QT, true, false>;
-        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true, false>>(k->smem);
-      case 3:
-        k->wgmma = prefill_wgmma_kernel<QT, false, true>;
-        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false, true>>(k->smem);
-      case 4:
-        k->wgmma = prefill_wgmma_kernel<QT, true, true>;
-        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, true, true>>(k->smem);
-      default:
-        k->wgmma = prefill_wgmma_kernel<QT, false, false>;
-        return ignis_allow_dynamic_smem<prefill_wgmma_kernel<QT, false, false>>(k->smem);
-      }
+      return wgmma == 2   ? prefill_wgmma_form<QT, true, false>(k)
+             : wgmma == 3 ? prefill_wgmma_form<QT, false, true>(k)
+             : wgmma == 4 ? prefill_wgmma_form<QT, true, true>(k)
+                          : prefill_wgmma_form<QT, false, false>(k);
     }
   k->wgmma = nullptr;
   k->attention = prefill_attention_kernel<QT, KIND, DQK, DVO, GENERAL>;

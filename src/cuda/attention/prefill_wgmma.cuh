@@ -225,38 +225,25 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     };
     int32_t page = lookup_page(0);
     const int64_t row_base = p.kv_source == IGNIS_PREFILL_KV_RAGGED ? (int64_t)req.kv_start : 0;
+    /* the TMA form's whole tile from row `row` into the two panels at dst: the first thread's two
+     * boxes, counted on `full` by bytes; the other threads only arrive */
+    auto load_tile = [&](uint32_t dst, const CUtensorMap *map, uint32_t full, int32_t row) {
+      if (tid == 0) {
+        ignis_mbar_arrive_expect_tx(full, 2 * WGMMA_KV_PANEL);
+        ignis_tma_load_3d(dst, map, full, 0, kvh, row);
+        ignis_tma_load_3d(dst + WGMMA_KV_PANEL, map, full, 64, kvh, row);
+      } else {
+        ignis_mbar_arrive(full);
+      }
+    };
     for (int tl = 0; tl < num_tiles; ++tl) {
       const int s = tl % WGMMA_STAGES;
-      if (TMA && !paged && (int64_t)lo + (int64_t)(tl + 1) * WGMMA_KT <= hi) { /* whole tile: 2 boxes each */
-        page = lookup_page(tl + 1);
-        const int32_t row = (int32_t)(row_base + lo + (int64_t)tl * WGMMA_KT);
-        const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES,
-                       parity = (tl / WGMMA_STAGES - 1) & 1;
-        if (tl >= WGMMA_STAGES)
-          ignis_mbar_wait(bar_empty_k + 8 * s, parity);
-        if (tid == 0) {
-          ignis_mbar_arrive_expect_tx(bar_full_k + 8 * s, 2 * WGMMA_KV_PANEL);
-          ignis_tma_load_3d(stage, &maps.k, bar_full_k + 8 * s, 0, kvh, row);
-          ignis_tma_load_3d(stage + WGMMA_KV_PANEL, &maps.k, bar_full_k + 8 * s, 64, kvh, row);
-        } else {
-          ignis_mbar_arrive(bar_full_k + 8 * s);
-        }
-        if (tl >= WGMMA_STAGES)
-          ignis_mbar_wait(bar_empty_v + 8 * s, parity);
-        if (tid == 0) {
-          ignis_mbar_arrive_expect_tx(bar_full_v + 8 * s, 2 * WGMMA_KV_PANEL);
-          ignis_tma_load_3d(stage + 2 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, 0, kvh, row);
-          ignis_tma_load_3d(stage + 3 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, 64, kvh, row);
-        } else {
-          ignis_mbar_arrive(bar_full_v + 8 * s);
-        }
-        continue;
-      }
+      const int64_t k0 = (int64_t)lo + (int64_t)tl * WGMMA_KT;
+      const bool whole = TMA && !paged && k0 + WGMMA_KT <= hi; /* the TMA form's tiles */
       const char *kp = nullptr, *vp = nullptr;
-      if (page >= 0) {
-        const int64_t j = (int64_t)lo + (int64_t)tl * WGMMA_KT + 32 * warp + lane;
-        const int64_t token = paged ? (int64_t)((uint32_t)j % (uint32_t)p.cache.page_size)
-                                    : (p.kv_source == IGNIS_PREFILL_KV_RAGGED ? req.kv_start : 0) + j;
+      if (!whole && page >= 0) {
+        const int64_t j = k0 + 32 * warp + lane;
+        const int64_t token = paged ? (int64_t)((uint32_t)j % (uint32_t)p.cache.page_size) : row_base + j;
         kp = k_cache + (kvh * p.cache.k_stride_head + page * p.cache.k_stride_page + token * p.cache.k_stride_token) * 2;
         vp = v_cache + (kvh * p.cache.v_stride_head + page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2;
       }
@@ -264,12 +251,20 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
       if (tl >= WGMMA_STAGES)
         ignis_mbar_wait(bar_empty_k + 8 * s, parity);
-      copy_rows(stage, kp, k_cache);
-      mbar_arrive_copies(bar_full_k + 8 * s);
+      if (whole) {
+        load_tile(stage, &maps.k, bar_full_k + 8 * s, (int32_t)(row_base + k0));
+      } else {
+        copy_rows(stage, kp, k_cache);
+        mbar_arrive_copies(bar_full_k + 8 * s);
+      }
       if (tl >= WGMMA_STAGES)
         ignis_mbar_wait(bar_empty_v + 8 * s, parity);
-      copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
-      mbar_arrive_copies(bar_full_v + 8 * s);
+      if (whole) {
+        load_tile(stage + 2 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, (int32_t)(row_base + k0));
+      } else {
+        copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);
+        mbar_arrive_copies(bar_full_v + 8 * s);
+      }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     ignis_pdl_launch_dependents();

@@ -440,4 +440,16 @@ static inline ignis_status ignis_tensor_map_encode(CUtensorMap *map, CUtensorMap
   return IGNIS_OK;
 }
 
+/* ignis_tensor_map_encode of a 16-bit tensor for a kernel form that can do without it: false, and
+ * no error left behind, where the driver has no encoder or cannot describe the layout (the caller
+ * then runs a form without TMA). */
+static inline bool ignis_tensor_map_try_u16(CUtensorMap *map, int rank, const void *address, const cuuint64_t *dims,
+                                            const cuuint64_t *strides, const cuuint32_t *box) {
+  if (ignis_tensor_map_encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, address, dims, strides, box, "TMA form") ==
+      IGNIS_OK)
+    return true;
+  ignis_clear_error();
+  return false;
+}
+
 #endif

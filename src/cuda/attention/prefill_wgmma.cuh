@@ -384,16 +384,11 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     wgmma_softmax(s, c.score_scale, m, l, rescale);
     wgmma_rescale_pack<QT>(s, rescale, o, pa);
   }
-  /* step j's operands: K_j and V_{j-1} landed (waited for one step early, see below) */
-  auto wait_operands = [&](int j) {
-    ignis_mbar_wait(bar_full_k + 8 * (j % WGMMA_STAGES), (j / WGMMA_STAGES) & 1);
-    ignis_mbar_wait(bar_full_v + 8 * ((j - 1) % WGMMA_STAGES), ((j - 1) / WGMMA_STAGES) & 1);
-    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
-  };
-  if (n_wg > 1)
-    wait_operands(1);
   for (int j = 1; j < n_wg; ++j) {
     const int sj = j % WGMMA_STAGES, sp = (j - 1) % WGMMA_STAGES;
+    ignis_mbar_wait(bar_full_k + 8 * sj, (j / WGMMA_STAGES) & 1);
+    ignis_mbar_wait(bar_full_v + 8 * sp, ((j - 1) / WGMMA_STAGES) & 1);
+    ignis_fence_proxy_async(); /* generic-proxy writes visible to wgmma */
     turn_wait();
     ignis_wgmma_fence();
     wgmma_scores<BF16>(s, q_tile, stages + sj * WGMMA_STAGE_BYTES);
@@ -406,13 +401,6 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
     release(bar_empty_k, j);
     mask_tile(j);
     wgmma_softmax(s, c.score_scale, m, l, rescale);
-    /* The next step's waits go here, between the softmax and the wait for P V: ptxas hoists
-     * wgmma.wait_group to the top of its basic block, which put the wait for P V_{j-1} before this
-     * step's softmax and left none of the softmax under the warpgroup's own P V. The mbarrier
-     * waits' branches end the block, so the wait stays after the exponentials (cuobjdump: the
-     * WARPGROUP.DEPBAR after the MUFU.EX2). */
-    if (j + 1 < n_wg)
-      wait_operands(j + 1);
     ignis_wgmma_wait<0>();
     ignis_wgmma_pin(o);
     release(bar_empty_v, j - 1);

@@ -14,8 +14,8 @@ command -v ncu >/dev/null || { echo "profile_kernels: ncu not found"; exit 1; }
 
 # name | environment | kernel regex | ignis bench arguments
 CASES=(
-  "prefill 4k causal|IGNIS_PREFILL_WGMMA=1|prefill_wgmma|single_prefill --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"
-  "prefill 4k causal ping-pong|IGNIS_PREFILL_WGMMA=2|prefill_wgmma|single_prefill --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"
+  "prefill 4k causal TMA|IGNIS_PREFILL_WGMMA=3|prefill_wgmma|single_prefill --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"
+  "prefill 4k causal cp.async|IGNIS_PREFILL_WGMMA=1|prefill_wgmma|single_prefill --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"
   "prefill 4k causal TMA + ping-pong|IGNIS_PREFILL_WGMMA=4|prefill_wgmma|single_prefill --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"
   "mla B128 T1 L4096 128h|IGNIS_MLA_WGMMA=1|mla_wgmma|mla --batch 128 --tokens 1 --kv-len 4096 --q-heads 128 --page-size 64"
   "mla B128 T1 L4096 128h cluster|IGNIS_MLA_WGMMA=3|mla_wgmma|mla --batch 128 --tokens 1 --kv-len 4096 --q-heads 128 --page-size 64"

@@ -12,10 +12,10 @@ extern "C" {
 #define IGNIS_ENV_VARS(X)                                                                          \
   X(IGNIS_ENV_DISABLE_PDL, "IGNIS_DISABLE_PDL", "1", "PDL on (Hopper)",                            \
     "1 turns off programmatic dependent launch on Hopper")                                         \
-  X(IGNIS_ENV_PREFILL_WGMMA, "IGNIS_PREFILL_WGMMA", "0, 2, 3, 4", "wgmma kernel where it applies", \
-    "0 runs prefill on the mma.sync kernel instead of the Hopper wgmma one; 2 takes the wgmma "    \
-    "kernel's ping-pong form (the consumer warpgroups take turns issuing their GEMMs), 3 its TMA "  \
-    "form (whole key tiles of contiguous and ragged K/V by bulk tensor copies), 4 both")           \
+  X(IGNIS_ENV_PREFILL_WGMMA, "IGNIS_PREFILL_WGMMA", "0, 1, 2, 4", "wgmma kernel, TMA form (3)",   \
+    "0 runs prefill on the mma.sync kernel instead of the Hopper wgmma one; 1 the wgmma kernel "   \
+    "with cp.async loads only (no TMA), 2 that with the ping-pong form (the consumer warpgroups "   \
+    "take turns issuing their GEMMs), 4 the TMA form with ping-pong")                              \
   X(IGNIS_ENV_DECODE_TRANSPOSED_ROWS, "IGNIS_DECODE_TRANSPOSED_ROWS", "0..8", "8",                 \
     "the most query rows per block (q_len * group) for which decode takes its transposed kernel")  \
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \
@@ -28,9 +28,9 @@ extern "C" {
     "0 runs MLA on the mma.sync kernels instead of the Hopper wgmma ones; 2 takes the split-score " \
     "form of the 64-row wgmma kernel instead of the one-scorer form; 3 the one scorer's 2-CTA "    \
     "cluster form (TMA multicast of the keys) where heads are a multiple of 128 and pages of 32")  \
-  X(IGNIS_ENV_MLA_MERGE_GROUPS, "IGNIS_MLA_MERGE_GROUPS", "4", "1 group of 128 threads",          \
-    "4 merges MLA's split-KV chunks with 4 groups of 128 threads a (token, head), each folding "   \
-    "a share of the chunks, instead of one group")                                                \
+  X(IGNIS_ENV_MLA_MERGE_GROUPS, "IGNIS_MLA_MERGE_GROUPS", "1", "4 groups of 128 threads",        \
+    "1 merges MLA's split-KV chunks with one group of 128 threads a (token, head) instead of 4 "   \
+    "groups each folding a share of the chunks")                                                  \
   X(IGNIS_ENV_SAMPLING_SPLIT, "IGNIS_SAMPLING_SPLIT", "0", "multi-block path where a workspace allows it", \
     "0 samples every row with one block even when the caller gave a workspace (comparisons)")     \
   X(IGNIS_ENV_CUBLASLT, "IGNIS_CUBLASLT", "a path", "libcublasLt.so.13, libcublasLt.so, PyTorch's copy", \

@@ -130,12 +130,12 @@ static int wide_wgmma(int32_t device) {
   return ignis_compute_capability(device) == 90 ? mode : 0;
 }
 
-/* Thread groups of the split merge (mla_merge_kernel): 4 under IGNIS_MLA_MERGE_GROUPS=4 (opt-in while
- * it is measured), else 1; read once. */
+/* Thread groups of the split merge (mla_merge_kernel): 4 (1.04-1.08x one group on the H100,
+ * notes/PERF.md), 1 under IGNIS_MLA_MERGE_GROUPS=1; read once. */
 static int merge_groups() {
   static const int groups = [] {
     const char *value = ignis_env(IGNIS_ENV_MLA_MERGE_GROUPS);
-    return value != nullptr && strcmp(value, "4") == 0 ? 4 : 1;
+    return value != nullptr && strcmp(value, "1") == 0 ? 1 : 4;
   }();
   return groups;
 }

@@ -352,8 +352,8 @@ __global__ void __launch_bounds__(MLA_THREADS, 1) mla_attention_kernel(const ign
  * values before folding any: a split token at 128 heads has up to 64 chunks, and one chunk at a time
  * was two dependent L2 round trips each. With more than one group the groups' normalised states
  * then meet in shared memory and group 0 folds them and writes. Values of empty chunks (LSE -inf)
- * are loaded (their rows lie in the workspace) but never used. mla.cu launches <1, 8> by default
- * and <4, 4> under IGNIS_MLA_MERGE_GROUPS=4 (opt-in while it is measured). */
+ * are loaded (their rows lie in the workspace) but never used. mla.cu launches <4, 4> by default
+ * and <1, 8> under IGNIS_MLA_MERGE_GROUPS=1. */
 template <typename T, int GROUPS, int BATCH>
 __global__ void __launch_bounds__(128 * GROUPS) mla_merge_kernel(const ignis_mla_params p) {
   if ((int)blockIdx.x >= p.header->num_merge)

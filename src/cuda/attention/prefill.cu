@@ -16,7 +16,8 @@
  *     partial slot and its base-2 LSE when the tile is split.
  *     Which one is chosen once, by ignis_cuda_prefill_choose at plan creation (single prefill:
  *     per call), and the plan records it: prefill_wgmma_kernel (prefill_wgmma.cuh: 384 threads,
- *     a cp.async producer warpgroup and two wgmma consumer warpgroups, one block per SM) when the
+ *     a producer warpgroup (TMA for whole tiles of contiguous and ragged keys, cp.async for paged
+ *     keys and partial tiles) and two wgmma consumer warpgroups, one block per SM) when the
  *     device runs sm_90a code (H100 / H200 and a build with 90a; IGNIS_PREFILL_WGMMA=0 turns it
  *     off) and the call is the hot case: K/V of q's 16-bit dtype, head dims (128, 128), causal or
  *     no mask, no custom mask, window, soft cap or position encoding (sinks, LSE, split items and
@@ -70,18 +71,20 @@ static bool general_options(const ignis_prefill_params &p) {
          p.mask_mode == IGNIS_MASK_CUSTOM || p.window_left >= 0;
 }
 
-/* IGNIS_PREFILL_WGMMA, read once: 0 the tile kernel (an opt-out for comparisons); 2, 3 and 4 the
- * wgmma kernel's opt-in forms while they are measured (2 ping-pong, 3 TMA loads, 4 both; see
- * prefill_wgmma.cuh); anything else the wgmma kernel. */
+/* IGNIS_PREFILL_WGMMA, read once: the form of the wgmma kernel (prefill_wgmma.cuh). Unset (or any
+ * other value): 3, whole key tiles of contiguous and ragged K/V by TMA (1.35-1.39x the cp.async form
+ * on the H100, notes/PERF.md); 1 the cp.async form everywhere, 2 its ping-pong form, 4 TMA with
+ * ping-pong; 0 the tile kernel instead (an opt-out for comparisons). Paged keys, and calls whose
+ * K/V the driver cannot describe by a tensor map, take the form without TMA. */
 static int wgmma_form() {
   static const int form = [] {
     const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
     if (value == nullptr)
-      return 1;
+      return 3;
     for (int f = 0; f <= 4; ++f)
       if (value[0] == (char)('0' + f) && value[1] == '\0')
         return f;
-    return 1;
+    return 3;
   }();
   return form;
 }

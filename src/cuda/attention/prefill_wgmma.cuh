@@ -4,8 +4,8 @@
  * (prefill_common.cuh) and writes the same results.
  *
  * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
- * registers): its 128 threads gather K and V rows with 16-byte cp.async, so contiguous, ragged and
- * paged keys of any page size and strides cost the same; lane l of warp w computes the K and V row
+ * registers): its 128 threads gather K and V rows with 16-byte cp.async (all tiles of paged keys, a
+ * request's partial last tile, and every tile without the TMA form below); lane l of warp w computes the K and V row
  * addresses of key 32 w + l of a tile (through cache.indices when paged, the page entry read one
  * tile ahead), and the warp copies its 32 keys two rows per instruction with the addresses passed
  * by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64 packed query rows each (the
@@ -34,7 +34,8 @@
  * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
  * f32 partial slot and its base-2 LSE when the item is split.
  *
- * Ping-pong form (PINGPONG; IGNIS_PREFILL_WGMMA=2, opt-in while it is measured): the two consumers
+ * Ping-pong form (PINGPONG; IGNIS_PREFILL_WGMMA=2 or 4, opt-in: +1-3% without TMA, none with it on
+ * the H100): the two consumers
  * take turns issuing their step's GEMMs, as FlashAttention-3 does, so one warpgroup's softmax runs
  * while the other's GEMMs hold the tensor cores. Named barrier 3 + w is warpgroup w's turn (256
  * threads: its own 128 wait, the other's 128 arrive): a warpgroup waits for its turn once its
@@ -45,8 +46,8 @@
  * (what the other's turn t waits for). Warpgroup 1 hands warpgroup 0 its first turn and does not
  * hand over after its last.
  *
- * TMA form (TMA; IGNIS_PREFILL_WGMMA=3, or 4 with ping-pong; contiguous and ragged keys, opt-in while
- * it is measured): the producer's first thread loads each whole key tile of K and V by two bulk
+ * TMA form (TMA; the default, IGNIS_PREFILL_WGMMA=4 with ping-pong, 1 and 2 without; contiguous and
+ * ragged keys; 1.35-1.39x the cp.async form on the H100): the producer's first thread loads each whole key tile of K and V by two bulk
  * tensor copies (maps: [rows][kv heads][128] of k and v, boxes of 64 dims x 128 keys of one head in
  * the 128-byte swizzle, the layout above), counted on the full barriers by bytes; the other 127
  * threads only arrive. A tile that ends past the item's keys is gathered by cp.async as before, so

@@ -755,6 +755,19 @@ static void test_cases(h_backend backend) {
       s.sinks = split == 2 && mode == 1;
       run_case(&s, backend, "head dim 128", pages[(mode + split) % 3], seed++);
     }
+  /* page sizes 8 and 32: the paged TMA form's 8- and 32-key boxes (IGNIS_PREFILL_PAGED_TMA=1) */
+  for (int variant = 0; variant < 2; ++variant) {
+    spec s = base_spec();
+    s.B = 2;
+    s.Hq = 4;
+    s.Hkv = 2;
+    s.Dqk = s.Dvo = 128;
+    int64_t ql[] = {100, 40}, kl[] = {700, 300};
+    memcpy(s.q_len, ql, sizeof ql);
+    memcpy(s.kv_len, kl, sizeof kl);
+    s.mask = variant ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE;
+    run_case(&s, backend, "head dim 128 pages", variant ? 32 : 8, seed++);
+  }
   /* one long request: split on an idle GPU; few heads keep the CPU time modest */
   spec s = base_spec();
   s.Hq = 2;

@@ -74,8 +74,9 @@ static bool general_options(const ignis_prefill_params &p) {
 /* IGNIS_PREFILL_WGMMA, read once: the form of the wgmma kernel (prefill_wgmma.cuh). Unset (or any
  * other value): 3, whole key tiles of contiguous and ragged K/V by TMA (1.35-1.39x the cp.async form
  * on the H100, notes/PERF.md); 1 the cp.async form everywhere, 2 its ping-pong form, 4 TMA with
- * ping-pong; 0 the tile kernel instead (an opt-out for comparisons). Paged keys, and calls whose
- * K/V the driver cannot describe by a tensor map, take the form without TMA. */
+ * ping-pong; 0 the tile kernel instead (an opt-out for comparisons). Paged keys (unless
+ * IGNIS_PREFILL_PAGED_TMA=1 and a page size it takes), and calls whose K/V the driver cannot
+ * describe by a tensor map, take the form without TMA. */
 static int wgmma_form() {
   static const int form = [] {
     const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
@@ -120,10 +121,12 @@ static bool encode_paged_maps(const ignis_prefill_params &p, prefill_kv_maps *ma
   const cuuint64_t k_strides[3] = {(cuuint64_t)k_inner * 2, (cuuint64_t)k_outer * 2, (cuuint64_t)kv.k_stride_page * 2};
   const cuuint64_t v_strides[3] = {(cuuint64_t)v_inner * 2, (cuuint64_t)v_outer * 2, (cuuint64_t)kv.v_stride_page * 2};
   const cuuint32_t box[4] = {64, heads_inner ? 1u : (cuuint32_t)rows, heads_inner ? (cuuint32_t)rows : 1u, 1};
+  if (!ignis_tensor_map_try_u16(&maps->k, 4, kv.k_cache, dims, k_strides, box) ||
+      !ignis_tensor_map_try_u16(&maps->v, 4, kv.v_cache, dims, v_strides, box))
+    return false;
   maps->page_rows = rows;
   maps->heads_inner = heads_inner;
-  return ignis_tensor_map_try_u16(&maps->k, 4, p.cache.k_cache, dims, k_strides, box) &&
-         ignis_tensor_map_try_u16(&maps->v, 4, p.cache.v_cache, dims, v_strides, box);
+  return true;
 }
 
 /* The TMA forms' maps of k and v ([rows][kv heads][128], boxes of 64 dims x WGMMA_KT keys; paged

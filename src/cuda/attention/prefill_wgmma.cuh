@@ -4,8 +4,8 @@
  * (prefill_common.cuh) and writes the same results.
  *
  * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
- * registers): its 128 threads gather K and V rows with 16-byte cp.async (all tiles of paged keys, a
- * request's partial last tile, and every tile without the TMA form below); lane l of warp w computes the K and V row
+ * registers): its 128 threads gather K and V rows with 16-byte cp.async (tiles of paged keys unless
+ * IGNIS_PREFILL_PAGED_TMA=1, a request's partial last tile, and every tile without the TMA form); lane l of warp w computes the K and V row
  * addresses of key 32 w + l of a tile (through cache.indices when paged, the page entry read one
  * tile ahead), and the warp copies its 32 keys two rows per instruction with the addresses passed
  * by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64 packed query rows each (the
@@ -250,16 +250,16 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
      * (lo is a multiple of page_rows), the page of a box's first key from the lane that looked it up;
      * lane 0 issues them, counted by bytes, the other lanes only arrive */
     auto load_pages = [&](uint32_t dst, const CUtensorMap *map, uint32_t full, int64_t k0, int32_t tile_page) {
-      const int rows = maps.page_rows;
+      const int box_rows = maps.page_rows;
       if (lane == 0)
         ignis_mbar_arrive_expect_tx(full, 32 * 2 * 128); /* 32 keys x two panels of 128-byte rows */
-      for (int i = 0; i < 32 / rows; ++i) {
-        const int32_t box_page = __shfl_sync(0xffffffffu, tile_page, i * rows);
+      for (int i = 0; i < 32 / box_rows; ++i) {
+        const int32_t box_page = __shfl_sync(0xffffffffu, tile_page, i * box_rows);
         if (lane == 0) {
-          const int64_t key = k0 + 32 * warp + i * rows;
-          const int32_t slot = (int32_t)((uint64_t)key % (uint64_t)p.cache.page_size);
-          const uint32_t at = dst + (32 * warp + i * rows) * 128;
-          const int32_t c1 = maps.heads_inner ? kvh : slot, c2 = maps.heads_inner ? slot : kvh;
+          const int64_t key = k0 + 32 * warp + i * box_rows;
+          const int32_t page_slot = (int32_t)((uint64_t)key % (uint64_t)p.cache.page_size);
+          const uint32_t at = dst + (32 * warp + i * box_rows) * 128;
+          const int32_t c1 = maps.heads_inner ? kvh : page_slot, c2 = maps.heads_inner ? page_slot : kvh;
           ignis_tma_load_4d(at, map, full, 0, c1, c2, box_page);
           ignis_tma_load_4d(at + WGMMA_KV_PANEL, map, full, 64, c1, c2, box_page);
         }

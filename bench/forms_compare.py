@@ -4,8 +4,7 @@
 Some kernel forms stay behind an environment setting (README, "Environment variables"), and
 some defaults keep their predecessor there: MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3, opt-in)
 and one-group split merge (IGNIS_MLA_MERGE_GROUPS=1, the old default), prefill's cp.async-only form
-(IGNIS_PREFILL_WGMMA=1, the old default), TMA with ping-pong (=4, opt-in) and paged keys by TMA
-(IGNIS_PREFILL_PAGED_TMA=1, opt-in). This script times each on the shapes it is meant for with `ignis bench` (the same timing as the
+(IGNIS_PREFILL_WGMMA=1, the old default) and TMA with ping-pong (=4, opt-in). This script times each on the shapes it is meant for with `ignis bench` (the same timing as the
 default suite), the default path and the form alternating, REPS times each, and prints a markdown
 table row by row (a time box that stops it keeps the rows done): the medians of the runs' medians
 and the speedup of the form (default time / form time; above 1: the form is faster). The settings
@@ -36,10 +35,6 @@ FORMS = [
      "--tokens 16384 --kv-len 16384 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
     ("IGNIS_PREFILL_WGMMA", "1", "batch_prefill_ragged",
      "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask none"),
-    ("IGNIS_PREFILL_PAGED_TMA", "1", "batch_prefill_paged",
-     "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 8 --head-dim 128 --mask causal --page-size 16"),
-    ("IGNIS_PREFILL_PAGED_TMA", "1", "batch_prefill_paged",
-     "--batch 4 --tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 8 --head-dim 128 --mask causal --page-size 64"),
     ("IGNIS_PREFILL_WGMMA", "4", "single_prefill",
      "--tokens 4096 --kv-len 4096 --q-heads 32 --k-heads 32 --head-dim 128 --mask causal"),
     ("IGNIS_PREFILL_WGMMA", "4", "single_prefill",

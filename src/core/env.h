@@ -16,9 +16,6 @@ extern "C" {
     "0 runs prefill on the mma.sync kernel instead of the Hopper wgmma one; 1 the wgmma kernel "   \
     "with cp.async loads only (no TMA), 2 that with the ping-pong form (the consumer warpgroups "   \
     "take turns issuing their GEMMs), 4 the TMA form with ping-pong")                              \
-  X(IGNIS_ENV_PREFILL_PAGED_TMA, "IGNIS_PREFILL_PAGED_TMA", "1", "paged keys by cp.async",          \
-    "1 lets the wgmma prefill kernel's TMA form load paged K/V by tensor copies too (page sizes "  \
-    "8, 16 and multiples of 32; opt-in while it is measured)")                                     \
   X(IGNIS_ENV_DECODE_TRANSPOSED_ROWS, "IGNIS_DECODE_TRANSPOSED_ROWS", "0..8", "8",                 \
     "the most query rows per block (q_len * group) for which decode takes its transposed kernel")  \
   X(IGNIS_ENV_DECODE_PAGE_KERNEL, "IGNIS_DECODE_PAGE_KERNEL", "0, always", "automatic",            \

@@ -74,9 +74,8 @@ static bool general_options(const ignis_prefill_params &p) {
 /* IGNIS_PREFILL_WGMMA, read once: the form of the wgmma kernel (prefill_wgmma.cuh). Unset (or any
  * other value): 3, whole key tiles of contiguous and ragged K/V by TMA (1.35-1.39x the cp.async form
  * on the H100, notes/PERF.md); 1 the cp.async form everywhere, 2 its ping-pong form, 4 TMA with
- * ping-pong; 0 the tile kernel instead (an opt-out for comparisons). Paged keys (unless
- * IGNIS_PREFILL_PAGED_TMA=1 and a page size it takes), and calls whose K/V the driver cannot
- * describe by a tensor map, take the form without TMA. */
+ * ping-pong; 0 the tile kernel instead (an opt-out for comparisons). Paged keys, and calls whose
+ * K/V the driver cannot describe by a tensor map, take the form without TMA. */
 static int wgmma_form() {
   static const int form = [] {
     const char *value = ignis_env(IGNIS_ENV_PREFILL_WGMMA);
@@ -90,53 +89,11 @@ static int wgmma_form() {
   return form;
 }
 
-/* IGNIS_PREFILL_PAGED_TMA=1, read once: the TMA form loads paged keys by tensor copies too. */
-static bool paged_tma() {
-  static const bool on = [] {
-    const char *value = ignis_env(IGNIS_ENV_PREFILL_PAGED_TMA);
-    return value != nullptr && strcmp(value, "1") == 0;
-  }();
-  return on;
-}
-
-/* The TMA form's maps of paged k and v: [pages][page_size][kv heads][128] by the cache's strides
- * (slots and heads in the order of their strides: heads first for NHD), boxes of 64 dims x page_rows
- * keys (the page size when 8 or 16, 32 for multiples of 32); false where the setting is off, the
- * page size has no such box, K and V order heads and slots differently, or the driver cannot
- * encode them. */
-static bool encode_paged_maps(const ignis_prefill_params &p, prefill_kv_maps *maps) {
-  const ignis_paged_kv_params &kv = p.cache;
-  const int64_t ps = kv.page_size;
-  const int rows = ps == 8 || ps == 16 ? (int)ps : ps % 32 == 0 ? 32 : 0;
-  const bool heads_inner = kv.k_stride_head < kv.k_stride_token;
-  if (!paged_tma() || rows == 0 || kv.num_pages <= 0 || heads_inner != (kv.v_stride_head < kv.v_stride_token))
-    return false;
-  const cuuint64_t slots = (cuuint64_t)ps, heads = (cuuint64_t)p.num_kv_heads;
-  const cuuint64_t dims[4] = {WGMMA_D, heads_inner ? heads : slots, heads_inner ? slots : heads,
-                              (cuuint64_t)kv.num_pages};
-  const int64_t k_inner = heads_inner ? kv.k_stride_head : kv.k_stride_token,
-                k_outer = heads_inner ? kv.k_stride_token : kv.k_stride_head,
-                v_inner = heads_inner ? kv.v_stride_head : kv.v_stride_token,
-                v_outer = heads_inner ? kv.v_stride_token : kv.v_stride_head;
-  const cuuint64_t k_strides[3] = {(cuuint64_t)k_inner * 2, (cuuint64_t)k_outer * 2, (cuuint64_t)kv.k_stride_page * 2};
-  const cuuint64_t v_strides[3] = {(cuuint64_t)v_inner * 2, (cuuint64_t)v_outer * 2, (cuuint64_t)kv.v_stride_page * 2};
-  const cuuint32_t box[4] = {64, heads_inner ? 1u : (cuuint32_t)rows, heads_inner ? (cuuint32_t)rows : 1u, 1};
-  if (!ignis_tensor_map_try_u16(&maps->k, 4, kv.k_cache, dims, k_strides, box) ||
-      !ignis_tensor_map_try_u16(&maps->v, 4, kv.v_cache, dims, v_strides, box))
-    return false;
-  maps->page_rows = rows;
-  maps->heads_inner = heads_inner;
-  return true;
-}
-
-/* The TMA forms' maps of k and v ([rows][kv heads][128], boxes of 64 dims x WGMMA_KT keys; paged
- * keys: encode_paged_maps); false where the driver cannot encode them (the form without TMA then
- * runs). */
+/* The TMA forms' maps of k and v ([rows][kv heads][128], boxes of 64 dims x WGMMA_KT keys); false
+ * where the call's keys are paged or the driver cannot encode them (the form without TMA then runs). */
 static bool encode_kv_maps(const ignis_prefill_params &p, prefill_kv_maps *maps) {
-  maps->page_rows = 0;
-  maps->heads_inner = 0;
   if (p.kv_source == IGNIS_PREFILL_KV_PAGED)
-    return encode_paged_maps(p, maps);
+    return false;
   const cuuint64_t dims[3] = {WGMMA_D, (cuuint64_t)p.num_kv_heads, (cuuint64_t)p.cache.page_size};
   const cuuint64_t k_strides[2] = {(cuuint64_t)p.cache.k_stride_head * 2,
                                    (cuuint64_t)p.cache.k_stride_token * 2};

@@ -4,8 +4,8 @@
  * (prefill_common.cuh) and writes the same results.
  *
  * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
- * registers): its 128 threads gather K and V rows with 16-byte cp.async (tiles of paged keys unless
- * IGNIS_PREFILL_PAGED_TMA=1, a request's partial last tile, and every tile without the TMA form); lane l of warp w computes the K and V row
+ * registers): its 128 threads gather K and V rows with 16-byte cp.async (all tiles of paged keys, a
+ * request's partial last tile, and every tile without the TMA form below); lane l of warp w computes the K and V row
  * addresses of key 32 w + l of a tile (through cache.indices when paged, the page entry read one
  * tile ahead), and the warp copies its 32 keys two rows per instruction with the addresses passed
  * by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64 packed query rows each (the
@@ -51,11 +51,7 @@
  * tensor copies (maps: [rows][kv heads][128] of k and v, boxes of 64 dims x 128 keys of one head in
  * the 128-byte swizzle, the layout above), counted on the full barriers by bytes; the other 127
  * threads only arrive. A tile that ends past the item's keys is gathered by cp.async as before, so
- * keys past them are zeros, never another request's values. Paged keys (IGNIS_PREFILL_PAGED_TMA=1,
- * opt-in while it is measured; page sizes 8, 16 and multiples of 32): each producer warp loads its 32
- * keys of a whole tile as boxes of page_rows keys inside one page (4-D maps over [pages][page_size]
- * [kv heads][128] by the cache's strides, so NHD and HND alike), lane 0 issuing and counting the
- * bytes; a warp with a key whose page is out of bounds gathers its keys by cp.async instead.
+ * keys past them are zeros, never another request's values.
  *
  * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
  * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_choose). */
@@ -86,14 +82,9 @@ enum {
   WGMMA_SMEM_BYTES = WGMMA_BAR_OFFSET + 4 * WGMMA_STAGES * 8 + 1024, /* + alignment slack */
 };
 
-/* The TMA form's maps of k and v (prefill.cu encodes them; unused by the other forms): contiguous
- * and ragged keys [rows][kv heads][128] with page_rows 0; paged keys (IGNIS_PREFILL_PAGED_TMA=1)
- * [pages][page_size][kv heads][128] by the cache's strides, boxes of page_rows keys (8, 16 or 32,
- * dividing the page size), the map's dimensions in the order of their strides: heads before slots
- * where heads_inner (NHD), slots first otherwise (HND). */
+/* The TMA form's maps of k and v (prefill.cu encodes them; unused by the other forms). */
 struct prefill_kv_maps {
   CUtensorMap k, v;
-  int32_t page_rows, heads_inner;
 };
 
 /* ---- consumer math ---------------------------------------------------------------------------- */
@@ -246,51 +237,22 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
         ignis_mbar_arrive(full);
       }
     };
-    /* the TMA form's paged tile: warp w's 32 keys as boxes of page_rows keys, each inside one page
-     * (lo is a multiple of page_rows), the page of a box's first key from the lane that looked it up;
-     * lane 0 issues them, counted by bytes, the other lanes only arrive */
-    auto load_pages = [&](uint32_t dst, const CUtensorMap *map, uint32_t full, int64_t k0, int32_t tile_page) {
-      const int box_rows = maps.page_rows;
-      if (lane == 0)
-        ignis_mbar_arrive_expect_tx(full, 32 * 2 * 128); /* 32 keys x two panels of 128-byte rows */
-      for (int i = 0; i < 32 / box_rows; ++i) {
-        const int32_t box_page = __shfl_sync(0xffffffffu, tile_page, i * box_rows);
-        if (lane == 0) {
-          const int64_t key = k0 + 32 * warp + i * box_rows;
-          const int32_t page_slot = (int32_t)((uint64_t)key % (uint64_t)p.cache.page_size);
-          const uint32_t at = dst + (32 * warp + i * box_rows) * 128;
-          const int32_t c1 = maps.heads_inner ? kvh : page_slot, c2 = maps.heads_inner ? page_slot : kvh;
-          ignis_tma_load_4d(at, map, full, 0, c1, c2, box_page);
-          ignis_tma_load_4d(at + WGMMA_KV_PANEL, map, full, 64, c1, c2, box_page);
-        }
-      }
-      if (lane != 0)
-        ignis_mbar_arrive(full);
-    };
-    const bool paged_tma = TMA && paged && maps.page_rows > 0 && lo % maps.page_rows == 0;
     for (int tl = 0; tl < num_tiles; ++tl) {
       const int s = tl % WGMMA_STAGES;
       const int64_t k0 = (int64_t)lo + (int64_t)tl * WGMMA_KT;
-      const bool whole = TMA && (!paged || paged_tma) && k0 + WGMMA_KT <= hi; /* the TMA form's tiles */
-      /* a paged warp copies by TMA only when every key of its 32 has its page, else gathers as before */
-      bool boxes = whole;
-      if (whole && paged)
-        boxes = __all_sync(0xffffffffu, page >= 0);
+      const bool whole = TMA && !paged && k0 + WGMMA_KT <= hi; /* the TMA form's tiles */
       const char *kp = nullptr, *vp = nullptr;
-      if (!boxes && page >= 0) {
+      if (!whole && page >= 0) {
         const int64_t j = k0 + 32 * warp + lane;
         const int64_t token = paged ? (int64_t)((uint32_t)j % (uint32_t)p.cache.page_size) : row_base + j;
         kp = k_cache + (kvh * p.cache.k_stride_head + page * p.cache.k_stride_page + token * p.cache.k_stride_token) * 2;
         vp = v_cache + (kvh * p.cache.v_stride_head + page * p.cache.v_stride_page + token * p.cache.v_stride_token) * 2;
       }
-      const int32_t tile_page = page;
       page = lookup_page(tl + 1);
       const uint32_t stage = base + WGMMA_Q_BYTES + s * WGMMA_STAGE_BYTES, parity = (tl / WGMMA_STAGES - 1) & 1;
       if (tl >= WGMMA_STAGES)
         ignis_mbar_wait(bar_empty_k + 8 * s, parity);
-      if (boxes && paged) {
-        load_pages(stage, &maps.k, bar_full_k + 8 * s, k0, tile_page);
-      } else if (boxes) {
+      if (whole) {
         load_tile(stage, &maps.k, bar_full_k + 8 * s, (int32_t)(row_base + k0));
       } else {
         copy_rows(stage, kp, k_cache);
@@ -298,9 +260,7 @@ __global__ void __launch_bounds__(WGMMA_THREADS, 1)
       }
       if (tl >= WGMMA_STAGES)
         ignis_mbar_wait(bar_empty_v + 8 * s, parity);
-      if (boxes && paged) {
-        load_pages(stage + 2 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, k0, tile_page);
-      } else if (boxes) {
+      if (whole) {
         load_tile(stage + 2 * WGMMA_KV_PANEL, &maps.v, bar_full_v + 8 * s, (int32_t)(row_base + k0));
       } else {
         copy_rows(stage + 2 * WGMMA_KV_PANEL, vp, v_cache);

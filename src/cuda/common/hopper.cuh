@@ -95,13 +95,6 @@ static __device__ __forceinline__ void ignis_tma_load_3d(uint32_t dst, const CUt
                "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
                : "memory");
 }
-static __device__ __forceinline__ void ignis_tma_load_4d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
-                                                         int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-               : "memory");
-}
 
 /* ignis_tma_load_3d into the same shared offset of every CTA of the cluster named in `mask` (bit r:
  * cluster rank r); each destination's barrier at bar's offset counts the bytes landing there. */

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""forms_compare: the library's opt-in kernel forms against the default, one process per run.
+"""forms_compare: the library's other kernel forms against the default, one process per run.
 
 Some kernel forms stay behind an environment setting (README, "Environment variables"), and
 some defaults keep their predecessor there: MLA's 2-CTA cluster form (IGNIS_MLA_WGMMA=3, opt-in)
 and one-group split merge (IGNIS_MLA_MERGE_GROUPS=1, the old default), prefill's cp.async-only form
-(IGNIS_PREFILL_WGMMA=1, the old default) and TMA with ping-pong (=4, opt-in). This script times each on the shapes it is meant for with `ignis bench` (the same timing as the
-default suite), the default path and the form alternating, REPS times each, and prints a markdown
-table row by row (a time box that stops it keeps the rows done): the medians of the runs' medians
-and the speedup of the form (default time / form time; above 1: the form is faster). The settings
+(IGNIS_PREFILL_WGMMA=1, the old default) and TMA with ping-pong (=4, opt-in). This script times
+each on the shapes it is meant for with `ignis bench` (the same timing as the default suite), the
+default path and the form alternating, REPS times each, and prints a markdown table row by row
+(a time box that stops it keeps the rows done): the medians of the runs' medians and the speedup
+of the form (default time / form time; above 1: the form is faster). The settings
 are read once per process, which is why every run is its own process. tools/gpu-check runs it as
 its `forms` step.
 
@@ -89,7 +90,7 @@ def main():
     args = parser.parse_args()
 
     rows, failed, lines = [], 0, []
-    head = ["# Opt-in kernel forms against the default (bench/forms_compare.py)", "",
+    head = ["# Kernel forms against the default (bench/forms_compare.py)", "",
             "Medians of `ignis bench` medians over the runs, default and form alternating, one process a "
             "run; speedup = default / form.", "",
             "| form | routine, shape | default us | form us | speedup | runs |", "|---|---|---|---|---|---|"]

@@ -722,6 +722,20 @@ static void run_case(const spec *s, h_backend backend, const char *name, int64_t
   batch_free(&bt);
 }
 
+/* A head dim 128 batch: B requests of q_len / kv_len keys, Hq query heads over 2 KV heads. */
+static spec head_dim_128_spec(int64_t B, int64_t Hq, const int64_t *q_len, const int64_t *kv_len,
+                              ignis_mask_mode mask) {
+  spec s = base_spec();
+  s.B = B;
+  s.Hq = Hq;
+  s.Hkv = 2;
+  s.Dqk = s.Dvo = 128;
+  memcpy(s.q_len, q_len, (size_t)B * sizeof *q_len);
+  memcpy(s.kv_len, kv_len, (size_t)B * sizeof *kv_len);
+  s.mask = mask;
+  return s;
+}
+
 static void test_cases(h_backend backend) {
   static const int64_t pages[] = {1, 16, 64};
   uint64_t seed = 100;
@@ -740,15 +754,8 @@ static void test_cases(h_backend backend) {
    * see nothing under the causal mask; f16, sinks and every split policy) */
   for (int mode = 0; mode < 2; ++mode)
     for (int split = 0; split < 3; ++split) {
-      spec s = base_spec();
-      s.B = 4;
-      s.Hq = 8;
-      s.Hkv = 2;
-      s.Dqk = s.Dvo = 128;
-      int64_t ql[] = {5, 70, 37, 300}, kl[] = {9, 33, 37, 1000};
-      memcpy(s.q_len, ql, sizeof ql);
-      memcpy(s.kv_len, kl, sizeof kl);
-      s.mask = mode ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE;
+      const int64_t ql[] = {5, 70, 37, 300}, kl[] = {9, 33, 37, 1000};
+      spec s = head_dim_128_spec(4, 8, ql, kl, mode ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE);
       s.split = split;
       if (split == 1)
         s.q_dtype = s.kv_dtype = IGNIS_F16;
@@ -757,15 +764,8 @@ static void test_cases(h_backend backend) {
     }
   /* head dim 128 at page sizes 8 and 32 (16 and 64 are above) */
   for (int variant = 0; variant < 2; ++variant) {
-    spec s = base_spec();
-    s.B = 2;
-    s.Hq = 4;
-    s.Hkv = 2;
-    s.Dqk = s.Dvo = 128;
-    int64_t ql[] = {100, 40}, kl[] = {700, 300};
-    memcpy(s.q_len, ql, sizeof ql);
-    memcpy(s.kv_len, kl, sizeof kl);
-    s.mask = variant ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE;
+    const int64_t ql[] = {100, 40}, kl[] = {700, 300};
+    spec s = head_dim_128_spec(2, 4, ql, kl, variant ? IGNIS_MASK_CAUSAL : IGNIS_MASK_NONE);
     run_case(&s, backend, "head dim 128 pages", variant ? 32 : 8, seed++);
   }
   /* one long request: split on an idle GPU; few heads keep the CPU time modest */

@@ -23,7 +23,9 @@
  *      key tile with ldmatrix.trans
  * The epilogue divides by l and writes out / lse, or for a chunk of a split request the f32
  * partial row and its base-2 LSE. Merge (mla_merge_kernel): one block per (split query token,
- * head), 128 threads x 4 columns, folding the chunks' partial rows by their LSEs (lse_merge.cuh). */
+ * head), 4 groups of 128 threads x 4 columns, each group folding a share of the chunks' partial
+ * rows by their LSEs (lse_merge.cuh), then the groups' states in shared memory (one group under
+ * IGNIS_MLA_MERGE_GROUPS=1). */
 #ifndef IGNIS_CUDA_ATTENTION_MLA_ATTENTION_CUH
 #define IGNIS_CUDA_ATTENTION_MLA_ATTENTION_CUH
 

@@ -5,11 +5,12 @@
  *
  * Block: 384 threads in three warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 40
  * registers): its 128 threads gather K and V rows with 16-byte cp.async (all tiles of paged keys, a
- * request's partial last tile, and every tile without the TMA form below); lane l of warp w computes the K and V row
- * addresses of key 32 w + l of a tile (through cache.indices when paged, the page entry read one
- * tile ahead), and the warp copies its 32 keys two rows per instruction with the addresses passed
- * by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64 packed query rows each (the
- * plan's 128-row tile; row r: token r / group, head kvh * group + r % group).
+ * request's partial last tile, and every tile without the TMA form below); lane l of warp w
+ * computes the K and V row addresses of key 32 w + l of a tile (through cache.indices when paged,
+ * the page entry read one tile ahead), and the warp copies its 32 keys two rows per instruction
+ * with the addresses passed by shuffles. Warpgroups 1 and 2 are consumers (232 registers), 64
+ * packed query rows each (the plan's 128-row tile; row r: token r / group, head kvh * group + r %
+ * group).
  *
  * Shared memory, from a 1024-byte aligned base, every operand in the canonical 128-byte-swizzle
  * layout (64-element panels of 128-byte rows, 16-byte chunk c of row r stored at chunk c ^ (r & 7),
@@ -26,32 +27,33 @@
  * Consumer step for key tile j (128 keys): S = Q K_j^T by 8 wgmma m64n128k16 (both operands in
  * shared memory) is issued together with O += P_{j-1} V_{j-1} (P in registers: the f32 accumulator
  * layout of a warp is the m16n8 layout of mma.sync repeated 16 times, which packs directly into the
- * 16-bit A fragments), then wait_group 1 leaves S ready while P V runs: mask (causal diagonal and the
- * range's end, only on tiles that need it), online softmax in base 2 (scale folded into one FFMA),
- * wait_group 0, release V_{j-1}, rescale O and pack P_j. K_j is released as soon as S is ready, so
- * with three stages the producer copies up to two tiles ahead of the slower warpgroup. Rows past
- * the item's tile compute on zero queries and are never written. A warpgroup stops at its own last visible tile (causal) and
- * only releases the stages after it. The epilogue is prefill_attention_kernel's: out / lse, or the
- * f32 partial slot and its base-2 LSE when the item is split.
+ * 16-bit A fragments), then wait_group 1 leaves S ready while P V runs: mask (causal diagonal and
+ * the range's end, only on tiles that need it), online softmax in base 2 (scale folded into one
+ * FFMA), wait_group 0, release V_{j-1}, rescale O and pack P_j. K_j is released as soon as S is
+ * ready, so with three stages the producer copies up to two tiles ahead of the slower warpgroup.
+ * Rows past the item's tile compute on zero queries and are never written. A warpgroup stops at its
+ * own last visible tile (causal) and only releases the stages after it. The epilogue is
+ * prefill_attention_kernel's: out / lse, or the f32 partial slot and its base-2 LSE when the item
+ * is split.
  *
  * Ping-pong form (PINGPONG; IGNIS_PREFILL_WGMMA=2 or 4, opt-in: +1-3% without TMA, none with it on
- * the H100): the two consumers
- * take turns issuing their step's GEMMs, as FlashAttention-3 does, so one warpgroup's softmax runs
- * while the other's GEMMs hold the tensor cores. Named barrier 3 + w is warpgroup w's turn (256
- * threads: its own 128 wait, the other's 128 arrive): a warpgroup waits for its turn once its
- * tiles landed, issues, and hands the turn over before it waits for the results. Both take the
- * same number of turns, max(n0, n1) + 1 (n_w: warpgroup w's tiles; one turn a tile for S with the
- * previous tile's P V, one for the last P V), or none where a warpgroup has no tiles; a warpgroup
- * past its diagonal takes its remaining turns empty, turn t once it released K_t and V_{t-1}
- * (what the other's turn t waits for). Warpgroup 1 hands warpgroup 0 its first turn and does not
- * hand over after its last.
+ * the H100): the two consumers take turns issuing their step's GEMMs, as FlashAttention-3 does, so
+ * one warpgroup's softmax runs while the other's GEMMs hold the tensor cores. Named barrier 3 + w
+ * is warpgroup w's turn (256 threads: its own 128 wait, the other's 128 arrive): a warpgroup waits
+ * for its turn once its tiles landed, issues, and hands the turn over before it waits for the
+ * results. Both take the same number of turns, max(n0, n1) + 1 (n_w: warpgroup w's tiles; one turn
+ * a tile for S with the previous tile's P V, one for the last P V), or none where a warpgroup has
+ * no tiles; a warpgroup past its diagonal takes its remaining turns empty, turn t once it released
+ * K_t and V_{t-1} (what the other's turn t waits for). Warpgroup 1 hands warpgroup 0 its first turn
+ * and does not hand over after its last.
  *
  * TMA form (TMA; the default, IGNIS_PREFILL_WGMMA=4 with ping-pong, 1 and 2 without; contiguous and
- * ragged keys; 1.35-1.39x the cp.async form on the H100): the producer's first thread loads each whole key tile of K and V by two bulk
- * tensor copies (maps: [rows][kv heads][128] of k and v, boxes of 64 dims x 128 keys of one head in
- * the 128-byte swizzle, the layout above), counted on the full barriers by bytes; the other 127
- * threads only arrive. A tile that ends past the item's keys is gathered by cp.async as before, so
- * keys past them are zeros, never another request's values.
+ * ragged keys; 1.35-1.39x the cp.async form on the H100): the producer's first thread loads each
+ * whole key tile of K and V by two bulk tensor copies (maps: [rows][kv heads][128] of k and v,
+ * boxes of 64 dims x 128 keys of one head in the 128-byte swizzle, the layout above), counted on
+ * the full barriers by bytes; the other 127 threads only arrive. A tile that ends past the item's
+ * keys is gathered by cp.async as before, so keys past them are zeros, never another request's
+ * values.
  *
  * prefill.cu runs it on sm_90a devices for the calls it takes (IGNIS_PREFILL_WGMMA=0 turns it off);
  * it fits one block per SM, which the planner's wave counts (ignis_cuda_prefill_choose). */

@@ -55,25 +55,23 @@ static __device__ __forceinline__ void ignis_mbar_arrive_expect_tx(uint32_t bar,
  * CLUSTER_ACQUIRE: the wait acquires at cluster scope, for a barrier other CTAs of the cluster
  * arrive on (ignis_mbar_arrive_cluster), whose released accesses must be ordered before this
  * thread's next. */
+#define IGNIS_MBAR_TRY_WAIT(SEM)                                                                   \
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity" SEM ".shared::cta.b64 p, [%1], %2;\n"    \
+               " selp.u32 %0, 1, 0, p;\n}"                                                           \
+               : "=r"(done)                                                                          \
+               : "r"(bar), "r"(parity)                                                               \
+               : "memory")
 template <bool CLUSTER_ACQUIRE = false>
 static __device__ __forceinline__ void ignis_mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
     if constexpr (CLUSTER_ACQUIRE)
-      asm volatile(
-          "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-          " selp.u32 %0, 1, 0, p;\n}"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
+      IGNIS_MBAR_TRY_WAIT(".acquire.cluster");
     else
-      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                   " selp.u32 %0, 1, 0, p;\n}"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
+      IGNIS_MBAR_TRY_WAIT("");
   } while (!done);
 }
+#undef IGNIS_MBAR_TRY_WAIT
 
 /* ---- TMA ---------------------------------------------------------------------------------------- */
 static __device__ __forceinline__ void ignis_tma_prefetch(const CUtensorMap *map) {
